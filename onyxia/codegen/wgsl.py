@@ -1,0 +1,86 @@
+"""Render a ShaderSpec into final WGSL for given dimension values and immediates transport.
+
+Kernels read every scalar parameter through an accessor function `NAME()`. The prelude
+generated here defines it either as a baked constant (static params: the WGSL compiler can
+unroll loops over it) or as a read of the `Params` struct (dynamic params), which lives in
+immediates (`var<immediate>`, push constants) or in a uniform buffer at group 1 binding 0.
+The kernel text is identical for both transports.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from onyxia.codegen.preprocess import preprocess
+from onyxia.ir.shapes import SymDim
+from onyxia.plan import ShaderParam, ShaderSpec
+
+IMMEDIATE = "immediate"
+UNIFORM = "uniform"
+TRANSPORTS = (IMMEDIATE, UNIFORM)
+UNIFORM_GROUP = 1  # the bind group holding the params uniform in the fallback transport
+
+
+def literal(value: object, type_: str) -> str:
+    """A WGSL literal of `type_` for a Python scalar."""
+    if type_ == "f32":
+        v = float(value)  # type: ignore[arg-type]
+        if math.isnan(v):
+            return "bitcast<f32>(0x7fc00000u)"
+        if math.isinf(v):
+            return "bitcast<f32>(0x7f800000u)" if v > 0 else "bitcast<f32>(0xff800000u)"
+        text = repr(v)
+        return text + "f" if ("." in text or "e" in text) else text + ".0f"
+    if type_ == "u32":
+        return f"{int(value) & 0xFFFFFFFF}u"  # type: ignore[call-overload]
+    if type_ == "i32":
+        v = int(value)  # type: ignore[call-overload]
+        # -2147483648 has no i32 literal form: write it as an expression.
+        return f"i32({v + 1}i - 1i)" if v == -(2**31) else f"{v}i"
+    if type_ == "bool":
+        return "true" if value else "false"
+    raise ValueError(f"unknown param type {type_}")
+
+
+def evaluate(value: object, dims: Mapping[str, int]) -> object:
+    return value.evaluate(dims) if isinstance(value, SymDim) else value
+
+
+def prelude(spec: ShaderSpec, dims: Mapping[str, int], transport: str) -> str:
+    lines: list[str] = []
+    if spec.immediates:
+        fields = " ".join(f"{p.name}: {p.type}," for p in spec.immediates)
+        lines.append(f"struct Params {{ {fields} }}")
+        if transport == IMMEDIATE:
+            lines.append("var<immediate> params: Params;")
+        else:
+            lines.append(f"@group({UNIFORM_GROUP}) @binding(0) var<uniform> params: Params;")
+        lines += [f"fn {p.name}() -> {p.type} {{ return params.{p.name}; }}" for p in spec.immediates]
+    for p, value in spec.constants:
+        lines.append(f"fn {p.name}() -> {p.type} {{ return {literal(evaluate(value, dims), p.type)}; }}")
+    return "\n".join(lines) + "\n"
+
+
+def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object]:
+    return {k: evaluate(v, dims) for k, v in spec.defs}
+
+
+def render(spec: ShaderSpec, dims: Mapping[str, int], transport: str = IMMEDIATE) -> str:
+    """Final WGSL text: the param prelude followed by the preprocessed template."""
+    body = preprocess(spec.template, resolved_defs(spec, dims), filename=spec.label)
+    return prelude(spec, dims, transport) + body
+
+
+def param_type(value: object) -> str:
+    """The WGSL type a Python param value travels as."""
+    if isinstance(value, float):
+        return "f32"
+    if isinstance(value, bool):
+        return "u32"
+    if isinstance(value, int) and value < 0:
+        return "i32"
+    return "u32"
+
+
+__all__ = ["IMMEDIATE", "UNIFORM", "TRANSPORTS", "ShaderParam", "literal", "param_type", "prelude", "render"]

@@ -1,0 +1,16 @@
+"""Built-in passes, one per file."""
+
+from onyxia.compiler.passes.dce import DeadCodeEliminationPass
+from onyxia.compiler.passes.folding import ConstantFoldingPass
+from onyxia.compiler.passes.inference import ShapeInferencePass
+from onyxia.compiler.passes.planning import PlanningPass
+from onyxia.compiler.passes.resolution import SymbolicResolutionPass
+
+
+def default_optimization_passes() -> list:
+    """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
+    return [DeadCodeEliminationPass()]
+
+
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "PlanningPass", "ShapeInferencePass",
+           "SymbolicResolutionPass", "default_optimization_passes"]

@@ -1,0 +1,29 @@
+"""ConstantFoldingPass: compute on the host every node whose inputs are all known."""
+
+from __future__ import annotations
+
+from onyxia.compiler.passes.inference import fold_node, resolve_operator
+from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.ir.graph import IrGraph
+from onyxia.operators.registry import OperatorRegistry
+
+# Folding a huge constant (say, a broadcast to 1 GB) would bloat the plan; let the GPU do it.
+FOLD_MAX_ELEMENTS = 1 << 24
+
+
+class ConstantFoldingPass(Pass):
+    """1. In topological order, calls `fold` for each node whose present inputs all have values.
+    2. Stores the numpy results in the outputs' `TensorDef.value`; planning then skips the node.
+    """
+
+    name = "constant-folding"
+    stage = Stage.FOLDING
+
+    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+        modified = False
+        for nid in graph.topological_order():
+            node = graph.node(nid)
+            op = resolve_operator(graph, registry, node)
+            assert op is not None, "ShapeInferencePass checked support"
+            modified |= fold_node(graph, op, node, FOLD_MAX_ELEMENTS)
+        return modified

@@ -1,0 +1,167 @@
+"""PlanningPass: turn the optimized graph into a CompiledModel."""
+
+from __future__ import annotations
+
+from onyxia.compiler.passes.inference import resolve_operator
+from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
+from onyxia.ir.graph import IrGraph, TensorKind
+from onyxia.ir.shapes import SymDim
+from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
+from onyxia.operators.registry import OperatorRegistry
+from onyxia.plan import (
+    CompiledModel,
+    CopyBuffer,
+    Dispatch,
+    PlannedOp,
+    ShaderSpec,
+    Step,
+    SymbolicBinding,
+    TensorInfo,
+    WriteBuffer,
+)
+
+
+class PlanningPass(Pass):
+    """1. Skips dead nodes and folded nodes (every output has a value): they emit nothing.
+    2. Calls `plan` of each remaining node in topological order, collecting its steps.
+    3. Materializes the values the steps read: numeric ones as weight data, symbolic ones
+       (shape tensors over dynamic dims) as WriteBuffer steps patched on dimension changes.
+    4. Records a SymbolicBinding for every expression over dynamic dimensions.
+    """
+
+    name = "planning"
+    stage = Stage.PLANNING
+
+    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+        state = PlanState(graph)
+        live = graph.live_nodes()
+        operations: list[PlannedOp] = []
+        folded = graph.meta.get("folded_nodes", 0)
+        planned_nodes = 0
+        for nid in graph.topological_order():
+            node = graph.node(nid)
+            if nid not in live:
+                continue
+            if all(graph.tensor(o).value is not None for o in node.outputs):
+                folded += 1
+                continue
+            op = resolve_operator(graph, registry, node)
+            assert op is not None
+            scratch_before = set(state.scratch)
+            ctx = PlanCtx(graph, node, state)
+            try:
+                steps = op.plan(ctx)
+            except OnyxiaError:
+                raise
+            except Exception as exc:
+                raise PlanError(f"{node.describe()}: planning failed: {type(exc).__name__}: {exc}") from exc
+            planned_nodes += 1
+            scratch = tuple(n for n in state.scratch if n not in scratch_before)
+            operations.append(PlannedOp(node.name, node.op_type, tuple(steps), scratch))
+
+        tensors, prelude = _tensor_table(graph, state, operations)
+        if prelude:
+            operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
+        steps = [s for op in operations for s in op.steps]
+        bindings = _symbolic_bindings(steps, tensors, state.shaders, graph.static_symbols)
+        weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
+        graph.meta["compiled_model"] = CompiledModel(
+            shaders=tuple(state.shaders),
+            operations=tuple(operations),
+            tensors=tensors,
+            inputs=tuple(graph.inputs),
+            outputs=tuple(graph.outputs),
+            symbolic_bindings=tuple(bindings),
+            dims=dict(graph.dims),
+            static_symbols=graph.static_symbols,
+            metadata={
+                "name": graph.name,
+                "opsets": dict(graph.opsets),
+                "nodes": planned_nodes + folded,
+                "planned_nodes": planned_nodes,
+                "folded_nodes": folded,
+                "weight_bytes": weight_bytes,
+                **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
+            },
+        )
+        return True
+
+
+def _referenced(operations: list[PlannedOp]) -> list[str]:
+    names: dict[str, None] = {}
+    for op in operations:
+        for s in op.steps:
+            if isinstance(s, Dispatch):
+                names.update((b.tensor, None) for b in s.bindings)
+            elif isinstance(s, CopyBuffer):
+                names.update({s.src: None, s.dst: None})
+            else:
+                names[s.dst] = None
+    return list(names)
+
+
+def _tensor_table(graph: IrGraph, state: PlanState, operations: list[PlannedOp]) -> tuple[dict[str, TensorInfo], list[Step]]:
+    """Every tensor a step or the caller touches, with its device buffer description."""
+    needed = dict.fromkeys([*graph.inputs, *graph.outputs, *_referenced(operations)])
+    for alias, target in state.aliases.items():
+        needed.setdefault(target, None)
+    tensors: dict[str, TensorInfo] = {}
+    prelude: list[Step] = []
+    for name in needed:
+        if name in state.scratch:
+            dtype, shape = state.scratch[name]
+            tensors[name] = TensorInfo(name, dtype, shape, "scratch")
+            continue
+        t = graph.tensor(name)
+        if t.dtype is None or t.shape is None:
+            raise PlanError(f"tensor '{name}' has no inferred dtype/shape")
+        try:
+            device = t.dtype.require_device(f"tensor '{name}'")
+        except UnsupportedDtypeError:
+            raise
+        kind = "output" if name in graph.outputs else t.kind.value
+        alias = state.aliases.get(name)
+        while alias in state.aliases:  # collapse chains: Reshape of a Reshape
+            alias = state.aliases[alias]
+        if t.value is not None and t.value.dtype == object:
+            prelude.append(symbolic_write(name, t.value, device))
+            tensors[name] = TensorInfo(name, t.dtype.name, t.shape, "output" if kind == "output" else "intermediate")
+        elif t.value is not None:
+            tensors[name] = TensorInfo(name, t.dtype.name, t.shape, "output" if kind == "output" else "weight",
+                                       data=t.value)
+        else:
+            if t.kind is TensorKind.WEIGHT:
+                kind = "weight"
+            tensors[name] = TensorInfo(name, t.dtype.name, t.shape, kind, alias_of=alias)
+    return tensors, prelude
+
+
+def _symbolic_bindings(steps: list[Step], tensors: dict[str, TensorInfo], shaders: list[ShaderSpec],
+                       static: frozenset[str]) -> list[SymbolicBinding]:
+    out: list[SymbolicBinding] = []
+
+    def add(kind: str, target: int | str, index: int, value: object) -> None:
+        if isinstance(value, SymDim):
+            out.append(SymbolicBinding(kind, target, index, value))
+
+    for i, s in enumerate(steps):
+        if isinstance(s, Dispatch):
+            for j, v in enumerate(s.immediates):
+                add("immediate", i, j, v)
+            for j, v in enumerate(s.workgroups):
+                add("workgroups", i, j, v)
+        elif isinstance(s, CopyBuffer):
+            for j, v in enumerate((s.size, s.src_offset, s.dst_offset)):
+                add("copy", i, j, v)
+        elif isinstance(s, WriteBuffer):
+            for j, v in enumerate(s.data):
+                add("write", i, j, v)
+    for name, t in tensors.items():
+        if t.alias_of is None:
+            add("buffer", name, 0, t.nbytes)
+    for index, spec in enumerate(shaders):
+        values = [v for _, v in spec.defs] + [v for _, v in spec.constants]
+        for j, v in enumerate(values):
+            add("shader", index, j, v)
+    return out

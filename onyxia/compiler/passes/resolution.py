@@ -1,0 +1,51 @@
+"""SymbolicResolutionPass: bind the model's symbols to the values given at compile time."""
+
+from __future__ import annotations
+
+from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.errors import DimensionError
+from onyxia.ir.graph import IrGraph
+from onyxia.ir.shapes import dim_symbols, evaluate_dim
+from onyxia.operators.registry import OperatorRegistry
+
+
+class SymbolicResolutionPass(Pass):
+    """Binds symbols for the rest of the pipeline.
+
+    1. Checks every given value is a non-negative int and every static name is given.
+    2. Checks every symbol used by an input shape has a value, naming the input if not.
+    3. Records `graph.dims` (current values: buffer capacities, folding) and
+       `graph.static_symbols` (baked into shaders as defs). Shapes keep their symbols so the
+       plan stays valid for other values of the dynamic ones.
+    """
+
+    name = "symbolic-resolution"
+    stage = Stage.RESOLUTION
+
+    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+        dims: dict[str, int] = dict(graph.meta.get("requested_dims", {}))
+        static = frozenset(graph.meta.get("requested_static", ()))
+        used: dict[str, str] = {}
+        for tid in graph.inputs:
+            for d in graph.tensor(tid).shape or ():
+                for s in dim_symbols(d):
+                    used.setdefault(s, tid)
+        for name, value in dims.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise DimensionError(f"dimension '{name}' must be a non-negative integer, got {value!r}")
+            if name not in used:
+                known = ", ".join(sorted(used)) or "none"
+                raise DimensionError(f"dimension '{name}' is not used by the model (its symbols: {known})")
+        for name in static:
+            if name not in dims:
+                raise DimensionError(f"static dimension '{name}' has no value; give it with the dims")
+        for sym, tid in sorted(used.items()):
+            if sym not in dims:
+                raise DimensionError(f"dimension '{sym}' of input '{tid}' is not given (pass {sym}=N)")
+        for tid in graph.inputs:
+            for i, d in enumerate(graph.tensor(tid).shape or ()):
+                if evaluate_dim(d, dims) < 0:
+                    raise DimensionError(f"input '{tid}' dim {i} ({d}) is negative for the dims given")
+        graph.dims = dims
+        graph.static_symbols = static
+        return True

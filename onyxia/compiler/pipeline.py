@@ -1,0 +1,116 @@
+"""CompilerPipeline: runs passes stage by stage over a copy of the caller's graph."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from onyxia.ir.graph import IrGraph
+from onyxia.operators.registry import OperatorRegistry
+from onyxia.plan import CompiledModel
+
+
+class Stage(enum.IntEnum):
+    RESOLUTION = 0  # bind symbols to the dims given
+    INFERENCE = 1  # dtype and shape of every tensor
+    FOLDING = 2  # constant values (numpy)
+    OPTIMIZATION = 3  # fusion, aliasing, DCE, ...
+    PLANNING = 4  # emit the CompiledModel
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass reports: whether it changed the graph (a plain bool is accepted too)."""
+
+    modified: bool
+    note: str = ""
+
+
+class Pass:
+    """A graph pass. Subclasses set `name` and `stage` and implement `run`."""
+
+    name: str = ""
+    stage: Stage = Stage.OPTIMIZATION
+
+    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool | PassResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(stage={self.stage.name})"
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    name: str
+    stage: Stage
+    modified: bool
+    seconds: float
+
+
+class CompilerPipeline:
+    def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
+        from onyxia.compiler import passes  # the built-in passes import this module
+
+        self.registry = registry
+        self._passes: list[Pass] = [
+            passes.SymbolicResolutionPass(),
+            passes.ShapeInferencePass(),
+            passes.ConstantFoldingPass(),
+            passes.PlanningPass(),
+        ]
+        if optimize:
+            for p in passes.default_optimization_passes():
+                self.add_pass(p)
+        self.history: list[PassRecord] = []
+
+    @property
+    def passes(self) -> list[Pass]:
+        # sorted() is stable: within a stage, registration order is kept.
+        return sorted(self._passes, key=lambda p: p.stage)
+
+    def add_pass(self, p: Pass) -> CompilerPipeline:
+        if not isinstance(p.stage, Stage):
+            raise TypeError(f"{p!r}.stage must be a Stage")
+        self._passes.append(p)
+        return self
+
+    def run_passes(self, graph: IrGraph, dims: Mapping[str, int], static: Iterable[str] = (),
+                   until: Stage | None = None) -> IrGraph:
+        """Run the passes (up to and including `until`) on a copy of `graph`; return the copy."""
+        work = graph.copy()
+        work.meta["requested_dims"] = dict(dims)
+        work.meta["requested_static"] = frozenset(static)
+        self.history = []
+        for p in self.passes:
+            if until is not None and p.stage > until:
+                break
+            start = time.perf_counter()
+            result = p.run(work, self.registry)
+            modified = result.modified if isinstance(result, PassResult) else bool(result)
+            self.history.append(PassRecord(p.name or type(p).__name__, p.stage, modified,
+                                           time.perf_counter() - start))
+        return work
+
+    def compile(self, graph: IrGraph, dims: Mapping[str, int] | None = None,
+                static: Iterable[str] = ()) -> CompiledModel:
+        """Compile `graph` for the symbol values `dims`; symbols in `static` become shader defs.
+
+        The caller's graph is never modified.
+        """
+        work = self.run_passes(graph, dims or {}, static)
+        model = work.meta.get("compiled_model")
+        if model is None:
+            raise RuntimeError("no Planning-stage pass produced a CompiledModel")
+        return model
+
+
+def compile(graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
+            registry: OperatorRegistry | None = None) -> CompiledModel:
+    """Compile with the core operators and the default passes."""
+    if registry is None:
+        from onyxia.operators import core_operator_registry
+
+        registry = core_operator_registry()
+    return CompilerPipeline(registry).compile(graph, dims, static)

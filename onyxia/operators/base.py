@@ -1,0 +1,302 @@
+"""The Operator contract and the contexts that keep operator code free of boilerplate.
+
+An Operator is stateless, one instance per op type (a family class is instantiated once per
+table row). The pipeline calls `infer` during shape inference, `fold` when every input has a
+value, and `plan` for nodes that still need to run on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from onyxia.codegen.preprocess import inline_imports, load_shader, resolve_shader_import, shader_root
+from onyxia.codegen.wgsl import param_type
+from onyxia.errors import OnyxiaError, PlanError, ShapeInferenceError
+from onyxia.ir import dtypes
+from onyxia.ir.dtypes import DType
+from onyxia.ir.graph import IrGraph, Node, TensorDef
+from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
+from onyxia.plan import Binding, CopyBuffer, Dispatch, Scalar, ShaderParam, ShaderSpec, Step, WriteBuffer
+
+_REQUIRED = object()
+WORKGROUP_SIZE = 256  # threads per workgroup of the 1-D kernels
+
+
+class Operator:
+    """Base class. Subclasses set `op_type` (and `domain`) and implement infer/plan."""
+
+    op_type: str = ""
+    domain: str = ""
+    # True for ops whose result depends only on input shapes (Shape, Size): they fold even
+    # when their inputs have no values.
+    folds_from_shapes: bool = False
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        raise NotImplementedError
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        """Compute outputs on the host when every input has a value; None = cannot fold."""
+        return None
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.domain + '::' if self.domain else ''}{self.op_type})"
+
+
+# ---- inference ----------------------------------------------------------------------------
+
+class InferenceCtx:
+    def __init__(self, graph: IrGraph, node: Node):
+        self.graph = graph
+        self.node = node
+
+    @property
+    def opset(self) -> int:
+        return self.graph.opsets.get(self.node.domain, 1)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.node.inputs) and self.node.inputs[i] is not None
+
+    def fail(self, message: str, input: int | None = None) -> ShapeInferenceError:
+        """An error naming this node, its op type and (optionally) the input at fault."""
+        return ShapeInferenceError(message, node=self.node.name, op_type=self.node.op_type, input_index=input)
+
+    def input_tensor(self, i: int) -> TensorDef:
+        if not self.has_input(i):
+            raise self.fail("required input is missing", i)
+        return self.graph.tensor(self.node.inputs[i])  # type: ignore[arg-type]
+
+    def input_shape(self, i: int) -> Shape:
+        t = self.input_tensor(i)
+        if t.shape is None:
+            raise self.fail(f"shape of '{t.name}' is not known", i)
+        return t.shape
+
+    def input_dtype(self, i: int) -> DType:
+        t = self.input_tensor(i)
+        if t.dtype is None:
+            raise self.fail(f"dtype of '{t.name}' is not known", i)
+        return t.dtype
+
+    def input_rank(self, i: int) -> int:
+        return len(self.input_shape(i))
+
+    def require_static(self, i: int) -> tuple[int, ...]:
+        shape = self.input_shape(i)
+        if not all(isinstance(d, int) for d in shape):
+            raise self.fail(f"needs a static shape, got {list(map(str, shape))}", i)
+        return shape  # type: ignore[return-value]
+
+    def input_value(self, i: int) -> np.ndarray | None:
+        return self.input_tensor(i).value if self.has_input(i) else None
+
+    def require_value(self, i: int, what: str = "input") -> np.ndarray:
+        value = self.input_value(i)
+        if value is None:
+            raise self.fail(f"{what} must be a constant (an initializer or computable at compile time)", i)
+        return value
+
+    def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:
+        """A constant 1-D integer tensor as a list of dims (entries may be symbolic)."""
+        value = self.require_value(i, what)
+        return [d if isinstance(d, SymDim) else int(d) for d in np.asarray(value).reshape(-1).tolist()]
+
+    def attr(self, name: str, default: Any = _REQUIRED) -> Any:
+        if name in self.node.attributes:
+            return self.node.attributes[name]
+        if default is _REQUIRED:
+            raise self.fail(f"attribute '{name}' is required")
+        return default
+
+    def axis(self, value: int, rank: int, what: str = "axis") -> int:
+        """Normalize a possibly negative axis against `rank`, with a clear error."""
+        if not -rank <= value < max(rank, 1):
+            raise self.fail(f"{what} {value} is out of range for rank {rank}")
+        return value % rank if rank else 0
+
+
+class FoldCtx(InferenceCtx):
+    def output_dtype(self, i: int = 0) -> DType:
+        dtype = self.graph.tensor(self.node.outputs[i]).dtype
+        assert dtype is not None, "fold runs after inference"
+        return dtype
+
+    def values(self) -> list[np.ndarray | None]:
+        return [self.input_value(i) for i in range(self.num_inputs)]
+
+    def numeric_values(self) -> list[np.ndarray | None] | None:
+        """Input values, or None if any present input is unknown or symbolic."""
+        vals = self.values()
+        for i, v in enumerate(vals):
+            if self.has_input(i) and (v is None or v.dtype == object):
+                return None
+        return vals
+
+    def unary_fold(self, fn: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray | None] | None:
+        vals = self.numeric_values()
+        if vals is None:
+            return None
+        return [self.cast_output(fn(vals[0]))]
+
+    def binary_fold(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list[np.ndarray | None] | None:
+        vals = self.values()
+        if any(v is None for v in vals[:2]):
+            return None
+        a, b = vals[0], vals[1]
+        if a.dtype == object or b.dtype == object:  # symbolic shape arithmetic
+            try:
+                return [np.asarray(fn(a, b), dtype=object)]
+            except TypeError:
+                return None
+        return [self.cast_output(fn(a, b))]
+
+    def cast_output(self, value: Any, i: int = 0) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(value).astype(self.output_dtype(i).numpy, copy=False)
+
+
+# ---- planning -----------------------------------------------------------------------------
+
+@dataclass
+class PlanState:
+    """What planning accumulates across nodes: shaders (deduplicated) and scratch tensors."""
+
+    graph: IrGraph
+    shaders: list[ShaderSpec] = field(default_factory=list)
+    shader_index: dict[tuple, int] = field(default_factory=dict)
+    scratch: dict[str, tuple[str, tuple[Dim, ...]]] = field(default_factory=dict)  # name -> (dtype, shape)
+    aliases: dict[str, str] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
+    templates: dict[str, str] = field(default_factory=dict)
+
+    def is_static(self, value: object) -> bool:
+        """A value is baked into the shader when it depends on no dynamic symbol."""
+        return not isinstance(value, SymDim) or value.symbols <= self.graph.static_symbols
+
+    def template(self, path: str) -> str:
+        if path not in self.templates:
+            source = load_shader(path)
+            self.templates[path] = inline_imports(source, path, resolve_shader_import)
+        return self.templates[path]
+
+    def add_shader(self, spec: ShaderSpec) -> int:
+        key = (spec.label, spec.template, spec.defs, spec.constants, spec.immediates)
+        if key not in self.shader_index:
+            self.shader_index[key] = len(self.shaders)
+            self.shaders.append(spec)
+        return self.shader_index[key]
+
+
+class PlanCtx(InferenceCtx):
+    def __init__(self, graph: IrGraph, node: Node, state: PlanState):
+        super().__init__(graph, node)
+        self.state = state
+
+    # buffers
+    def input(self, i: int) -> str:
+        return self.input_tensor(i).name
+
+    def output(self, i: int = 0) -> str:
+        return self.node.outputs[i]
+
+    def output_shape(self, i: int = 0) -> Shape:
+        shape = self.graph.tensor(self.node.outputs[i]).shape
+        assert shape is not None
+        return shape
+
+    def output_dtype(self, i: int = 0) -> DType:
+        dtype = self.graph.tensor(self.node.outputs[i]).dtype
+        assert dtype is not None
+        return dtype
+
+    def device_type(self, dtype: DType, what: str) -> str:
+        """The WGSL storage type for `dtype`, or a clear error naming this node."""
+        try:
+            return dtype.require_device(f"{self.node.describe()} {what}")
+        except OnyxiaError as exc:
+            raise type(exc)(str(exc)) from None
+
+    def scratch(self, count: Dim, dtype: str = "float32", hint: str = "scratch") -> str:
+        """A temporary buffer of `count` elements private to this op."""
+        name = self.graph.fresh_name(f"{self.node.name}/{hint}")
+        while name in self.state.scratch:
+            name += "_"
+        self.state.scratch[name] = (dtype, (count,))
+        return name
+
+    def alias_output(self, out: int = 0, inp: int = 0) -> list[Step]:
+        """Let output `out` share input `inp`'s buffer (same bytes, new shape): no steps."""
+        self.state.aliases[self.output(out)] = self.input(inp)
+        return []
+
+    def is_static(self, value: object) -> bool:
+        return self.state.is_static(value)
+
+    # shaders and steps
+    def dispatch(
+        self,
+        shader: str,
+        *,
+        reads: Sequence[str],
+        writes: Sequence[str],
+        workgroups: tuple[Dim, Dim, Dim] | Dim,
+        params: Mapping[str, Scalar | tuple[Scalar, str]] | None = None,
+        defs: Mapping[str, object] | None = None,
+        label: str | None = None,
+        source: str | None = None,
+    ) -> Dispatch:
+        """One dispatch of the WGSL template `shader` (a path under shaders/, or `source`).
+
+        Bindings are `reads` (read-only storage) then `writes` (read-write storage), numbered
+        from 0 in group 0. Each entry of `params` becomes an accessor `NAME()`: baked into the
+        shader when it is static, an immediate (patched on dimension changes) otherwise.
+        A param may be `(value, "i32"|"u32"|"f32")` to force its type.
+        """
+        for name in (*reads, *writes):
+            if name in writes and name in reads:
+                raise PlanError(f"{self.node.describe()}: buffer '{name}' bound both read-only and read-write")
+        constants: list[tuple[ShaderParam, Scalar]] = []
+        dynamic: list[tuple[ShaderParam, Scalar]] = []
+        for pname, raw in sorted((params or {}).items()):
+            value, ptype = raw if isinstance(raw, tuple) else (raw, param_type(raw))
+            target = constants if self.is_static(value) else dynamic
+            target.append((ShaderParam(pname, ptype), value))
+        resolved_defs = tuple(sorted((defs or {}).items()))
+        for k, v in resolved_defs:
+            if not self.is_static(v):
+                raise PlanError(f"{self.node.describe()}: shader def {k}={v} depends on a dynamic dimension; "
+                                "pass it as a param instead")
+        template = inline_imports(source, label or "<inline>", resolve_shader_import) if source else self.state.template(shader)
+        spec = ShaderSpec(label or shader.removesuffix(".wgsl"), template, resolved_defs,
+                          tuple(constants), tuple(p for p, _ in dynamic))
+        index = self.state.add_shader(spec)
+        wg = workgroups if isinstance(workgroups, tuple) else (workgroups, 1, 1)
+        bindings = tuple(Binding(n, True) for n in reads) + tuple(Binding(n, False) for n in writes)
+        return Dispatch(index, bindings, wg, tuple(v for _, v in dynamic))
+
+    @staticmethod
+    def grid(count: Dim, per_workgroup: int = WORKGROUP_SIZE) -> tuple[Dim, Dim, Dim]:
+        """Workgroups for a 1-D kernel over `count` items (the runtime folds x > 65535 into y)."""
+        return ((count + per_workgroup - 1) // per_workgroup, 1, 1)
+
+    def copy(self, src: str, dst: str, nbytes: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> CopyBuffer:
+        return CopyBuffer(src, dst, nbytes, src_offset, dst_offset)
+
+
+def symbolic_write(dst: str, values: np.ndarray, device_type: str) -> WriteBuffer:
+    """A WriteBuffer materializing a (possibly symbolic) small host value on the device."""
+    flat = tuple(v if isinstance(v, SymDim) else (float(v) if device_type == "f32" else int(v))
+                 for v in np.asarray(values).reshape(-1).tolist())
+    return WriteBuffer(dst, flat, device_type)
+
+
+__all__ = ["FoldCtx", "InferenceCtx", "Operator", "PlanCtx", "PlanState", "WORKGROUP_SIZE", "dim_symbols",
+           "dtypes", "numel", "shader_root", "symbolic_write"]

@@ -1,0 +1,62 @@
+"""Type conversion: Cast."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onyxia.ir import dtypes
+from onyxia.ir.dtypes import DType
+from onyxia.ir.shapes import Shape
+from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.elementwise import plan_map
+from onyxia.plan import Step
+
+
+def convert_expr(src: DType, dst: DType) -> str:
+    """WGSL expression converting x0 (in src's device type) to dst's semantics."""
+    if dst.is_bool:
+        return "select(0u, 1u, x0 != " + ("0.0" if src.device == "f32" else f"{src.device}(0)") + ")"
+    if dst.name == "float16":  # stored as f32, but values must round to half precision
+        return "unpack2x16float(pack2x16float(vec2<f32>(f32(x0), 0.0))).x"
+    if dst.device == "f32":
+        return "f32(x0)"
+    if src.device == "f32":
+        # float → int truncates toward zero; narrow ints wrap like numpy's astype.
+        x = "i32(trunc(x0))" if dst.device == "i32" else "u32(max(trunc(x0), 0.0))"
+    else:
+        x = f"{dst.device}(x0)"
+    if dst.name in ("int8", "int16"):
+        bits = 32 - 8 * dst.numpy.itemsize
+        return f"(({x}) << {bits}u) >> {bits}u"
+    if dst.name in ("uint8", "uint16"):
+        return f"({x}) & {hex((1 << 8 * dst.numpy.itemsize) - 1)}u"
+    return x
+
+
+class Cast(Operator):
+    op_type = "Cast"
+
+    def target(self, ctx: InferenceCtx) -> DType:
+        try:
+            return dtypes.from_onnx(int(ctx.attr("to")))
+        except Exception as exc:
+            raise ctx.fail(f"attribute 'to': {exc}") from None
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        return [(self.target(ctx), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        value = ctx.input_value(0)
+        if value is None:
+            return None
+        if value.dtype == object:  # symbolic shape values stay symbolic through int casts
+            return [value] if self.target(ctx).is_integer else None
+        with np.errstate(all="ignore"):
+            return [value.astype(self.target(ctx).numpy)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        src, dst = ctx.input_dtype(0), self.target(ctx)
+        ctx.device_type(dst, "output")
+        if src.device == dst.device and (src == dst or src.name in ("int64", "int32") and dst.name in ("int64", "int32")):
+            return ctx.alias_output(0, 0)  # same device representation: nothing to do
+        return plan_map(ctx, convert_expr(src, dst), [0], label="cast")

@@ -1,0 +1,270 @@
+"""CompiledModel: the frozen, plain-data plan that the runtime replays.
+
+A plan holds shaders (WGSL templates plus the def and parameter values that specialize them),
+operations made of steps (Dispatch, CopyBuffer, WriteBuffer), a tensor table, and the symbolic
+bindings: every place where a value depends on a dynamic dimension, so the executor can patch
+it in place when dimensions change. Every size is an expression (`int | SymDim`).
+
+This module is data only (it imports nothing but the IR's dimension and dtype types), so the
+operators that emit steps, the compiler that assembles them and the runtime that replays them
+can all depend on it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from onyxia.errors import PlanError
+from onyxia.ir.dtypes import ELEMENT_BYTES
+from onyxia.ir.shapes import Dim, SymDim, numel, parse_dim
+
+PLAN_FORMAT = "onyxia-plan"
+PLAN_VERSION = 1
+
+Expr = Dim  # int | SymDim
+Scalar = Union[int, float, SymDim]
+
+
+@dataclass(frozen=True)
+class ShaderParam:
+    """A scalar a shader reads through an accessor function `NAME()`.
+
+    Static params (ints, floats, or expressions over static symbols) are baked into the WGSL
+    as constants; dynamic ones travel as immediates in `Params` and are patched at runtime.
+    """
+
+    name: str
+    type: str  # "u32" | "i32" | "f32"
+
+
+@dataclass(frozen=True)
+class ShaderSpec:
+    label: str
+    template: str  # WGSL with #imports already inlined; defs still to apply
+    defs: tuple[tuple[str, object], ...]  # (name, bool|int|float|str|SymDim over static symbols)
+    constants: tuple[tuple[ShaderParam, Scalar], ...]  # static params, baked
+    immediates: tuple[ShaderParam, ...]  # dynamic params, in word order
+    entry_point: str = "main"
+
+    @property
+    def immediate_bytes(self) -> int:
+        return 4 * len(self.immediates)
+
+
+@dataclass(frozen=True)
+class Binding:
+    tensor: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    shader: int
+    bindings: tuple[Binding, ...]
+    workgroups: tuple[Expr, Expr, Expr]
+    immediates: tuple[Scalar, ...] = ()  # one value per ShaderSpec.immediates entry
+
+
+@dataclass(frozen=True)
+class CopyBuffer:
+    src: str
+    dst: str
+    size: Expr  # bytes
+    src_offset: Expr = 0
+    dst_offset: Expr = 0
+
+
+@dataclass(frozen=True)
+class WriteBuffer:
+    """Small host data (e.g. a shape tensor with symbolic entries) written before the steps run.
+
+    The executor performs these at load time and again when dimensions change, not on every
+    run: the data depends only on dimensions.
+    """
+
+    dst: str
+    data: tuple[Expr, ...]
+    dtype: str  # device scalar type: "i32" | "u32" | "f32"
+
+
+Step = Union[Dispatch, CopyBuffer, WriteBuffer]
+
+
+@dataclass(frozen=True)
+class PlannedOp:
+    name: str  # the node name
+    op_type: str  # kept for profiling and inspection (per-op GPU time)
+    steps: tuple[Step, ...]
+    scratch: tuple[str, ...] = ()  # scratch tensors this op allocated (in `tensors`)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str  # ONNX dtype name
+    shape: tuple[Expr, ...]
+    kind: str  # "input" | "output" | "weight" | "intermediate" | "scratch"
+    data: np.ndarray | None = None  # weights and constants, in the ONNX dtype
+    alias_of: str | None = None  # shares the buffer of another tensor (Reshape, Identity...)
+
+    @property
+    def nbytes(self) -> Expr:
+        return numel(self.shape) * ELEMENT_BYTES
+
+
+@dataclass(frozen=True)
+class SymbolicBinding:
+    """One place in the plan whose value is an expression over dynamic dimensions.
+
+    kind: "immediate" (target=flat step index, index=word), "workgroups" (step, axis),
+    "copy" (step, 0=size 1=src_offset 2=dst_offset), "write" (step, element), "buffer"
+    (target=tensor name, size in bytes), "shader" (target=shader index; a static dim the
+    shader's defs or constants depend on — changing it recompiles that shader).
+    """
+
+    kind: str
+    target: int | str
+    index: int
+    expr: SymDim
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    shaders: tuple[ShaderSpec, ...]
+    operations: tuple[PlannedOp, ...]
+    tensors: dict[str, TensorInfo]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    symbolic_bindings: tuple[SymbolicBinding, ...]
+    dims: dict[str, int]  # symbol values the plan was compiled for (buffer capacities)
+    static_symbols: frozenset[str] = frozenset()
+    metadata: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for op in self.operations for s in op.steps]
+
+    @property
+    def num_dispatches(self) -> int:
+        return sum(isinstance(s, Dispatch) for s in self.steps)
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return frozenset(self.dims)
+
+    def save(self, path: str | Path) -> None:
+        save_plan(self, path)
+
+    @staticmethod
+    def load(path: str | Path) -> CompiledModel:
+        return load_plan(path)
+
+
+# ---- save / load: one zip holding plan.json and one .npy per constant --------------------
+# JSON plus npy (not pickle) so that loading a plan file never executes code.
+
+def _enc(v: object) -> object:
+    if isinstance(v, SymDim):
+        return {"sym": str(v)}
+    if isinstance(v, float):
+        return {"f": v}
+    if isinstance(v, (list, tuple)):
+        return [_enc(x) for x in v]
+    return v
+
+
+def _dec(v: object) -> object:
+    if isinstance(v, dict):
+        if "sym" in v:
+            return parse_dim(v["sym"])
+        if "f" in v:
+            return float(v["f"])
+    if isinstance(v, list):
+        return tuple(_dec(x) for x in v)
+    return v
+
+
+def _step_to_json(step: Step) -> dict:
+    if isinstance(step, Dispatch):
+        return {"t": "dispatch", "shader": step.shader,
+                "bindings": [[b.tensor, b.read_only] for b in step.bindings],
+                "workgroups": _enc(step.workgroups), "immediates": _enc(step.immediates)}
+    if isinstance(step, CopyBuffer):
+        return {"t": "copy", "src": step.src, "dst": step.dst, "size": _enc(step.size),
+                "src_offset": _enc(step.src_offset), "dst_offset": _enc(step.dst_offset)}
+    return {"t": "write", "dst": step.dst, "data": _enc(step.data), "dtype": step.dtype}
+
+
+def _step_from_json(d: dict) -> Step:
+    if d["t"] == "dispatch":
+        return Dispatch(d["shader"], tuple(Binding(t, bool(r)) for t, r in d["bindings"]),
+                        _dec(d["workgroups"]), _dec(d["immediates"]))
+    if d["t"] == "copy":
+        return CopyBuffer(d["src"], d["dst"], _dec(d["size"]), _dec(d["src_offset"]), _dec(d["dst_offset"]))
+    return WriteBuffer(d["dst"], _dec(d["data"]), d["dtype"])
+
+
+def save_plan(model: CompiledModel, path: str | Path) -> None:
+    arrays: dict[str, np.ndarray] = {}
+    tensors = []
+    for t in model.tensors.values():
+        ref = None
+        if t.data is not None:
+            ref = f"data_{len(arrays)}"
+            arrays[ref] = t.data
+        tensors.append({"name": t.name, "dtype": t.dtype, "shape": _enc(t.shape), "kind": t.kind,
+                        "data": ref, "alias_of": t.alias_of})
+    doc = {
+        "format": PLAN_FORMAT, "version": PLAN_VERSION,
+        "shaders": [{"label": s.label, "template": s.template, "entry_point": s.entry_point,
+                     "defs": [[k, _enc(v)] for k, v in s.defs],
+                     "constants": [[p.name, p.type, _enc(v)] for p, v in s.constants],
+                     "immediates": [[p.name, p.type] for p in s.immediates]} for s in model.shaders],
+        "operations": [{"name": op.name, "op_type": op.op_type, "scratch": list(op.scratch),
+                        "steps": [_step_to_json(s) for s in op.steps]} for op in model.operations],
+        "tensors": tensors,
+        "inputs": list(model.inputs), "outputs": list(model.outputs),
+        "symbolic_bindings": [[b.kind, b.target, b.index, str(b.expr)] for b in model.symbolic_bindings],
+        "dims": model.dims, "static_symbols": sorted(model.static_symbols),
+        "metadata": model.metadata,
+    }
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("plan.json", json.dumps(doc))
+        for key, array in arrays.items():
+            buf = io.BytesIO()
+            np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+            zf.writestr(f"{key}.npy", buf.getvalue())
+
+
+def load_plan(path: str | Path) -> CompiledModel:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            doc = json.loads(zf.read("plan.json"))
+            if doc.get("format") != PLAN_FORMAT or doc.get("version") != PLAN_VERSION:
+                raise PlanError(f"'{path}' is not an onyxia plan of version {PLAN_VERSION}")
+            arrays = {n[:-4]: np.load(io.BytesIO(zf.read(n)), allow_pickle=False)
+                      for n in zf.namelist() if n.endswith(".npy")}
+    except PlanError:
+        raise
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise PlanError(f"cannot read plan '{path}': {exc}") from exc
+    shaders = tuple(
+        ShaderSpec(s["label"], s["template"], tuple((k, _dec(v)) for k, v in s["defs"]),
+                   tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),
+                   tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"])
+        for s in doc["shaders"])
+    operations = tuple(PlannedOp(o["name"], o["op_type"], tuple(_step_from_json(s) for s in o["steps"]),
+                                 tuple(o["scratch"])) for o in doc["operations"])
+    tensors = {t["name"]: TensorInfo(t["name"], t["dtype"], _dec(t["shape"]), t["kind"],
+                                     arrays[t["data"]] if t["data"] else None, t["alias_of"])
+               for t in doc["tensors"]}
+    bindings = tuple(SymbolicBinding(k, tgt, i, parse_dim(e)) for k, tgt, i, e in doc["symbolic_bindings"])
+    return CompiledModel(shaders, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
+                         bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"])

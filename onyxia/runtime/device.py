@@ -1,0 +1,104 @@
+"""Runtime: picks a wgpu adapter, opens a device with its real limits and useful features."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import wgpu
+
+from onyxia.errors import DeviceError
+from onyxia.plan import CompiledModel
+
+# Features onyxia uses when the adapter has them.
+WANTED_FEATURES = ("immediates", "shader-f16", "timestamp-query", "timestamp-query-inside-passes",
+                   "timestamp-query-inside-encoders", "subgroup")
+_TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str
+    adapter_type: str  # DiscreteGPU | IntegratedGPU | CPU | ...
+    backend: str  # Vulkan | Metal | D3D12 | OpenGL
+    summary: str
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.adapter_type == "CPU"
+
+
+def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:
+    info = adapter.info
+    return AdapterInfo(info.get("device", "") or adapter.summary, info.get("adapter_type", ""),
+                       info.get("backend_type", ""), adapter.summary)
+
+
+def list_adapters() -> list[AdapterInfo]:
+    return [_info(a) for a in wgpu.gpu.enumerate_adapters_sync()]
+
+
+def select_adapter(choice: str | int | None = None) -> wgpu.GPUAdapter:
+    """Discrete > integrated > virtual > CPU, native APIs before OpenGL.
+
+    `choice` (or the ONYXIA_ADAPTER environment variable) picks by index in
+    `list_adapters()` or by a case-insensitive substring of the adapter's summary.
+    """
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    if not adapters:
+        raise DeviceError("no GPU adapter found; install a Vulkan driver (on Debian: mesa-vulkan-drivers)")
+    choice = os.environ.get("ONYXIA_ADAPTER") if choice is None else choice
+    if choice is not None and str(choice).strip() != "":
+        text = str(choice).strip()
+        if text.isdigit():
+            if int(text) >= len(adapters):
+                raise DeviceError(f"adapter index {text} out of range ({len(adapters)} adapters)")
+            return adapters[int(text)]
+        matches = [a for a in adapters if text.lower() in a.summary.lower()]
+        if not matches:
+            names = "; ".join(f"{i}: {a.summary}" for i, a in enumerate(adapters))
+            raise DeviceError(f"no adapter matches '{text}' (available: {names})")
+        adapters = matches
+    return min(adapters, key=lambda a: (_TYPE_RANK.get(_info(a).adapter_type, 4),
+                                        _BACKEND_RANK.get(_info(a).backend, 1)))
+
+
+class Runtime:
+    """Owns the wgpu device; `load_model` turns a CompiledModel into a PlanExecutor."""
+
+    def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *, transport: str | None = None):
+        from onyxia.codegen.wgsl import IMMEDIATE, TRANSPORTS, UNIFORM
+
+        self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
+        self.info = _info(self.adapter)
+        self.features = frozenset(f for f in WANTED_FEATURES if f in self.adapter.features)
+        limits = dict(self.adapter.limits)
+        try:
+            self.device = self.adapter.request_device_sync(
+                label="onyxia", required_features=sorted(self.features), required_limits=limits)
+        except Exception as exc:
+            raise DeviceError(f"cannot open a device on {self.info.summary}: {exc}") from exc
+        self.limits = dict(self.device.limits)
+        if transport is not None and transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}")
+        # Immediates (push constants) are the default where the device has them: measured
+        # faster than a dynamic-offset uniform buffer (benchmarks/bench_replay.py).
+        self.transport = transport or (IMMEDIATE if "immediates" in self.features else UNIFORM)
+        if self.transport == IMMEDIATE and "immediates" not in self.features:
+            raise DeviceError(f"{self.info.summary} has no immediates (push constants); use transport='uniform'")
+
+    @property
+    def max_immediate_bytes(self) -> int:
+        return int(self.limits.get("max-immediate-size", 0)) if "immediates" in self.features else 0
+
+    def load_model(self, model: CompiledModel, *, transport: str | None = None):
+        from onyxia.runtime.executor import PlanExecutor
+
+        return PlanExecutor(self, model, transport=transport or self.transport)
+
+    def describe(self) -> str:
+        return f"{self.info.summary} [{self.transport} immediates; features: {', '.join(sorted(self.features)) or 'none'}]"
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.describe()})"

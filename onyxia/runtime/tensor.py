@@ -1,0 +1,29 @@
+"""DeviceTensor: a tensor that lives in a GPU buffer (e.g. a KV cache between runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import wgpu
+
+from onyxia.ir import dtypes
+
+
+@dataclass(frozen=True)
+class DeviceTensor:
+    buffer: wgpu.GPUBuffer
+    shape: tuple[int, ...]
+    dtype: str  # ONNX dtype name
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.ELEMENT_BYTES
+
+    def numpy(self, device: wgpu.GPUDevice) -> np.ndarray:
+        """Read back (costs a GPU drain; meant for debugging and tests)."""
+        dtype = dtypes.from_name(self.dtype)
+        if not self.nbytes:
+            return np.zeros(self.shape, dtype.numpy)
+        raw = np.frombuffer(device.queue.read_buffer(self.buffer, 0, self.nbytes), dtype=dtype.device_numpy)
+        return dtypes.from_device(raw, dtype).reshape(self.shape)
