@@ -94,3 +94,13 @@ def wgpu_adapter():
     if not _env_flag("ONYXIA_ALLOW_GL"):
         assert adapter.info["backend_type"] != "OpenGL", adapter.summary
     return adapter
+
+
+@pytest.fixture(scope="session")
+def runtime(wgpu_adapter):
+    """One onyxia Runtime (wgpu device) for the whole session, on a real adapter."""
+    from onyxia.runtime import Runtime
+
+    rt = Runtime()
+    assert rt.info.backend != "OpenGL" or _env_flag("ONYXIA_ALLOW_GL"), rt.describe()
+    return rt

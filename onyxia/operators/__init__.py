@@ -1,19 +1,25 @@
-"""Built-in operators and the registry that collects them."""
+"""Built-in operators and the registry that collects them.
+
+Each category module (elementwise, shape, indexing, ...) exposes `operators()`, a list of
+(operator, since_version) pairs; `core_operator_registry` registers them all.
+"""
 
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
 
+CATEGORY_MODULES = ("elementwise", "conversion", "shape", "indexing", "matmul", "reduction", "normalization",
+                    "attention", "quantized")
+
 
 def core_operator_registry() -> OperatorRegistry:
     """A registry holding every built-in operator; register your own on top."""
-    from onyxia.operators import conversion, elementwise, indexing, matmul, shape
+    import importlib
 
     registry = OperatorRegistry()
-    for op, since in elementwise.elementwise_operators():
-        registry.register(op, since)
-    for op in (shape.ShapeOp(), shape.Reshape(), shape.Unsqueeze(), shape.Constant(), indexing.Gather(),
-               indexing.Concat(), conversion.Cast(), matmul.MatMul()):
-        registry.register(op)
+    for name in CATEGORY_MODULES:
+        module = importlib.import_module(f"onyxia.operators.{name}")
+        for op, since in module.operators():
+            registry.register(op, since)
     return registry
 
 

@@ -60,3 +60,8 @@ class Cast(Operator):
         if src.device == dst.device and (src == dst or src.name in ("int64", "int32") and dst.name in ("int64", "int32")):
             return ctx.alias_output(0, 0)  # same device representation: nothing to do
         return plan_map(ctx, convert_expr(src, dst), [0], label="cast")
+
+
+def operators() -> list[tuple[Operator, int]]:
+    """(operator, since_version) pairs this module registers."""
+    return [(Cast(), 1)]

@@ -126,7 +126,7 @@ UNARY_OPS: dict[str, UnaryRow] = {
 }
 
 
-def elementwise_operators() -> list[tuple[Operator, int]]:
+def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) for every row of the tables."""
     ops: list[tuple[Operator, int]] = []
     ops += [(BinaryElementwise(name, row), 1) for name, row in BINARY_OPS.items()]

@@ -83,3 +83,8 @@ class Concat(Operator):
                                           reads=[ctx.input(i)], writes=[ctx.output(0)], workgroups=ctx.grid(n)))
             offset = offset + shape[axis]
         return steps
+
+
+def operators() -> list[tuple[Operator, int]]:
+    """(operator, since_version) pairs this module registers."""
+    return [(Gather(), 1), (Concat(), 1)]

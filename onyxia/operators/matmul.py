@@ -54,3 +54,8 @@ class MatMul(Operator):
                              params={"M": m, "N": n, "K": k, **params},
                              reads=[ctx.input(0), ctx.input(1)], writes=[ctx.output(0)],
                              workgroups=((n + 15) // 16, (m + 15) // 16, nbatch))]
+
+
+def operators() -> list[tuple[Operator, int]]:
+    """(operator, since_version) pairs this module registers."""
+    return [(MatMul(), 1)]

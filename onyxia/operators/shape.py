@@ -134,3 +134,8 @@ class Constant(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         raise AssertionError("Constant always folds")
+
+
+def operators() -> list[tuple[Operator, int]]:
+    """(operator, since_version) pairs this module registers."""
+    return [(ShapeOp(), 1), (Reshape(), 1), (Unsqueeze(), 1), (Constant(), 1)]

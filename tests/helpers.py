@@ -1,0 +1,78 @@
+"""Shared test helpers: build small ONNX models, run them on onyxia and on onnxruntime."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.operators import core_operator_registry
+
+# onnxruntime in the test extra reads IR versions up to 10 reliably.
+IR_VERSION = 10
+
+
+def tensor_type(dtype: Any) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, Any, Sequence[Any]]],
+               outputs: Sequence[tuple[str, Any, Sequence[Any] | None]] | Sequence[str],
+               initializers: Mapping[str, np.ndarray] | None = None, *, opset: int = 18,
+               extra_opsets: Mapping[str, int] | None = None, name: str = "test") -> onnx.ModelProto:
+    """A model from nodes; inputs as (name, numpy dtype, shape with ints/str dims).
+
+    Outputs may be bare names (dtype/shape left for inference) or (name, dtype, shape).
+    """
+    vis_in = [helper.make_tensor_value_info(n, tensor_type(dt), list(shape)) for n, dt, shape in inputs]
+    vis_out = []
+    for out in outputs:
+        if isinstance(out, str):
+            vis_out.append(helper.make_empty_tensor_value_info(out))
+        else:
+            n, dt, shape = out
+            vis_out.append(helper.make_tensor_value_info(n, tensor_type(dt), None if shape is None else list(shape)))
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()]
+    graph = helper.make_graph(list(nodes), name, vis_in, vis_out, inits)
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
+
+
+def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(feeds))
+
+
+def compile_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, static: Sequence[str] = ()):
+    graph = onyxia.load_model(model)
+    return CompilerPipeline(core_operator_registry()).compile(graph, dims or {}, static)
+
+
+def run_onyxia(runtime, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+               dims: Mapping[str, int] | None = None, **kw) -> list[np.ndarray]:
+    compiled = compile_model(model, dims, **kw)
+    exe = runtime.load_model(compiled)
+    out = exe.run(dict(feeds))
+    return [out[n] for n in compiled.outputs]
+
+
+def assert_matches_ort(runtime, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                       dims: Mapping[str, int] | None = None, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """Run on onyxia and onnxruntime; outputs must agree in dtype, shape and value."""
+    ours = run_onyxia(runtime, model, feeds, dims)
+    ref = run_ort(model, feeds)
+    assert len(ours) == len(ref)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} vs onnxruntime {b.dtype}"
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} vs onnxruntime {b.shape}"
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
+
+
+__all__ = ["IR_VERSION", "TensorProto", "assert_matches_ort", "compile_model", "helper", "make_model",
+           "numpy_helper", "run_onyxia", "run_ort", "tensor_type"]
