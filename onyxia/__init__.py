@@ -6,8 +6,9 @@ from onyxia.ir import IrGraph, SymDim
 from onyxia.onnx import load_model
 from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
 from onyxia.plan import CompiledModel
+from onyxia.runtime import DeviceTensor, InferenceSession, PlanExecutor, Runtime
 
 __version__ = "0.1.0"
 
-__all__ = ["CompiledModel", "CompilerPipeline", "IrGraph", "OnyxiaError", "Operator", "OperatorRegistry",
+__all__ = ["CompiledModel", "DeviceTensor", "InferenceSession", "PlanExecutor", "Runtime", "CompilerPipeline", "IrGraph", "OnyxiaError", "Operator", "OperatorRegistry",
            "Pass", "PassResult", "Stage", "SymDim", "core_operator_registry", "load_model"]

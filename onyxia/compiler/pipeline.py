@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from onyxia.ir.graph import IrGraph
 from onyxia.operators.registry import OperatorRegistry
@@ -77,13 +77,18 @@ class CompilerPipeline:
         return self
 
     def run_passes(self, graph: IrGraph, dims: Mapping[str, int], static: Iterable[str] = (),
-                   until: Stage | None = None) -> IrGraph:
-        """Run the passes (up to and including `until`) on a copy of `graph`; return the copy."""
+                   until: Stage | None = None, progress: Callable[[PassRecord, int, int], None] | None = None
+                   ) -> IrGraph:
+        """Run the passes (up to and including `until`) on a copy of `graph`; return the copy.
+
+        `progress(record, done, total)` is called after each pass (the CLI draws a bar with it).
+        """
         work = graph.copy()
         work.meta["requested_dims"] = dict(dims)
         work.meta["requested_static"] = frozenset(static)
         self.history = []
-        for p in self.passes:
+        passes = self.passes
+        for p in passes:
             if until is not None and p.stage > until:
                 break
             start = time.perf_counter()
@@ -91,15 +96,17 @@ class CompilerPipeline:
             modified = result.modified if isinstance(result, PassResult) else bool(result)
             self.history.append(PassRecord(p.name or type(p).__name__, p.stage, modified,
                                            time.perf_counter() - start))
+            if progress is not None:
+                progress(self.history[-1], len(self.history), len(passes))
         return work
 
-    def compile(self, graph: IrGraph, dims: Mapping[str, int] | None = None,
-                static: Iterable[str] = ()) -> CompiledModel:
+    def compile(self, graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
+                progress: Callable[[PassRecord, int, int], None] | None = None) -> CompiledModel:
         """Compile `graph` for the symbol values `dims`; symbols in `static` become shader defs.
 
         The caller's graph is never modified.
         """
-        work = self.run_passes(graph, dims or {}, static)
+        work = self.run_passes(graph, dims or {}, static, progress=progress)
         model = work.meta.get("compiled_model")
         if model is None:
             raise RuntimeError("no Planning-stage pass produced a CompiledModel")

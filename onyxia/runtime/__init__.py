@@ -5,3 +5,7 @@ from onyxia.runtime.executor import ExecutorStats, PlanExecutor
 from onyxia.runtime.tensor import DeviceTensor
 
 __all__ = ["AdapterInfo", "DeviceTensor", "ExecutorStats", "PlanExecutor", "Runtime", "list_adapters"]
+
+from onyxia.runtime.session import InferenceSession, NodeArg  # noqa: E402
+
+__all__ += ["InferenceSession", "NodeArg"]

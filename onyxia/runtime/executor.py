@@ -357,13 +357,7 @@ class PlanExecutor:
                     continue
                 if cpass is None:
                     cpass = encoder.begin_compute_pass()
-                cpass.set_pipeline(cmd.pipeline)
-                cpass.set_bind_group(0, cmd.bind_group)
-                if cmd.uniform_offset >= 0:
-                    cpass.set_bind_group(UNIFORM_GROUP, self._uniform_group, [cmd.uniform_offset])
-                elif cmd.types:
-                    cpass.set_immediates(0, cmd.immediates, 0, cmd.immediates.nbytes)
-                cpass.dispatch_workgroups(x, y, z)
+                self._encode_dispatch(cpass, cmd)
             elif isinstance(cmd, list):
                 if cpass is not None:
                     cpass.end()
@@ -374,6 +368,17 @@ class PlanExecutor:
                                                   self._buffers[self._root(step.dst)], dst_off, size)
         if cpass is not None:
             cpass.end()
+
+    def _encode_dispatch(self, cpass: wgpu.GPUComputePassEncoder, cmd: _DispatchCmd) -> None:
+        cpass.set_pipeline(cmd.pipeline)
+        cpass.set_bind_group(0, cmd.bind_group)
+        if cmd.uniform_offset >= 0:
+            cpass.set_bind_group(UNIFORM_GROUP, self._uniform_group, [cmd.uniform_offset])
+        elif cmd.types:
+            cpass.set_immediates(0, cmd.immediates, 0, cmd.immediates.nbytes)
+        x, y, z = cmd.workgroups
+        if x and y and z:
+            cpass.dispatch_workgroups(x, y, z)
 
     # ---- device tensors -------------------------------------------------------------------
     def device_tensor(self, name: str) -> DeviceTensor:

@@ -41,7 +41,7 @@ class SymbolicResolutionPass(Pass):
                 raise DimensionError(f"static dimension '{name}' has no value; give it with the dims")
         for sym, tid in sorted(used.items()):
             if sym not in dims:
-                raise DimensionError(f"dimension '{sym}' of input '{tid}' is not given (pass {sym}=N)")
+                raise DimensionError(f"dimension '{sym}' of input '{tid}' is not given (pass --dim {sym}=N, or dims={{'{sym}': N}})")
         for tid in graph.inputs:
             for i, d in enumerate(graph.tensor(tid).shape or ()):
                 if evaluate_dim(d, dims) < 0:

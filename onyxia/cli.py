@@ -1,0 +1,354 @@
+"""The `onyxia` command: compile | run | inspect | bench | generate.
+
+User errors print one line (`onyxia: error: ...`) and exit non-zero; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from onyxia.errors import DimensionError, OnyxiaError
+
+EXIT_USER_ERROR = 1
+
+
+def _parse_dims(items: Sequence[str] | None) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise DimensionError(f"--dim expects NAME=VALUE, got '{item}'")
+        try:
+            dims[name.strip()] = int(value)
+        except ValueError:
+            raise DimensionError(f"--dim {name}: '{value}' is not an integer") from None
+    return dims
+
+
+def _progress(label: str, done: int, total: int) -> None:
+    """A one-line progress bar on stderr (only when it is a terminal)."""
+    if not sys.stderr.isatty() or total <= 0:
+        return
+    width = 28
+    filled = width * done // total
+    sys.stderr.write(f"\r{label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total:
+        sys.stderr.write("\r" + " " * (width + 30) + "\r")
+    sys.stderr.flush()
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _compile(model_path: str, dims: dict[str, int], static: Sequence[str]):
+    import onyxia
+    from onyxia.compiler import CompilerPipeline
+
+    graph = onyxia.load_model(model_path)
+    pipeline = CompilerPipeline(onyxia.core_operator_registry())
+    return graph, pipeline.compile(graph, dims, static,
+                                   progress=lambda rec, done, total: _progress("compiling", done, total))
+
+
+def _summary(compiled) -> list[str]:
+    from onyxia.ir.shapes import evaluate_dim
+
+    md = compiled.metadata
+    activation = sum(evaluate_dim(t.nbytes, compiled.dims) for t in compiled.tensors.values()
+                     if t.alias_of is None and t.kind in ("intermediate", "output", "scratch") and t.data is None)
+    symbols = ", ".join(f"{k}={v}{' (static)' if k in compiled.static_symbols else ''}"
+                        for k, v in sorted(compiled.dims.items())) or "none"
+    return [
+        f"nodes:            {md.get('nodes', 0)} ({md.get('folded_nodes', 0)} folded, {md.get('planned_nodes', 0)} planned)",
+        f"dispatches:       {compiled.num_dispatches}",
+        f"steps:            {len(compiled.steps)}",
+        f"distinct shaders: {len(compiled.shaders)}",
+        f"weights:          {_fmt_bytes(md.get('weight_bytes', 0))}",
+        f"activations:      {_fmt_bytes(activation)} (at the dims given)",
+        f"symbols:          {symbols}",
+        f"symbolic bindings:{len(compiled.symbolic_bindings):>5}",
+    ]
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+    print(f"compiled {args.model}")
+    for line in _summary(compiled):
+        print("  " + line)
+    if args.output:
+        compiled.save(args.output)
+        print(f"plan written to {args.output} ({_fmt_bytes(Path(args.output).stat().st_size)})")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import onyxia
+    from onyxia.compiler.passes.inference import resolve_operator
+    from onyxia.ir.shapes import shape_str
+
+    graph = onyxia.load_model(args.model)
+    registry = onyxia.core_operator_registry()
+    print(f"model {args.model}: graph '{graph.name}', opsets "
+          + ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in sorted(graph.opsets.items())))
+    print("inputs:")
+    for n in graph.inputs:
+        t = graph.tensor(n)
+        print(f"  {n}: {t.dtype} {shape_str(t.shape)}")
+    weights = [t for t in graph.tensors.values() if t.value is not None]
+    print(f"weights: {len(weights)} tensors, {_fmt_bytes(sum(t.value.nbytes for t in weights))}")
+    print("outputs:")
+    outputs = _inferred_outputs(graph)
+    for n in graph.outputs:
+        print(f"  {n}: {outputs.get(n, '(shape needs a supported model)')}")
+    histogram = collections.Counter((n.domain, n.op_type) for n in graph.nodes)
+    print(f"operators ({len(graph)} nodes):")
+    for (domain, op), count in sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {count:6d}  {domain + '::' if domain else ''}{op}")
+    missing: dict[tuple[str, str], list[str]] = {}
+    for node in graph.nodes:
+        if resolve_operator(graph, registry, node) is None:
+            missing.setdefault((node.domain, node.op_type), []).append(node.name)
+    if missing:
+        print("unsupported operators:")
+        for (domain, op), nodes in sorted(missing.items()):
+            print(f"  {domain + '::' if domain else ''}{op}: {', '.join(nodes)}")
+        return EXIT_USER_ERROR
+    print("all operators are supported")
+    return 0
+
+
+def _inferred_outputs(graph) -> dict[str, str]:
+    from onyxia.runtime.session import InferenceSession
+
+    try:
+        return {a.name: f"{a.type[7:-1]} [{', '.join(map(str, a.shape))}]"
+                for a in InferenceSession(graph).get_outputs()}
+    except OnyxiaError:
+        return {}
+
+
+def _random_input(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 8, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _feeds(exe, compiled, inputs: Sequence[str] | None, seed: int) -> dict[str, np.ndarray]:
+    from onyxia.errors import InputError
+    from onyxia.ir import dtypes
+
+    given: dict[str, np.ndarray] = {}
+    for item in inputs or ():
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise InputError(f"--input expects NAME=FILE.npy, got '{item}'")
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--input {name}: cannot read '{path}' ({exc})") from None
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in compiled.inputs:
+        if name in given:
+            feeds[name] = given.pop(name)
+        else:
+            dtype = dtypes.from_name(compiled.tensors[name].dtype).numpy
+            feeds[name] = _random_input(exe.input_shape(name), dtype, rng)
+    if given:
+        raise InputError(f"--input names unknown inputs {sorted(given)} (inputs: {', '.join(compiled.inputs)})")
+    return feeds
+
+
+def _load_for_run(path: str, dims: dict[str, int], static: Sequence[str]):
+    from onyxia.plan import CompiledModel
+
+    if path.endswith(".onyxia") or _is_zip(path):
+        compiled = CompiledModel.load(path)
+        return None, compiled
+    return _compile(path, dims, static)
+
+
+def _is_zip(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from onyxia.runtime import Runtime
+
+    dims = _parse_dims(args.dim)
+    graph, compiled = _load_for_run(args.model, dims, args.static or ())
+    runtime = Runtime(adapter=args.adapter)
+    exe = runtime.load_model(compiled)
+    if graph is None and dims:
+        exe.update_dimensions(dims)
+    feeds = _feeds(exe, compiled, args.input, args.seed)
+    start = time.perf_counter()
+    outputs = exe.run(feeds)
+    elapsed = time.perf_counter() - start
+    print(f"ran {args.model} on {runtime.info.summary} in {elapsed * 1e3:.2f} ms "
+          f"({compiled.num_dispatches} dispatches)")
+    for name, value in outputs.items():
+        stats = ""
+        if value.size and np.issubdtype(value.dtype, np.number):
+            v = value.astype(np.float64)
+            stats = f" mean={v.mean():.4g} std={v.std():.4g} min={v.min():.4g} max={v.max():.4g}"
+        print(f"  {name}: {value.dtype} {list(value.shape)}{stats}")
+    if args.check:
+        return _check(args.model, graph is None, feeds, outputs)
+    return 0
+
+
+def _check(model_path: str, is_plan: bool, feeds, outputs) -> int:
+    if is_plan:
+        raise OnyxiaError("--check needs the ONNX model, not a plan file")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("check: onnxruntime is not installed; skipped")
+        return 0
+    sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    reference = dict(zip(names, sess.run(names, feeds)))
+    worst = 0.0
+    for name, ours in outputs.items():
+        ref = reference[name]
+        if ours.shape != ref.shape:
+            print(f"check: {name}: shape {list(ours.shape)} vs onnxruntime {list(ref.shape)}: MISMATCH")
+            return EXIT_USER_ERROR
+        a, b = ours.astype(np.float64), ref.astype(np.float64)
+        abs_err = float(np.max(np.abs(a - b))) if a.size else 0.0
+        rel_err = float(np.max(np.abs(a - b) / (np.abs(b) + 1e-12))) if a.size else 0.0
+        scale = float(np.max(np.abs(b))) if b.size else 0.0
+        worst = max(worst, abs_err / max(scale, 1e-6))
+        print(f"check: {name}: max abs error {abs_err:.3g}, max rel error {rel_err:.3g} vs onnxruntime")
+    ok = worst < 1e-3
+    print("check: OK" if ok else "check: outputs differ from onnxruntime")
+    return 0 if ok else EXIT_USER_ERROR
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from onyxia.runtime import Runtime
+
+    dims = _parse_dims(args.dim)
+    graph, compiled = _load_for_run(args.model, dims, args.static or ())
+    runtime = Runtime(adapter=args.adapter)
+    exe = runtime.load_model(compiled)
+    if graph is None and dims:
+        exe.update_dimensions(dims)
+    feeds = _feeds(exe, compiled, None, 0)
+    for _ in range(args.warmup):
+        exe.run(feeds)
+    times = []
+    for i in range(args.iterations):
+        start = time.perf_counter()
+        exe.run(feeds)
+        times.append(time.perf_counter() - start)
+        _progress("benchmarking", i + 1, args.iterations)
+    median = statistics.median(times)
+    print(f"{args.model} on {runtime.info.summary}: median {median * 1e3:.3f} ms over {args.iterations} runs "
+          f"({compiled.num_dispatches} dispatches, {median / max(compiled.num_dispatches, 1) * 1e6:.1f} µs/dispatch)")
+    if graph is not None and not args.no_ort:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return 0
+        sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+        sess.run(None, feeds)
+        ort_times = []
+        for _ in range(args.iterations):
+            start = time.perf_counter()
+            sess.run(None, feeds)
+            ort_times.append(time.perf_counter() - start)
+        ort_median = statistics.median(ort_times)
+        print(f"onnxruntime CPU: median {ort_median * 1e3:.3f} ms; onyxia/onnxruntime time ratio "
+              f"{median / ort_median:.2f}")
+    if args.profile:
+        from onyxia.runtime.profile import profile_dispatches
+
+        for line in profile_dispatches(exe, feeds):
+            print("  " + line)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onyxia", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def model_args(p: argparse.ArgumentParser, plan_ok: bool = True) -> None:
+        p.add_argument("model", help="ONNX model" + (" or compiled plan (.onyxia)" if plan_ok else ""))
+        p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="value of a symbolic dimension")
+        p.add_argument("--static", action="append", metavar="NAME",
+                       help="bake this dimension into the shaders (changing it later recompiles them)")
+
+    p = sub.add_parser("compile", help="compile a model and print a plan summary")
+    model_args(p, plan_ok=False)
+    p.add_argument("-o", "--output", metavar="PLAN", help="write the compiled plan to this file")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run a model or plan on the GPU")
+    model_args(p)
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input values (default: random)")
+    p.add_argument("--check", action="store_true", help="compare with onnxruntime (max abs/rel error)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--adapter", help="adapter index or name substring (default: best; or ONYXIA_ADAPTER)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("inspect", help="list inputs, outputs, operators and unsupported ops")
+    p.add_argument("model", help="ONNX model")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("bench", help="time runs of a model (median), against onnxruntime CPU")
+    model_args(p)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--no-ort", action="store_true", help="skip the onnxruntime comparison")
+    p.add_argument("--profile", action="store_true", help="per-dispatch GPU time (timestamp queries)")
+    p.add_argument("--adapter", help="adapter index or name substring")
+    p.set_defaults(func=cmd_bench)
+
+    try:
+        from onyxia.llm.cli import add_generate_parser
+    except ImportError:
+        pass
+    else:
+        add_generate_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except OnyxiaError as exc:
+        if args.debug:
+            raise
+        print(f"onyxia: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("onyxia: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""InferenceSession: onnxruntime's API on top of the compiler and the PlanExecutor.
+
+Symbols are bound from the feed shapes on every call. The first call compiles (with the
+default optimizing pipeline); later calls with other shapes only update dimensions, which
+patches the plan in place instead of recompiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from onyxia.errors import InputError
+from onyxia.ir import dtypes
+from onyxia.ir.shapes import Dim, SymDim
+from onyxia.plan import CompiledModel
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """Like onnxruntime.NodeArg: name, type ("tensor(float)") and shape (ints and symbol names)."""
+
+    name: str
+    type: str
+    shape: list[int | str]
+
+
+_ORT_TYPE = {"float32": "float", "float64": "double"}
+
+
+def _node_arg(name: str, dtype: str, shape: Sequence[Dim]) -> NodeArg:
+    return NodeArg(name, f"tensor({_ORT_TYPE.get(dtype, dtype)})", [d if isinstance(d, int) else str(d) for d in shape])
+
+
+def bind_dims(shapes: Mapping[str, Sequence[Dim]], feeds: Mapping[str, Any]) -> dict[str, int]:
+    """Symbol values implied by feed shapes (only dims that are a bare symbol bind it)."""
+    dims: dict[str, int] = {}
+    for name, shape in shapes.items():
+        if name not in feeds:
+            continue
+        actual = np.shape(feeds[name]) if not hasattr(feeds[name], "buffer") else feeds[name].shape
+        if len(actual) != len(shape):
+            raise InputError(f"input '{name}' has rank {len(actual)}, expected {len(shape)} "
+                             f"(shape {[str(d) for d in shape]})")
+        for axis, (d, value) in enumerate(zip(shape, actual)):
+            if isinstance(d, SymDim) and len(d.symbols) == 1 and str(d) == next(iter(d.symbols)):
+                sym = str(d)
+                if dims.setdefault(sym, int(value)) != int(value):
+                    raise InputError(f"input '{name}' dim {axis} is {value}, but '{sym}' is already {dims[sym]} "
+                                     "from another input")
+    return dims
+
+
+class InferenceSession:
+    """onnxruntime-compatible session: `run(output_names or None, feeds) -> list[np.ndarray]`.
+
+    `model` is a path, bytes, ModelProto, IrGraph or CompiledModel. `dims` pins symbols that
+    feeds cannot reveal (e.g. a symbol used only inside an expression); `static` names
+    symbols to bake into shaders.
+    """
+
+    def __init__(self, model: Any, sess_options: Any = None, providers: Any = None, *, runtime=None,
+                 dims: Mapping[str, int] | None = None, static: Iterable[str] = (), registry=None,
+                 transport: str | None = None):
+        from onyxia.ir.graph import IrGraph
+        from onyxia.onnx import load_model
+
+        self._runtime = runtime
+        self._registry = registry
+        self._fixed_dims = dict(dims or {})
+        self._static = tuple(static)
+        self._transport = transport
+        self._executor = None
+        if isinstance(model, CompiledModel):
+            self._graph = None
+            self._compiled: CompiledModel | None = model
+            self._input_shapes = {n: model.tensors[n].shape for n in model.inputs}
+            self._input_dtypes = {n: model.tensors[n].dtype for n in model.inputs}
+            self._inputs = [_node_arg(n, model.tensors[n].dtype, model.tensors[n].shape) for n in model.inputs]
+            self._outputs = [_node_arg(n, model.tensors[n].dtype, model.tensors[n].shape) for n in model.outputs]
+        else:
+            self._graph = model if isinstance(model, IrGraph) else load_model(model)
+            self._compiled = None
+            self._input_shapes = {n: self._graph.tensor(n).shape for n in self._graph.inputs}
+            self._input_dtypes = {n: self._graph.tensor(n).dtype.name for n in self._graph.inputs}
+            self._inputs = [_node_arg(n, self._graph.tensor(n).dtype.name, self._graph.tensor(n).shape)
+                            for n in self._graph.inputs]
+            self._outputs = self._infer_outputs()
+
+    def _pipeline(self):
+        from onyxia.compiler import CompilerPipeline
+        from onyxia.operators import core_operator_registry
+
+        return CompilerPipeline(self._registry or core_operator_registry())
+
+    def _infer_outputs(self) -> list[NodeArg]:
+        """Output dtypes and symbolic shapes, from inference alone (no dims needed)."""
+        from onyxia.compiler import Stage
+
+        assert self._graph is not None
+        symbols = {s for shape in self._input_shapes.values() for d in shape
+                   for s in (d.symbols if isinstance(d, SymDim) else ())}
+        placeholder = {s: self._fixed_dims.get(s, 1) for s in symbols}
+        graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE)
+        return [_node_arg(n, graph.tensor(n).dtype.name, graph.tensor(n).shape) for n in graph.outputs]
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    @property
+    def executor(self):
+        """The PlanExecutor (None before the first run)."""
+        return self._executor
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[np.ndarray]:
+        known = {a.name for a in self._inputs}
+        unknown = [k for k in input_feed if k not in known]
+        missing = [k for k in known if k not in input_feed]
+        if unknown or missing:
+            parts = ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else [])
+            raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(a.name for a in self._inputs)})")
+        for name, dtype in self._input_dtypes.items():
+            value = input_feed[name]
+            if not hasattr(value, "buffer") and np.asarray(value).dtype != dtypes.from_name(dtype).numpy:
+                raise InputError(f"input '{name}' has dtype {np.asarray(value).dtype}, expected {dtype}")
+        dims = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
+        if self._executor is None:
+            from onyxia.runtime.device import Runtime
+
+            if self._compiled is None:
+                assert self._graph is not None
+                self._compiled = self._pipeline().compile(self._graph, dims, self._static)
+            if self._runtime is None:
+                self._runtime = Runtime()
+            self._executor = self._runtime.load_model(self._compiled, transport=self._transport)
+        self._executor.update_dimensions({k: v for k, v in dims.items() if k in self._executor.dims})
+        names = list(output_names) if output_names else [a.name for a in self._outputs]
+        result = self._executor.run(dict(input_feed), names)
+        return [result[n] for n in names]
