@@ -51,11 +51,13 @@ def _pack(values: Sequence[Any], types: Sequence[str]) -> np.ndarray:
 class _DispatchCmd:
     """A Dispatch step with everything `run` needs, resolved."""
 
-    __slots__ = ("step", "index", "pipeline", "bind_group", "workgroups", "immediates", "uniform_offset", "types")
+    __slots__ = ("step", "index", "pipeline", "bind_group", "raw_workgroups", "workgroups", "immediates",
+                 "uniform_offset", "types")
 
     def __init__(self, step: Dispatch, index: int, types: Sequence[str]):
         self.step, self.index, self.types = step, index, types
         self.pipeline = self.bind_group = None
+        self.raw_workgroups = [0, 0, 0]
         self.workgroups = (0, 0, 0)
         self.immediates = np.zeros(1, np.uint32)
         self.uniform_offset = 0
@@ -179,31 +181,43 @@ class PlanExecutor:
                 {"binding": 0, "resource": {"buffer": self._uniform_buffer, "offset": 0, "size": _UNIFORM_SLOT}}])
         self._refresh_commands(bind_groups=True)
 
-    def _refresh_commands(self, bind_groups: bool = False, stale: set[str] | None = None) -> None:
+    def _make_bind_group(self, step: Dispatch) -> wgpu.GPUBindGroup:
+        return self.device.create_bind_group(layout=self._layouts[step.shader], entries=[
+            {"binding": i, "resource": {"buffer": self._buffers[self._root(b.tensor)]}}
+            for i, b in enumerate(step.bindings)])
+
+    def _refresh_commands(self, bind_groups: bool = False) -> None:
         """Evaluate workgroups, immediates and copy sizes for the current dims."""
-        uniform = np.zeros((self._uniform_buffer.size // 4) if self._uniform_buffer else 0, np.uint32)
         for cmd in self._cmds:
             if isinstance(cmd, _DispatchCmd):
                 s = cmd.step
                 cmd.pipeline = self._pipelines[s.shader]
-                if bind_groups or (stale and any(self._root(b.tensor) in stale for b in s.bindings)):
-                    cmd.bind_group = self.device.create_bind_group(layout=self._layouts[s.shader], entries=[
-                        {"binding": i, "resource": {"buffer": self._buffers[self._root(b.tensor)]}}
-                        for i, b in enumerate(s.bindings)])
-                x, y, z = (int(_value(v, self.dims)) for v in s.workgroups)
-                if x > self._max_wg and y == 1:  # fold a long 1-D grid into 2-D
-                    y = -(-x // self._max_wg)
-                    x = -(-x // y)
-                cmd.workgroups = (x, y, z)
+                if bind_groups:
+                    cmd.bind_group = self._make_bind_group(s)
+                cmd.raw_workgroups = [int(_value(v, self.dims)) for v in s.workgroups]
+                self._fold_grid(cmd)
                 cmd.immediates = _pack([_value(v, self.dims) for v in s.immediates], cmd.types)
-                if cmd.uniform_offset >= 0:
-                    start = cmd.uniform_offset // 4
-                    uniform[start:start + len(cmd.immediates)] = cmd.immediates
             elif isinstance(cmd, list):
                 step = cmd[0]
                 cmd[1:] = [int(_value(v, self.dims)) for v in (step.size, step.src_offset, step.dst_offset)]
-        if self._uniform_buffer is not None:
-            self.device.queue.write_buffer(self._uniform_buffer, 0, uniform)
+        self._upload_uniforms()
+
+    def _fold_grid(self, cmd: _DispatchCmd) -> None:
+        x, y, z = cmd.raw_workgroups
+        if x > self._max_wg and y == 1:  # fold a long 1-D grid into 2-D; kernels use the flat index
+            y = -(-x // self._max_wg)
+            x = -(-x // y)
+        cmd.workgroups = (x, y, z)
+
+    def _upload_uniforms(self) -> None:
+        if self._uniform_buffer is None:
+            return
+        uniform = np.zeros(self._uniform_buffer.size // 4, np.uint32)
+        for cmd in self._cmds:
+            if isinstance(cmd, _DispatchCmd) and cmd.uniform_offset >= 0:
+                start = cmd.uniform_offset // 4
+                uniform[start:start + len(cmd.immediates)] = cmd.immediates
+        self.device.queue.write_buffer(self._uniform_buffer, 0, uniform)
 
     def _write_symbolic_data(self) -> None:
         for s in self._steps:
@@ -214,7 +228,11 @@ class PlanExecutor:
 
     # ---- dimensions ---------------------------------------------------------------------
     def update_dimensions(self, dims: Mapping[str, int]) -> None:
-        """Change symbol values (e.g. sequence_length 8 → 1) without recompiling the plan."""
+        """Change symbol values (e.g. sequence_length 8 → 1) without recompiling the plan.
+
+        Only bindings whose expression uses a changed symbol are re-evaluated, each through its
+        compiled function; this runs once per generated token in an LLM session.
+        """
         new = dict(self.dims)
         for name, value in dims.items():
             if name not in self.dims:
@@ -222,33 +240,69 @@ class PlanExecutor:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise DimensionError(f"dimension '{name}' must be a non-negative integer, got {value!r}")
             new[name] = int(value)
-        if new == self.dims:
-            return
         changed = {k for k in new if new[k] != self.dims[k]}
+        if not changed:
+            return
         old_dims, self.dims = self.dims, new
         try:
-            stale: set[str] = set()
-            for b, fn in self._bindings:
-                if not (b.expr.symbols & changed):
-                    continue
-                if b.kind == "buffer" and fn(new) > self._capacity[b.target]:
-                    stale.add(b.target)
-                elif b.kind == "shader" and self._pipelines[b.target] is not None:
-                    spec = self.model.shaders[b.target]
-                    self._pipelines[b.target] = self._build_pipeline(b.target, spec)
-                    self.stats.recompiles += 1
-            for name in stale:
-                self._buffers[name].destroy()
-                self._allocate(name, self.model.tensors[name])
-                self._staging.pop(name, None)
-                self.stats.reallocs += 1
-            self._refresh_commands(stale=stale)
-            self._write_symbolic_data()
-        except OnyxiaError:
-            self.dims = old_dims
-            self._refresh_commands()
+            self._patch(changed)
+        except Exception:
+            self.dims = old_dims  # leave the executor as it was: usable with the old dims
+            self._refresh_commands(bind_groups=True)
             raise
         self.stats.dimension_updates += 1
+
+    def _patch(self, changed: set[str]) -> None:
+        new = self.dims
+        stale: set[str] = set()
+        regrid: set[_DispatchCmd] = set()
+        writes = False
+        immediates = False
+        for b, fn in self._bindings:
+            if not (b.expr.symbols & changed):
+                continue
+            kind = b.kind
+            if kind == "immediate":
+                cmd = self._cmds[b.target]
+                v = fn(new)
+                cmd.immediates[b.index] = np.float32(v).view(np.uint32) if cmd.types[b.index] == "f32" else v & 0xFFFFFFFF
+                immediates = True
+            elif kind == "workgroups":
+                cmd = self._cmds[b.target]
+                cmd.raw_workgroups[b.index] = fn(new)
+                regrid.add(cmd)
+            elif kind == "copy":
+                self._cmds[b.target][1 + b.index] = fn(new)
+            elif kind == "write":
+                writes = True
+            elif kind == "buffer":
+                size = fn(new)
+                if size > self._max_binding:
+                    raise DeviceError(f"tensor '{b.target}' would need {size} bytes for {new}, over this "
+                                      f"device's max storage binding of {self._max_binding} bytes")
+                if size > self._capacity[b.target]:
+                    stale.add(b.target)
+            elif kind == "shader" and self._pipelines[b.target] is not None:
+                self._pipelines[b.target] = self._build_pipeline(b.target, self.model.shaders[b.target])
+                for cmd in self._cmds:
+                    if isinstance(cmd, _DispatchCmd) and cmd.step.shader == b.target:
+                        cmd.pipeline = self._pipelines[b.target]
+                self.stats.recompiles += 1
+        for cmd in regrid:
+            self._fold_grid(cmd)
+        for name in stale:  # grow past capacity: new buffer, new bind groups for its users
+            self._buffers[name].destroy()
+            self._allocate(name, self.model.tensors[name])
+            self._staging.pop(name, None)
+            self.stats.reallocs += 1
+        if stale:
+            for cmd in self._cmds:
+                if isinstance(cmd, _DispatchCmd) and any(self._root(x.tensor) in stale for x in cmd.step.bindings):
+                    cmd.bind_group = self._make_bind_group(cmd.step)
+        if immediates:
+            self._upload_uniforms()
+        if writes:
+            self._write_symbolic_data()
 
     # ---- running ------------------------------------------------------------------------
     def input_shape(self, name: str) -> tuple[int, ...]:
