@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from onyxia.compiler.passes.inference import resolve_operator
+from onyxia.compiler.passes.memory import plan_memory
 from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
 from onyxia.ir.graph import IrGraph, TensorKind
@@ -63,6 +64,7 @@ class PlanningPass(Pass):
         tensors, prelude = _tensor_table(graph, state, operations)
         if prelude:
             operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
+        tensors, memory = plan_memory(operations, tensors)
         steps = [s for op in operations for s in op.steps]
         bindings = _symbolic_bindings(steps, tensors, state.shaders, graph.static_symbols)
         weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
@@ -82,6 +84,7 @@ class PlanningPass(Pass):
                 "planned_nodes": planned_nodes,
                 "folded_nodes": folded,
                 "weight_bytes": weight_bytes,
+                "memory": memory,
                 **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
             },
         )
