@@ -71,7 +71,7 @@ def load_model(source: ModelSource) -> IrGraph:
             _add_constant(graph, name, np_node, attrs)
             continue
         inputs = [t if t else None for t in np_node.input]
-        graph.add_node(np_node.op_type, inputs, list(np_node.output), attrs,
+        graph.add_node(np_node.op_type, inputs, _outputs(graph, name, np_node), attrs,
                        domain=_domain(np_node.domain), name=name)
 
     for vi in proto.graph.output:
@@ -83,6 +83,13 @@ def load_model(source: ModelSource) -> IrGraph:
         raise ModelLoadError("the model declares no graph outputs")
     graph.validate()
     return graph
+
+
+def _outputs(graph: IrGraph, node_name: str, node: onnx.NodeProto) -> list[str]:
+    """Output names, with a private name for each absent optional output (""), so that two
+    nodes with absent outputs (every layer's SkipSimplifiedLayerNormalization) do not both
+    "produce" tensor ''. Positions are kept: Split (before opset 18) counts its outputs."""
+    return [n or graph.fresh_name(f"{node_name}/absent_output_{i}") for i, n in enumerate(node.output)]
 
 
 def _domain(domain: str) -> str:

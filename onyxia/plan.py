@@ -21,7 +21,7 @@ from typing import Union
 
 import numpy as np
 
-from onyxia.errors import PlanError
+from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.dtypes import ELEMENT_BYTES
 from onyxia.ir.shapes import Dim, SymDim, numel, parse_dim
 
@@ -239,7 +239,8 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         zf.writestr("plan.json", json.dumps(doc))
         for key, array in arrays.items():
             buf = io.BytesIO()
-            np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+            # np.asarray, not ascontiguousarray: the latter turns a 0-d scalar weight into shape (1,).
+            np.save(buf, np.asarray(array, order="C"), allow_pickle=False)
             zf.writestr(f"{key}.npy", buf.getvalue())
 
 
@@ -247,14 +248,19 @@ def load_plan(path: str | Path) -> CompiledModel:
     try:
         with zipfile.ZipFile(path) as zf:
             doc = json.loads(zf.read("plan.json"))
-            if doc.get("format") != PLAN_FORMAT or doc.get("version") != PLAN_VERSION:
+            if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT or doc.get("version") != PLAN_VERSION:
                 raise PlanError(f"'{path}' is not an onyxia plan of version {PLAN_VERSION}")
             arrays = {n[:-4]: np.load(io.BytesIO(zf.read(n)), allow_pickle=False)
                       for n in zf.namelist() if n.endswith(".npy")}
+        return _plan_from_json(doc, arrays)
     except PlanError:
         raise
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise PlanError(f"cannot read plan '{path}': {exc}") from exc
+    except (OSError, KeyError, ValueError, TypeError, IndexError, zipfile.BadZipFile, OnyxiaError) as exc:
+        # A damaged or hand-edited file: missing keys, bad steps, unparsable expressions.
+        raise PlanError(f"cannot read plan '{path}': {type(exc).__name__}: {exc}") from exc
+
+
+def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
     shaders = tuple(
         ShaderSpec(s["label"], s["template"], tuple((k, _dec(v)) for k, v in s["defs"]),
                    tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),

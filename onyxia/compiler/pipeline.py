@@ -38,7 +38,8 @@ class Pass:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(stage={self.stage.name})"
+        # getattr: add_pass reports a pass whose stage is not a Stage through this repr.
+        return f"{type(self).__name__}(stage={getattr(self.stage, 'name', repr(self.stage))})"
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,7 @@ class PlanExecutor:
         new = self.dims
         stale: set[str] = set()
         regrid: set[_DispatchCmd] = set()
+        rebuild: set[int] = set()
         writes = False
         immediates = False
         for b, fn in self._bindings:
@@ -283,11 +284,13 @@ class PlanExecutor:
                 if size > self._capacity[b.target]:
                     stale.add(b.target)
             elif kind == "shader" and self._pipelines[b.target] is not None:
-                self._pipelines[b.target] = self._build_pipeline(b.target, self.model.shaders[b.target])
-                for cmd in self._cmds:
-                    if isinstance(cmd, _DispatchCmd) and cmd.step.shader == b.target:
-                        cmd.pipeline = self._pipelines[b.target]
-                self.stats.recompiles += 1
+                rebuild.add(b.target)  # a shader may bake several values over the changed dim
+        for index in sorted(rebuild):
+            self._pipelines[index] = self._build_pipeline(index, self.model.shaders[index])
+            for cmd in self._cmds:
+                if isinstance(cmd, _DispatchCmd) and cmd.step.shader == index:
+                    cmd.pipeline = self._pipelines[index]
+            self.stats.recompiles += 1
         for cmd in regrid:
             self._fold_grid(cmd)
         for name in stale:  # grow past capacity: new buffer, new bind groups for its users

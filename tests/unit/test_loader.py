@@ -213,3 +213,17 @@ def test_glued_names_are_single_symbols():
     assert parse_dim("batch-size") == SymDim.symbol("batch-size")
     model = make_model([h.make_node("Relu", ["x"], ["y"])], [("x", np.float32, ["batch-size", "enc.seq"])], ["y"])
     assert symbols_of(onyxia.load_model(model).tensor("x").shape) == ["batch-size", "enc.seq"]
+
+
+def test_absent_optional_outputs_in_several_nodes():
+    """"" marks an absent optional output; two nodes doing so must not clash (every decoder layer's
+    SkipSimplifiedLayerNormalization writes ["out", "", "", "residual"])."""
+    nodes = [h.make_node("LayerNormalization", ["x", "s"], ["y1", "", "inv1"], name="ln1"),
+             h.make_node("LayerNormalization", ["y1", "s"], ["y2", "", "inv2"], name="ln2")]
+    model = make_model(nodes, [("x", np.float32, ["n", 4])], ["y2", "inv1", "inv2"], {"s": np.ones(4, np.float32)})
+    g = onyxia.load_model(model)
+    ln1, ln2 = g.nodes
+    assert len(ln1.outputs) == len(ln2.outputs) == 3, "positions of later outputs are kept"
+    assert ln1.outputs[2] == "inv1" and ln2.outputs[2] == "inv2"
+    assert ln1.outputs[1] != ln2.outputs[1] and "" not in g.tensors
+    assert ln1.outputs[1] not in g.outputs

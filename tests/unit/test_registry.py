@@ -1,0 +1,171 @@
+"""OperatorRegistry: version selection, chaining, and user operators on top of the core set.
+
+The custom operator defined here (with its own inline WGSL) also runs on the GPU in
+tests/gpu/test_executor.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.errors import UnsupportedOperatorError
+from onyxia.ir.dtypes import DType
+from onyxia.ir.shapes import Shape, numel
+from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
+from onyxia.operators.base import InferenceCtx, PlanCtx
+from onyxia.operators.elementwise import plan_map
+from onyxia.plan import Dispatch, Step
+from tests.helpers import make_model
+
+CUSTOM_DOMAIN = "com.example"
+
+# y = x * x * ALPHA over f32; ALPHA is a float param baked as a constant, N may be dynamic.
+SCALED_SQUARE_WGSL = """
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= N()) {
+        return;
+    }
+    y[i] = x[i] * x[i] * ALPHA();
+}
+"""
+
+
+class ScaledSquare(Operator):
+    """A user operator: ScaledSquare(x, alpha) = alpha * x², with its own WGSL."""
+
+    op_type = "ScaledSquare"
+    domain = CUSTOM_DOMAIN
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        if ctx.input_dtype(0).name != "float32":
+            raise ctx.fail("expects float32", 0)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        n = numel(ctx.output_shape(0))
+        return [ctx.dispatch("", source=SCALED_SQUARE_WGSL, label="scaled_square",
+                             params={"N": n, "ALPHA": float(ctx.attr("alpha", 1.0))},
+                             reads=[ctx.input(0)], writes=[ctx.output(0)], workgroups=ctx.grid(n))]
+
+
+def scaled_square_model(alpha: float = 0.5, custom: bool = True):
+    """The custom op followed by a core op; with custom=False, the same maths in standard ONNX
+    (the onnxruntime oracle for the custom model)."""
+    if custom:
+        nodes = [h.make_node("ScaledSquare", ["x"], ["sq"], domain=CUSTOM_DOMAIN, alpha=alpha, name="custom")]
+        inits: dict = {}
+    else:
+        nodes = [h.make_node("Mul", ["x", "x"], ["x2"]), h.make_node("Mul", ["x2", "alpha"], ["sq"])]
+        inits = {"alpha": np.float32(alpha)}
+    nodes.append(h.make_node("Add", ["sq", "x"], ["y"], name="core_add"))
+    return make_model(nodes, [("x", np.float32, ["batch", 5])], ["y"], inits,
+                      extra_opsets={CUSTOM_DOMAIN: 1} if custom else None)
+
+
+def custom_registry() -> OperatorRegistry:
+    return core_operator_registry().register(ScaledSquare(), 1)
+
+
+class Tagged(Operator):
+    def __init__(self, op_type: str, tag: str, domain: str = ""):
+        self.op_type, self.tag, self.domain = op_type, tag, domain
+
+
+def test_highest_since_version_not_above_the_opset_wins():
+    reg = OperatorRegistry()
+    v1, v7, v13 = Tagged("Foo", "v1"), Tagged("Foo", "v7"), Tagged("Foo", "v13")
+    reg.register(v7, 7).register(v13, 13).register(v1, 1)  # registration order must not matter
+    for opset, expected in ((1, v1), (6, v1), (7, v7), (12, v7), (13, v13), (25, v13), (None, v13)):
+        assert reg.get("Foo", "", opset) is expected, opset
+    assert reg.get("Foo", "", 0) is None
+    assert reg.get("Bar", "", 13) is None
+    assert reg.get("Foo", "ai.onnx", 8) is v7  # "ai.onnx" is the default domain
+
+
+def test_register_chains_and_reregistering_replaces():
+    reg = OperatorRegistry()
+    a, b, c = Tagged("A", "a"), Tagged("B", "b", domain=CUSTOM_DOMAIN), Tagged("A", "a2")
+    assert reg.register(a).register(b, 3) is reg
+    assert len(reg) == 2 and ("", "A") in reg and (CUSTOM_DOMAIN, "B") in reg
+    assert list(reg) == sorted([("", "A"), (CUSTOM_DOMAIN, "B")])
+    assert reg.get("B", CUSTOM_DOMAIN, 2) is None and reg.get("B", CUSTOM_DOMAIN, 3) is b
+    assert reg.get("B", "", 3) is None, "domains are separate namespaces"
+    reg.register(c)
+    assert reg.get("A") is c
+    # register under another name/domain than the class says (an alias).
+    reg.register(a, 1, op_type="AliasOfA", domain="my.domain")
+    assert reg.get("AliasOfA", "my.domain", 1) is a
+
+
+def test_register_rejects_an_operator_without_op_type():
+    with pytest.raises(ValueError):
+        OperatorRegistry().register(Operator())
+
+
+def test_copy_is_independent():
+    reg = core_operator_registry()
+    dup = reg.copy().register(ScaledSquare())
+    assert (CUSTOM_DOMAIN, "ScaledSquare") in dup and (CUSTOM_DOMAIN, "ScaledSquare") not in reg
+    assert len(dup) == len(reg) + 1
+
+
+def test_core_registry_holds_every_category_operator():
+    import importlib
+
+    from onyxia.operators import CATEGORY_MODULES
+
+    reg = core_operator_registry()
+    expected = set()
+    for name in CATEGORY_MODULES:
+        for op, since in importlib.import_module(f"onyxia.operators.{name}").operators():
+            expected.add((op.domain, op.op_type))
+            assert reg.get(op.op_type, op.domain, since) is not None
+    assert set(reg) == expected
+    for op_type in ("Add", "Relu", "MatMul", "Gather", "Concat", "Reshape", "Shape", "Cast"):
+        assert ("", op_type) in reg
+
+
+def test_model_opset_selects_the_operator_version():
+    """Two versions of one op: the model's opset decides which one plans it."""
+    class Versioned(Operator):
+        op_type = "Neg"
+
+        def __init__(self, label):
+            self.label = label
+            self.core = core_operator_registry().get("Neg")
+
+        def infer(self, ctx):
+            return self.core.infer(ctx)
+
+        def plan(self, ctx):
+            return plan_map(ctx, "-x0", [0], label=self.label)
+
+    reg = core_operator_registry().register(Versioned("neg_v1"), 1).register(Versioned("neg_v13"), 13)
+    for opset, label in ((12, "neg_v1"), (13, "neg_v13"), (18, "neg_v13")):
+        model = make_model([h.make_node("Neg", ["x"], ["y"])], [("x", np.float32, [4])], ["y"], opset=opset)
+        compiled = CompilerPipeline(reg).compile(onyxia.load_model(model))
+        assert [s.label for s in compiled.shaders] == [label], opset
+
+
+def test_custom_operator_compiles_on_top_of_the_core_registry():
+    model = scaled_square_model()
+    with pytest.raises(UnsupportedOperatorError, match="com.example::ScaledSquare"):
+        CompilerPipeline(core_operator_registry()).compile(onyxia.load_model(model), {"batch": 2})
+    compiled = CompilerPipeline(custom_registry()).compile(onyxia.load_model(model), {"batch": 2})
+    labels = [s.label for s in compiled.shaders]
+    assert labels == ["scaled_square", "map_Add"]
+    spec = compiled.shaders[0]
+    assert "x[i] * x[i] * ALPHA()" in spec.template
+    assert {p.name: v for p, v in spec.constants} == {"ALPHA": 0.5}
+    assert [p.name for p in spec.immediates] == ["N"]
+    assert isinstance(compiled.steps[0], Dispatch) and compiled.steps[0].shader == 0
