@@ -8,8 +8,14 @@ from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 
 
 def default_optimization_passes() -> list:
-    """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DeadCodeEliminationPass()]
+    """The Optimization-stage passes CompilerPipeline adds unless optimize=False.
+
+    Operator-specific passes live beside their operators and are imported here lazily
+    (operators import the compiler's Pass type).
+    """
+    from onyxia.operators.quantized import PackNBitsWeightsPass
+
+    return [DeadCodeEliminationPass(), PackNBitsWeightsPass()]
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "PlanningPass", "ShapeInferencePass",

@@ -1,0 +1,80 @@
+// GroupQueryAttention, step 1: write the new keys/values into the present KV cache (BNSH).
+//
+// For batch b the new rows go to positions [past_b, past_b + S) where, as in onnxruntime,
+// past_b = 0 for the first prompt (S == total_sequence_length) and seqlens_k[b] + 1 - S
+// otherwise. The new key is rotated (RoPE at position past_b + s) when ROTARY is defined.
+//   FULL (growing cache, present is a new buffer of T rows): one thread per present element;
+//        rows outside the new range copy past (PAST rows, if HAS_PAST) or become 0.
+//   otherwise (shared buffer, present already holds past): one thread per new element.
+// Bindings (BINDINGS def): key_in, value_in (both the packed QKV buffer when packed), seqlens,
+// total_len, [cos_cache, sin_cache], [past_k, past_v] | present_k, present_v.
+// Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED. Params: N (threads), S, T (present
+// rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
+// (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows).
+#import attention::rope
+
+#{BINDINGS}
+
+// Where batch b's new rows start in the cache (i32 math: seqlens_k may be anything).
+fn past_len(b: u32) -> u32 {
+    if (i32(S()) == total_len[0]) {
+        return 0u;
+    }
+    return u32(max(seqlens[b] + 1 - i32(S()), 0));
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= N()) {
+        return;
+    }
+    let d = i % D();
+#ifdef FULL
+    let t = (i / D()) % T();
+    let bh = i / (D() * T());
+#else
+    let s_new = (i / D()) % S();
+    let bh = i / (D() * S());
+#endif
+    let b = bh / KVH();
+    let h = bh % KVH();
+    let past = past_len(b);
+#ifdef FULL
+    if (t < past || t >= past + S()) {
+        var k = 0.0;
+        var v = 0.0;
+#ifdef HAS_PAST
+        if (t < PAST()) {
+            let src = (bh * PAST() + t) * D() + d;
+            k = past_k[src];
+            v = past_v[src];
+        }
+#endif
+        present_k[i] = k;
+        present_v[i] = v;
+        return;
+    }
+    let s = t - past;
+    let dst = i;
+#else
+    let s = s_new;
+    let t = past + s;
+    if (t >= T()) {
+        return;  // beyond the cache capacity: onnxruntime rejects this; never write out of bounds
+    }
+    let dst = (bh * T() + t) * D() + d;
+#endif
+    let row = (b * S() + s) * ROW() + h * D();
+    var k = key_in[row + K_OFF() + d];
+#ifdef ROTARY
+    let rp = rope_pair(d, HALF());
+    if (rp.rotated) {
+        let c = min(t, MAXPOS() - 1u) * HALF() + rp.col;
+        k = k * cos_cache[c] + rp.sign * key_in[row + K_OFF() + rp.partner] * sin_cache[c];
+    }
+#endif
+    present_k[dst] = k;
+    present_v[dst] = value_in[row + V_OFF() + d];
+}

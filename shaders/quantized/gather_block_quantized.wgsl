@@ -1,0 +1,34 @@
+// GatherBlockQuantized (4-bit uint8 data, gather_axis 0, quantized along the last axis): the
+// embedding lookup of int4 models, dequantized on the GPU. One thread per output element:
+//   y[j, r] = (q[idx[j], r] - zero_point) * scale[idx[j], r / BLOCK]
+// where q is the data viewed as [rows, R] 4-bit values (two per byte, low nibble first) and
+// the quantized axis (length QDIM) is innermost. Out-of-range indices give zeros (onnxruntime).
+// Defs: BINDINGS (b = data, idx, scales, [zp] | y), B_BYTES, ZP_BYTES, ZP_PACKED.
+// Params: N (output elements), R (values per gathered row), ROWS (data dim 0), QDIM, NBLK,
+// BLOCK, ZP_ROW.
+#import quantized::nbits
+
+#{BINDINGS}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= N()) {
+        return;
+    }
+    let r = i % R();
+    var k = idx[i / R()];
+    if (k < 0) {
+        k += i32(ROWS());
+    }
+    if (k < 0 || k >= i32(ROWS())) {
+        y[i] = 0.0;
+        return;
+    }
+    let e = u32(k) * R() + r;
+    let q = (b_byte(e / 2u) >> ((e % 2u) * 4u)) & 15u;
+    let row = e / QDIM();
+    let blk = (e % QDIM()) / BLOCK();
+    y[i] = (f32(q) - zero_point(row, blk)) * scales[row * NBLK() + blk];
+}

@@ -1,0 +1,125 @@
+"""com.microsoft MatMulNBits and GatherBlockQuantized (4-bit) against onnxruntime.
+
+Each case runs with and without PackNBitsWeightsPass (packed words vs one byte per word), and
+MatMulNBits runs M = 1 (gemv kernel) and M > GEMV_MAX_ROWS (tiled kernel) in one executor
+through update_dimensions, without recompiling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.compiler.passes import DeadCodeEliminationPass
+from onyxia.operators import core_operator_registry
+from onyxia.operators.quantized import PackNBitsWeightsPass
+from tests.helpers import make_model, run_ort
+
+MS = {"com.microsoft": 1}
+
+
+def compile_with(model, dims, packed: bool):
+    # The packing pass is a default optimization; the unpacked variant opts out explicitly.
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
+    pipeline.add_pass(DeadCodeEliminationPass())
+    if packed:
+        pipeline.add_pass(PackNBitsWeightsPass())
+    return pipeline.compile(onyxia.load_model(model), dims)
+
+
+def pack_nibbles(q: np.ndarray) -> np.ndarray:
+    """4-bit values [..., 2k] -> bytes [..., k], low nibble first (odd lengths zero-padded)."""
+    if q.shape[-1] % 2:
+        q = np.concatenate([q, np.zeros(q.shape[:-1] + (1,), np.uint8)], axis=-1)
+    return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+
+
+def nbits_model(rng, *, k: int, n: int, block: int, zero_points: str | None, bias: bool,
+                dtype=np.float32, batch_dims=("M",)):
+    nblk = -(-k // block)
+    q = rng.integers(0, 16, (n, nblk * block), dtype=np.uint8)
+    inits = {"B": pack_nibbles(q).reshape(n, nblk, block // 2),
+             "scales": (rng.random(n * nblk) * 0.1).astype(dtype)}
+    names = ["A", "B", "scales"]
+    if zero_points == "uint8":
+        inits["zp"] = pack_nibbles(rng.integers(0, 16, (n, nblk), dtype=np.uint8)).reshape(-1)
+    elif zero_points == "float":
+        inits["zp"] = (rng.random(n * nblk) * 15).astype(dtype)
+    names.append("zp" if zero_points else "")
+    if bias:
+        inits["bias"] = rng.standard_normal(n).astype(dtype)
+        names += ["", "bias"]
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft",
+                            K=k, N=n, bits=4, block_size=block)
+    return make_model([node], [("A", dtype, [*batch_dims, k])], ["Y"], inits, extra_opsets=MS)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["words", "bytes"])
+@pytest.mark.parametrize("block,k,n,zero_points,bias", [
+    (16, 40, 5, None, False),  # K not a multiple of the block (nor of 8)
+    (32, 64, 70, "uint8", True),
+    (64, 192, 33, "float", False),
+    (128, 256, 20, "uint8", False),  # odd block count: padded zero-point rows
+])
+def test_matmul_nbits(runtime, block, k, n, zero_points, bias, packed):
+    rng = np.random.default_rng(block + k)
+    model = nbits_model(rng, k=k, n=n, block=block, zero_points=zero_points, bias=bias)
+    exe = runtime.load_model(compile_with(model, {"M": 1}, packed))
+    for m in (1, 3, 70):  # gemv (m <= 4) and tiled kernels, one plan
+        exe.update_dimensions({"M": m})
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        np.testing.assert_allclose(exe.run({"A": a})["Y"], run_ort(model, {"A": a})[0], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"M={m}")
+    assert exe.stats.recompiles == 0
+
+
+def test_matmul_nbits_float16_batched(runtime):
+    rng = np.random.default_rng(4)
+    model = nbits_model(rng, k=64, n=24, block=32, zero_points="uint8", bias=True, dtype=np.float16,
+                        batch_dims=(2, "S"))
+    exe = runtime.load_model(compile_with(model, {"S": 3}, True))
+    for s in (3, 1):
+        exe.update_dimensions({"S": s})
+        a = rng.standard_normal((2, s, 64)).astype(np.float16)
+        ours, ref = exe.run({"A": a})["Y"], run_ort(model, {"A": a})[0]
+        assert ours.dtype == np.float16 and ours.shape == ref.shape
+        np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_packed_weights_are_words_on_device():
+    """The pass uploads 4 weight bytes per device word instead of 1."""
+    model = nbits_model(np.random.default_rng(0), k=64, n=16, block=32, zero_points="uint8", bias=False)
+    plain, packed = compile_with(model, {"M": 1}, False), compile_with(model, {"M": 1}, True)
+    assert packed.metadata["weight_bytes"] < plain.metadata["weight_bytes"]
+    words = [t for t in packed.tensors.values() if t.data is not None and t.dtype == "uint32"]
+    assert sum(t.data.size for t in words) * 4 == 16 * 64 // 2 + 16 * 1  # B bytes + zero-point bytes
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["words", "bytes"])
+@pytest.mark.parametrize("shape,block,zero_points", [((7, 20), 16, False), ((9, 64), 32, True),
+                                                     ((3, 4, 16), 16, True)])
+def test_gather_block_quantized(runtime, shape, block, zero_points, packed):
+    rng = np.random.default_rng(sum(shape))
+    nblk = -(-shape[-1] * 2 // block)
+    inits = {"data": rng.integers(0, 256, shape, dtype=np.uint8),
+             "scales": rng.random(shape[:-1] + (nblk,)).astype(np.float32)}
+    names = ["data", "idx", "scales"]
+    if zero_points:
+        inits["zp"] = pack_nibbles(rng.integers(0, 16, shape[:-1] + (nblk,), dtype=np.uint8))
+        names.append("zp")
+    node = helper.make_node("GatherBlockQuantized", names, ["y"], domain="com.microsoft", block_size=block,
+                            quantize_axis=len(shape) - 1, bits=4)
+    model = make_model([node], [("idx", np.int64, [2, "n"])], ["y"], inits, extra_opsets=MS)
+    exe = runtime.load_model(compile_with(model, {"n": 3}, packed))
+    rows = shape[0]
+    # negative indices wrap; out-of-range ones give zeros (onnxruntime's contract)
+    idx = np.array([[0, rows - 1, 2], [-1, 1, rows + 3]], np.int64)
+    np.testing.assert_allclose(exe.run({"idx": idx})["y"], run_ort(model, {"idx": idx})[0], rtol=1e-6, atol=1e-6)
+    exe.update_dimensions({"n": 1})
+    idx = np.array([[1], [rows - 2]], np.int64)
+    np.testing.assert_allclose(exe.run({"idx": idx})["y"], run_ort(model, {"idx": idx})[0], rtol=1e-6, atol=1e-6)

@@ -1,0 +1,217 @@
+"""com.microsoft contrib operators without a GPU: shape inference, errors, plans, the pack pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import onyxia
+from onyxia.compiler import CompilerPipeline, Stage
+from onyxia.errors import OnyxiaError, ShapeInferenceError
+from onyxia.ir.shapes import SymDim, dim_symbols, parse_dim
+from onyxia.operators import core_operator_registry
+from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.operators.quantized import WORDS_META, PackNBitsWeightsPass, select_small
+from onyxia.plan import CopyBuffer, Dispatch
+from tests.helpers import make_model
+
+MS = {"com.microsoft": 1}
+S, P = SymDim.symbol("S"), SymDim.symbol("P")
+
+
+def infer(model, dims=None, *, share: bool = False, passes=()):
+    """The graph after shape inference (and optimization when `passes` are given)."""
+    graph = onyxia.load_model(model)
+    if share:
+        for node in graph.nodes:
+            node.attributes[SHARE_BUFFER_ATTR] = 1
+    pipeline = CompilerPipeline(core_operator_registry())
+    for p in passes:
+        pipeline.add_pass(p)
+    if dims is None:  # every symbol of the inputs at 2
+        dims = {sym: 2 for t in graph.inputs for d in graph.tensor(t).shape for sym in dim_symbols(d)}
+    return pipeline.run_passes(graph, dims, until=Stage.OPTIMIZATION if passes else Stage.INFERENCE)
+
+
+def compile_graph(model, dims, *, share: bool = False):
+    graph = onyxia.load_model(model)
+    if share:
+        for node in graph.nodes:
+            node.attributes[SHARE_BUFFER_ATTR] = 1
+    return CompilerPipeline(core_operator_registry()).compile(graph, dims)
+
+
+# ---- GroupQueryAttention ------------------------------------------------------------------
+
+def gqa(*, packed=False, cache="P", total=None, extra_inputs=(), **attrs):
+    heads, kv, d = 4, 2, 16
+    hidden = (heads + 2 * kv) * d if packed else heads * d
+    inputs = [("q", np.float32, [1, "S", hidden])]
+    if not packed:
+        inputs += [("k", np.float32, [1, "S", kv * d]), ("v", np.float32, [1, "S", kv * d])]
+    inputs += [("pk", np.float32, [1, kv, cache, d]), ("pv", np.float32, [1, kv, cache, d]), ("sl", np.int32, [1])]
+    inits = {}
+    if total is None:
+        inputs.append(("tl", np.int32, []))
+    else:
+        inits["tl"] = np.array(total, np.int32)
+    names = (["q", "", ""] if packed else ["q", "k", "v"]) + ["pk", "pv", "sl", "tl", *extra_inputs]
+    for name in extra_inputs:
+        if name:
+            inits[name] = np.zeros((8, 8), np.float32)
+    node = helper.make_node("GroupQueryAttention", names, ["o", "prk", "prv"], domain="com.microsoft", name="gqa",
+                            num_heads=heads, kv_num_heads=kv, **attrs)
+    return make_model([node], inputs, ["o", "prk", "prv"], inits, extra_opsets=MS)
+
+
+def test_gqa_growing_cache_shapes_are_symbolic():
+    g = infer(gqa())
+    assert g.tensor("o").shape == (1, S, 64)
+    assert g.tensor("prk").shape == (1, 2, P + S, 16)
+
+
+def test_gqa_packed_qkv_head_size():
+    g = infer(gqa(packed=True))
+    assert g.tensor("o").shape == (1, S, 64) and g.tensor("prv").shape == (1, 2, P + S, 16)
+
+
+def test_gqa_shared_buffer_keeps_the_capacity():
+    assert infer(gqa(cache=32), share=True).tensor("prk").shape == (1, 2, 32, 16)
+    # a constant total_sequence_length decides as onnxruntime does: present = max(total, past)
+    assert infer(gqa(cache=32, total=9)).tensor("prk").shape == (1, 2, 32, 16)
+    assert infer(gqa(cache=5, total=9), {"S": 4}).tensor("prk").shape == (1, 2, 5 + S, 16)
+
+
+def test_gqa_shared_buffer_aliases_a_graph_input_past():
+    compiled = compile_graph(gqa(cache=32), {"S": 4}, share=True)
+    assert compiled.tensors["prk"].alias_of == "pk" and compiled.tensors["prv"].alias_of == "pv"
+    assert not any(isinstance(s, CopyBuffer) for s in compiled.steps)
+
+
+def test_gqa_plan_takes_lengths_as_immediates():
+    """Sequence and past lengths change per decode step: they must never be baked into shaders."""
+    compiled = compile_graph(gqa(), {"S": 5, "P": 0})
+    assert compiled.num_dispatches == 2
+    for spec in compiled.shaders:
+        baked = {p.name for p, _ in spec.constants}
+        assert not baked & {"S", "T", "N"}, spec.label
+        assert {"S", "T"} <= {p.name for p in spec.immediates}, spec.label
+    assert all(isinstance(s, Dispatch) for s in compiled.steps)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(num_heads=3), "multiple of kv_num_heads"),
+    (dict(smooth_softmax=1), "smooth_softmax"),
+    (dict(do_rotary=1), "cos_cache"),
+    (dict(extra_inputs=("", "", "", "bias")), "attention_bias"),
+])
+def test_gqa_rejects_clearly(kwargs, needle):
+    extra = kwargs.pop("extra_inputs", ())
+    model = gqa(extra_inputs=extra, **kwargs) if "num_heads" not in kwargs else None
+    if model is None:  # num_heads is set by gqa(); rebuild the node with the bad value
+        model = gqa()
+        for a in model.graph.node[0].attribute:
+            if a.name == "num_heads":
+                a.i = kwargs["num_heads"]
+    with pytest.raises(ShapeInferenceError, match=needle) as err:
+        infer(model)
+    assert "gqa" in str(err.value)
+
+
+# ---- RotaryEmbedding ----------------------------------------------------------------------
+
+def test_rotary_embedding_shape_and_errors():
+    angles = np.zeros((16, 4), np.float32)
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft",
+                            name="rope")
+    model = make_model([node], [("x", np.float32, [2, "S", 16]), ("pos", np.int64, [2, "S"])], ["y"],
+                       {"cos": angles, "sin": angles}, extra_opsets=MS)
+    assert infer(model).tensor("y").shape == (2, S, 16)
+    node.attribute.extend([helper.make_attribute("is_packed_batching", 1)])
+    bad = make_model([node], [("x", np.float32, [2, "S", 16]), ("pos", np.int64, [2, "S"])], ["y"],
+                     {"cos": angles, "sin": angles}, extra_opsets=MS)
+    with pytest.raises(ShapeInferenceError, match="is_packed_batching"):
+        infer(bad)
+
+
+# ---- MatMulNBits / GatherBlockQuantized ---------------------------------------------------
+
+def nbits(k=64, n=8, block=32, bits=4, extra=(), zero_points=True, **attrs):
+    nblk = -(-k // block)
+    inits = {"B": np.arange(n * nblk * block // 2, dtype=np.uint8).reshape(n, nblk, block // 2),
+             "s": np.ones(n * nblk, np.float32), "zp": np.full(n * ((nblk + 1) // 2), 0x88, np.uint8)}
+    names = ["A", "B", "s", "zp" if zero_points else "", *extra]
+    for name in extra:
+        if name:
+            inits[name] = np.zeros(n, np.int32 if name == "g_idx" else np.float32)
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", name="mm", K=k, N=n,
+                            bits=bits, block_size=block, **attrs)
+    return make_model([node], [("A", np.float32, [2, "S", k])], ["Y"], inits, extra_opsets=MS)
+
+
+def test_matmul_nbits_shape():
+    assert infer(nbits()).tensor("Y").shape == (2, S, 8)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(bits=8), "attribute 'bits' = 8"),
+    (dict(block=24), "block_size"),
+    (dict(extra=("g_idx",)), "g_idx"),
+    (dict(extra=("", "bias")), None),  # a bias is fine
+])
+def test_matmul_nbits_rejects_clearly(kwargs, needle):
+    if needle is None:
+        infer(nbits(**kwargs))
+        return
+    with pytest.raises(OnyxiaError, match=needle) as err:
+        infer(nbits(**kwargs))
+    assert "'mm'" in str(err.value) and "MatMulNBits" in str(err.value)
+
+
+def test_select_small_matches_the_row_count():
+    m = parse_dim("M")
+    for limit in (1, 4):
+        expr = select_small(m, limit)
+        for value in range(0, 12):
+            assert expr.evaluate({"M": value}) == int(value <= limit), (limit, value)
+        assert select_small(limit, limit) == 1 and select_small(limit + 1, limit) == 0
+
+
+def test_matmul_nbits_symbolic_rows_plan_both_kernels():
+    compiled = compile_graph(nbits(), {"S": 1})
+    labels = sorted(compiled.shaders[s.shader].label for s in compiled.steps)
+    assert labels == ["matmul_nbits_gemv", "matmul_nbits_tiled"]
+
+
+def test_pack_pass_views_bytes_as_words_once():
+    shared = helper.make_node("MatMulNBits", ["A", "B", "s", "zp"], ["Y2"], domain="com.microsoft", name="mm2",
+                              K=64, N=8, bits=4, block_size=32)
+    model = nbits()
+    model.graph.node.append(shared)
+    model.graph.output.append(helper.make_empty_tensor_value_info("Y2"))
+    g = infer(model, passes=[PackNBitsWeightsPass()])
+    nodes = list(g.nodes)
+    assert nodes[0].inputs[1] == nodes[1].inputs[1] == "B/words"
+    words = g.tensor("B/words")
+    assert words.dtype.name == "uint32" and words.shape == (8 * 2 * 16 // 4,)
+    raw = g.tensor("B").value.reshape(-1)
+    assert np.array_equal(words.value, raw.view("<u4"))
+    assert nodes[0].meta[WORDS_META] == {1: (8, 2, 16), 3: (8,)}
+    zp = g.tensor(nodes[0].inputs[3])
+    assert zp.shape == (2,) and zp.value[0] == 0x88888888  # 8 bytes padded to 2 words
+
+
+def gbq(**attrs):
+    node = helper.make_node("GatherBlockQuantized", ["d", "i", "s"], ["y"], domain="com.microsoft", name="gbq",
+                            block_size=16, **attrs)
+    return make_model([node], [("i", np.int64, ["n"])], ["y"],
+                      {"d": np.zeros((10, 16), np.uint8), "s": np.ones((10, 2), np.float32)}, extra_opsets=MS)
+
+
+def test_gather_block_quantized_shape_and_errors():
+    assert infer(gbq()).tensor("y").shape == (SymDim.symbol("n"), 32)
+    with pytest.raises(ShapeInferenceError, match="attribute 'bits' = 2"):
+        infer(gbq(bits=2))
+    with pytest.raises(ShapeInferenceError, match="quantize_axis"):
+        infer(gbq(quantize_axis=0))
