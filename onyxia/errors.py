@@ -28,6 +28,18 @@ class ShapeInferenceError(OnyxiaError):
         self.input_index = input_index
 
 
+class ValueRequiredError(ShapeInferenceError):
+    """Inference needs the value of `tensor` (a shape, axes, pads...) and it is not a constant.
+
+    InferenceSession handles this by specializing on the fed values of the graph inputs the
+    tensor depends on; a plain compile reports it as is.
+    """
+
+    def __init__(self, message: str, *, tensor: str, **kw):
+        super().__init__(message, **kw)
+        self.tensor = tensor
+
+
 class UnsupportedOperatorError(OnyxiaError):
     """The model uses operators the registry does not provide; lists all of them at once."""
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from onyxia.codegen.preprocess import inline_imports, load_shader, resolve_shader_import, shader_root
 from onyxia.codegen.wgsl import param_type
-from onyxia.errors import OnyxiaError, PlanError, ShapeInferenceError
+from onyxia.errors import OnyxiaError, PlanError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
@@ -102,7 +102,10 @@ class InferenceCtx:
     def require_value(self, i: int, what: str = "input") -> np.ndarray:
         value = self.input_value(i)
         if value is None:
-            raise self.fail(f"{what} must be a constant (an initializer or computable at compile time)", i)
+            name = self.node.inputs[i] if self.has_input(i) else ""
+            raise ValueRequiredError(
+                f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
+                node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "")
         return value
 
     def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:

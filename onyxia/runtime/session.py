@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from onyxia.errors import InputError
+from onyxia.errors import InputError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import Dim, SymDim
 from onyxia.plan import CompiledModel
@@ -53,6 +53,26 @@ def bind_dims(shapes: Mapping[str, Sequence[Dim]], feeds: Mapping[str, Any]) -> 
     return dims
 
 
+_MAX_SPECIALIZATIONS = 8  # executors kept per session for different baked input values
+
+
+def _graph_input_sources(graph, tensor: str) -> set[str]:
+    """The graph inputs `tensor` is computed from (itself, if it is one)."""
+    seen, stack, found = set(), [tensor], set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in graph.inputs:
+            found.add(name)
+            continue
+        producer = graph.producer(name)
+        if producer is not None:
+            stack.extend(t for t in graph.node(producer).inputs if t is not None)
+    return found
+
+
 class InferenceSession:
     """onnxruntime-compatible session: `run(output_names or None, feeds) -> list[np.ndarray]`.
 
@@ -73,6 +93,8 @@ class InferenceSession:
         self._static = tuple(static)
         self._transport = transport
         self._executor = None
+        self._executors: dict[tuple, Any] = {}  # one per combination of baked input values
+        self._value_inputs: tuple[str, ...] = ()  # graph inputs whose fed values are baked in
         if isinstance(model, CompiledModel):
             self._graph = None
             self._compiled: CompiledModel | None = model
@@ -103,7 +125,11 @@ class InferenceSession:
         symbols = {s for shape in self._input_shapes.values() for d in shape
                    for s in (d.symbols if isinstance(d, SymDim) else ())}
         placeholder = {s: self._fixed_dims.get(s, 1) for s in symbols}
-        graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE)
+        try:
+            graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE)
+        except ValueRequiredError:
+            # Shapes depend on input values: known after the first run (see _compile_for).
+            return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]
         return [_node_arg(n, graph.tensor(n).dtype.name, graph.tensor(n).shape) for n in graph.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -129,17 +155,65 @@ class InferenceSession:
             value = input_feed[name]
             if not hasattr(value, "buffer") and np.asarray(value).dtype != dtypes.from_name(dtype).numpy:
                 raise InputError(f"input '{name}' has dtype {np.asarray(value).dtype}, expected {dtype}")
+        executor = self._executor_for(input_feed)
         dims = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
-        if self._executor is None:
-            from onyxia.runtime.device import Runtime
-
-            if self._compiled is None:
-                assert self._graph is not None
-                self._compiled = self._pipeline().compile(self._graph, dims, self._static)
-            if self._runtime is None:
-                self._runtime = Runtime()
-            self._executor = self._runtime.load_model(self._compiled, transport=self._transport)
-        self._executor.update_dimensions({k: v for k, v in dims.items() if k in self._executor.dims})
+        executor.update_dimensions({k: v for k, v in dims.items() if k in executor.dims})
         names = list(output_names) if output_names else [a.name for a in self._outputs]
-        result = self._executor.run(dict(input_feed), names)
+        feeds = {k: v for k, v in input_feed.items() if k not in self._value_inputs}
+        result = executor.run(feeds, names)
         return [result[n] for n in names]
+
+    # ---- compilation, specialized on input values where shapes depend on them -------------
+    def _executor_for(self, feeds: Mapping[str, Any]):
+        from onyxia.runtime.device import Runtime
+
+        key = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
+        executor = self._executors.get(key)
+        if executor is not None:
+            self._executor = executor
+            return executor
+        compiled = self._compiled if self._graph is None else self._compile_for(feeds)
+        if self._runtime is None:
+            self._runtime = Runtime()
+        assert compiled is not None
+        executor = self._runtime.load_model(compiled, transport=self._transport)
+        key = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
+        if len(self._executors) >= _MAX_SPECIALIZATIONS:
+            self._executors.pop(next(iter(self._executors)))
+        self._executors[key] = self._executor = executor
+        return executor
+
+    def _compile_for(self, feeds: Mapping[str, Any]) -> CompiledModel:
+        """Compile; when inference needs the value of a tensor computed from graph inputs (a
+        Reshape shape, Reduce axes, Slice starts fed at run time), bake those inputs' fed
+        values into the plan and compile again. Later calls with other values recompile."""
+        while True:
+            graph = self._specialized_graph(feeds)
+            shapes = {n: graph.tensor(n).shape for n in graph.inputs}
+            dims = {**bind_dims(shapes, feeds), **self._fixed_dims}
+            try:
+                compiled = self._pipeline().compile(graph, dims, self._static)
+            except ValueRequiredError as exc:
+                sources = _graph_input_sources(graph, exc.tensor) - set(self._value_inputs)
+                if not sources:
+                    raise
+                self._value_inputs = tuple(sorted({*self._value_inputs, *sources}))
+                continue
+            if any(a.type == "tensor(unknown)" for a in self._outputs):
+                self._outputs = [_node_arg(n, compiled.tensors[n].dtype, compiled.tensors[n].shape)
+                                 for n in compiled.outputs]
+            return compiled
+
+    def _specialized_graph(self, feeds: Mapping[str, Any]):
+        from onyxia.ir.graph import TensorKind
+
+        assert self._graph is not None
+        if not self._value_inputs:
+            return self._graph
+        graph = self._graph.copy()
+        for name in self._value_inputs:
+            t = graph.tensor(name)
+            t.value = np.asarray(feeds[name])
+            t.shape, t.kind = tuple(t.value.shape), TensorKind.WEIGHT
+            graph.inputs.remove(name)
+        return graph
