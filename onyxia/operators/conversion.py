@@ -1,8 +1,14 @@
-"""Type conversion: Cast."""
+"""Type conversion: Cast, CastLike.
+
+A cast between dtypes that share a device representation and whose values all fit (int32 →
+int64, uint8 → int32, bool → uint8, float16 → float32, ...) is a view: no steps. Anything else
+is one elementwise map whose expression reproduces numpy's astype on the stored 32-bit words.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
@@ -24,7 +30,7 @@ def convert_expr(src: DType, dst: DType) -> str:
         # float → int truncates toward zero; narrow ints wrap like numpy's astype.
         x = "i32(trunc(x0))" if dst.device == "i32" else "u32(max(trunc(x0), 0.0))"
     else:
-        x = f"{dst.device}(x0)"
+        x = f"{dst.device}(x0)"  # i32 ↔ u32 reinterprets the bits (two's complement), as astype does
     if dst.name in ("int8", "int16"):
         bits = 32 - 8 * dst.numpy.itemsize
         return f"(({x}) << {bits}u) >> {bits}u"
@@ -33,12 +39,28 @@ def convert_expr(src: DType, dst: DType) -> str:
     return x
 
 
+def is_view_cast(src: DType, dst: DType) -> bool:
+    """True when the stored words of `src` already are those of `dst` for every value."""
+    if src == dst or (src.name, dst.name) == ("float16", "float32"):
+        return True
+    if src.is_float or dst.is_float or dst.is_bool:
+        return False
+    if src.device == dst.device:
+        # int64 is i32 on the device, so int64 → int32 keeps the words too.
+        return np.can_cast(src.numpy, dst.numpy, "safe") or {src.name, dst.name} == {"int64", "int32"}
+    # bool/uint8/uint16 (u32 words) fit in i32 unchanged.
+    return src.device == "u32" and dst.device == "i32" and src.numpy.itemsize <= 2
+
+
 class Cast(Operator):
     op_type = "Cast"
 
     def target(self, ctx: InferenceCtx) -> DType:
+        to = ctx.attr("to")
         try:
-            return dtypes.from_onnx(int(ctx.attr("to")))
+            if isinstance(to, str):  # Cast-1 named the type ("FLOAT")
+                return dtypes.from_onnx(TensorProto.DataType.Value(to.upper()))
+            return dtypes.from_onnx(int(to))
         except Exception as exc:
             raise ctx.fail(f"attribute 'to': {exc}") from None
 
@@ -56,12 +78,22 @@ class Cast(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         src, dst = ctx.input_dtype(0), self.target(ctx)
+        ctx.device_type(src, "input")
         ctx.device_type(dst, "output")
-        if src.device == dst.device and (src == dst or src.name in ("int64", "int32") and dst.name in ("int64", "int32")):
-            return ctx.alias_output(0, 0)  # same device representation: nothing to do
+        if is_view_cast(src, dst):
+            return ctx.alias_output(0, 0)
         return plan_map(ctx, convert_expr(src, dst), [0], label="cast")
+
+
+class CastLike(Cast):
+    """Cast to the dtype of input 1 (only its dtype is used)."""
+
+    op_type = "CastLike"
+
+    def target(self, ctx: InferenceCtx) -> DType:
+        return ctx.input_dtype(1)
 
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Cast(), 1)]
+    return [(Cast(), 1), (CastLike(), 15)]

@@ -1,14 +1,139 @@
-"""Indexing operators: Gather, Concat."""
+"""Indexing operators: Gather, GatherElements, GatherND, Slice, ScatterND, ScatterElements, Trilu.
+
+Also the index-code generation the data-movement operators share. Every such kernel is one
+template, shaders/indexing/gather.wgsl (`y[dst] = x[src]`), specialized by generated WGSL that
+computes `src` from the flat output index `i`; only that code differs between Transpose, Slice,
+Expand, Tile, Pad, Trilu and the Gathers. Sizes and strides travel as params, so symbolic dims
+become immediates and one compiled plan serves every sequence length.
+
+Index tensors (int64 on the host) are i32 on the device; negative indices wrap once and
+out-of-range ones (undefined in ONNX) are clamped so a kernel never reads outside a buffer.
+"""
 
 from __future__ import annotations
+
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import collapse_dims, contiguous_strides
 from onyxia.plan import Step
 
+GATHER = "indexing/gather.wgsl"
+# Sentinels exporters write for "to the end" (INT64_MAX, INT32_MAX, and their negatives).
+UNBOUNDED = 2**31 - 1
+END_OF_AXIS = (2**31 - 1, 2**63 - 1)
+
+
+def is_zero(d: Dim) -> bool:
+    return isinstance(d, int) and d == 0
+
+
+def scalar_param(value: object, device: str) -> tuple[object, str]:
+    """A fill/range value as a param of the kernel's storage type."""
+    if device == "f32":
+        return float(value), "f32"  # type: ignore[arg-type]
+    if isinstance(value, SymDim):
+        return value, device
+    return int(value), device  # type: ignore[call-overload]
+
+
+# ---- generated index code -----------------------------------------------------------------
+
+def coords_code(shape: Sequence[Dim], prefix: str = "D") -> tuple[dict[str, object], list[str]]:
+    """WGSL splitting the flat index `i` of row-major `shape` into c0 (outermost) .. c{r-1}."""
+    if not shape:
+        return {}, []
+    params: dict[str, object] = {}
+    lines = ["var rem = i;"]
+    for a in range(len(shape) - 1, 0, -1):
+        params[f"{prefix}{a}"] = shape[a]
+        lines.append(f"let c{a} = rem % {prefix}{a}(); rem = rem / {prefix}{a}();")
+    lines.append("let c0 = rem;")
+    return params, lines
+
+
+def strided_code(shape: Shape, operands: Mapping[str, tuple[Sequence[Dim], Dim]]) -> tuple[dict[str, object], str]:
+    """WGSL defining `let <name> = offset + sum(c_k * stride_k)` for each operand.
+
+    The iteration space is the row-major `shape` (flat index `i`); each operand gives its
+    element stride per axis and an element offset. Axes that are contiguous in every operand
+    are merged first (collapse_dims), so slicing the last axis of [b, s, d] (x[..., :k]) indexes
+    two coordinates (b*s, k), not three. Strides may be negative (reversed slices): params are u32 and WGSL
+    u32 arithmetic wraps, which is two's complement.
+    """
+    dims, merged = collapse_dims(shape, [list(s) for s, _ in operands.values()])
+    contiguous = contiguous_strides(dims)
+    plain = [m == contiguous and is_zero(off) for m, (_, off) in zip(merged, operands.values())]
+    params: dict[str, object] = {}
+    lines: list[str] = []
+    if not all(plain):
+        params, lines = coords_code(dims)
+    for (name, (_, off)), m, identity in zip(operands.items(), merged, plain):
+        if identity:
+            lines.append(f"let {name} = i;")
+            continue
+        terms = []
+        if not is_zero(off):
+            params[f"{name.upper()}_OFF"] = (off, "u32")
+            terms.append(f"{name.upper()}_OFF()")
+        for a, s in enumerate(m):
+            if is_zero(s):
+                continue
+            if isinstance(s, int) and s == 1:
+                terms.append(f"c{a}")
+            else:
+                params[f"{name.upper()}_S{a}"] = (s, "u32")
+                terms.append(f"c{a} * {name.upper()}_S{a}()")
+        lines.append(f"let {name} = {' + '.join(terms) or '0u'};")
+    return params, "\n    ".join(lines)
+
+
+def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x: str, y: str, count: Dim,
+                    idx: str | None = None, fill: object = None, fill_buffer: str | None = None,
+                    label: str | None = None) -> list[Step]:
+    """One gather.wgsl dispatch over `count` output elements (none when statically empty).
+
+    `index` is WGSL computing `src` and `dst` (and `inside` when a fill applies) from `i`.
+    """
+    if is_zero(count):
+        return []
+    device = ctx.device_type(ctx.graph.tensor(y).dtype, "output")
+    reads = [x] + ([idx] if idx else []) + ([fill_buffer] if fill_buffer else [])
+    defs: dict[str, object] = {"T": device, "INDEX": index, "B_Y": len(reads)}
+    all_params = {"N": count, **params}
+    if idx:
+        defs["HAS_IDX"] = True
+    if fill is not None or fill_buffer:
+        defs["MASKED"] = True
+    if fill_buffer:
+        defs["FILL_BUFFER"], defs["B_FILL"] = True, len(reads) - 1
+    elif fill is not None:
+        all_params["FILL"] = scalar_param(fill, device)
+    return [ctx.dispatch(GATHER, label=label or f"gather_{ctx.node.op_type}", defs=defs, params=all_params,
+                         reads=reads, writes=[y], workgroups=ctx.grid(count))]
+
+
+def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], src_offset: Dim = 0, *,
+                      x: str | None = None, y: str | None = None) -> list[Step]:
+    """y (contiguous, `shape` as the iteration space) = x read through strides and an offset."""
+    params, code = strided_code(shape, {"src": (src_strides, src_offset), "dst": (contiguous_strides(shape), 0)})
+    return dispatch_gather(ctx, code, params, x=x or ctx.input(0), y=y or ctx.output(0), count=numel(shape),
+                           label="strided_copy")
+
+
+def index_values(ctx: FoldCtx, i: int) -> np.ndarray | None:
+    """A numeric index input as int64, or None when unknown or symbolic."""
+    value = ctx.input_value(i)
+    if value is None or value.dtype == object:
+        return None
+    return value.astype(np.int64)
+
+
+# ---- Gather family --------------------------------------------------------------------------
 
 class Gather(Operator):
     op_type = "Gather"
@@ -21,70 +146,365 @@ class Gather(Operator):
         return [(ctx.input_dtype(0), tuple(data[:axis]) + tuple(idx) + tuple(data[axis + 1:]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
-        data, idx = ctx.input_value(0), ctx.input_value(1)
-        if data is None or idx is None or idx.dtype == object:
+        data, idx = ctx.input_value(0), index_values(ctx, 1)
+        if data is None or idx is None:
             return None
         axis = ctx.axis(ctx.attr("axis", 0), data.ndim)
-        return [np.take(data, idx.astype(np.int64), axis=axis)]
+        # np.take handles negative indices and object arrays (Shape → Gather over symbols).
+        return [np.asarray(np.take(data, idx, axis=axis))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         data = ctx.input_shape(0)
         axis = ctx.axis(ctx.attr("axis", 0), len(data))
-        n = numel(ctx.output_shape(0))
-        dtype = ctx.device_type(ctx.input_dtype(0), "data")
-        return [ctx.dispatch("indexing/gather.wgsl", defs={"T": dtype},
-                             params={"N": n, "INNER": numel(data[axis + 1:]), "NIDX": numel(ctx.input_shape(1)),
-                                     "AXIS_DIM": data[axis]},
-                             reads=[ctx.input(0), ctx.input(1)], writes=[ctx.output(0)], workgroups=ctx.grid(n))]
+        code = ("let inner = i % INNER(); let t = i / INNER(); let j = t % NIDX(); let outer = t / NIDX();\n"
+                "    let src = (outer * AXIS_DIM() + onyxia_wrap_index(idx[j], AXIS_DIM())) * INNER() + inner;\n"
+                "    let dst = i;")
+        params = {"INNER": numel(data[axis + 1:]), "NIDX": numel(ctx.input_shape(1)), "AXIS_DIM": data[axis]}
+        return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
+                               count=numel(ctx.output_shape(0)))
 
 
-class Concat(Operator):
-    op_type = "Concat"
+class GatherElements(Operator):
+    op_type = "GatherElements"
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        shapes = [ctx.input_shape(i) for i in range(ctx.num_inputs) if ctx.has_input(i)]
-        rank = len(shapes[0])
-        axis = ctx.axis(ctx.attr("axis"), rank)
-        total: Dim = 0
-        for i, s in enumerate(shapes):
-            if len(s) != rank:
-                raise ctx.fail(f"rank {len(s)} differs from input 0's rank {rank}", i)
-            if ctx.input_dtype(i) != ctx.input_dtype(0):
-                raise ctx.fail(f"dtype {ctx.input_dtype(i)} differs from input 0's {ctx.input_dtype(0)}", i)
-            total = total + s[axis]
-        out = list(shapes[0])
-        out[axis] = total
-        return [(ctx.input_dtype(0), tuple(out))]
+        data, idx = ctx.input_shape(0), ctx.input_shape(1)
+        if len(data) != len(idx):
+            raise ctx.fail(f"indices must have the data's rank {len(data)}, got {len(idx)}", 1)
+        ctx.axis(ctx.attr("axis", 0), len(data))
+        return [(ctx.input_dtype(0), tuple(idx))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
-        values = [v for v in ctx.values() if v is not None]
-        if len(values) != ctx.num_inputs:
+        data, idx = ctx.input_value(0), index_values(ctx, 1)
+        if data is None or idx is None:
             return None
-        axis = ctx.axis(ctx.attr("axis"), values[0].ndim)
-        if any(v.dtype == object for v in values):
-            return [np.concatenate([v.astype(object) for v in values], axis=axis)]
-        return [np.concatenate(values, axis=axis).astype(ctx.output_dtype().numpy)]
+        axis = ctx.axis(ctx.attr("axis", 0), data.ndim)
+        # indices may be smaller than the data on the other axes: those read data[:n] there.
+        data = data[tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(idx.shape))]
+        return [np.take_along_axis(data, np.where(idx < 0, idx + data.shape[axis], idx), axis=axis)]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        out = ctx.output_shape(0)
-        axis = ctx.axis(ctx.attr("axis"), len(out))
-        inner = numel(out[axis + 1:])
-        dtype = ctx.device_type(ctx.output_dtype(0), "output")
-        steps: list[Step] = []
-        offset: Dim = 0
-        for i in range(ctx.num_inputs):
-            shape = ctx.input_shape(i)
-            n = numel(shape)
-            row = shape[axis] * inner
-            if not (isinstance(n, int) and n == 0):
-                steps.append(ctx.dispatch("indexing/copy_slab.wgsl", defs={"T": dtype},
-                                          params={"N": n, "IN_ROW": row, "OUT_ROW": out[axis] * inner,
-                                                  "OFFSET": offset * inner},
-                                          reads=[ctx.input(i)], writes=[ctx.output(0)], workgroups=ctx.grid(n)))
-            offset = offset + shape[axis]
+        data, idx_shape = ctx.input_shape(0), ctx.input_shape(1)
+        axis = ctx.axis(ctx.attr("axis", 0), len(data))
+        strides = contiguous_strides(data)
+        # The other axes address data at the index's coordinates; the axis comes from idx.
+        params, code = strided_code(idx_shape, {"base": ([0 if a == axis else s for a, s in enumerate(strides)], 0)})
+        code += "\n    let src = base + onyxia_wrap_index(idx[i], DAX()) * DSAX();\n    let dst = i;"
+        params |= {"DAX": data[axis], "DSAX": strides[axis]}
+        return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
+                               count=numel(idx_shape))
+
+
+def _nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
+    """(data shape, indices shape, k) for GatherND/ScatterND, with k = indices.shape[-1] checked."""
+    data, idx = ctx.input_shape(0), ctx.input_shape(1)
+    if not idx:
+        raise ctx.fail("indices must have rank >= 1", 1)
+    k = idx[-1]
+    if not isinstance(k, int):
+        raise ctx.fail(f"the last dim of indices must be static, got {k}", 1)
+    if batch_dims < 0 or (batch_dims and batch_dims >= min(len(data), len(idx))):
+        raise ctx.fail(f"batch_dims {batch_dims} must be smaller than both ranks")
+    if k > len(data) - batch_dims:
+        raise ctx.fail(f"indices address {k} axes but the data has only {len(data) - batch_dims} after batch dims", 1)
+    return data, idx, k
+
+
+def _nd_offset_code(data_tail: Shape, k: int) -> tuple[dict[str, object], str]:
+    """WGSL adding the k indices idx[p*K + m] (wrapped) times the strides of `data_tail` to `off`."""
+    strides = contiguous_strides(data_tail)
+    params: dict[str, object] = {}
+    lines = []
+    for m in range(k):
+        params[f"DIM{m}"], params[f"STR{m}"] = data_tail[m], strides[m]
+        lines.append(f"off += onyxia_wrap_index(idx[p * {k}u + {m}u], DIM{m}()) * STR{m}();")
+    return params, "\n    ".join(lines)
+
+
+class GatherND(Operator):
+    op_type = "GatherND"
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        b = ctx.attr("batch_dims", 0)
+        data, idx, k = _nd_layout(ctx, b)
+        return [(ctx.input_dtype(0), tuple(idx[:-1]) + tuple(data[b + k:]))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        data, idx = ctx.input_value(0), index_values(ctx, 1)
+        if data is None or idx is None:
+            return None
+        b = ctx.attr("batch_dims", 0)
+        batch = int(np.prod(data.shape[:b], dtype=np.int64))
+        flat_data = data.reshape((batch,) + data.shape[b:])
+        flat_idx = idx.reshape((batch, int(np.prod(idx.shape[b:-1], dtype=np.int64)), idx.shape[-1]))
+        out = [flat_data[n][tuple(flat_idx[n].T)] for n in range(batch)]
+        shape = tuple(ctx.graph.tensor(ctx.node.outputs[0]).shape)  # type: ignore[arg-type]
+        return [np.asarray(out, dtype=data.dtype).reshape(shape)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        b = ctx.attr("batch_dims", 0)
+        data, idx, k = _nd_layout(ctx, b)
+        params, offsets = _nd_offset_code(data[b:], k)
+        params |= {"SLICE": numel(data[b + k:]), "NPB": numel(idx[b:-1]), "BSTR": numel(data[b:])}
+        code = (f"let p = i / SLICE();\n    var off = (p / NPB()) * BSTR() + i % SLICE();\n    {offsets}\n"
+                "    let src = off;\n    let dst = i;")
+        return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
+                               count=numel(ctx.output_shape(0)))
+
+
+# ---- Scatter family -------------------------------------------------------------------------
+
+# reduction attribute → (WGSL over the current value a and the update v, numpy ufunc for folding)
+REDUCTIONS: dict[str, tuple[str, np.ufunc | None]] = {
+    "none": ("v", None),
+    "add": ("a + v", np.add),
+    "mul": ("a * v", np.multiply),
+    "max": ("max(a, v)", np.maximum),
+    "min": ("min(a, v)", np.minimum),
+}
+
+
+class _Scatter(Operator):
+    """Output = a copy of data, then the updates written (or combined) at indexed places."""
+
+    def reduction(self, ctx: InferenceCtx) -> str:
+        reduction = ctx.attr("reduction", "none")
+        if reduction not in REDUCTIONS:
+            raise ctx.fail(f"attribute 'reduction': '{reduction}' is not one of {', '.join(REDUCTIONS)}")
+        return reduction
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        self.reduction(ctx)
+        if ctx.input_dtype(2) != ctx.input_dtype(0):
+            raise ctx.fail(f"updates have dtype {ctx.input_dtype(2)}, the data {ctx.input_dtype(0)}", 2)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold_at(self, ctx: FoldCtx, where) -> list[np.ndarray | None] | None:
+        data, idx, upd = ctx.input_value(0), index_values(ctx, 1), ctx.input_value(2)
+        if data is None or idx is None or upd is None or data.dtype == object:
+            return None
+        out = data.copy()
+        ufunc = REDUCTIONS[self.reduction(ctx)][1]
+        index = where(data, idx)
+        if ufunc is None:
+            out[index] = upd
+        else:
+            ufunc.at(out, index, upd)  # unbuffered: duplicate indices accumulate, in order
+        return [out]
+
+    def plan_scatter(self, ctx: PlanCtx, body: str, params: Mapping[str, object], count: Dim) -> list[Step]:
+        device = ctx.device_type(ctx.output_dtype(0), "output")
+        steps = plan_strided_copy(ctx, ctx.output_shape(0), contiguous_strides(ctx.output_shape(0)))
+        if is_zero(count):
+            return steps
+        defs = {"T": device, "REDUCE": REDUCTIONS[self.reduction(ctx)][0], "BODY": body}
+        steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
+                                  params={"N": count, **params}, reads=[ctx.input(1), ctx.input(2)],
+                                  writes=[ctx.output(0)], workgroups=ctx.grid(count)))
         return steps
+
+
+class ScatterND(_Scatter):
+    op_type = "ScatterND"
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        data, idx, k = _nd_layout(ctx, 0)
+        expected = tuple(idx[:-1]) + tuple(data[k:])
+        upd = ctx.input_shape(2)
+        if len(upd) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                            for a, b in zip(upd, expected)):
+            raise ctx.fail(f"updates must have shape {list(map(str, expected))}, got {list(map(str, upd))}", 2)
+        return super().infer(ctx)
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        return self.fold_at(ctx, lambda data, idx: tuple(np.moveaxis(
+            np.where(idx < 0, idx + np.array(data.shape[:idx.shape[-1]]), idx), -1, 0)))
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        data, idx, k = _nd_layout(ctx, 0)
+        params, offsets = _nd_offset_code(data, k)
+        params |= {"SLICE": numel(data[k:]), "NP": numel(idx[:-1])}
+        if self.reduction(ctx) == "none":
+            # Duplicate indices are undefined without a reduction: every update in parallel.
+            body = f"let p = i / SLICE();\n    var off = i % SLICE();\n    {offsets}\n    y[off] = upd[i];"
+            return self.plan_scatter(ctx, body, params, numel(idx[:-1]) * numel(data[k:]))
+        # Reductions must see every update of a slot, in order: one thread per slice element
+        # walks the updates sequentially (parallel over the slice, serial over indices).
+        body = (f"for (var p = 0u; p < NP(); p++) {{\n    var off = i;\n    {offsets}\n"
+                "    y[off] = combine(y[off], upd[p * SLICE() + i]);\n    }")
+        return self.plan_scatter(ctx, body, params, numel(data[k:]))
+
+
+class ScatterElements(_Scatter):
+    op_type = "ScatterElements"
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        data, idx, upd = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
+        if not len(data) == len(idx) == len(upd):
+            raise ctx.fail(f"data, indices and updates must share a rank, got {len(data)}, {len(idx)}, {len(upd)}")
+        ctx.axis(ctx.attr("axis", 0), len(data))
+        return super().infer(ctx)
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        def where(data: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+            axis = ctx.axis(ctx.attr("axis", 0), data.ndim)
+            index = list(np.indices(idx.shape, sparse=True))
+            index[axis] = np.where(idx < 0, idx + data.shape[axis], idx)
+            return tuple(index)
+        return self.fold_at(ctx, where)
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        data, idx = ctx.input_shape(0), ctx.input_shape(1)
+        axis = ctx.axis(ctx.attr("axis", 0), len(data))
+        # Only updates on one line along `axis` can hit the same element: a thread per line,
+        # applying that line's updates in order (deterministic, and right for reductions).
+        line = tuple(idx[:axis]) + tuple(idx[axis + 1:])
+        d_strides, u_strides = contiguous_strides(data), contiguous_strides(idx)
+        params, code = strided_code(line, {"base_d": (d_strides[:axis] + d_strides[axis + 1:], 0),
+                                           "base_u": (u_strides[:axis] + u_strides[axis + 1:], 0)})
+        params |= {"IAX": idx[axis], "USAX": u_strides[axis], "DAX": data[axis], "DSAX": d_strides[axis]}
+        body = (f"{code}\n    for (var j = 0u; j < IAX(); j++) {{\n"
+                "        let u = base_u + j * USAX();\n"
+                "        let off = base_d + onyxia_wrap_index(idx[u], DAX()) * DSAX();\n"
+                "        y[off] = combine(y[off], upd[u]);\n    }")
+        count = numel(line) if not is_zero(idx[axis]) else 0
+        return self.plan_scatter(ctx, body, params, count)
+
+
+class Scatter(ScatterElements):
+    """Scatter (opsets 9-10) is ScatterElements under its old name."""
+
+    op_type = "Scatter"
+
+
+# ---- Slice ----------------------------------------------------------------------------------
+
+def _int_slice(d: int, start: int, end: int, step: int) -> tuple[int, int]:
+    """(first index, length) of an ONNX slice over a static dim, clamped per the spec."""
+    if d == 0:
+        return 0, 0
+    if step < 0 and end in END_OF_AXIS:
+        end = -d - 1  # onnxruntime reads INT_MAX as numpy's None: through index 0
+    start = start + d if start < 0 else start
+    end = end + d if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), d), min(max(end, 0), d)
+        return start, max(0, -(-(end - start) // step))
+    start, end = min(max(start, 0), d - 1), min(max(end, -1), d - 1)
+    return start, max(0, -(-(start - end) // -step))
+
+
+def _sym_bound(v: Dim, d: Dim, step: int, is_end: bool) -> Dim:
+    """A start/end against a symbolic dim: sentinels clamp, negatives count from the end.
+
+    Without the dim's value we cannot clamp an in-between constant; the model promises it is
+    in range (as exporters' constant slices are).
+    """
+    if isinstance(v, SymDim):
+        return v
+    if v >= UNBOUNDED:
+        return d if step > 0 else (-1 if is_end and v in END_OF_AXIS else d - 1)
+    if v <= -UNBOUNDED:
+        return (-1 if is_end else 0) if step < 0 else 0
+    return v + d if v < 0 else v
+
+
+def slice_dim(d: Dim, start: Dim, end: Dim, step: Dim) -> tuple[Dim, Dim]:
+    """(first index, length) of the slice of one axis; symbolic when the dim or bounds are."""
+    if not isinstance(step, int) or step == 0:
+        raise ValueError(f"step must be a non-zero constant, got {step}")
+    if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
+        return _int_slice(d, start, end, step)
+    first, last = _sym_bound(start, d, step, False), _sym_bound(end, d, step, True)
+    length = (last - first + step - 1) // step if step > 0 else (first - last - step - 1) // -step
+    return first, max(length, 0) if isinstance(length, int) else length
+
+
+class Slice(Operator):
+    op_type = "Slice"
+
+    def params(self, ctx: InferenceCtx) -> list[tuple[int, Dim, Dim, int]]:
+        """(axis, start, end, step) per sliced axis, from inputs (opset >= 10) or attributes."""
+        rank = ctx.input_rank(0)
+        if ctx.has_input(1):
+            starts, ends = ctx.require_dims(1, "starts"), ctx.require_dims(2, "ends")
+            axes = ctx.require_dims(3, "axes") if ctx.has_input(3) else list(range(len(starts)))
+            steps = ctx.require_dims(4, "steps") if ctx.has_input(4) else [1] * len(starts)
+        else:
+            starts, ends = ctx.attr("starts"), ctx.attr("ends")
+            axes, steps = ctx.attr("axes", list(range(len(starts)))), [1] * len(starts)
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            raise ctx.fail(f"starts, ends, axes and steps differ in length "
+                           f"({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})")
+        for name, values in (("axes", axes), ("steps", steps)):
+            if not all(isinstance(v, int) for v in values):
+                raise ctx.fail(f"{name} must be constant integers, got {list(map(str, values))}")
+        norm = [ctx.axis(a, rank) for a in axes]
+        if len(set(norm)) != len(norm):
+            raise ctx.fail(f"axes {axes} repeat an axis")
+        if any(s == 0 for s in steps):
+            raise ctx.fail("steps must be non-zero")
+        return list(zip(norm, starts, ends, steps))
+
+    def ranges(self, ctx: InferenceCtx) -> tuple[list[Dim], list[Dim], list[int]]:
+        """Per axis of the data: first index, length and step (1 for unsliced axes)."""
+        shape = ctx.input_shape(0)
+        first: list[Dim] = [0] * len(shape)
+        length, steps = list(shape), [1] * len(shape)
+        for axis, start, end, step in self.params(ctx):
+            first[axis], length[axis] = slice_dim(shape[axis], start, end, step)
+            steps[axis] = step
+        return first, length, steps
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        return [(ctx.input_dtype(0), tuple(self.ranges(ctx)[1]))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        data = ctx.input_value(0)
+        first, length, steps = self.ranges(ctx)
+        if data is None or not all(isinstance(v, int) for v in (*first, *length)):
+            return None
+        index = tuple(slice(f, f + n * s if f + n * s >= 0 else None, s) for f, n, s in zip(first, length, steps))
+        return [data[index]]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        first, length, steps = self.ranges(ctx)
+        strides = contiguous_strides(ctx.input_shape(0))
+        offset: Dim = sum((f * s for f, s in zip(first, strides)), 0)
+        return plan_strided_copy(ctx, tuple(length), [st * s for st, s in zip(steps, strides)], offset)
+
+
+# ---- Trilu ----------------------------------------------------------------------------------
+
+class Trilu(Operator):
+    op_type = "Trilu"
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        if ctx.input_rank(0) < 2:
+            raise ctx.fail(f"input must have rank >= 2, got {ctx.input_rank(0)}", 0)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        x, k = ctx.input_value(0), index_values(ctx, 1) if ctx.has_input(1) else np.int64(0)
+        if x is None or k is None:
+            return None
+        return [(np.triu if ctx.attr("upper", 1) else np.tril)(x, int(k))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        shape = ctx.input_shape(0)
+        k = ctx.input_value(1) if ctx.has_input(1) else np.int64(0)
+        params: dict[str, object] = {"M": shape[-1], "NR": shape[-2]}
+        if k is not None:
+            params["K"] = (k.reshape(()).item() if isinstance(k, np.ndarray) else int(k), "i32")
+        k_expr = "K()" if k is not None else "idx[0]"  # k computed on the GPU: read it there
+        cmp = ">=" if ctx.attr("upper", 1) else "<="
+        code = (f"let col = i % M(); let row = (i / M()) % NR();\n"
+                f"    let inside = i32(col) - i32(row) {cmp} {k_expr};\n    let src = i;\n    let dst = i;")
+        return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), count=numel(shape), fill=0,
+                               idx=None if k is not None else ctx.input(1))
 
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Gather(), 1), (Concat(), 1)]
+    return [(Gather(), 1), (GatherElements(), 11), (GatherND(), 11), (Slice(), 1), (ScatterND(), 11),
+            (ScatterElements(), 11), (Scatter(), 9), (Trilu(), 14)]

@@ -1,0 +1,19 @@
+// Concat of up to 7 inputs in one dispatch. y is viewed as [outer, OUT_ROW]; input k as
+// [outer, R_k] placed at column GROUP_OFF + E_(k-1) (E_k: running end column in this group).
+// One thread per element of the group's columns: i < N() = outer * GROUP_ROW.
+// Defs: T (storage type), BINDINGS (generated declarations x0.., y), SELECT (generated code
+// picking the input that owns column r and copying one element).
+#{BINDINGS}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= N()) {
+        return;
+    }
+    let o = i / GROUP_ROW();
+    let r = i % GROUP_ROW();
+    let dst = o * OUT_ROW() + GROUP_OFF() + r;
+    #{SELECT}
+}
