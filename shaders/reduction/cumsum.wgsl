@@ -1,0 +1,62 @@
+// Prefix sums along one axis. A line is the K elements x[base + j * INNER]; LANES threads (a
+// power of two) scan it in chunks of LANES elements: a Hillis-Steele scan in shared memory per
+// chunk plus the running total of the chunks before. A workgroup serves 256 / LANES lines.
+// Defs: T (storage type), LANES, REVERSE (scan from the end), EXCLUSIVE (element j gets the sum
+// of the elements before it). Params: L (lines), K (line length), INNER (element stride).
+@group(0) @binding(0) var<storage, read> src: array<#{T}>;
+@group(0) @binding(1) var<storage, read_write> dst: array<#{T}>;
+
+const LANES: u32 = #{LANES}u;
+const LINES: u32 = 256u / LANES;
+
+var<workgroup> sh: array<#{T}, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let ol = lid / LANES;
+    let rl = lid % LANES;
+    let line = (wid.y * nwg.x + wid.x) * LINES + ol;
+    let valid = line < L();
+    let base = (line / INNER()) * K() * INNER() + line % INNER();
+    let chunks = (K() + LANES - 1u) / LANES;
+    var carry = #{T}(0);
+    for (var c = 0u; c < chunks; c++) {
+        let j = c * LANES + rl;
+        let live = valid && j < K();
+#ifdef REVERSE
+        let idx = base + (K() - 1u - j) * INNER();
+#else
+        let idx = base + j * INNER();
+#endif
+        var v = #{T}(0);
+        if (live) {
+            v = src[idx];
+        }
+        sh[lid] = v;
+        // Inclusive scan of this line's chunk; lanes below `s` have no partner at distance s.
+        for (var s = 1u; s < LANES; s *= 2u) {
+            workgroupBarrier();
+            var add = #{T}(0);
+            if (rl >= s) {
+                add = sh[lid - s];
+            }
+            workgroupBarrier();
+            sh[lid] += add;
+        }
+        workgroupBarrier();
+#ifdef EXCLUSIVE
+        var out = carry;
+        if (rl > 0u) {
+            out += sh[lid - 1u];
+        }
+#else
+        let out = carry + sh[lid];
+#endif
+        if (live) {
+            dst[idx] = out;
+        }
+        carry += sh[lid - rl + LANES - 1u];
+        workgroupBarrier();  // the next chunk overwrites sh
+    }
+}
