@@ -1,15 +1,191 @@
-"""MatMul (batched, NumPy broadcasting of batch dims)."""
+"""MatMul and Gemm, planned onto three kernels chosen by static properties of the shapes.
+
+- `matmul/gemm.wgsl`: register-blocked tiles (64x128 per workgroup, 4x8 per thread; smaller for
+  small products) for many rows;
+- `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
+  element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;
+- both, when M is symbolic (prefill and decode share one plan): the workgroup counts are
+  expressions that are zero for the kernel that does not fit the current M, so the runtime
+  skips it. No value of a dynamic dim is read at plan time and nothing recompiles.
+
+`plan_product` is the shared entry point; other operators (attention, quantized matmuls) can
+describe their product as a `Product` and reuse it.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape, numel
+from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_shapes, strided_index_params
+from onyxia.operators.common import broadcast_shapes, broadcast_strides, strided_index_params
 from onyxia.plan import Step
 
+# Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
+# the tiled kernel would waste most of a 64-row tile. One gemv pass handles SMALL_M rows.
+SMALL_M = 8
+GEMV_LANES = {False: (64, 4), True: (4, 64)}  # trans_b -> (columns, K lanes) per workgroup
+TARGET_WORKGROUPS = 512  # split K until a decode product fills a large GPU about this well
+MIN_K_CHUNK = 256  # ... but never below this much K per split (the extra pass must pay off)
+# Register micro-tiles (rows, columns per thread) of the tiled kernel, largest first: 64x128
+# output tiles need the fewest loads per multiply-add; a small product takes a smaller tile when
+# the larger one would give fewer than SMALL_GRID workgroups (a large GPU would sit idle).
+TILES = ((4, 8), (4, 4), (2, 2))
+SMALL_GRID = 32
+_EPILOGUE_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
+_SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
+
+
+def _ceil_div(a: Dim, b: int) -> Dim:
+    return (a + b - 1) // b
+
+
+def _is_one(d: Dim) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def _is_zero(d: Dim) -> bool:
+    return isinstance(d, int) and d == 0
+
+
+@dataclass(frozen=True)
+class Product:
+    """y[batch] = finish(op(A)[batch] @ op(B)[batch]) with y contiguous [*batch, M, N].
+
+    A is [*batch_a, M, K] ([*batch_a, K, M] when trans_a), B is [*batch_b, K, N] ([.., N, K]
+    when trans_b); the batch dims broadcast NumPy-style to `batch`. `finish` is the identity
+    for MatMul and alpha * acc + beta * C (C broadcast to [M, N], no batch) for Gemm.
+    """
+
+    a: str
+    b: str
+    y: str
+    dtype: str  # device type: f32 | i32 | u32
+    m: Dim
+    n: Dim
+    k: Dim
+    batch_a: Shape = ()
+    batch_b: Shape = ()
+    batch: Shape = ()
+    trans_a: bool = False
+    trans_b: bool = False
+    gemm: bool = False
+    c: str | None = None
+    c_shape: Shape = ()
+    c_strides: tuple[Dim, Dim] | None = None  # C's element strides over [M, N]; from c_shape if None
+    alpha: float = 1.0
+    beta: float = 1.0
+
+
+def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
+    """The dispatches computing `p`; kernels and tile sizes depend on static dims only."""
+    if p.c is not None and p.c_strides is None:
+        p = replace(p, c_strides=tuple(broadcast_strides(p.c_shape, (p.m, p.n))))
+    if p.batch and all(_is_one(d) for d in p.batch_b) and not p.trans_a:
+        # B is one matrix for every batch (a weight): the batch folds into M, which gives the
+        # tiled kernel more rows and the decode kernel B read once for all of them.
+        p = replace(p, m=numel(p.batch_a) * p.m, batch_a=(), batch=())
+    if _is_one(p.n) and not _is_one(p.m) and not p.trans_a:
+        # One output column (matrix @ vector): compute y^T = b^T @ A^T instead, the same bytes.
+        # A's rows become contiguous columns of B^T that the decode kernel reads coalesced.
+        p = replace(p, a=p.b, b=p.a, m=1, n=p.m, batch_a=p.batch_b, batch_b=p.batch_a, trans_b=True,
+                    c_strides=p.c_strides[::-1] if p.c_strides else None)
+    m, batch = p.m, p.batch
+    index_params, index = strided_index_params(batch, [p.batch_a, p.batch_b], ["x0", "x1"])
+    nbatch = numel(batch)
+    params: dict = {
+        "M": m, "N": p.n, "K": p.k, **index_params,
+        "A_MS": 1 if p.trans_a else p.k, "A_KS": m if p.trans_a else 1, "A_BS": m * p.k,
+        "B_KS": 1 if p.trans_b else p.n, "B_NS": p.k if p.trans_b else 1, "B_BS": p.k * p.n,
+    }
+    defs: dict = {"T": p.dtype, "INDEX": index}
+    epilogue_reads: list[str] = []
+    if p.gemm:
+        defs["GEMM"] = True
+        params.update(ALPHA=_scalar(ctx, p.alpha, p.dtype, "alpha"), BETA=_scalar(ctx, p.beta, p.dtype, "beta"))
+        if p.c is not None:
+            defs["HAS_C"] = True
+            params["C_MS"], params["C_NS"] = p.c_strides
+            epilogue_reads = [p.c]
+
+    if isinstance(m, int):  # static M: one kernel
+        small, large = (1, 0) if m <= SMALL_M else (0, 1)
+    else:  # (2S+1) // (M+S+1) is 1 for M <= S, else 0: selects the kernel at run time
+        small = (2 * SMALL_M + 1) // (m + SMALL_M + 1)
+        large = 1 - small
+    steps: list[Step] = []
+    if not _is_zero(small):
+        steps += _plan_gemv(ctx, p, m, nbatch, small, params, defs, epilogue_reads)
+    if not _is_zero(large):
+        steps += _plan_tiled(ctx, p, m, nbatch, large, params, defs, epilogue_reads)
+    return steps
+
+
+def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | int, str]:
+    if dtype == "f32":
+        return float(value), "f32"
+    if float(value) != int(value):
+        raise ctx.fail(f"{name}={value} must be an integer for an integer product")
+    return int(value), dtype
+
+
+def _plan_tiled(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
+                epilogue_reads: list[str]) -> list[Step]:
+    rm, rn = TILES[-1]
+    for rm, rn in TILES:  # the largest tile that still gives enough workgroups (symbolic: many)
+        grid = _ceil_div(m, 16 * rm) * _ceil_div(p.n, 16 * rn) * nbatch
+        if not isinstance(grid, int) or grid >= SMALL_GRID:
+            break
+    tiled_defs = {**defs, "RM": rm, "RN": rn, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b}
+    workgroups = (_ceil_div(p.n, 16 * rn), _ceil_div(m, 16 * rm) * enabled, nbatch)
+    return [ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=params,
+                         reads=[p.a, p.b, *epilogue_reads], writes=[p.y], workgroups=workgroups)]
+
+
+def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
+               epilogue_reads: list[str]) -> list[Step]:
+    cols, lanes = GEMV_LANES[p.trans_b]
+    col_blocks = _ceil_div(p.n, cols)
+    k = p.k
+    if isinstance(k, int):
+        splits = 1
+        if isinstance(col_blocks, int) and isinstance(nbatch, int) and col_blocks * nbatch:
+            splits = max(1, min(_ceil_div(TARGET_WORKGROUPS, col_blocks * nbatch), k // MIN_K_CHUNK))
+        chunk = max(_ceil_div(k, splits), 1)
+    else:  # K grows at run time (attention over a KV cache): more splits as it grows
+        chunk = MIN_K_CHUNK
+        splits = _ceil_div(k, chunk)
+    rows_per_pass = SMALL_M if not isinstance(m, int) else 1 << max(m - 1, 0).bit_length()
+    split = not _is_one(splits)
+    gemv_defs = {**defs, "MT": rows_per_pass, "TRANS_B": p.trans_b, "SPLIT": split}
+    gemv_params = {**params, "SPLITS": splits, "KCHUNK": chunk}
+    if split:  # the epilogue runs in the second pass
+        gemv_defs.update(GEMM=False, HAS_C=False)
+        gemv_params = {k_: v for k_, v in gemv_params.items() if k_ not in _EPILOGUE_PARAMS}
+    workgroups = (col_blocks, 1, nbatch * splits * enabled)
+    if _is_one(splits):
+        return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
+                             reads=[p.a, p.b, *epilogue_reads], writes=[p.y], workgroups=workgroups)]
+    total = nbatch * m * p.n
+    # Sized for at most SMALL_M rows (M*small + SMALL_M*(1-small)): a prefill that runs the tiled
+    # kernel instead must not grow a scratch buffer it never uses.
+    rows_cap = m if isinstance(m, int) else m * enabled + SMALL_M * (1 - enabled)
+    partial = ctx.scratch(splits * nbatch * rows_cap * p.n, _SCRATCH_DTYPE[p.dtype], "splitk")
+    gemv_params["P"] = total
+    finish_defs = {k_: v for k_, v in defs.items() if k_ in ("T", "GEMM", "HAS_C")}
+    finish_params = {k_: v for k_, v in params.items() if k_ in ("M", "N", *_EPILOGUE_PARAMS)}
+    return [
+        ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
+                     reads=[p.a, p.b], writes=[partial], workgroups=workgroups),
+        ctx.dispatch("matmul/splitk.wgsl", defs=finish_defs, params={**finish_params, "P": total, "SPLITS": splits},
+                     reads=[partial, *epilogue_reads], writes=[p.y], workgroups=ctx.grid(total * enabled)),
+    ]
+
+
+# ---- MatMul -------------------------------------------------------------------------------
 
 def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
     """(batch_a, batch_b, batch_out, out) with 1-D operands promoted as NumPy does."""
@@ -19,7 +195,8 @@ def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
     if isinstance(a2[-1], int) and isinstance(b2[-2], int) and a2[-1] != b2[-2]:
-        raise ctx.fail(f"inner dims differ: {a2[-1]} vs {b2[-2]}", 1)
+        raise ctx.fail(f"inner dims differ: input 0 has K={a2[-1]} (shape {_fmt(a)}), "
+                       f"input 1 has K={b2[-2]} (shape {_fmt(b)})", 1)
     batch = broadcast_shapes([a2[:-2], b2[:-2]], ctx.fail)
     out = tuple(batch) + (a2[-2], b2[-1])
     if len(a) == 1:
@@ -27,6 +204,10 @@ def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
     if len(b) == 1:
         out = out[:-1]
     return a2[:-2], b2[:-2], batch, out
+
+
+def _fmt(shape: Shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 class MatMul(Operator):
@@ -44,18 +225,70 @@ class MatMul(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         a, b = ctx.input_shape(0), ctx.input_shape(1)
         batch_a, batch_b, batch, _ = matmul_shapes(ctx)
-        m = a[-2] if len(a) > 1 else 1
-        k = a[-1]
-        n = b[-1] if len(b) > 1 else 1
-        params, index = strided_index_params(batch, [batch_a, batch_b], ["x0", "x1"])
-        dtype = ctx.device_type(ctx.input_dtype(0), "input 0")
-        nbatch = numel(batch)
-        return [ctx.dispatch("matmul/tiled.wgsl", defs={"T": dtype, "INDEX": index},
-                             params={"M": m, "N": n, "K": k, **params},
-                             reads=[ctx.input(0), ctx.input(1)], writes=[ctx.output(0)],
-                             workgroups=((n + 15) // 16, (m + 15) // 16, nbatch))]
+        return plan_product(ctx, Product(
+            ctx.input(0), ctx.input(1), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"),
+            m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1, k=a[-1],
+            batch_a=batch_a, batch_b=batch_b, batch=batch))
+
+
+# ---- Gemm ---------------------------------------------------------------------------------
+
+class Gemm(Operator):
+    """Y = alpha * op(A) @ op(B) + beta * C, C broadcast unidirectionally to [M, N].
+
+    One class covers opsets 1-13: C became optional in 11, and the `broadcast` attribute of
+    opsets < 7 is accepted and ignored (broadcasting C is always allowed).
+    """
+
+    op_type = "Gemm"
+
+    def _dims(self, ctx: InferenceCtx) -> tuple[Dim, Dim, Dim]:
+        for i in (0, 1):
+            if ctx.input_rank(i) != 2:
+                raise ctx.fail(f"Gemm operands must be 2-D, got shape {_fmt(ctx.input_shape(i))}", i)
+        (m, k), (kb, n) = ctx.input_shape(0), ctx.input_shape(1)
+        if ctx.attr("transA", 0):
+            m, k = k, m
+        if ctx.attr("transB", 0):
+            kb, n = n, kb
+        if isinstance(k, int) and isinstance(kb, int) and k != kb:
+            raise ctx.fail(f"inner dims differ: op(A) is [{m}, {k}], op(B) is [{kb}, {n}]", 1)
+        return m, n, k
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        m, n, _ = self._dims(ctx)
+        for i in (1, 2):
+            if ctx.has_input(i) and ctx.input_dtype(i) != ctx.input_dtype(0):
+                raise ctx.fail(f"dtype {ctx.input_dtype(i)} differs from input 0's {ctx.input_dtype(0)}", i)
+        if ctx.has_input(2):
+            c = ctx.input_shape(2)
+            ok = len(c) <= 2 and all(_is_one(d) or d == o or not (isinstance(d, int) and isinstance(o, int))
+                                     for d, o in zip(reversed(c), (n, m)))
+            if not ok:
+                raise ctx.fail(f"C of shape {_fmt(c)} does not broadcast to [{m}, {n}]", 2)
+        return [(ctx.input_dtype(0), (m, n))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        a = vals[0].T if ctx.attr("transA", 0) else vals[0]
+        b = vals[1].T if ctx.attr("transB", 0) else vals[1]
+        y = ctx.attr("alpha", 1.0) * (a @ b)
+        if ctx.has_input(2):
+            y = y + ctx.attr("beta", 1.0) * vals[2]
+        return [ctx.cast_output(y)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        m, n, k = self._dims(ctx)
+        has_c = ctx.has_input(2)
+        return plan_product(ctx, Product(
+            ctx.input(0), ctx.input(1), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"),
+            m=m, n=n, k=k, trans_a=bool(ctx.attr("transA", 0)), trans_b=bool(ctx.attr("transB", 0)), gemm=True,
+            c=ctx.input(2) if has_c else None, c_shape=ctx.input_shape(2) if has_c else (),
+            alpha=ctx.attr("alpha", 1.0), beta=ctx.attr("beta", 1.0)))
 
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(MatMul(), 1)]
+    return [(MatMul(), 1), (Gemm(), 1)]

@@ -1,0 +1,102 @@
+"""LLM decoding speed: onyxia's LlmSession vs onnxruntime (CPU), side by side in one run.
+
+Run: python benchmarks/bench_llm.py [--prompt 64] [--new 64] [--int4] [--repeat 3] [--model-dir DIR]
+
+Builds a Llama-style decoder of ~32M parameters with random weights (tests/llm_models.py:
+hidden 512, 8 layers, 8 heads / 4 KV heads, MLP 1408, vocabulary 8000) in onnxruntime-genai's
+layout, unless --model-dir points at a folder in that layout. Then, for both engines:
+- prefill: seconds to run the prompt and produce the first token (median of --repeat runs);
+- decode: tokens per second over the following --new - 1 single-token steps, greedy.
+onnxruntime runs a plain session loop feeding present → past (numpy, argmax on the host), as
+onnxruntime-genai drives a decoder on CPU. Ratios are onyxia over onnxruntime for speed (> 1:
+onyxia is faster) and onnxruntime over onyxia for prefill time (> 1: onyxia is faster). Also
+printed: dispatches per decode step and whether both engines chose the same tokens. On lavapipe
+the "GPU" is the same CPU, so the ratios say little about a real GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.llm_models
+
+from tests.llm_models import DecoderSpec, OrtDecoder, build_decoder, num_parameters  # noqa: E402
+
+BENCH_SPEC = DecoderSpec(vocab_size=8000, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
+                         intermediate_size=1408, context_length=1024, max_length=512, block_size=32, seed=0)
+
+
+def time_onyxia(session, prompt: list[int], new: int, repeat: int) -> tuple[float, float, list[int]]:
+    prefill, speed, tokens = [], [], []
+    for _ in range(repeat + 1):  # the first run warms pipelines and staging buffers
+        tokens = session.generate(prompt, max_new_tokens=new)
+        prefill.append(session.stats.prefill_seconds)
+        speed.append(session.stats.decode_tokens_per_second)
+    return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
+
+
+def time_onnxruntime(ref: OrtDecoder, prompt: list[int], new: int, repeat: int) -> tuple[float, float, list[int]]:
+    prefill, speed, tokens = [], [], []
+    for _ in range(repeat + 1):
+        stamps: list[float] = []
+
+        def choose(logits: np.ndarray) -> int:
+            stamps.append(time.perf_counter())
+            return int(np.argmax(logits))
+
+        start = time.perf_counter()
+        tokens, _ = ref.run(prompt, new, choose)
+        prefill.append(stamps[0] - start)
+        speed.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+    return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt", type=int, default=64, help="prompt tokens (64)")
+    parser.add_argument("--new", type=int, default=64, help="tokens to generate (64)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine (3)")
+    parser.add_argument("--int4", action="store_true", help="int4 weights (MatMulNBits, GatherBlockQuantized)")
+    parser.add_argument("--model-dir", type=Path, help="an existing model folder instead of building one")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="onyxia-bench-llm-") as tmp:
+        model_dir = args.model_dir
+        if model_dir is None:
+            start = time.perf_counter()
+            model_dir = build_decoder(BENCH_SPEC.with_(int4=args.int4), Path(tmp) / "decoder")
+            print(f"built the decoder in {time.perf_counter() - start:.1f} s")
+        run(model_dir, args)
+
+
+def run(model_dir: Path, args: argparse.Namespace) -> None:
+    from onyxia.llm import LlmSession
+
+    start = time.perf_counter()
+    session = LlmSession(model_dir, prefill_length=args.prompt)
+    print(f"model: {model_dir} ({num_parameters(model_dir) / 1e6:.1f}M parameters, {session.config.type}); "
+          f"onyxia compile + load {time.perf_counter() - start:.1f} s on {session.runtime.info.summary}")
+    vocab = session.config.vocab_size
+    prompt = [int(t) for t in np.random.default_rng(0).integers(4, vocab, args.prompt)]
+    new = min(args.new, session.max_length - len(prompt))
+
+    o_prefill, o_speed, o_tokens = time_onyxia(session, prompt, new, args.repeat)
+    r_prefill, r_speed, r_tokens = time_onnxruntime(OrtDecoder(model_dir), prompt, new, args.repeat)
+
+    print(f"\nprompt {len(prompt)} tokens, {new} new tokens, median of {args.repeat} runs")
+    print(f"{'':24}{'onyxia':>14}{'onnxruntime':>14}{'ratio':>10}")
+    print(f"{'prefill (ms)':24}{o_prefill * 1e3:14.1f}{r_prefill * 1e3:14.1f}{r_prefill / o_prefill:9.2f}x")
+    print(f"{'decode (tokens/s)':24}{o_speed:14.1f}{r_speed:14.1f}{o_speed / r_speed:9.2f}x")
+    print(f"dispatches per decode step: {session.dispatches_per_step}; "
+          f"same tokens as onnxruntime: {o_tokens == r_tokens}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""LlmSession: prefill a prompt, then decode token by token with one compiled plan.
+
+The decoder is compiled once, for capacities (the longest prefill, `max_length` of cache).
+Each forward pass only changes dimensions (`update_dimensions`: sequence length, past and total
+length), so nothing recompiles or reallocates while decoding. The KV cache never leaves the
+GPU: each present tensor goes back in as the next step's past as a DeviceTensor (a GPU copy,
+or none at all when the attention kernel writes present into the past buffer). Greedy decoding
+reads back one token id per step (the argmax runs on the GPU, see ops.LastToken); sampling
+reads back the last position's logits.
+
+Cache layouts (genai_config.json search.past_present_share_buffer):
+  false: past holds the `past` tokens seen so far and present `past + new` — a growing cache.
+  true:  past and present are both `max_length` long; attention writes only the new positions
+         (onnxruntime's GroupQueryAttention semantics: present length = max(past, total)).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from onyxia.compiler import CompilerPipeline
+from onyxia.errors import ConfigError, DimensionError, InputError
+from onyxia.ir.graph import IrGraph
+from onyxia.ir.shapes import SymDim
+from onyxia.llm.config import GenaiConfig, load_genai_config, load_tokenizer
+from onyxia.llm.ops import LAST_LOGITS, NEXT_TOKEN, add_last_token_head, register_llm_operators
+from onyxia.llm.sampling import Sampler, SamplingParams
+from onyxia.onnx import load_model
+from onyxia.operators import OperatorRegistry, core_operator_registry
+from onyxia.operators.attention import DOMAIN as MS_DOMAIN
+from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.plan import Dispatch
+from onyxia.runtime.tensor import DeviceTensor
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One forward pass: the greedy next token and, when asked for, logits read back."""
+
+    token: int  # argmax of the last position, computed on the GPU
+    last_logits: np.ndarray | None = None  # [vocab] of the last position
+    logits: np.ndarray | None = None  # [sequence, vocab], every position (tests, debugging)
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_tokens: int = 0  # forward passes after the prefill
+    decode_seconds: float = 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _DecoderIO:
+    """The decoder's feeds and dimension symbols, checked against genai_config.json."""
+
+    input_ids: str
+    mask: str | None  # attention_mask, when the model takes one
+    positions: str | None  # position_ids, when the model takes them
+    kv: tuple[tuple[str, str], ...]  # (past, present) per layer, keys then values
+    dtypes: dict[str, np.dtype]  # numpy dtype of each fed input
+    batch: str | None  # symbols; batch is None when the model fixes it to 1
+    sequence: str
+    total: str | None
+    past: str
+
+
+@dataclass
+class _Cache:
+    # Per past input: the present DeviceTensor of the previous step, or None before a prefill.
+    feeds: dict[str, DeviceTensor | None] = field(default_factory=dict)
+    length: int = 0  # tokens in the cache
+
+
+class LlmSession:
+    """A decoder-only LLM in onnxruntime-genai's folder layout, on the GPU.
+
+        session = LlmSession("phi3-mini-int4")
+        ids = session.encode("The capital of France is")
+        print(session.decode(session.generate(ids, max_new_tokens=16)))
+
+    max_length: prompt + generated tokens at most (default: search.max_length, else the
+        model's context_length); the KV cache is allocated for it.
+    runtime: the onyxia Runtime (wgpu device) to use; a new one by default.
+    registry: operators to compile with (default: the core registry); the session adds its own.
+    prefill_length: longest prompt that runs without growing buffers (default: max_length);
+        a longer prompt still runs, reallocating once.
+    """
+
+    def __init__(self, model_dir: str | Path, max_length: int | None = None, *, runtime=None,
+                 registry: OperatorRegistry | None = None, prefill_length: int | None = None):
+        self.model_dir = Path(model_dir)
+        self.config: GenaiConfig = load_genai_config(self.model_dir)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.max_length = self._max_length(max_length)
+        # Prefills up to this many tokens run without growing any buffer.
+        self.prefill_length = min(prefill_length or self.max_length, self.max_length)
+        self.share_buffer = self.config.search.past_present_share_buffer
+
+        graph = load_model(self.config.model_path)
+        self.io = _decoder_io(graph, self.config)
+        if self.share_buffer:
+            # GroupQueryAttention cannot tell the layouts apart from the graph (onnxruntime
+            # compares buffer pointers); onyxia's kernel takes it as a node attribute.
+            for node in graph.nodes:
+                if node.op_type == "GroupQueryAttention" and node.domain == MS_DOMAIN:
+                    node.attributes[SHARE_BUFFER_ATTR] = 1
+        add_last_token_head(graph, self.config.decoder.logits)
+        registry = register_llm_operators(registry or core_operator_registry())
+        # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
+        io = self.io
+        capacity = {io.sequence: self.prefill_length, io.past: self.max_length}
+        if io.total:
+            capacity[io.total] = self.max_length
+        if io.batch:
+            capacity[io.batch] = 1
+        start = time.perf_counter()
+        self.compiled = CompilerPipeline(registry).compile(graph, capacity, static=[io.batch] if io.batch else [])
+        self.compile_seconds = time.perf_counter() - start
+        if runtime is None:
+            from onyxia.runtime import Runtime
+
+            runtime = Runtime()
+        self.runtime = runtime
+        self.executor = runtime.load_model(self.compiled)
+        self._check_cache_layout()
+        self.stats = GenerationStats()
+        self.reset()
+
+    # ---- setup ----------------------------------------------------------------------------
+    def _max_length(self, requested: int | None) -> int:
+        context = self.config.context_length
+        value = requested or self.config.search.max_length or context
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise DimensionError(f"max_length must be an integer >= 2, got {value!r}")
+        if value > context:
+            raise DimensionError(f"max_length {value} exceeds the model's context_length {context} "
+                                 f"({self.config.path})")
+        return value
+
+    def _check_cache_layout(self) -> None:
+        """With a shared buffer, present must have past's shape (max_length long)."""
+        tensors = self.compiled.tensors
+        if not self.share_buffer:
+            return
+        for past, present in self.io.kv:
+            if tensors[present].shape != tensors[past].shape:
+                raise ConfigError(
+                    f"{self.config.path}: search.past_present_share_buffer is true, but the compiled "
+                    f"'{present}' has shape {[str(d) for d in tensors[present].shape]}, not past's "
+                    f"{[str(d) for d in tensors[past].shape]} (the attention operator does not share the buffer)")
+
+    # ---- text -----------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    # ---- forward passes -------------------------------------------------------------------
+    @property
+    def cache_length(self) -> int:
+        return self._cache.length
+
+    @property
+    def dispatches_per_step(self) -> int:
+        """Dispatches a decode step runs (kernels whose grid is empty at one token are skipped)."""
+        io, cached = self.io, self.max_length // 2
+        dims = {**self.executor.dims, io.sequence: 1, io.past: self.max_length if self.share_buffer else cached}
+        if io.total:
+            dims[io.total] = cached + 1
+        return sum(all(d.evaluate(dims) if isinstance(d, SymDim) else d for d in step.workgroups)
+                   for step in self.compiled.steps if isinstance(step, Dispatch))
+
+    def reset(self) -> None:
+        """Forget the cache: the next forward pass is a prefill."""
+        self._cache = _Cache({past: None for past, _ in self.io.kv}, 0)
+
+    def _past_feed(self, past: str) -> np.ndarray | DeviceTensor:
+        value = self._cache.feeds[past]
+        if value is not None:
+            return value
+        if self.share_buffer:
+            # The buffer as it is: attention never reads positions past the current length.
+            return self.executor.device_tensor(past)
+        return np.zeros(self.executor.input_shape(past), self.io.dtypes[past])  # 0 rows: no upload
+
+    def _token_array(self, ids: Sequence[int]) -> np.ndarray:
+        """`ids` as a [1, n] int64 array, each checked against the vocabulary."""
+        if len(ids) == 0:
+            raise InputError("no token ids given: a forward pass needs at least one")
+        vocab = self.config.vocab_size
+        array = np.asarray(ids, dtype=np.int64).reshape(1, len(ids))
+        if array.min() < 0 or array.max() >= vocab:
+            bad = int(array[(array < 0) | (array >= vocab)][0])
+            raise InputError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})")
+        return array
+
+    def forward(self, ids: Sequence[int], *, last_logits: bool = False, logits: bool = False) -> StepOutput:
+        """Run `ids` (the prompt, or one new token) on top of the cache; returns the next token.
+
+        `last_logits` reads back the last position's logits (sampling); `logits` every
+        position's (tests). Greedy decoding needs neither: the token is picked on the GPU.
+        """
+        io, n = self.io, len(ids)
+        array = self._token_array(ids)
+        past_len, total = self._cache.length, self._cache.length + n
+        if total > self.max_length:
+            raise DimensionError(f"{total} tokens exceed max_length {self.max_length} "
+                                 f"({past_len} cached + {n} new)")
+        dims = {io.sequence: n, io.past: self.max_length if self.share_buffer else past_len}
+        if io.total:
+            dims[io.total] = total
+        self.executor.update_dimensions(dims)
+
+        feeds: dict[str, object] = {io.input_ids: array.astype(io.dtypes[io.input_ids])}
+        if io.mask:
+            feeds[io.mask] = np.ones((1, total), io.dtypes[io.mask])
+        if io.positions:
+            feeds[io.positions] = np.arange(past_len, total).reshape(1, n).astype(io.dtypes[io.positions])
+        for past, _ in io.kv:
+            feeds[past] = self._past_feed(past)
+        logits_name = self.config.decoder.logits
+        readback = [NEXT_TOKEN] + ([LAST_LOGITS] if last_logits else []) + ([logits_name] if logits else [])
+        out = self.executor.run(feeds, outputs=readback, device_outputs=[present for _, present in io.kv])
+        self._cache = _Cache({past: out[present] for past, present in io.kv}, total)  # type: ignore[misc]
+        return StepOutput(int(out[NEXT_TOKEN][0]),
+                          out[LAST_LOGITS][0] if last_logits else None,  # type: ignore[index]
+                          out[logits_name][0] if logits else None)  # type: ignore[index]
+
+    # ---- generation -----------------------------------------------------------------------
+    def stream(self, ids: Sequence[int], max_new_tokens: int = 128, temperature: float = 0.0, top_k: int = 0,
+               top_p: float = 1.0, seed: int | None = None, eos_token_id: int | Sequence[int] | None = None
+               ) -> Iterator[int]:
+        """Yield new token ids one by one; stops after an EOS token (yielded) or max_new_tokens."""
+        params = SamplingParams(temperature, top_k, top_p, seed)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise InputError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        prompt = self._token_array(ids)[0].tolist()
+        if len(prompt) >= self.max_length:
+            raise DimensionError(
+                f"the prompt has {len(prompt)} tokens; max_length {self.max_length} (the model's context_length "
+                f"is {self.config.context_length}) leaves room for at most {self.max_length - 1} prompt tokens")
+        eos = set(self.config.eos_token_ids if eos_token_id is None else
+                  ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id))
+        # genai's max_length bounds prompt + generated tokens.
+        budget = min(max_new_tokens, self.max_length - len(prompt))
+        return self._generate(prompt, budget, params, eos)
+
+    def _generate(self, prompt: list[int], budget: int, params: SamplingParams, eos: set[int]) -> Iterator[int]:
+        sampler = Sampler(params)
+        self.reset()
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        if budget == 0:
+            return
+        start = time.perf_counter()
+        step = self.forward(prompt, last_logits=not params.greedy)
+        self.stats.prefill_seconds = time.perf_counter() - start
+        decode_start = time.perf_counter()
+        for produced in range(1, budget + 1):
+            token = step.token if params.greedy else sampler(step.last_logits)
+            yield token
+            if token in eos or produced == budget:
+                break
+            step = self.forward([token], last_logits=not params.greedy)
+            self.stats.decode_tokens += 1
+            self.stats.decode_seconds = time.perf_counter() - decode_start
+
+    def generate(self, ids: Sequence[int], max_new_tokens: int = 128, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None = None, eos_token_id: int | Sequence[int] | None = None
+                 ) -> list[int]:
+        """The new token ids (EOS included when generation stopped on it)."""
+        return list(self.stream(ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id))
+
+    def stream_text(self, prompt: str, max_new_tokens: int = 128, **sampling) -> Iterator[str]:
+        """Encode `prompt`, generate, and yield decoded text pieces as they become complete."""
+        from tokenizers.decoders import DecodeStream
+
+        decoder = DecodeStream(skip_special_tokens=True)
+        for token in self.stream(self.encode(prompt), max_new_tokens, **sampling):
+            piece = decoder.step(self.tokenizer, token)
+            if piece:
+                yield piece
+
+    def __repr__(self) -> str:
+        return (f"LlmSession({str(self.model_dir)!r}, type={self.config.type}, max_length={self.max_length}, "
+                f"{self.dispatches_per_step} dispatches per step)")
+
+
+def _decoder_io(graph: IrGraph, config: GenaiConfig) -> _DecoderIO:
+    """Every name genai_config.json gives exists in the model; read the dimension symbols."""
+    dec, model = config.decoder, config.model_path.name
+    past = [n for layer in range(dec.num_hidden_layers) for n in dec.past_names(layer)]
+    present = [n for layer in range(dec.num_hidden_layers) for n in dec.present_names(layer)]
+    # genai treats an attention_mask or position_ids the model does not take as absent.
+    mask = dec.attention_mask if dec.attention_mask in graph.inputs else None
+    positions = dec.position_ids if dec.position_ids in graph.inputs else None
+    expected = [dec.input_ids, *past]
+    missing = [n for n in expected if n not in graph.inputs]
+    if missing:
+        raise ConfigError(f"{config.path} names model inputs {missing} that {model} does not have "
+                          f"(its inputs: {', '.join(graph.inputs)})")
+    unknown = [n for n in graph.inputs if n not in (*expected, mask, positions)]
+    if unknown:
+        raise ConfigError(f"{model} has inputs {unknown} that {config.path} does not describe "
+                          "(model.decoder.inputs)")
+    missing = [n for n in (dec.logits, *present) if n not in graph.outputs]
+    if missing:
+        raise ConfigError(f"{config.path} names model outputs {missing} that {model} does not have "
+                          f"(its outputs: {', '.join(graph.outputs)})")
+
+    def symbol(tensor: str, axis: int, what: str, allow_one: bool = False) -> str | None:
+        shape = graph.tensor(tensor).shape or ()
+        if axis >= len(shape):
+            raise ConfigError(f"{model} input '{tensor}' has rank {len(shape)}; expected {what} at axis {axis}")
+        d = shape[axis]
+        if isinstance(d, SymDim) and str(d) in d.symbols:  # a bare symbol, not an expression
+            return str(d)
+        if allow_one and d == 1:
+            return None
+        raise ConfigError(f"{model} input '{tensor}' axis {axis} ({what}) is {d}; it must be a dimension "
+                          "symbol so one plan serves the prefill and every decode step")
+
+    fed = [dec.input_ids, *(n for n in (mask, positions) if n), *past]
+    return _DecoderIO(
+        input_ids=dec.input_ids, mask=mask, positions=positions, kv=tuple(zip(past, present)),
+        dtypes={n: graph.tensor(n).dtype.numpy for n in fed},  # type: ignore[union-attr]
+        batch=symbol(dec.input_ids, 0, "batch", allow_one=True),
+        sequence=symbol(dec.input_ids, 1, "sequence length"),  # type: ignore[arg-type]
+        total=symbol(mask, 1, "total sequence length") if mask else None,
+        past=symbol(past[0], 2, "past sequence length"))  # type: ignore[arg-type]

@@ -1,0 +1,112 @@
+// Matrix product for few rows (decode: M = 1 with M symbolic), work split over N and K.
+//
+// A workgroup owns NCOL output columns and one K chunk (split-K: wid.z = batch * SPLITS + s);
+// its KL lanes per column walk the chunk and every lane accumulates all rows m < M at once
+// (MT rows per pass), so each element of B is read once per pass. Without TRANS_B the 64
+// threads of a lane read 64 adjacent columns of one row of B; with TRANS_B (B stored [N, K], as
+// Gemm's transB) 64 lanes read 64 adjacent k of one row of B^T. Either way the reads coalesce,
+// and the A element a lane needs is the same for every column (a broadcast load).
+// The KL partial sums of a column meet in shared memory (tree reduction). With SPLIT the
+// chunk's sum goes to `partial` ([SPLITS, P] with P = batch * M * N) for splitk.wgsl to add up;
+// otherwise it is finished and stored here.
+//
+// Defs: T, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
+// A_BS, B_BS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
+#import matmul::epilogue
+
+@group(0) @binding(0) var<storage, read> a: array<#{T}>;
+@group(0) @binding(1) var<storage, read> b: array<#{T}>;
+#ifdef SPLIT
+@group(0) @binding(2) var<storage, read_write> partial: array<#{T}>;
+#else
+#ifdef HAS_C
+@group(0) @binding(2) var<storage, read> c: array<#{T}>;
+@group(0) @binding(3) var<storage, read_write> y: array<#{T}>;
+#else
+@group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
+#endif
+#endif
+
+const MT = #{MT}u;
+#ifdef TRANS_B
+const NCOL = 4u;
+const KL = 64u;
+const KSTRIDE = 1u;  // lane = lid % KL
+#else
+const NCOL = 64u;
+const KL = 4u;
+const KSTRIDE = 64u;  // lane = lid / NCOL
+#endif
+
+var<workgroup> red: array<#{T}, 256u * #{MT}u>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // Column blocks may have been folded from x into y by the runtime (more than 65535).
+    let block = wid.y * nwg.x + wid.x;
+    if (block * NCOL >= N()) {
+        return;
+    }
+    let s = wid.z % SPLITS();
+    let i = wid.z / SPLITS();
+    #{INDEX}
+    let a_base = idx_x0 * A_BS();
+    let b_base = idx_x1 * B_BS();
+#ifdef TRANS_B
+    let lane = lid % KL;
+    let col = lid / KL;
+#else
+    let col = lid % NCOL;
+    let lane = lid / NCOL;
+#endif
+    let n = block * NCOL + col;
+    let n_read = min(n, N() - 1u);  // out-of-range columns compute garbage they never store
+    let k_begin = s * KCHUNK();
+    let k_end = min(K(), k_begin + KCHUNK());
+    for (var m0 = 0u; m0 < M(); m0 += MT) {
+        let rows = min(MT, M() - m0);
+        var acc: array<#{T}, #{MT}>;
+        if (rows == 1u) {  // decode: a tight loop (the branch is uniform, taken by every thread)
+            for (var k = k_begin + lane; k < k_end; k += KL) {
+                acc[0] += a[a_base + m0 * A_MS() + k * A_KS()] * b[b_base + k * B_KS() + n_read * B_NS()];
+            }
+        } else {
+            for (var k = k_begin + lane; k < k_end; k += KL) {
+                let bv = b[b_base + k * B_KS() + n_read * B_NS()];
+                let a_row = a_base + m0 * A_MS() + k * A_KS();
+                for (var r = 0u; r < MT; r++) {
+                    if (r < rows) {
+                        acc[r] += a[a_row + r * A_MS()] * bv;
+                    }
+                }
+            }
+        }
+        for (var r = 0u; r < MT; r++) {  // constant bounds keep `acc` in registers
+            if (r < rows) {
+                red[r * 256u + lid] = acc[r];
+            }
+        }
+        workgroupBarrier();
+        for (var st = KL / 2u; st > 0u; st >>= 1u) {
+            if (lane < st) {
+                for (var r = 0u; r < rows; r++) {
+                    red[r * 256u + lid] += red[r * 256u + lid + st * KSTRIDE];
+                }
+            }
+            workgroupBarrier();
+        }
+        if (lane == 0u && n < N()) {
+            for (var r = 0u; r < rows; r++) {
+                let m = m0 + r;
+                let v = red[r * 256u + lid];
+#ifdef SPLIT
+                partial[s * P() + (i * M() + m) * N() + n] = v;
+#else
+                y[(i * M() + m) * N() + n] = matmul_finish(v, m, n);
+#endif
+            }
+        }
+        workgroupBarrier();  // `red` is reused by the next pass
+    }
+}
