@@ -1,134 +1,603 @@
 """Elementwise families: one class each, one table row per op.
 
-A row gives the WGSL expression (over `x0`, `x1`, computed in the input's device type, or a
-dict keyed by device type "f32"/"i32"/"u32") and the numpy function that folds it. Adding an
-elementwise op is one row. All share one kernel template, shaders/elementwise/map.wgsl, with
-NumPy broadcasting through generated index code.
+A row gives the WGSL expression per dtype kind ("float", "int", "uint", "bool", computed in
+f32 / i32 / u32 / u32 over `x0`, `x1`, ...) and the numpy function that folds it; attributes
+with numeric values reach the expression as params (`ALPHA()`). Adding an elementwise op is
+one row. Every family plans through `map_dispatch`: one dispatch of the shared kernel
+shaders/elementwise/map.wgsl with NumPy broadcasting. The helpers the expressions call (NaN
+propagating max, erf, C pow, ...) live in shaders/elementwise/math.wgsl.
+
+Device numerics (every element is a 32-bit word, see ir/dtypes.py):
+- float16 computes in f32 and is rounded to float16 once, when read back;
+- int64 computes in i32: results wrap around at 2^31 where int64 would not (inputs are
+  range-checked at upload);
+- int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
+  overflow wraps exactly as numpy and onnxruntime do;
+- integer Div/Mod by zero give WGSL's defined results, where ONNX leaves them undefined.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape, numel
+from onyxia.ir.shapes import Shape, SymDim, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import broadcast_shapes, strided_index_params
 from onyxia.plan import Step
 
-Expr = str | Mapping[str, str]
+FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
+NUMERIC = (FLOAT, INT, UINT)
+COMPUTE = {FLOAT: "f32", INT: "i32", UINT: "u32", BOOL: "u32"}  # the WGSL type each kind computes in
+_KIND_NAMES = {FLOAT: "floating-point", INT: "signed integer", UINT: "unsigned integer", BOOL: "bool"}
+REQUIRED = object()  # attribute default: the attribute must be given
+MAX_MAP_INPUTS = 7  # storage bindings per dispatch: WebGPU guarantees 8, one is the output
 
 
-def _expr_for(expr: Expr, device: str, ctx: InferenceCtx) -> str:
-    if isinstance(expr, str):
-        return expr
-    if device in expr:
-        return expr[device]
-    raise ctx.fail(f"{ctx.node.op_type} is not supported for this input dtype "
-                   f"({ctx.input_dtype(0).name}; supported device types: {', '.join(expr)})", 0)
+def kind(dtype: DType) -> str:
+    """The key of a row's expressions that applies to `dtype` (float16 and float64 are "float":
+    float64 folds on the host, and planning it fails with a clear UnsupportedDtypeError)."""
+    if dtype.is_bool:
+        return BOOL
+    if dtype.is_float:
+        return FLOAT
+    if dtype.is_integer:
+        return INT if np.issubdtype(dtype.numpy, np.signedinteger) else UINT
+    return dtype.name  # string: no row has it
 
 
-def plan_map(ctx: PlanCtx, expr: str, inputs: list[int], compute: list[str] | None = None,
-             label: str | None = None) -> list[Step]:
-    """One dispatch computing y = expr(x0, x1, ...) with broadcasting over `inputs`."""
-    out_shape = ctx.output_shape(0)
+def widen(value: np.ndarray) -> np.ndarray:
+    """Fold float16 in float32, rounding once at the end, as the device computes it."""
+    return value.astype(np.float32) if value.dtype == np.float16 else value
+
+
+# ---- the shared map kernel ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Operand:
+    """One kernel input: its buffer, the shape it broadcasts from, storage and compute types."""
+
+    buffer: str
+    shape: Shape
+    storage: str
+    compute: str
+
+
+def operand(ctx: PlanCtx, i: int, compute: str | None = None, shape: Shape | None = None) -> Operand:
+    storage = ctx.device_type(ctx.input_dtype(i), f"input {i}")
+    return Operand(ctx.input(i), ctx.input_shape(i) if shape is None else shape, storage, compute or storage)
+
+
+_WRAP_BITS = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}
+
+
+def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output: str | None = None,
+                 params: Mapping[str, Any] | None = None, label: str | None = None) -> list[Step]:
+    """One dispatch computing `expr` over `operands` (named x0, x1, ...) broadcast to the shape
+    and dtype of output 0, written to `output` (default: output 0 itself). Narrow integer
+    results are wrapped to their width."""
+    out_shape, out_dtype = ctx.output_shape(0), ctx.output_dtype(0)
     n = numel(out_shape)
     if isinstance(n, int) and n == 0:
         return []
-    names = [f"x{k}" for k in range(len(inputs))]
-    params, index_code = strided_index_params(out_shape, [ctx.input_shape(i) for i in inputs], names)
-    storage = [ctx.device_type(ctx.input_dtype(i), f"input {i}") for i in inputs]
-    compute = compute or storage
-    defs: dict[str, object] = {"NIN": len(inputs), "EXPR": expr, "INDEX": index_code,
-                               "TY": ctx.device_type(ctx.output_dtype(0), "output")}
-    for k, (t, c) in enumerate(zip(storage, compute)):
-        defs[f"T{k}"], defs[f"C{k}"] = t, c
+    names = [f"x{k}" for k in range(len(operands))]
+    index_params, index_code = strided_index_params(out_shape, [o.shape for o in operands], names)
+    ty = ctx.device_type(out_dtype, "output")
+    store = f"{ty}({expr})"
+    if out_dtype.name in _WRAP_BITS:
+        store = f"onyxia_wrap_{ty[0]}({store}, {_WRAP_BITS[out_dtype.name]}u)"
+    defs = {
+        "NIN": len(operands),
+        "INPUTS": "\n".join(f"@group(0) @binding({k}) var<storage, read> in{k}: array<{o.storage}>;"
+                            for k, o in enumerate(operands)),
+        "LOADS": "\n    ".join(f"let x{k} = {o.compute}(in{k}[idx_x{k}]);" for k, o in enumerate(operands)),
+        "INDEX": index_code, "TY": ty, "STORE": store,
+    }
     return [ctx.dispatch("elementwise/map.wgsl", label=label or f"map_{ctx.node.op_type}", defs=defs,
-                         params={"N": n, **params}, reads=[ctx.input(i) for i in inputs],
-                         writes=[ctx.output(0)], workgroups=ctx.grid(n))]
+                         params={"N": n, **index_params, **(params or {})},
+                         reads=[o.buffer for o in operands], writes=[output or ctx.output(0)],
+                         workgroups=ctx.grid(n))]
+
+
+def plan_map(ctx: PlanCtx, expr: str, inputs: list[int], compute: list[str] | None = None,
+             label: str | None = None, params: Mapping[str, Any] | None = None) -> list[Step]:
+    """One dispatch computing y = expr(x0, x1, ...) over node inputs `inputs` with broadcasting."""
+    compute = compute or [None] * len(inputs)  # type: ignore[list-item]
+    return map_dispatch(ctx, expr, [operand(ctx, i, c) for i, c in zip(inputs, compute)], label=label,
+                        params=params)
+
+
+# ---- table rows ---------------------------------------------------------------------------
+
+Wgsl = Mapping[str, str]
+
+
+def on(kinds: Iterable[str], expr: str) -> dict[str, str]:
+    return dict.fromkeys(kinds, expr)
+
+
+def flt(expr: str) -> dict[str, str]:
+    return {FLOAT: expr}
+
+
+def num(expr: str) -> dict[str, str]:
+    return on(NUMERIC, expr)
+
+
+def ints(expr: str) -> dict[str, str]:
+    return on((INT, UINT), expr)
 
 
 @dataclass(frozen=True)
-class BinaryRow:
-    expr: Expr
-    fold: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    result: str = "same"  # "same" (input dtype) or "bool"
+class Row:
+    """One elementwise op of a family table."""
+
+    wgsl: Wgsl | Callable[..., Wgsl]  # expression per dtype kind; a callable gets the attributes
+    fold: Callable[..., Any]  # numpy: fold(*input values, **attributes)
+    since: int = 1  # opset version the op appeared in
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # ONNX attribute -> default (or REQUIRED)
+    result: str = "same"  # output dtype: "same" as input 0, or "bool"
+    exponent: bool = False  # input 1 has its own numeric dtype and computes in f32 (Pow's T1)
 
 
-class BinaryElementwise(Operator):
-    """Add, Sub, Mul, ... : two inputs of one dtype, NumPy broadcasting."""
+class _TableOp(Operator):
+    """An op backed by a Row: attribute lookup, dtype-kind checks, attribute params."""
 
-    def __init__(self, op_type: str, row: BinaryRow):
+    def __init__(self, op_type: str, row: Row):
         self.op_type, self.row = op_type, row
+
+    def attrs(self, ctx: InferenceCtx) -> dict[str, Any]:
+        return {name: ctx.attr(name) if default is REQUIRED else ctx.attr(name, default)
+                for name, default in self.row.attrs.items()}
+
+    def expr(self, ctx: InferenceCtx, attrs: Mapping[str, Any], dtype: DType) -> str:
+        """The row's WGSL for `dtype`, or an error naming the node, the dtype and the attributes."""
+        wgsl = self.row.wgsl
+        if callable(wgsl):
+            try:
+                wgsl = wgsl(**attrs)
+            except (KeyError, ValueError, TypeError):
+                raise ctx.fail(f"attribute values {attrs} are not supported") from None
+        if kind(dtype) not in wgsl:
+            given = f" with {attrs}" if attrs else ""
+            supported = ", ".join(_KIND_NAMES[k] for k in wgsl) or "nothing"
+            raise ctx.fail(f"{self.op_type}{given} does not support dtype {dtype} (supported: {supported})", 0)
+        return wgsl[kind(dtype)]
+
+    @staticmethod
+    def params(attrs: Mapping[str, Any], expr: str) -> dict[str, Any]:
+        """Numeric attributes the expression reads, as params (`alpha` -> `ALPHA()`)."""
+        return {k.upper(): v for k, v in attrs.items()
+                if isinstance(v, (int, float)) and f"{k.upper()}()" in expr}
+
+    def result(self, dtype: DType) -> DType:
+        return dtypes.BOOL if self.row.result == "bool" else dtype
+
+
+class BinaryElementwise(_TableOp):
+    """Add, Pow, Equal, BitShift, ...: two inputs with NumPy broadcasting (before opset 7 with
+    the legacy `broadcast`/`axis` attributes)."""
+
+    def legacy_pad(self, ctx: InferenceCtx) -> int:
+        """Opset < 7's `broadcast=1, axis=k` aligns B's dims with A's from axis k: the number of
+        trailing 1s that turn it into NumPy broadcasting (0 without those attributes)."""
+        axis = ctx.attr("axis", None)
+        if not ctx.attr("broadcast", 0) or axis is None:
+            return 0
+        rank_a, rank_b = ctx.input_rank(0), ctx.input_rank(1)
+        pad = rank_a - ctx.axis(axis, rank_a) - rank_b
+        if pad < 0:
+            raise ctx.fail(f"legacy broadcast at axis {axis} overruns input 0's rank {rank_a}", 1)
+        return pad
+
+    def shapes(self, ctx: InferenceCtx) -> list[Shape]:
+        return [ctx.input_shape(0), (*ctx.input_shape(1), *(1,) * self.legacy_pad(ctx))]
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         a, b = ctx.input_dtype(0), ctx.input_dtype(1)
-        if a != b and self.op_type not in ("Pow", "BitShift"):
+        self.expr(ctx, self.attrs(ctx), a)
+        if self.row.exponent:
+            if kind(b) not in NUMERIC:
+                raise ctx.fail(f"exponent dtype {b} is not numeric", 1)
+        elif a != b:
             raise ctx.fail(f"inputs must have the same dtype, got {a} and {b}", 1)
-        shape = broadcast_shapes([ctx.input_shape(0), ctx.input_shape(1)], ctx.fail)
-        return [(dtypes.BOOL if self.row.result == "bool" else a, shape)]
+        return [(self.result(a), broadcast_shapes(self.shapes(ctx), ctx.fail))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        attrs, pad = self.attrs(ctx), self.legacy_pad(ctx)
         with np.errstate(all="ignore"):
-            return ctx.binary_fold(self.row.fold)
+            return ctx.binary_fold(
+                lambda a, b: self.row.fold(widen(a), widen(b).reshape(b.shape + (1,) * pad), **attrs))
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        device = ctx.device_type(ctx.input_dtype(0), "input 0")
-        return plan_map(ctx, _expr_for(self.row.expr, device, ctx), [0, 1], [device, device])
+        attrs, shapes = self.attrs(ctx), self.shapes(ctx)
+        expr = self.expr(ctx, attrs, ctx.input_dtype(0))
+        compute = COMPUTE[kind(ctx.input_dtype(0))]
+        operands = [operand(ctx, 0, compute, shapes[0]),
+                    operand(ctx, 1, "f32" if self.row.exponent else compute, shapes[1])]
+        return map_dispatch(ctx, expr, operands, params=self.params(attrs, expr))
+
+
+class UnaryElementwise(_TableOp):
+    """Relu, Erf, IsNaN, LeakyRelu, ...: one input, same shape out."""
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        dtype = ctx.input_dtype(0)
+        self.expr(ctx, self.attrs(ctx), dtype)
+        return [(self.result(dtype), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        attrs = self.attrs(ctx)
+        with np.errstate(all="ignore"):
+            return ctx.unary_fold(lambda x: self.row.fold(widen(x), **attrs))
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        attrs, dtype = self.attrs(ctx), ctx.input_dtype(0)
+        expr = self.expr(ctx, attrs, dtype)
+        return map_dispatch(ctx, expr, [operand(ctx, 0, COMPUTE[kind(dtype)])], params=self.params(attrs, expr))
 
 
 @dataclass(frozen=True)
-class UnaryRow:
-    expr: Expr
-    fold: Callable[[np.ndarray], np.ndarray]
+class VariadicRow(Row):
+    """`wgsl` combines two values "{a}" and "{b}"; `fold` is the binary numpy function."""
+
+    mean: bool = False  # divide by the number of inputs at the end
 
 
-class UnaryElementwise(Operator):
-    """Relu, Neg, Sqrt, ... : one input, same dtype and shape out."""
+class VariadicElementwise(_TableOp):
+    """Max, Min, Sum, Mean: 1..N inputs of one dtype broadcast together (opset < 8 required
+    equal shapes, a special case). One dispatch per MAX_MAP_INPUTS inputs; more chain partial
+    results through scratch buffers."""
 
-    def __init__(self, op_type: str, row: UnaryRow):
-        self.op_type, self.row = op_type, row
+    row: VariadicRow
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+        if ctx.num_inputs == 0:
+            raise ctx.fail("needs at least one input")
+        dtype = ctx.input_dtype(0)
+        self.expr(ctx, {}, dtype)
+        for i in range(1, ctx.num_inputs):
+            if ctx.input_dtype(i) != dtype:
+                raise ctx.fail(f"inputs must have the same dtype, got {dtype} and {ctx.input_dtype(i)}", i)
+        return [(dtype, broadcast_shapes([ctx.input_shape(i) for i in range(ctx.num_inputs)], ctx.fail))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
-        with np.errstate(all="ignore"):
-            return ctx.unary_fold(self.row.fold)
+        values = ctx.values()
+        if any(v is None for v in values):
+            return None
+        try:
+            with np.errstate(all="ignore"):
+                out = functools.reduce(self.row.fold, map(widen, values))
+                if self.row.mean:
+                    out = out / len(values)
+        except TypeError:  # symbolic dims whose order depends on their values
+            return None
+        if any(v.dtype == object for v in values):
+            return [np.asarray(out, dtype=object)]
+        return [ctx.cast_output(out)]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        device = ctx.device_type(ctx.input_dtype(0), "input 0")
-        return plan_map(ctx, _expr_for(self.row.expr, device, ctx), [0])
+        out_shape, out_dtype = ctx.output_shape(0), ctx.output_dtype(0)
+        combine = self.expr(ctx, {}, out_dtype)
+        compute = COMPUTE[kind(out_dtype)]
+        pending = [operand(ctx, i, compute) for i in range(ctx.num_inputs)]
+        steps: list[Step] = []
+        acc: Operand | None = None
+        while pending:
+            chunk = ([acc] if acc else []) + pending[:MAX_MAP_INPUTS - (acc is not None)]
+            pending = pending[len(chunk) - (acc is not None):]
+            expr = functools.reduce(lambda e, k: combine.format(a=e, b=f"x{k}"), range(1, len(chunk)), "x0")
+            if pending:
+                target = ctx.scratch(numel(out_shape), out_dtype.name, "partial")
+                steps += map_dispatch(ctx, expr, chunk, output=target)
+                acc = Operand(target, out_shape, chunk[0].storage, compute)
+            else:
+                if self.row.mean:
+                    expr = f"({expr}) / {float(ctx.num_inputs)}"
+                steps += map_dispatch(ctx, expr, chunk)
+        return steps
 
 
-def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # ONNX integer Div truncates toward zero (as C and WGSL do), unlike numpy's floor_divide.
-    if np.issubdtype(np.asarray(a).dtype, np.integer):
-        return np.trunc(np.divide(a, b)).astype(np.result_type(a, b))
+class Where(Operator):
+    """Where(condition, X, Y): X where condition else Y, all three broadcast together."""
+
+    op_type = "Where"
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        if not ctx.input_dtype(0).is_bool:
+            raise ctx.fail(f"condition must be bool, got {ctx.input_dtype(0)}", 0)
+        if ctx.input_dtype(1) != ctx.input_dtype(2):
+            raise ctx.fail(f"X and Y must have the same dtype, got {ctx.input_dtype(1)} and {ctx.input_dtype(2)}", 2)
+        return [(ctx.input_dtype(1), broadcast_shapes([ctx.input_shape(i) for i in range(3)], ctx.fail))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        cond, x, y = ctx.values()
+        if cond is None or x is None or y is None or cond.dtype == object:
+            return None
+        out = np.where(cond, x, y)  # object arrays (shape values) pass through
+        return [out if out.dtype == object else ctx.cast_output(out)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        compute = COMPUTE[kind(ctx.input_dtype(1))]
+        return map_dispatch(ctx, "select(x2, x1, x0 != 0u)",
+                            [operand(ctx, 0, "u32"), operand(ctx, 1, compute), operand(ctx, 2, compute)])
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+class Clip(Operator):
+    """Clip(x, min, max) = min(max(x, min), max) (so min > max gives max), NaN propagating.
+
+    Opset < 11 takes min/max as float attributes (defaults -+FLT_MAX, so +-inf clamp to them),
+    later as optional scalar inputs: constant ones become kernel params, runtime tensors extra
+    kernel inputs, absent ones no bound.
+    """
+
+    op_type = "Clip"
+
+    def bounds(self, ctx: InferenceCtx) -> dict[str, tuple[str, Any] | None]:
+        """{"min"|"max": ("value", v) | ("input", i) | None}."""
+        if ctx.opset < 11:
+            return {"min": ("value", ctx.attr("min", -_F32_MAX)), "max": ("value", ctx.attr("max", _F32_MAX))}
+        out: dict[str, tuple[str, Any] | None] = {}
+        for i, name in ((1, "min"), (2, "max")):
+            value = ctx.input_value(i)
+            out[name] = (None if not ctx.has_input(i) else ("input", i) if value is None or value.dtype == object
+                         else ("value", np.asarray(value).reshape(-1)[0]))
+        return out
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        dtype = ctx.input_dtype(0)
+        if kind(dtype) not in NUMERIC:
+            raise ctx.fail(f"Clip does not support dtype {dtype}", 0)
+        for i in (1, 2):
+            if ctx.opset >= 11 and ctx.has_input(i):
+                if ctx.input_dtype(i) != dtype:
+                    raise ctx.fail(f"bound dtype {ctx.input_dtype(i)} differs from input dtype {dtype}", i)
+                count = numel(ctx.input_shape(i))
+                if not (isinstance(count, int) and count == 1):
+                    raise ctx.fail(f"bound must be a scalar, got shape {list(map(str, ctx.input_shape(i)))}", i)
+        return [(dtype, ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        x, bounds = ctx.input_value(0), self.bounds(ctx)
+        if x is None or x.dtype == object or any(b and b[0] == "input" for b in bounds.values()):
+            return None
+        lo, hi = (b[1] if b else None for b in (bounds["min"], bounds["max"]))
+        x = widen(x)
+        with np.errstate(all="ignore"):
+            out = x if lo is None else np.maximum(x, np.asarray(lo).astype(x.dtype))
+            out = out if hi is None else np.minimum(out, np.asarray(hi).astype(x.dtype))
+        return [ctx.cast_output(out)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        k = kind(ctx.input_dtype(0))
+        compute = COMPUTE[k]
+        fns = {"min": "onyxia_maxf", "max": "onyxia_minf"} if k == FLOAT else {"min": "max", "max": "min"}
+        operands, params, expr = [operand(ctx, 0, compute)], {}, "x0"
+        for name, bound in self.bounds(ctx).items():
+            if bound is None:
+                continue
+            if bound[0] == "input":
+                operands.append(operand(ctx, bound[1], compute, shape=()))
+                ref = f"x{len(operands) - 1}"
+            else:
+                ref = f"CLIP_{name.upper()}()"
+                params[ref[:-2]] = _scalar_param(bound[1], k)
+            expr = f"{fns[name]}({expr}, {ref})"
+        return map_dispatch(ctx, expr, operands, params=params)
+
+
+def _scalar_param(value: Any, k: str) -> tuple[float | int, str]:
+    """A bound as a param of the kernel's compute type; int64 bounds saturate to the i32 range."""
+    if k == FLOAT:
+        return float(value), "f32"
+    if k == INT:
+        return int(np.clip(int(value), -(2**31), 2**31 - 1)), "i32"
+    return int(np.clip(int(value), 0, 2**32 - 1)), "u32"
+
+
+# ---- numpy folds --------------------------------------------------------------------------
+
+def _signs(a: Any, b: Any) -> range:
+    """The possible signs of a - b for numbers and symbolic dims (which are >= 0)."""
+    d = a - b
+    if not isinstance(d, SymDim):
+        return range(int(d > 0) - int(d < 0), int(d > 0) - int(d < 0) + 1)
+    sym_a, sym_b = isinstance(a, SymDim), isinstance(b, SymDim)
+    if sym_a and not sym_b and b <= 0:
+        return range(0 if b == 0 else 1, 2)
+    if sym_b and not sym_a and a <= 0:
+        return range(-1, 0 if a < 0 else 1)
+    return range(-1, 2)
+
+
+def _symbolic(numeric: Callable, test: Callable[[int], bool], choose: bool = False) -> Callable:
+    """`numeric` for number arrays. For object arrays (shape values holding SymDims): `test` of
+    the sign of a - b elementwise (choose: a if it holds, else b), folding only what every
+    value of the dims decides; TypeError otherwise."""
+    def scalar(a: Any, b: Any) -> Any:
+        outcomes = {test(sign) for sign in _signs(a, b)}
+        if len(outcomes) != 1:
+            raise TypeError(f"comparing {a} and {b} depends on the dimensions")
+        result = outcomes.pop()
+        return (a if result else b) if choose else result
+    elementwise = np.frompyfunc(scalar, 2, 1)
+
+    def fold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return elementwise(a, b) if object in (a.dtype, b.dtype) else numeric(a, b)
+    return fold
+
+
+def _div_scalar(a: Any, b: Any) -> Any:
+    if not isinstance(b, SymDim) and b == 0:
+        raise TypeError("division by zero")
+    if isinstance(a, SymDim) or isinstance(b, SymDim):
+        return a // b  # dims are >= 0: floor and truncation agree
+    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+        q = abs(int(a)) // abs(int(b))  # exact, and truncated toward zero
+        return q if (a < 0) == (b < 0) else -q
+    return a / b
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if object in (a.dtype, b.dtype):
+        return np.frompyfunc(_div_scalar, 2, 1)(a, b)
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        # ONNX integer Div truncates toward zero (as C and WGSL do), numpy's // floors
+        q = np.floor_divide(a, b)
+        return np.where((np.mod(a, b) != 0) & ((a < 0) != (b < 0)), q + 1, q)
     return np.divide(a, b)
 
 
-BINARY_OPS: dict[str, BinaryRow] = {
-    "Add": BinaryRow("x0 + x1", np.add),
-    "Sub": BinaryRow("x0 - x1", np.subtract),
-    "Mul": BinaryRow("x0 * x1", np.multiply),
-    "Div": BinaryRow("x0 / x1", _int_div),
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):  # onnxruntime: (T)pow(double, double)
+        return np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
+    return np.power(a, b)
+
+
+def _shift(a: np.ndarray, b: np.ndarray, direction: str) -> np.ndarray:
+    out = (b < 0) | (b >= a.dtype.itemsize * 8)  # counts numpy leaves to the C compiler
+    b = np.where(out, 0, b).astype(b.dtype)
+    if direction == "LEFT":
+        return np.where(out, 0, np.left_shift(a, b))
+    return np.where(out, np.negative((a < 0).astype(a.dtype)), np.right_shift(a, b))  # fill: the sign
+
+
+def _isinf(x: np.ndarray, detect_negative: int, detect_positive: int) -> np.ndarray:
+    return (np.isposinf(x) & bool(detect_positive)) | (np.isneginf(x) & bool(detect_negative))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.astype(np.float64) ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+# ---- tables -------------------------------------------------------------------------------
+
+# fmod=0: the divisor's sign (floats since opset 28); fmod=1: C fmod (integers since opset 28)
+_MOD = {0: {FLOAT: "onyxia_modf(x0, x1)", INT: "onyxia_modi(x0, x1)", UINT: "x0 % x1"},
+        1: {FLOAT: "onyxia_fmodf(x0, x1)", **ints("x0 % x1")}}
+# WGSL masks shift counts to 5 bits; ONNX shifts everything out (signed types since opset 28:
+# arithmetic right shift; a negative count also shifts everything out). Narrow types finish
+# shifting out when the result is wrapped to their width.
+_SHIFT = {"LEFT": {UINT: "select(0u, x0 << x1, x1 < 32u)",
+                   INT: "select(0i, x0 << u32(x1), x1 >= 0i && x1 < 32i)"},
+          "RIGHT": {UINT: "select(0u, x0 >> x1, x1 < 32u)",
+                    INT: "select(select(0i, -1i, x0 < 0i), x0 >> u32(x1), x1 >= 0i && x1 < 32i)"}}
+_GELU = {"none": "0.5 * x0 * (1.0 + onyxia_erf(x0 * 0.7071067811865476))",
+         "tanh": "0.5 * x0 * (1.0 + onyxia_tanh(0.7978845608028654 * (x0 + 0.044715 * x0 * x0 * x0)))"}
+
+BINARY_OPS: dict[str, Row] = {
+    "Add": Row(num("x0 + x1"), np.add),
+    "Sub": Row(num("x0 - x1"), np.subtract),
+    "Mul": Row(num("x0 * x1"), np.multiply),
+    "Div": Row(num("x0 / x1"), _div),
+    "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, _pow, exponent=True),
+    "Mod": Row(lambda fmod: _MOD[fmod], lambda a, b, fmod: np.fmod(a, b) if fmod else np.mod(a, b),
+               since=10, attrs={"fmod": 0}),
+    "BitShift": Row(lambda direction: _SHIFT[direction], _shift, since=11, attrs={"direction": REQUIRED}),
+    "And": Row({BOOL: "x0 & x1"}, np.logical_and),
+    "Or": Row({BOOL: "x0 | x1"}, np.logical_or),
+    "Xor": Row({BOOL: "x0 ^ x1"}, np.logical_xor),
+    "BitwiseAnd": Row(ints("x0 & x1"), np.bitwise_and, since=18),
+    "BitwiseOr": Row(ints("x0 | x1"), np.bitwise_or, since=18),
+    "BitwiseXor": Row(ints("x0 ^ x1"), np.bitwise_xor, since=18),
 }
 
-UNARY_OPS: dict[str, UnaryRow] = {
-    "Relu": UnaryRow({"f32": "max(x0, 0.0)", "i32": "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
-    "Neg": UnaryRow({"f32": "-x0", "i32": "-x0"}, np.negative),
-    "Sqrt": UnaryRow({"f32": "sqrt(x0)"}, np.sqrt),
+COMPARISON_OPS: dict[str, Row] = {
+    "Equal": Row(on((*NUMERIC, BOOL), "x0 == x1"), _symbolic(np.equal, lambda o: o == 0), result="bool"),
+    "Greater": Row(num("x0 > x1"), _symbolic(np.greater, lambda o: o > 0), result="bool"),
+    "GreaterOrEqual": Row(num("x0 >= x1"), _symbolic(np.greater_equal, lambda o: o >= 0), since=12,
+                          result="bool"),
+    "Less": Row(num("x0 < x1"), _symbolic(np.less, lambda o: o < 0), result="bool"),
+    "LessOrEqual": Row(num("x0 <= x1"), _symbolic(np.less_equal, lambda o: o <= 0), since=12,
+                       result="bool"),
+}
+
+UNARY_OPS: dict[str, Row] = {
+    "Abs": Row({FLOAT: "abs(x0)", INT: "abs(x0)", UINT: "x0"}, np.abs),
+    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative),
+    "Sign": Row({FLOAT: "onyxia_signf(x0)", INT: "sign(x0)", UINT: "select(0u, 1u, x0 > 0u)"}, np.sign, since=9),
+    "Relu": Row({FLOAT: "select(x0, 0.0, x0 < 0.0)", INT: "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
+    "Not": Row({BOOL: "x0 ^ 1u"}, np.logical_not),
+    "BitwiseNot": Row(ints("~x0"), np.invert, since=18),
+    "Sqrt": Row(flt("sqrt(x0)"), np.sqrt),
+    "Reciprocal": Row(flt("1.0 / x0"), np.reciprocal),
+    "Exp": Row(flt("exp(x0)"), np.exp),
+    "Log": Row(flt("onyxia_log(x0)"), np.log),
+    "Floor": Row(flt("floor(x0)"), np.floor),
+    "Ceil": Row(flt("ceil(x0)"), np.ceil),
+    "Round": Row(flt("round(x0)"), np.round, since=11),  # both round half to even
+    "Sin": Row(flt("sin(x0)"), np.sin, since=7),
+    "Cos": Row(flt("cos(x0)"), np.cos, since=7),
+    "Tan": Row(flt("tan(x0)"), np.tan, since=7),
+    "Asin": Row(flt("onyxia_asin(x0)"), np.arcsin, since=7),
+    "Acos": Row(flt("onyxia_acos(x0)"), np.arccos, since=7),
+    "Atan": Row(flt("onyxia_atan(x0)"), np.arctan, since=7),
+    "Sinh": Row(flt("onyxia_sinh(x0)"), np.sinh, since=9),
+    "Cosh": Row(flt("cosh(x0)"), np.cosh, since=9),
+    "Asinh": Row(flt("onyxia_asinh(x0)"), np.arcsinh, since=9),
+    "Acosh": Row(flt("onyxia_acosh(x0)"), np.arccosh, since=9),
+    "Atanh": Row(flt("onyxia_atanh(x0)"), np.arctanh, since=9),
+    "Tanh": Row(flt("onyxia_tanh(x0)"), np.tanh),
+    "Sigmoid": Row(flt("onyxia_sigmoid(x0)"), lambda x: 1 / (1 + np.exp(-x))),
+    "Erf": Row(flt("onyxia_erf(x0)"), _erf, since=9),
+    "Softplus": Row(flt("onyxia_softplus(x0)"), lambda x: np.logaddexp(0, x)),
+    "Softsign": Row(flt("x0 / (1.0 + abs(x0))"), lambda x: x / (1 + np.abs(x))),
+    "Mish": Row(flt("x0 * onyxia_tanh(onyxia_softplus(x0))"), lambda x: x * np.tanh(np.logaddexp(0, x)), since=18),
+    "HardSwish": Row(flt("x0 * onyxia_minf(onyxia_maxf(x0 / 6.0 + 0.5, 0.0), 1.0)"),
+                     lambda x: x * np.clip(x / 6 + 0.5, 0, 1), since=14),
+    "HardSigmoid": Row(flt("onyxia_minf(onyxia_maxf(ALPHA() * x0 + BETA(), 0.0), 1.0)"),
+                       lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1), attrs={"alpha": 0.2, "beta": 0.5}),
+    "LeakyRelu": Row(flt("select(x0, ALPHA() * x0, x0 < 0.0)"), lambda x, alpha: np.where(x < 0, alpha * x, x),
+                     attrs={"alpha": 0.01}),
+    "Elu": Row(flt("select(x0, ALPHA() * (exp(x0) - 1.0), x0 < 0.0)"),
+               lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x), attrs={"alpha": 1.0}),
+    "Selu": Row(flt("GAMMA() * select(x0, ALPHA() * (exp(x0) - 1.0), x0 <= 0.0)"),
+                lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(x), x),
+                attrs={"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
+    "Celu": Row(flt("select(x0, ALPHA() * (exp(x0 / ALPHA()) - 1.0), x0 < 0.0)"),
+                lambda x, alpha: np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha)), since=12,
+                attrs={"alpha": 1.0}),
+    "ThresholdedRelu": Row(flt("select(0.0, x0, x0 > ALPHA())"), lambda x, alpha: np.where(x > alpha, x, 0), since=10,
+                           attrs={"alpha": 1.0}),
+    "Shrink": Row(flt("select(select(0.0, x0 + BIAS(), x0 < -LAMBD()), x0 - BIAS(), x0 > LAMBD())"),
+                  lambda x, bias, lambd: np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)), since=9,
+                  attrs={"bias": 0.0, "lambd": 0.5}),
+    "Gelu": Row(lambda approximate: flt(_GELU[approximate]), _gelu, since=20, attrs={"approximate": "none"}),
+    "IsNaN": Row(flt("onyxia_isnan(x0)"), np.isnan, since=9, result="bool"),
+    "IsInf": Row(flt("(x0 == onyxia_inf() && DETECT_POSITIVE() != 0u) || "
+                     "(x0 == -onyxia_inf() && DETECT_NEGATIVE() != 0u)"), _isinf, since=10,
+                 attrs={"detect_negative": 1, "detect_positive": 1}, result="bool"),
+}
+
+_maximum = _symbolic(np.maximum, lambda o: o >= 0, choose=True)
+_minimum = _symbolic(np.minimum, lambda o: o <= 0, choose=True)
+
+VARIADIC_OPS: dict[str, VariadicRow] = {
+    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **ints("max({a}, {b})")}, _maximum),
+    "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **ints("min({a}, {b})")}, _minimum),
+    "Sum": VariadicRow(flt("{a} + {b}"), np.add),
+    "Mean": VariadicRow(flt("{a} + {b}"), np.add, mean=True),
 }
 
 
 def operators() -> list[tuple[Operator, int]]:
-    """(operator, since_version) for every row of the tables."""
+    """(operator, since_version) for every row of the tables and the non-table ops."""
     ops: list[tuple[Operator, int]] = []
-    ops += [(BinaryElementwise(name, row), 1) for name, row in BINARY_OPS.items()]
-    ops += [(UnaryElementwise(name, row), 1) for name, row in UNARY_OPS.items()]
-    return ops
+    ops += [(BinaryElementwise(name, row), row.since) for name, row in {**BINARY_OPS, **COMPARISON_OPS}.items()]
+    ops += [(UnaryElementwise(name, row), row.since) for name, row in UNARY_OPS.items()]
+    ops += [(VariadicElementwise(name, row), 1) for name, row in VARIADIC_OPS.items()]
+    return ops + [(Where(), 9), (Clip(), 1)]
