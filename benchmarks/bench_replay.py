@@ -49,7 +49,10 @@ def main() -> None:
     args = parser.parse_args()
 
     graph = onyxia.load_model(chain_model(args.dispatches))
-    compiled = onyxia.CompilerPipeline(onyxia.core_operator_registry()).compile(graph, {"batch": 1, "seq": 8})
+    # Without the optimization passes: fusion would merge the chain into one dispatch, and this
+    # benchmark measures the cost of replaying many.
+    compiled = onyxia.CompilerPipeline(onyxia.core_operator_registry(), optimize=False).compile(
+        graph, {"batch": 1, "seq": 8})
     runtime = Runtime()
     print(f"adapter: {runtime.info.summary}")
     print(f"plan: {compiled.num_dispatches} dispatches, {len(compiled.symbolic_bindings)} symbolic bindings")

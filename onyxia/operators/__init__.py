@@ -8,7 +8,7 @@ from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
 
 CATEGORY_MODULES = ("elementwise", "conversion", "shape", "indexing", "matmul", "reduction", "normalization",
-                    "attention", "quantized", "conv", "pooling", "image", "selection", "linalg")
+                    "attention", "quantized", "conv", "pooling", "image", "selection", "linalg", "fused")
 
 
 def core_operator_registry() -> OperatorRegistry:

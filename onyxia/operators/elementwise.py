@@ -78,10 +78,11 @@ _WRAP_BITS = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}
 
 
 def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output: str | None = None,
-                 params: Mapping[str, Any] | None = None, label: str | None = None) -> list[Step]:
+                 params: Mapping[str, Any] | None = None, label: str | None = None, body: str = "") -> list[Step]:
     """One dispatch computing `expr` over `operands` (named x0, x1, ...) broadcast to the shape
     and dtype of output 0, written to `output` (default: output 0 itself). Narrow integer
-    results are wrapped to their width."""
+    results are wrapped to their width. `body` holds statements run after the loads (fused
+    chains define their intermediate values there)."""
     out_shape, out_dtype = ctx.output_shape(0), ctx.output_dtype(0)
     n = numel(out_shape)
     if isinstance(n, int) and n == 0:
@@ -96,7 +97,8 @@ def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output
         "NIN": len(operands),
         "INPUTS": "\n".join(f"@group(0) @binding({k}) var<storage, read> in{k}: array<{o.storage}>;"
                             for k, o in enumerate(operands)),
-        "LOADS": "\n    ".join(f"let x{k} = {o.compute}(in{k}[idx_x{k}]);" for k, o in enumerate(operands)),
+        "LOADS": "\n    ".join([f"let x{k} = {o.compute}(in{k}[idx_x{k}]);" for k, o in enumerate(operands)]
+                                  + ([body] if body else [])),
         "INDEX": index_code, "TY": ty, "STORE": store,
     }
     return [ctx.dispatch("elementwise/map.wgsl", label=label or f"map_{ctx.node.op_type}", defs=defs,

@@ -7,9 +7,12 @@ from tests.helpers import compile_model, make_model, run_ort
 
 
 def _chain(n, view_output=False):
+    # MatMuls between the elementwise ops keep fusion from merging the chain into one dispatch:
+    # every step needs its own intermediate buffer, which the memory plan then shares.
     nodes, prev = [], "x"
     for i in range(n):
-        nodes.append(h.make_node(["Add", "Mul", "Relu"][i % 3], [prev, "c"] if i % 3 < 2 else [prev], [f"t{i}"]))
+        op = ["Add", "MatMul", "Relu"][i % 3]
+        nodes.append(h.make_node(op, [prev] if op == "Relu" else [prev, "c" if op == "Add" else "w"], [f"t{i}"]))
         prev = f"t{i}"
     # A diamond: t_last and t1 both feed the end, so t1 must stay alive across the chain.
     nodes.append(h.make_node("Add", [prev, "t1"], ["sum"]))
@@ -17,7 +20,8 @@ def _chain(n, view_output=False):
         nodes.append(h.make_node("Reshape", ["sum", "flat"], ["y"]))
     else:
         nodes.append(h.make_node("Neg", ["sum"], ["y"]))
-    inits = {"c": np.linspace(-1, 1, 4).astype(np.float32), "flat": np.array([-1], np.int64)}
+    inits = {"c": np.linspace(-1, 1, 4).astype(np.float32), "flat": np.array([-1], np.int64),
+             "w": (np.random.default_rng(7).standard_normal((4, 4)) / 2).astype(np.float32)}
     return make_model(nodes, [("x", np.float32, ["seq", 4])], ["y"], inits)
 
 

@@ -522,6 +522,15 @@ FLOAT_UNARY = ["Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil",
                "ThresholdedRelu", "Shrink"]
 SIGNED_UNARY = {"Abs", "Neg", "Sign", "Relu"}
 
+def _fused() -> list[Case]:
+    """A chain the default ElementwiseFusionPass merges into one FusedElementwise node: broadcast
+    inputs, attribute params from two members (renamed apart) and a value used twice."""
+    nodes = [h.make_node("Add", ["x", "b"], ["t0"]), h.make_node("LeakyRelu", ["t0"], ["t1"], alpha=0.1),
+             h.make_node("Mul", ["t1", "t0"], ["t2"]), h.make_node("LeakyRelu", ["t2"], ["t3"], alpha=0.3),
+             h.make_node("Sigmoid", ["t3"], ["y"])]
+    return case(nodes, [("x", F32, ["n", 4]), ("b", F32, [4])], ["y"])
+
+
 BUILDERS: dict[tuple[str, str], Builder] = {
     **{("", op): unary(op, F32, I64, I32) if op in SIGNED_UNARY else unary(op, F32) for op in FLOAT_UNARY},
     ("", "Celu"): unary("Celu", F32, alpha=0.7),
@@ -591,6 +600,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     (MS, "GatherBlockQuantized"): _gather_block_quantized,
     (MS, "RotaryEmbedding"): _rotary,
     (MS, "GroupQueryAttention"): _gqa,
+    ("onyxia", "FusedElementwise"): _fused,
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

@@ -2,6 +2,7 @@
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
+from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.planning import PlanningPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
@@ -15,8 +16,8 @@ def default_optimization_passes() -> list:
     """
     from onyxia.operators.quantized import PackNBitsWeightsPass
 
-    return [DeadCodeEliminationPass(), PackNBitsWeightsPass()]
+    return [DeadCodeEliminationPass(), PackNBitsWeightsPass(), ElementwiseFusionPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "PlanningPass", "ShapeInferencePass",
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "PlanningPass", "ShapeInferencePass",
            "SymbolicResolutionPass", "default_optimization_passes"]

@@ -1,0 +1,119 @@
+"""ElementwiseFusionPass: merge trees of float elementwise ops into one dispatch."""
+
+from __future__ import annotations
+
+import re
+
+from onyxia.compiler.passes.inference import resolve_operator
+from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.ir.graph import IrGraph, NodeId
+from onyxia.operators.base import InferenceCtx
+from onyxia.operators.elementwise import FLOAT, MAX_MAP_INPUTS, BinaryElementwise, UnaryElementwise, kind
+from onyxia.operators.fused import FUSED_DOMAIN
+from onyxia.operators.registry import OperatorRegistry
+
+_OPERAND = re.compile(r"\bx(\d+)\b")
+
+
+class ElementwiseFusionPass(Pass):
+    """1. Finds fusible nodes: table elementwise ops (BinaryElementwise / UnaryElementwise) over
+       float tensors whose output has the input's dtype (no comparisons, no Pow's mixed types,
+       no legacy broadcast attributes).
+    2. From each fusible root (reverse topological order) absorbs producers whose output feeds
+       only that group and is not a graph output, while the group reads at most
+       MAX_MAP_INPUTS distinct tensors.
+    3. Rewrites the root into an onyxia::FusedElementwise node whose `exprs` program evaluates
+       the group (attribute params renamed per member, e.g. ALPHA() → ALPHA_2()), and removes
+       the absorbed nodes.
+    The generated kernel is specialized per chain (codegen, not an interpreter), so it keeps
+    the per-op kernels' tight loop while saving the intermediate round trips.
+    """
+
+    name = "elementwise-fusion"
+    stage = Stage.OPTIMIZATION
+
+    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+        absorbed: set[NodeId] = set()
+        modified = False
+        for root in reversed(graph.topological_order()):
+            if root in absorbed or self._expression(graph, registry, root) is None:
+                continue
+            group = self._grow(graph, registry, root, absorbed)
+            if len(group) < 2:
+                continue
+            self._rewrite(graph, registry, root, group)
+            absorbed.update(group)
+            modified = True
+        return modified
+
+    def _expression(self, graph: IrGraph, registry: OperatorRegistry, nid: NodeId):
+        """(op, ctx, wgsl, params) if `nid` can join a fused group, else None."""
+        node = graph.node(nid)
+        op = resolve_operator(graph, registry, node)
+        if not isinstance(op, (BinaryElementwise, UnaryElementwise)) or op.row.exponent or op.row.result != "same":
+            return None
+        if len(node.outputs) != 1 or "broadcast" in node.attributes or "axis" in node.attributes:
+            return None
+        out = graph.tensor(node.outputs[0])
+        if out.value is not None or out.dtype is None or kind(out.dtype) != FLOAT:
+            return None
+        if any(t is None or graph.tensor(t).dtype != out.dtype for t in node.inputs):
+            return None
+        ctx = InferenceCtx(graph, node)
+        attrs = op.attrs(ctx)
+        wgsl = op.expr(ctx, attrs, out.dtype)
+        return op, wgsl, op.params(attrs, wgsl)
+
+    def _grow(self, graph: IrGraph, registry: OperatorRegistry, root: NodeId, absorbed: set[NodeId]) -> list[NodeId]:
+        group = [root]
+        members = {root}
+        frontier = [root]
+        while frontier:
+            nid = frontier.pop()
+            for tid in graph.node(nid).inputs:
+                producer = graph.producer(tid) if tid is not None else None
+                if (producer is None or producer in members or producer in absorbed or tid in graph.outputs
+                        or any(c not in members for c in graph.consumers(tid))
+                        or self._expression(graph, registry, producer) is None):
+                    continue
+                if len(self._external(graph, members | {producer})) > MAX_MAP_INPUTS:
+                    continue
+                members.add(producer)
+                group.append(producer)
+                frontier.append(producer)
+        return group
+
+    @staticmethod
+    def _external(graph: IrGraph, members: set[NodeId]) -> list[str]:
+        produced = {o for m in members for o in graph.node(m).outputs}
+        seen: dict[str, None] = {}
+        for m in sorted(members):
+            for t in graph.node(m).inputs:
+                if t is not None and t not in produced:
+                    seen[t] = None
+        return list(seen)
+
+    def _rewrite(self, graph: IrGraph, registry: OperatorRegistry, root: NodeId, group: list[NodeId]) -> None:
+        order = [n for n in graph.topological_order() if n in set(group)]
+        inputs = self._external(graph, set(group))
+        slot = {t: f"x{k}" for k, t in enumerate(inputs)}
+        exprs, param_names, param_values, ops = [], [], [], []
+        for j, nid in enumerate(order):
+            node = graph.node(nid)
+            _op, wgsl, params = self._expression(graph, registry, nid)  # type: ignore[misc]
+            operands = [slot[t] for t in node.inputs]  # type: ignore[index]
+            text = _OPERAND.sub(lambda m: operands[int(m.group(1))], wgsl)
+            for name, value in params.items():  # each member's attribute params get their own name
+                text = re.sub(rf"\b{name}\(\)", f"{name}_{j}()", text)
+                param_names.append(f"{name}_{j}")
+                param_values.append(value)
+            exprs.append(text)
+            slot[node.outputs[0]] = f"v{j}"
+            ops.append(node.op_type)
+        graph.replace_node(root, "FusedElementwise", inputs,
+                           {"exprs": exprs, "param_names": param_names, "param_values": param_values,
+                            "signature": "_".join(ops), "fused": [graph.node(n).name for n in order]},
+                           domain=FUSED_DOMAIN)
+        for nid in group:
+            if nid != root:
+                graph.remove_node(nid)

@@ -1,0 +1,63 @@
+"""ElementwiseFusionPass: fewer dispatches, identical results (onnxruntime is the oracle)."""
+
+import numpy as np
+from onnx import helper as h
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.operators import core_operator_registry
+from tests.helpers import compile_model, make_model, run_ort
+
+
+def _run(runtime, model, compiled, feeds):
+    exe = runtime.load_model(compiled)
+    ours = exe.run(feeds)
+    for name, ref in zip(compiled.outputs, run_ort(model, feeds)):
+        np.testing.assert_allclose(ours[name], ref, rtol=1e-5, atol=1e-6)
+    return exe
+
+
+def test_chain_with_params_and_broadcast_is_one_dispatch(runtime):
+    nodes = [h.make_node("Add", ["x", "b"], ["t0"]), h.make_node("LeakyRelu", ["t0"], ["t1"], alpha=0.1),
+             h.make_node("Mul", ["t1", "t0"], ["t2"]), h.make_node("LeakyRelu", ["t2"], ["t3"], alpha=0.3),
+             h.make_node("Tanh", ["t3"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, ["n", 5]), ("b", np.float32, [5])], ["y"])
+    compiled = compile_model(model, {"n": 4})
+    assert [op.op_type for op in compiled.operations] == ["FusedElementwise"]
+    assert compiled.num_dispatches == 1
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((4, 5)).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32)}
+    exe = _run(runtime, model, compiled, feeds)
+    exe.update_dimensions({"n": 9})
+    feeds["x"] = rng.standard_normal((9, 5)).astype(np.float32)
+    np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert exe.stats.recompiles == 0
+
+
+def test_graph_outputs_and_shared_values_are_not_absorbed(runtime):
+    # t0 is a graph output and t1 also feeds a ReduceSum outside the fusible group: neither may
+    # disappear inside a fused kernel (t1's two uses inside the group share one value).
+    nodes = [h.make_node("Exp", ["x"], ["t0"]), h.make_node("Neg", ["t0"], ["t1"]),
+             h.make_node("Relu", ["t1"], ["a"]), h.make_node("Sigmoid", ["t1"], ["s"]),
+             h.make_node("Add", ["a", "s"], ["y"]), h.make_node("ReduceSum", ["t1"], ["r"], keepdims=0)]
+    model = make_model(nodes, [("x", np.float32, [3, 4])], ["y", "t0", "r"])
+    compiled = compile_model(model, {})
+    planned = [op.op_type for op in compiled.operations]
+    assert planned.count("FusedElementwise") >= 1 and compiled.num_dispatches < 6, planned
+    assert "t0" in compiled.tensors and "t1" in compiled.tensors
+    _run(runtime, model, compiled, {"x": np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)})
+
+
+def test_non_float_and_comparisons_stay_unfused():
+    nodes = [h.make_node("Add", ["i", "i"], ["j"]), h.make_node("Mul", ["j", "i"], ["k"]),
+             h.make_node("Greater", ["x", "x"], ["g"])]
+    model = make_model(nodes, [("i", np.int32, [4]), ("x", np.float32, [4])], ["k", "g"])
+    planned = [op.op_type for op in compile_model(model, {}).operations]
+    assert "FusedElementwise" not in planned
+
+
+def test_opting_out_keeps_one_dispatch_per_op():
+    nodes = [h.make_node("Relu", ["x"], ["t"]), h.make_node("Neg", ["t"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, [4])], ["y"])
+    plain = CompilerPipeline(core_operator_registry(), optimize=False).compile(onyxia.load_model(model), {})
+    assert plain.num_dispatches == 2 and compile_model(model, {}).num_dispatches == 1
