@@ -1,0 +1,157 @@
+"""Golden plan snapshots: a refactor must not change the compiled plan unless it says why.
+
+Regenerate every snapshot (after an intended change to kernels, planning or passes) with ONE command:
+
+    .venv/bin/python tests/golden/update.py            # all models; or name some: ... update.py bert_encoder
+
+then review `git diff tests/golden/` and commit it with the change that caused it.
+
+For a few models (the tiny MLP of examples/make_examples.py, a BERT encoder and a GPT-2 block from
+tests/models.py) the compiled plan is rendered as readable text — per planned op its name, op type
+and steps (shader label, workgroup and immediate expressions, buffers read and written), then per
+shader its defs, baked constants, immediates and the sha256 of its rendered WGSL
+(`onyxia.codegen.wgsl.render(spec, compiled.dims)`) — and compared with tests/golden/<model>.txt.
+A mismatch fails with a unified diff. (Like tinygrad's process replay, in spirit.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+from pathlib import Path
+from typing import Callable
+
+import onnx
+import pytest
+
+from onyxia.codegen.wgsl import render
+from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, ShaderSpec, WriteBuffer
+from tests.helpers import compile_model
+from tests.models import bert_encoder, gpt2_block
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN_DIR = ROOT / "tests" / "golden"
+REGENERATE = ".venv/bin/python tests/golden/update.py"
+_MAX_DIFF_LINES = 300
+
+
+def _tiny_mlp() -> onnx.ModelProto:
+    # examples/ is not a package: load the script by path (works from any cwd and installed tests).
+    spec = importlib.util.spec_from_file_location("make_examples", ROOT / "examples" / "make_examples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tiny_mlp()
+
+
+# name -> (builder, compile dims). Symbols stay dynamic: the snapshot shows immediates expressions.
+GOLDEN: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, int]]] = {
+    "tiny_mlp": (_tiny_mlp, {"batch": 2}),
+    "bert_encoder": (bert_encoder, {"batch": 2, "seq": 8}),
+    "gpt2_block": (lambda: gpt2_block(opset=18, mask="range"), {"batch": 2, "seq": 8}),
+}
+
+
+def _sha(text: str, n: int = 16) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def _value(v: object) -> str:
+    """A def value: long generated snippets (index code) by hash, so lines stay readable."""
+    text = str(v)
+    return f"<{len(text)} chars sha256:{_sha(text, 8)}>" if len(text) > 40 or "\n" in text else text
+
+
+def _shader_key(spec: ShaderSpec, wgsl: str) -> str:
+    return f"{spec.label}@{_sha(wgsl, 8)}"
+
+
+def plan_summary(name: str, compiled: CompiledModel) -> str:
+    """A stable text rendering of the plan (no memory addresses, no dict-order accidents)."""
+    wgsl = [render(spec, compiled.dims) for spec in compiled.shaders]
+    keys = [_shader_key(spec, text) for spec, text in zip(compiled.shaders, wgsl)]
+    meta = compiled.metadata
+    memory = meta.get("memory", {})
+    lines = [
+        f"# onyxia golden plan summary: {name}   (regenerate: {REGENERATE})",
+        f"dims: {', '.join(f'{k}={v}' for k, v in sorted(compiled.dims.items()))}"
+        f"  static: {sorted(compiled.static_symbols) or '-'}",
+        f"nodes: {meta.get('nodes')}  planned: {meta.get('planned_nodes')}  folded: {meta.get('folded_nodes')}"
+        f"  dispatches: {compiled.num_dispatches}  shaders: {len(compiled.shaders)}",
+        f"memory: {', '.join(f'{k}={v}' for k, v in sorted(memory.items())) if isinstance(memory, dict) else memory}",
+    ]
+    for title, names in (("inputs", compiled.inputs), ("outputs", compiled.outputs)):
+        lines.append(f"{title}:")
+        for n in names:
+            t = compiled.tensors[n]
+            lines.append(f"  {n}: {t.dtype} [{', '.join(str(d) for d in t.shape)}]")
+    lines.append("")
+    lines.append("operations:")
+    for op in compiled.operations:
+        lines.append(f"op {op.name} [{op.op_type}]" + ("  (no steps: view)" if not op.steps else ""))
+        if op.scratch:
+            lines.append(f"  scratch: {', '.join(op.scratch)}")
+        for step in op.steps:
+            if isinstance(step, Dispatch):
+                spec = compiled.shaders[step.shader]
+                imm = ", ".join(f"{p.name}={v}" for p, v in zip(spec.immediates, step.immediates))
+                lines.append(f"  dispatch {keys[step.shader]}  wg=({', '.join(str(w) for w in step.workgroups)})"
+                             f"  imm({imm})")
+                reads = [b.tensor for b in step.bindings if b.read_only]
+                writes = [b.tensor for b in step.bindings if not b.read_only]
+                lines.append(f"    reads: {', '.join(reads) or '-'}  writes: {', '.join(writes)}")
+            elif isinstance(step, CopyBuffer):
+                lines.append(f"  copy {step.src}[{step.src_offset}:] -> {step.dst}[{step.dst_offset}:]"
+                             f"  bytes={step.size}")
+            elif isinstance(step, WriteBuffer):
+                lines.append(f"  write {step.dst} {step.dtype} [{', '.join(str(d) for d in step.data)}]")
+            else:  # a new step type must be rendered here, not silently dropped
+                lines.append(f"  {type(step).__name__} {step!r}")
+    lines.append("")
+    lines.append("shaders (first-use order):")
+    order = list(dict.fromkeys(s.shader for s in compiled.steps if isinstance(s, Dispatch)))
+    order += [i for i in range(len(compiled.shaders)) if i not in order]
+    for i in order:
+        spec = compiled.shaders[i]
+        lines.append(f"shader {keys[i]}  entry={spec.entry_point}  wgsl sha256:{_sha(wgsl[i], 64)}")
+        lines.append(f"  defs: {' '.join(f'{k}={_value(v)}' for k, v in spec.defs) or '-'}")
+        lines.append(f"  constants: {' '.join(f'{p.name}:{p.type}={v!r}' for p, v in spec.constants) or '-'}")
+        lines.append(f"  immediates: {' '.join(f'{p.name}:{p.type}' for p in spec.immediates) or '-'}")
+    return "\n".join(lines) + "\n"
+
+
+def current_summary(name: str) -> str:
+    build, dims = GOLDEN[name]
+    return plan_summary(name, compile_model(build(), dims))
+
+
+def golden_path(name: str) -> Path:
+    return GOLDEN_DIR / f"{name}.txt"
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_plan_matches_golden(name: str) -> None:
+    path = golden_path(name)
+    if not path.exists():
+        pytest.fail(f"no snapshot {path.relative_to(ROOT)}: create it with `{REGENERATE} {name}`", pytrace=False)
+    expected, actual = path.read_text(), current_summary(name)
+    if actual == expected:
+        return
+    diff = list(difflib.unified_diff(expected.splitlines(), actual.splitlines(),
+                                     f"tests/golden/{name}.txt (snapshot)", "compiled now", n=2, lineterm=""))
+    shown = diff[:_MAX_DIFF_LINES] + ([f"... {len(diff) - _MAX_DIFF_LINES} more diff lines"]
+                                      if len(diff) > _MAX_DIFF_LINES else [])
+    pytest.fail(f"the compiled plan of '{name}' changed. If intended, regenerate with `{REGENERATE}` "
+                "and commit the snapshot with the reason; otherwise this is a regression.\n" + "\n".join(shown),
+                pytrace=False)
+
+
+def test_summary_is_deterministic() -> None:
+    # Two compiles of the same model must render identically, or the snapshots would be flaky.
+    assert current_summary("gpt2_block") == current_summary("gpt2_block")
+
+
+def test_no_stale_snapshots() -> None:
+    stale = sorted(p.name for p in GOLDEN_DIR.glob("*.txt") if p.stem not in GOLDEN)
+    assert not stale, f"snapshots without a model in GOLDEN (delete them): {stale}"
