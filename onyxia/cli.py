@@ -191,15 +191,21 @@ def _is_zip(path: str) -> bool:
         return False
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _executor(args: argparse.Namespace):
+    """(graph or None for a plan, compiled model, runtime, executor) for `run` and `bench`."""
     from onyxia.runtime import Runtime
 
     dims = _parse_dims(args.dim)
     graph, compiled = _load_for_run(args.model, dims, args.static or ())
     runtime = Runtime(adapter=args.adapter)
     exe = runtime.load_model(compiled)
-    if graph is None and dims:
+    if graph is None and dims:  # a saved plan: its compile-time dims are the starting point
         exe.update_dimensions(dims)
+    return graph, compiled, runtime, exe
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    graph, compiled, runtime, exe = _executor(args)
     feeds = _feeds(exe, compiled, args.input, args.seed)
     start = time.perf_counter()
     outputs = exe.run(feeds)
@@ -246,14 +252,7 @@ def _check(model_path: str, is_plan: bool, feeds, outputs) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from onyxia.runtime import Runtime
-
-    dims = _parse_dims(args.dim)
-    graph, compiled = _load_for_run(args.model, dims, args.static or ())
-    runtime = Runtime(adapter=args.adapter)
-    exe = runtime.load_model(compiled)
-    if graph is None and dims:
-        exe.update_dimensions(dims)
+    graph, compiled, runtime, exe = _executor(args)
     feeds = _feeds(exe, compiled, None, 0)
     for _ in range(args.warmup):
         exe.run(feeds)
