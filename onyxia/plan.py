@@ -146,6 +146,9 @@ class CompiledModel:
     dims: dict[str, int]  # symbol values the plan was compiled for (buffer capacities)
     static_symbols: frozenset[str] = frozenset()
     metadata: dict[str, object] = field(default_factory=dict)
+    # Dims the compiler assumed equal (two differently named symbols broadcast against each
+    # other), with the node that needed it; the executor rejects dims that break them.
+    constraints: tuple[tuple[SymDim, SymDim, str], ...] = ()
 
     @property
     def steps(self) -> list[Step]:
@@ -234,6 +237,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "symbolic_bindings": [[b.kind, b.target, b.index, str(b.expr)] for b in model.symbolic_bindings],
         "dims": model.dims, "static_symbols": sorted(model.static_symbols),
         "metadata": model.metadata,
+        "constraints": [[str(a), str(b), node] for a, b, node in model.constraints],
     }
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("plan.json", json.dumps(doc))
@@ -272,5 +276,7 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
                                      arrays[t["data"]] if t["data"] else None, t["alias_of"])
                for t in doc["tensors"]}
     bindings = tuple(SymbolicBinding(k, tgt, i, parse_dim(e)) for k, tgt, i, e in doc["symbolic_bindings"])
+    constraints = tuple((parse_dim(a), parse_dim(b), node) for a, b, node in doc.get("constraints", []))
     return CompiledModel(shaders, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
-                         bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"])
+                         bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"],
+                         constraints)

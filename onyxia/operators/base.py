@@ -120,6 +120,27 @@ class InferenceCtx:
             raise self.fail(f"attribute '{name}' is required")
         return default
 
+    def broadcast(self, shapes: Sequence[Shape]) -> Shape:
+        """NumPy broadcasting of `shapes`, failing with this node's name."""
+        from onyxia.operators.common import broadcast_shapes
+
+        return broadcast_shapes(shapes, self.fail, self.unify)
+
+    def unify(self, a: SymDim, b: SymDim) -> bool:
+        """Accept two different symbolic dims as equal when their current values agree.
+
+        Exporters often name one length twice (input_ids [batch, seq] and attention_mask
+        [batch, mask_seq]); the assumption is recorded in the plan's constraints and checked by
+        every update_dimensions, so dims that break it fail clearly instead of computing garbage.
+        """
+        try:
+            equal = a.evaluate(self.graph.dims) == b.evaluate(self.graph.dims)
+        except OnyxiaError:
+            return False
+        if equal:
+            self.graph.meta.setdefault("dim_constraints", {})[(str(a), str(b))] = (a, b, self.node.name)
+        return equal
+
     def axis(self, value: int, rank: int, what: str = "axis") -> int:
         """Normalize a possibly negative axis against `rank`, with a clear error."""
         if not -rank <= value < max(rank, 1):

@@ -7,11 +7,13 @@ from typing import Sequence
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 
 
-def broadcast_shapes(shapes: Sequence[Shape], fail) -> Shape:
+def broadcast_shapes(shapes: Sequence[Shape], fail, unify=None) -> Shape:
     """NumPy broadcasting over int | SymDim dims. `fail(msg)` builds the error to raise.
 
-    A symbolic dim against an int > 1 takes the int (the model promises they agree); two
-    different symbolic dims cannot be reconciled at compile time and are an error.
+    A symbolic dim against an int > 1 takes the int (the model promises they agree). Two
+    different symbolic dims (say `seq` and `mask_seq`) broadcast only if `unify(a, b)` accepts
+    them as equal — InferenceCtx.unify does when their current values agree, and records the
+    assumption so the runtime rejects dims that break it.
     """
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
@@ -29,6 +31,8 @@ def broadcast_shapes(shapes: Sequence[Shape], fail) -> Shape:
                 continue
             elif isinstance(result, SymDim) and isinstance(d, int):
                 result = d
+            elif unify is not None and isinstance(d, SymDim) and isinstance(result, SymDim) and unify(result, d):
+                continue
             else:
                 raise fail(f"shapes {[list(map(str, s)) for s in shapes]} cannot be broadcast (axis {axis}: {result} vs {d})")
         out.append(result)

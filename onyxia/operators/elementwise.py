@@ -29,7 +29,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, SymDim, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_shapes, strided_index_params
+from onyxia.operators.common import strided_index_params
 from onyxia.plan import Step
 
 FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
@@ -209,7 +209,7 @@ class BinaryElementwise(_TableOp):
                 raise ctx.fail(f"exponent dtype {b} is not numeric", 1)
         elif a != b:
             raise ctx.fail(f"inputs must have the same dtype, got {a} and {b}", 1)
-        return [(self.result(a), broadcast_shapes(self.shapes(ctx), ctx.fail))]
+        return [(self.result(a), ctx.broadcast(self.shapes(ctx)))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         attrs, pad = self.attrs(ctx), self.legacy_pad(ctx)
@@ -267,7 +267,7 @@ class VariadicElementwise(_TableOp):
         for i in range(1, ctx.num_inputs):
             if ctx.input_dtype(i) != dtype:
                 raise ctx.fail(f"inputs must have the same dtype, got {dtype} and {ctx.input_dtype(i)}", i)
-        return [(dtype, broadcast_shapes([ctx.input_shape(i) for i in range(ctx.num_inputs)], ctx.fail))]
+        return [(dtype, ctx.broadcast([ctx.input_shape(i) for i in range(ctx.num_inputs)]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         values = ctx.values()
@@ -316,7 +316,7 @@ class Where(Operator):
             raise ctx.fail(f"condition must be bool, got {ctx.input_dtype(0)}", 0)
         if ctx.input_dtype(1) != ctx.input_dtype(2):
             raise ctx.fail(f"X and Y must have the same dtype, got {ctx.input_dtype(1)} and {ctx.input_dtype(2)}", 2)
-        return [(ctx.input_dtype(1), broadcast_shapes([ctx.input_shape(i) for i in range(3)], ctx.fail))]
+        return [(ctx.input_dtype(1), ctx.broadcast([ctx.input_shape(i) for i in range(3)]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         cond, x, y = ctx.values()

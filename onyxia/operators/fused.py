@@ -12,7 +12,6 @@ from __future__ import annotations
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_shapes
 from onyxia.operators.elementwise import operand, map_dispatch
 from onyxia.plan import Step
 
@@ -27,7 +26,7 @@ class FusedElementwise(Operator):
         # Elementwise ops commute with broadcasting: the result has the broadcast shape of the
         # inputs and the dtype of the fused chain's last op (its first input's dtype).
         shapes = [ctx.input_shape(i) for i in range(ctx.num_inputs)]
-        return [(ctx.input_dtype(0), broadcast_shapes(shapes, ctx.fail))]
+        return [(ctx.input_dtype(0), ctx.broadcast(shapes))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         exprs: list[str] = list(ctx.attr("exprs"))

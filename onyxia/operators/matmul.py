@@ -21,7 +21,7 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_shapes, broadcast_strides, strided_index_params
+from onyxia.operators.common import broadcast_strides, strided_index_params
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -197,7 +197,7 @@ def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
     if isinstance(a2[-1], int) and isinstance(b2[-2], int) and a2[-1] != b2[-2]:
         raise ctx.fail(f"inner dims differ: input 0 has K={a2[-1]} (shape {_fmt(a)}), "
                        f"input 1 has K={b2[-2]} (shape {_fmt(b)})", 1)
-    batch = broadcast_shapes([a2[:-2], b2[:-2]], ctx.fail)
+    batch = ctx.broadcast([a2[:-2], b2[:-2]])
     out = tuple(batch) + (a2[-2], b2[-1])
     if len(a) == 1:
         out = out[:-2] + out[-1:]

@@ -19,7 +19,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_shapes, broadcast_strides, contiguous_strides
+from onyxia.operators.common import broadcast_strides, contiguous_strides
 from onyxia.operators.indexing import coords_code, dispatch_gather, is_zero, plan_strided_copy, scalar_param
 from onyxia.plan import Step
 
@@ -369,7 +369,7 @@ class Expand(Operator):
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         target = tuple(ctx.require_dims(1, "the target shape"))
-        return [(ctx.input_dtype(0), broadcast_shapes([ctx.input_shape(0), target], ctx.fail))]
+        return [(ctx.input_dtype(0), ctx.broadcast([ctx.input_shape(0), target]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         value, shape = ctx.input_value(0), ctx.graph.tensor(ctx.node.outputs[0]).shape

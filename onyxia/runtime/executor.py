@@ -80,6 +80,7 @@ class PlanExecutor:
         self._staging: dict[str, wgpu.GPUBuffer] = {}
         # Each symbolic expression compiled once: update_dimensions is a per-token hot path.
         self._bindings = [(b, b.expr.compile()) for b in model.symbolic_bindings]
+        self._constraints = [(a, b, node, a.compile(), b.compile()) for a, b, node in model.constraints]
         self._steps = model.steps
         self._setup_buffers()
         self._setup_pipelines()
@@ -243,6 +244,10 @@ class PlanExecutor:
         changed = {k for k in new if new[k] != self.dims[k]}
         if not changed:
             return
+        for a, b, node, fa, fb in self._constraints:
+            if fa(new) != fb(new):
+                raise DimensionError(f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal: node '{node}' "
+                                     "broadcasts them against each other (they were equal when the model was compiled)")
         old_dims, self.dims = self.dims, new
         try:
             self._patch(changed)

@@ -77,6 +77,7 @@ class PlanningPass(Pass):
             symbolic_bindings=tuple(bindings),
             dims=dict(graph.dims),
             static_symbols=graph.static_symbols,
+            constraints=tuple(graph.meta.get("dim_constraints", {}).values()),
             metadata={
                 "name": graph.name,
                 "opsets": dict(graph.opsets),
