@@ -1,4 +1,4 @@
-"""Attention operators (com.microsoft): GroupQueryAttention, RotaryEmbedding.
+"""Attention operators: com.microsoft GroupQueryAttention and RotaryEmbedding; ONNX Attention.
 
 Semantics follow onnxruntime's contrib operator docs and its CPU kernels (the test oracle).
 Sequence, past and total lengths are symbolic dims that change every decode step without a
@@ -301,6 +301,200 @@ class RotaryEmbedding(Operator):
                              writes=[ctx.output(0)], workgroups=ctx.grid(n))]
 
 
+# ---- Attention (ONNX domain, opset 23+) ------------------------------------------------------
+
+_QK_MODES = (0, 1, 2, 3)  # raw, after softcap, after bias, after softmax
+
+
+def _fmt(shape: Shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _mask_strides(mask: Shape) -> list[Dim]:
+    """Element strides of a mask right-aligned to [B, H, S, MT] over its B, H and S axes (0 where
+    the mask has no such axis or broadcasts it; the key axis is contiguous)."""
+    full = (1,) * (4 - len(mask)) + tuple(mask)
+    strides, acc = [], full[3]
+    for d in reversed(full[:3]):
+        strides.append(0 if isinstance(d, int) and d == 1 else acc)
+        acc = acc * d
+    return strides[::-1]
+
+
+class Attention(Operator):
+    """ONNX Attention (opsets 23-25): scaled dot-product attention with MHA/GQA/MQA heads.
+
+    Q/K/V are 4-D [batch, heads, seq, head_size] or 3-D [batch, seq, heads * head_size] (with the
+    q_num_heads / kv_num_heads attributes). past_key/past_value are concatenated with K/V into
+    present_key/present_value (shaders/attention/kv_concat.wgsl); the attention itself is one fused
+    online-softmax kernel (shaders/attention/sdpa.wgsl) that handles attn_mask (bool or float,
+    broadcast, shorter than the keys), is_causal (bottom-right aligned), nonpad_kv_seqlen, the
+    opset-25 windows, softcap and every qk_matmul_output_mode. Computation is in f32;
+    softmax_precision therefore changes nothing. Head sizes must be static.
+    """
+
+    op_type = "Attention"
+
+    def _config(self, ctx: InferenceCtx) -> dict:
+        dtype = _require_float(ctx, 0)
+        for i in (1, 2):
+            _require_float(ctx, i)
+        if ctx.input_dtype(1) != dtype:
+            raise ctx.fail(f"K dtype {ctx.input_dtype(1)} differs from Q's {dtype}", 1)
+        q, k, v = (ctx.input_shape(i) for i in range(3))
+        rank = len(q)
+        if rank not in (3, 4) or len(k) != rank or len(v) != rank:
+            raise ctx.fail(f"Q, K and V must all be 3-D or all 4-D, got ranks {len(q)}, {len(k)}, {len(v)}", 0)
+        if rank == 3:
+            heads, kv_heads = int(ctx.attr("q_num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+            if heads <= 0 or kv_heads <= 0:
+                raise ctx.fail("3-D inputs need the q_num_heads and kv_num_heads attributes")
+            sizes = []
+            for i, shape, n in ((0, q, heads), (1, k, kv_heads), (2, v, kv_heads)):
+                if not isinstance(shape[2], int) or shape[2] % n:
+                    raise ctx.fail(f"hidden size {shape[2]} is not a static multiple of {n} heads", i)
+                sizes.append(shape[2] // n)
+            head, k_head, v_head = sizes
+            batch, seq, kv_seq = q[0], q[1], k[1]
+        else:
+            heads, kv_heads = q[1], k[1]
+            head, k_head, v_head = q[3], k[3], v[3]
+            batch, seq, kv_seq = q[0], q[2], k[2]
+            for i, d in ((0, heads), (1, kv_heads), (0, head), (2, v_head)):
+                if not isinstance(d, int):
+                    raise ctx.fail(f"head counts and head sizes must be static, got {_fmt(ctx.input_shape(i))}", i)
+            if v[1] != kv_heads:
+                raise ctx.fail(f"V has {v[1]} heads, K has {kv_heads}", 2)
+        if k_head != head:
+            raise ctx.fail(f"K head size {k_head} differs from Q's {head}", 1)
+        if heads % kv_heads:
+            raise ctx.fail(f"q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
+        has_past = ctx.has_input(4)
+        if has_past != ctx.has_input(5):
+            raise ctx.fail("past_key and past_value must both be given or both absent", 4)
+        past: Dim = 0
+        if has_past:
+            for i, d in ((4, head), (5, v_head)):
+                shape = ctx.input_shape(i)
+                if len(shape) != 4 or shape[1] != kv_heads or shape[3] != d:
+                    raise ctx.fail(f"expected [batch, {kv_heads}, past_length, {d}], got {_fmt(shape)}", i)
+            past = ctx.input_shape(4)[2]
+        nonpad = ctx.has_input(6)
+        if nonpad:
+            if has_past:
+                raise ctx.fail("nonpad_kv_seqlen cannot be combined with past_key / past_value", 6)
+            if not ctx.input_dtype(6).is_integer:
+                raise ctx.fail(f"nonpad_kv_seqlen must be int64, got {ctx.input_dtype(6)}", 6)
+        mask = ctx.input_shape(3) if ctx.has_input(3) else None
+        if mask is not None:
+            mdt = ctx.input_dtype(3)
+            if not (mdt.is_bool or mdt.is_float):
+                raise ctx.fail(f"attn_mask must be bool or float, got {mdt}", 3)
+            if not 1 <= len(mask) <= 4:
+                raise ctx.fail(f"attn_mask must have rank 1 to 4, got {_fmt(mask)}", 3)
+        mode = int(ctx.attr("qk_matmul_output_mode", 0))
+        if mode not in _QK_MODES:
+            raise ctx.fail(f"attribute 'qk_matmul_output_mode' = {mode} is not one of {_QK_MODES}")
+        windows = {}
+        for name in ("left_window_size", "right_window_size"):
+            w = int(ctx.attr(name, -1))
+            if w < -1:
+                raise ctx.fail(f"attribute '{name}' = {w} must be -1 or non-negative")
+            windows[name] = w
+        return dict(dtype=dtype, rank=rank, heads=heads, kv_heads=kv_heads, head=head, v_head=v_head,
+                    batch=batch, seq=seq, kv_seq=kv_seq, past=past, total=past + kv_seq, has_past=has_past,
+                    nonpad=nonpad, mask=mask, mode=mode, **windows)
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        c = self._config(ctx)
+        b, s, h, kvh = c["batch"], c["seq"], c["heads"], c["kv_heads"]
+        y = (b, s, h * c["v_head"]) if c["rank"] == 3 else (b, h, s, c["v_head"])
+        return [(c["dtype"], y), (ctx.input_dtype(1), (b, kvh, c["total"], c["head"])),
+                (ctx.input_dtype(2), (b, kvh, c["total"], c["v_head"])),
+                (c["dtype"], (b, h, s, c["total"]))][:len(ctx.node.outputs)]
+
+    @staticmethod
+    def _strides(c: dict, heads: Dim, seq: Dim, size: Dim) -> tuple[Dim, Dim, Dim]:
+        """(batch, head, sequence) element strides of a Q/K/V/Y tensor in the node's layout."""
+        if c["rank"] == 3:
+            return seq * heads * size, size, heads * size
+        return heads * seq * size, seq * size, size
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        c = self._config(ctx)
+        outputs = ctx.node.outputs
+        wants = [i < len(outputs) and bool(outputs[i]) for i in range(4)]
+        b, s, t = c["batch"], c["seq"], c["total"]
+        h, kvh, d, dv = c["heads"], c["kv_heads"], c["head"], c["v_head"]
+        steps: list[Step] = []
+
+        # 1. present = concat(past, new) when asked for or needed (a past cache)
+        k_src, v_src = ctx.input(1), ctx.input(2)
+        k_strides = self._strides(c, kvh, c["kv_seq"], d)
+        v_strides = self._strides(c, kvh, c["kv_seq"], dv)
+        if wants[1] or wants[2] or c["has_past"]:
+            cache = []
+            for out, new, past, size, strides in ((1, ctx.input(1), 4, d, k_strides),
+                                                  (2, ctx.input(2), 5, dv, v_strides)):
+                count = b * kvh * t * size
+                dst = ctx.output(out) if wants[out] else ctx.scratch(count, hint=f"present{out}")
+                reads = [new] + ([ctx.input(past)] if c["has_past"] else [])
+                if not (isinstance(count, int) and count == 0):
+                    steps.append(ctx.dispatch(
+                        "attention/kv_concat.wgsl", label="attention_kv_concat",
+                        defs={"HAS_PAST": c["has_past"]}, reads=reads, writes=[dst], workgroups=ctx.grid(count),
+                        params={"N": count, "T": t, "P": c["past"], "H": kvh, "D": size,
+                                "SB": strides[0], "SH": strides[1], "SS": strides[2]}))
+                cache.append(dst)
+            k_src, v_src = cache
+            k_strides, v_strides = (kvh * t * d, t * d, d), (kvh * t * dv, t * dv, dv)
+
+        # 2. the fused attention
+        reads = [ctx.input(0), k_src, v_src]
+        decls = [("q", "f32"), ("k", "f32"), ("v", "f32")]
+        defs: dict[str, object] = {"DIM": d, "DPT": max(1, math.ceil(dv / 64))}
+        q_strides = self._strides(c, h, s, d)
+        y_strides = self._strides(c, h, s, dv)
+        params: dict = {"H": h, "S": s, "T": t, "D": d, "DV": dv, "GROUP": h // kvh, "P": c["past"],
+                        "SCALE": float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)}
+        for name, strides in (("Q", q_strides), ("K", k_strides), ("V", v_strides), ("Y", y_strides)):
+            params.update({f"{name}B": strides[0], f"{name}H": strides[1], f"{name}S": strides[2]})
+        mask = c["mask"]
+        params.update(MT=0, MB=0, MH=0, MS=0)  # the kernel addresses a mask row either way
+        if mask is not None:
+            is_bool = ctx.input_dtype(3).is_bool
+            defs["MASK_BOOL" if is_bool else "MASK_FLOAT"] = True
+            reads.append(ctx.input(3))
+            decls.append(("mask", "u32" if is_bool else "f32"))
+            mb, mh, ms = _mask_strides(mask)
+            params.update(MT=mask[-1], MB=mb, MH=mh, MS=ms)
+        if c["nonpad"]:
+            defs["NONPAD"] = True
+            reads.append(ctx.input(6))
+            decls.append(("nonpad", "i32"))
+        if ctx.attr("is_causal", 0):
+            defs["CAUSAL"] = True
+        if c["left_window_size"] >= 0:
+            defs["LEFT_WINDOW"] = True
+            params["LEFT"] = c["left_window_size"]
+        if c["right_window_size"] >= 0:
+            defs["RIGHT_WINDOW"] = True
+            params["RIGHT"] = c["right_window_size"]
+        softcap = float(ctx.attr("softcap", 0.0))
+        if softcap > 0:
+            defs["SOFTCAP"] = True
+            params["CAP"] = softcap
+        writes, wdecls = [ctx.output(0)], [("y", "f32")]
+        if wants[3]:
+            defs.update(QK_OUT=True, MODE=c["mode"])
+            writes.append(ctx.output(3))
+            wdecls.append(("qk", "f32"))
+        defs["BINDINGS"] = binding_block(decls, wdecls)
+        steps.append(ctx.dispatch("attention/sdpa.wgsl", label="attention", defs=defs, params=params,
+                                  reads=reads, writes=writes, workgroups=(h, s, b)))
+        return steps
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(GroupQueryAttention(), 1), (RotaryEmbedding(), 1)]
+    return [(GroupQueryAttention(), 1), (RotaryEmbedding(), 1), (Attention(), 23)]

@@ -531,6 +531,17 @@ def _fused() -> list[Case]:
     return case(nodes, [("x", F32, ["n", 4]), ("b", F32, [4])], ["y"])
 
 
+def _from(module: str, *ops: str) -> Builder:
+    """Rows for ops whose own test module lists validation models (model, dims) covering them."""
+    def build() -> list[Case]:
+        import importlib
+
+        models = importlib.import_module(f"tests.gpu.{module}").validation_models()
+        return [Case(m, d) for m, d in models
+                if not ops or any(n.op_type in ops for n in m.graph.node)]
+    return build
+
+
 BUILDERS: dict[tuple[str, str], Builder] = {
     **{("", op): unary(op, F32, I64, I32) if op in SIGNED_UNARY else unary(op, F32) for op in FLOAT_UNARY},
     ("", "Celu"): unary("Celu", F32, alpha=0.7),
@@ -601,6 +612,11 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     (MS, "RotaryEmbedding"): _rotary,
     (MS, "GroupQueryAttention"): _gqa,
     ("onyxia", "FusedElementwise"): _fused,
+    ("", "Attention"): _from("test_onnx_attention"),
+    ("", "TopK"): _from("test_selection", "TopK"),
+    ("", "Hardmax"): _from("test_selection", "Hardmax"),
+    ("", "OneHot"): _from("test_selection", "OneHot"),
+    ("", "Einsum"): _from("test_linalg"),
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

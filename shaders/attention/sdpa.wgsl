@@ -1,0 +1,193 @@
+// ONNX Attention (opset 23+): softmax(softcap(scale * q k^T) + bias) v, fused, one workgroup per
+// (query head h, query row s, batch b): grid (H, S, B). Query head h reads KV head h / GROUP.
+// Keys are visited in chunks of WG (one key per thread) with an online softmax as in
+// gqa_attention.wgsl; lanes own output columns c = lid + k * WG (DPT of them).
+//
+// A key j < T is allowed when lo <= j < hi (causal: j <= pos; window: pos - LEFT <= j <=
+// pos + RIGHT; nonpad: j < nonpad[b]; pos = s + offset, offset = P with a past cache,
+// nonpad[b] - S with nonpad_kv_seqlen, else 0) and the mask allows it (bool: true; float: not
+// -inf; keys past the mask's last dim MT are masked). Its score is capped + mask value. A row
+// with no allowed key outputs zeros (l = 0), never NaN.
+// QK_OUT writes the optional qk_matmul_output [B, H, S, T] row: MODE 0 raw scaled q.k, 1 after
+// softcap, 2 after the bias (-inf where masked), 3 the softmax probabilities (the raw scores are
+// stored during the walk and normalized by the same thread afterwards).
+// Bindings (BINDINGS def): q, k, v, [mask], [nonpad] | y, [qk].
+// Defs: BINDINGS, DIM (head size), DPT, CAUSAL, LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL,
+// MASK_FLOAT, SOFTCAP, QK_OUT, MODE.
+// Params: H, S, T, D, DV, GROUP, SCALE, CAP, P, LEFT, RIGHT, MT; element strides QB/QH/QS,
+// KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes).
+
+#{BINDINGS}
+
+const WG = 64u;
+const DPT = #{DPT}u;
+const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
+
+var<workgroup> q_sh: array<f32, #{DIM}>;
+var<workgroup> p_sh: array<f32, WG>;
+var<workgroup> red: array<f32, WG>;
+
+fn reduce_max(lid: u32, value: f32) -> f32 {
+    red[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            red[lid] = max(red[lid], red[lid + stride]);
+        }
+        workgroupBarrier();
+    }
+    let result = red[0];
+    workgroupBarrier();
+    return result;
+}
+
+fn reduce_sum(lid: u32, value: f32) -> f32 {
+    red[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            red[lid] = red[lid] + red[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let result = red[0];
+    workgroupBarrier();
+    return result;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let s = wid.y;
+    let b = wid.z;
+    let g = h / GROUP();
+
+    // The allowed key range [lo, hi) from the causal frontier, the window and the padding.
+#ifdef NONPAD
+    let offset = nonpad[b] - i32(S());
+#else
+    let offset = i32(P());
+#endif
+    let pos = i32(s) + offset;
+    var lo = 0;
+    var hi = i32(T());
+#ifdef CAUSAL
+    hi = min(hi, pos + 1);
+#endif
+#ifdef LEFT_WINDOW
+    lo = max(lo, pos - i32(LEFT()));
+#endif
+#ifdef RIGHT_WINDOW
+    hi = min(hi, pos + i32(RIGHT()) + 1);
+#endif
+#ifdef NONPAD
+    hi = min(hi, nonpad[b]);
+#endif
+#ifdef QK_OUT
+    // Every score is written, allowed or not.
+    let j0 = 0u;
+    let j1 = T();
+#else
+    let j0 = u32(max(lo, 0));
+    let j1 = u32(max(hi, 0));
+#endif
+
+    let qrow = b * QB() + h * QH() + s * QS();
+    for (var d = lid; d < D(); d += WG) {
+        q_sh[d] = q[qrow + d] * SCALE();
+    }
+    workgroupBarrier();
+
+    let kbase = b * KB() + g * KH();
+    let vbase = b * VB() + g * VH();
+    let mrow = b * MB() + h * MH() + s * MS();
+    let qkrow = ((b * H() + h) * S() + s) * T();
+    var m = NEG;
+    var l = 0.0;
+    var acc: array<f32, DPT>;
+    for (var c0 = j0; c0 < j1; c0 += WG) {
+        let j = c0 + lid;
+        var score = NEG;
+        var ok = false;
+        if (j < j1) {
+            let krow = kbase + j * KS();
+            var dot = 0.0;
+            for (var d = 0u; d < D(); d++) {
+                dot += q_sh[d] * k[krow + d];
+            }
+            var capped = dot;
+#ifdef SOFTCAP
+            // tanh of a clamped argument: some drivers compute tanh through exp and overflow.
+            capped = CAP() * tanh(clamp(dot / CAP(), -20.0, 20.0));
+#endif
+            var bias = 0.0;
+            ok = i32(j) >= lo && i32(j) < hi;
+#ifdef MASK_BOOL
+            ok = ok && j < MT() && mask[mrow + j] != 0u;
+#endif
+#ifdef MASK_FLOAT
+            if (j < MT()) {
+                bias = mask[mrow + j];
+                ok = ok && bias > NEG;  // a -inf entry disallows the key
+            } else {
+                ok = false;
+            }
+#endif
+            if (ok) {
+                score = capped + bias;
+            }
+#ifdef QK_OUT
+            let neg_inf = bitcast<f32>(0xff800000u);
+#if MODE == 0
+            qk[qkrow + j] = dot;
+#else if MODE == 1
+            qk[qkrow + j] = capped;
+#else if MODE == 2
+            qk[qkrow + j] = select(neg_inf, capped + bias, ok);
+#else
+            qk[qkrow + j] = select(neg_inf, score, ok);
+#endif
+#endif
+        }
+        let m_new = max(m, reduce_max(lid, score));
+        let alpha = exp(m - m_new);
+        var p = 0.0;
+        if (ok) {
+            p = exp(score - m_new);
+        }
+        p_sh[lid] = p;
+        l = l * alpha + p;
+        m = m_new;
+        workgroupBarrier();
+        let count = min(WG, j1 - c0);
+        for (var e = 0u; e < DPT; e++) {
+            let c = lid + e * WG;
+            if (c < DV()) {
+                var a = acc[e] * alpha;
+                for (var jj = 0u; jj < count; jj++) {
+                    a += p_sh[jj] * v[vbase + (c0 + jj) * VS() + c];
+                }
+                acc[e] = a;
+            }
+        }
+        workgroupBarrier();
+    }
+    let denom = reduce_sum(lid, l);
+    let inv = select(0.0, 1.0 / denom, denom > 0.0);
+    let yrow = b * YB() + h * YH() + s * YS();
+    for (var e = 0u; e < DPT; e++) {
+        let c = lid + e * WG;
+        if (c < DV()) {
+            y[yrow + c] = acc[e] * inv;
+        }
+    }
+#ifdef QK_OUT
+#if MODE == 3
+    // Probabilities: this thread normalizes exactly the entries it stored above.
+    for (var j = lid; j < T(); j += WG) {
+        let score = qk[qkrow + j];
+        qk[qkrow + j] = select(0.0, exp(score - m) * inv, score > NEG);
+    }
+#endif
+#endif
+}

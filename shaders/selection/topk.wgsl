@@ -1,0 +1,133 @@
+// TopK along one axis: the K best elements of each line, best first, ties by the lower index.
+// A line is x[base + r * INNER] for r < N with base = (line / INNER) * N * INNER + line % INNER;
+// outputs are laid out the same way with K in place of N.
+// BITONIC: a workgroup sorts SLOTS / SIZE lines of SIZE slots (N padded to a power of two with
+// NONE entries that sort last) in shared memory with a bitonic network, then writes the first K.
+// Otherwise (long or symbolic lines): one workgroup per line makes K passes; pass r finds the best
+// element that comes after pass r-1's pick in the (value, index) order, so every element is
+// picked once and equal values come out by increasing index.
+// Defs: T (storage type), CMP (">" largest, "<" smallest), WORST (T's worst value for CMP),
+// BITONIC, SIZE, SLOTS. Params: L (lines), N (line length), INNER (element stride), K.
+@group(0) @binding(0) var<storage, read> x: array<#{T}>;
+@group(0) @binding(1) var<storage, read_write> values: array<#{T}>;
+@group(0) @binding(2) var<storage, read_write> indices: array<i32>;
+
+const NONE: u32 = 0xffffffffu;  // "no element": comes after every real one
+
+// Does (va, ia) come before (vb, ib)?
+fn before(va: #{T}, ia: u32, vb: #{T}, ib: u32) -> bool {
+    return ia != NONE && (ib == NONE || va #{CMP} vb || (va == vb && ia < ib));
+}
+
+fn in_base(line: u32) -> u32 {
+    return (line / INNER()) * N() * INNER() + line % INNER();
+}
+
+fn out_base(line: u32) -> u32 {
+    return (line / INNER()) * K() * INNER() + line % INNER();
+}
+
+#ifdef BITONIC
+const SIZE: u32 = #{SIZE}u;
+const HALF: u32 = SIZE / 2u;
+const SLOTS: u32 = #{SLOTS}u;
+const LINES: u32 = SLOTS / SIZE;
+
+var<workgroup> sv: array<#{T}, SLOTS>;
+var<workgroup> si: array<u32, SLOTS>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let first = (wid.y * nwg.x + wid.x) * LINES;
+    for (var s = lid; s < SLOTS; s += 256u) {
+        let line = first + s / SIZE;
+        let r = s % SIZE;
+        var v = #{WORST};
+        var idx = NONE;
+        if (line < L() && r < N()) {
+            v = x[in_base(line) + r * INNER()];
+            idx = r;
+        }
+        sv[s] = v;
+        si[s] = idx;
+    }
+    // Blocks of k slots alternate direction until the last stage sorts each line best first.
+    for (var k = 2u; k <= SIZE; k = k * 2u) {
+        for (var j = k / 2u; j > 0u; j = j / 2u) {
+            workgroupBarrier();
+            for (var p = lid; p < SLOTS / 2u; p += 256u) {
+                let q = p % HALF;
+                let local = 2u * j * (q / j) + q % j;
+                let a = (p / HALF) * SIZE + local;
+                let b = a + j;
+                let best_first = (local & k) == 0u;
+                let swap = select(before(sv[a], si[a], sv[b], si[b]), before(sv[b], si[b], sv[a], si[a]), best_first);
+                if (swap) {
+                    let tv = sv[a];
+                    sv[a] = sv[b];
+                    sv[b] = tv;
+                    let ti = si[a];
+                    si[a] = si[b];
+                    si[b] = ti;
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var s = lid; s < SLOTS; s += 256u) {
+        let line = first + s / SIZE;
+        let r = s % SIZE;
+        if (line < L() && r < K()) {
+            let o = out_base(line) + r * INNER();
+            values[o] = sv[s];
+            indices[o] = i32(si[s]);
+        }
+    }
+}
+#else
+var<workgroup> rv: array<#{T}, 256>;
+var<workgroup> ri: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let line = wid.y * nwg.x + wid.x;
+    // Every thread of a workgroup serves the same line: the early exit is uniform.
+    if (line >= L()) {
+        return;
+    }
+    let base = in_base(line);
+    let ob = out_base(line);
+    var pv = #{WORST};
+    var pi = NONE;
+    for (var r = 0u; r < K(); r++) {
+        var bv = #{WORST};
+        var bi = NONE;
+        for (var j = lid; j < N(); j += 256u) {
+            let v = x[base + j * INNER()];
+            if ((pi == NONE || before(pv, pi, v, j)) && before(v, j, bv, bi)) {
+                bv = v;
+                bi = j;
+            }
+        }
+        rv[lid] = bv;
+        ri[lid] = bi;
+        for (var s = 128u; s > 0u; s = s / 2u) {
+            workgroupBarrier();
+            if (lid < s && before(rv[lid + s], ri[lid + s], rv[lid], ri[lid])) {
+                rv[lid] = rv[lid + s];
+                ri[lid] = ri[lid + s];
+            }
+        }
+        workgroupBarrier();
+        pv = rv[0];
+        pi = ri[0];
+        if (lid == 0u) {
+            values[ob + r * INNER()] = pv;
+            indices[ob + r * INNER()] = i32(pi);
+        }
+        workgroupBarrier();  // the next pass overwrites rv / ri
+    }
+}
+#endif
