@@ -19,44 +19,15 @@
 // HALF, MAXPOS.
 #import attention::rope
 
+#import attention::reduce
 #{BINDINGS}
 
-const WG = 64u;
 const DPT = #{DPT}u;
 const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
 var<workgroup> p_sh: array<f32, WG>;
-var<workgroup> red: array<f32, WG>;
-
-fn reduce_max(lid: u32, value: f32) -> f32 {
-    red[lid] = value;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            red[lid] = max(red[lid], red[lid + stride]);
-        }
-        workgroupBarrier();
-    }
-    let result = red[0];
-    workgroupBarrier();
-    return result;
-}
-
-fn reduce_sum(lid: u32, value: f32) -> f32 {
-    red[lid] = value;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            red[lid] = red[lid] + red[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let result = red[0];
-    workgroupBarrier();
-    return result;
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -1,0 +1,36 @@
+#define_import_path attention::reduce
+
+// Workgroup-wide max and sum for the attention kernels: WG lanes each hold one value; every lane
+// gets the result. The barrier after reading keeps a following call from overwriting `red`
+// while slower lanes still read it.
+const WG = 64u;
+
+var<workgroup> red: array<f32, WG>;
+
+fn reduce_max(lid: u32, value: f32) -> f32 {
+    red[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            red[lid] = max(red[lid], red[lid + stride]);
+        }
+        workgroupBarrier();
+    }
+    let result = red[0];
+    workgroupBarrier();
+    return result;
+}
+
+fn reduce_sum(lid: u32, value: f32) -> f32 {
+    red[lid] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            red[lid] = red[lid] + red[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let result = red[0];
+    workgroupBarrier();
+    return result;
+}
