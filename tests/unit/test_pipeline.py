@@ -164,10 +164,12 @@ def test_inference_error_names_node_op_and_input_for_concat_rank_mismatch():
 
 
 def test_inference_error_for_incompatible_symbolic_broadcast():
+    # Different symbols whose values differ cannot broadcast (equal values unify instead, with a
+    # recorded constraint: tests/gpu/test_dim_constraints.py).
     model = make_model([h.make_node("Add", ["a", "b"], ["y"], name="plus")],
                        [("a", np.float32, ["n"]), ("b", np.float32, ["m"])], ["y"])
     with pytest.raises(ShapeInferenceError, match="'plus'.*Add"):
-        compile_model(model, {"n": 2, "m": 2})
+        compile_model(model, {"n": 2, "m": 3})
 
 
 # ---- folding -----------------------------------------------------------------------------

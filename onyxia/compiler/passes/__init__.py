@@ -6,6 +6,7 @@ from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.planning import PlanningPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
+from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
 
 def default_optimization_passes() -> list:
@@ -16,8 +17,9 @@ def default_optimization_passes() -> list:
     """
     from onyxia.operators.quantized import PackNBitsWeightsPass
 
-    return [DeadCodeEliminationPass(), PackNBitsWeightsPass(), ElementwiseFusionPass()]
+    # Splitting runs before packing: it sizes 4-bit weights as packed and skips packed nodes.
+    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), PackNBitsWeightsPass(), ElementwiseFusionPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "PlanningPass", "ShapeInferencePass",
-           "SymbolicResolutionPass", "default_optimization_passes"]
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "PlanningPass",
+           "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "default_optimization_passes"]
