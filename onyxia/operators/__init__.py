@@ -7,7 +7,7 @@ Each category module (elementwise, shape, indexing, ...) exposes `operators()`, 
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
 
-CATEGORY_MODULES = ("elementwise", "conversion", "shape", "indexing", "matmul", "reduction", "normalization",
+CATEGORY_MODULES = ("elementwise", "conversion", "shape", "layout", "indexing", "matmul", "reduction", "normalization",
                     "attention", "quantized", "conv", "pooling", "image", "selection", "linalg", "fused")
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import wgpu
 
 from onyxia.codegen.wgsl import IMMEDIATE, UNIFORM, UNIFORM_GROUP, render
-from onyxia.errors import DeviceError, DimensionError, InputError, OnyxiaError, ShaderError
+from onyxia.errors import DeviceError, DimensionError, InputError, ShaderError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim
 from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, ShaderSpec, TensorInfo, WriteBuffer
