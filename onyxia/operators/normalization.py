@@ -20,7 +20,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.reduction import lanes_for
+from onyxia.operators.reduction import lanes_for, split_axes, walk_code
 from onyxia.plan import Step
 
 READ_ROLES = ("skip", "bias", "scale", "beta")  # binding order after x
@@ -227,4 +227,265 @@ def operators() -> list[tuple[Operator, int]]:
         ops.append((LayerNorm(name, row, domain), 23 if name == "RMSNormalization" else 1))
     ops.append((LayerNorm("SimplifiedLayerNormalization", NORM_OPS[("", "SimplifiedLayerNormalization")],
                           "com.microsoft"), 1))
-    return ops
+    return ops + channel_operators()
+
+
+# ---- per-channel normalizations (CNNs) ----------------------------------------------------
+#
+# BatchNormalization (inference) is a per-channel affine map: shaders/normalization/
+# channel_affine.wgsl. InstanceNormalization, GroupNormalization, MeanVarianceNormalization and
+# LpNormalization gather statistics over a set of axes that need not be the trailing ones:
+# shaders/normalization/moments.wgsl walks them like the reduction kernel (reduction.py's
+# split_axes / walk_code) and applies a per-channel scale and bias on the way out.
+
+def _channel_index(ctx: InferenceCtx, what: str, i: int, count: Dim) -> None:
+    """Input i must hold `count` elements (a per-channel parameter)."""
+    shape = ctx.input_shape(i)
+    n = numel(shape)
+    if isinstance(n, int) and isinstance(count, int) and n != count:
+        raise ctx.fail(f"{what} must have {count} elements, got shape {list(map(str, shape))}", i)
+
+
+class BatchNormalization(Operator):
+    """Inference-mode BatchNormalization: y = (x - mean) / sqrt(var + eps) * scale + B per channel.
+
+    Training (training_mode=1, or the running-statistics outputs of opsets < 14) is rejected.
+    Opsets < 9 with spatial=0 take per-activation parameters of shape [C, *spatial].
+    """
+
+    op_type = "BatchNormalization"
+
+    def counts(self, ctx: InferenceCtx) -> tuple[Dim, Dim]:
+        """(elements each parameter covers, parameter count): the channel stride and channels."""
+        x = ctx.input_shape(0)
+        if len(x) < 2:
+            raise ctx.fail(f"expects [N, C, ...], got rank {len(x)}", 0)
+        if ctx.attr("training_mode", 0):
+            raise ctx.fail("attribute 'training_mode' = 1 (training) is not supported; onyxia runs inference")
+        if len([o for o in ctx.node.outputs if o]) > 1:
+            raise ctx.fail("the running mean/variance outputs exist only in training mode, which is not supported")
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        inner = numel(x[2:])
+        if not ctx.attr("spatial", 1):  # per activation
+            return 1, x[1] * inner
+        return inner, x[1]
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        _, count = self.counts(ctx)
+        for i, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+            _channel_index(ctx, what, i, count)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        x = vals[0].astype(np.float64)
+        self.counts(ctx)
+        shape = (1, -1) + (1,) * (x.ndim - 2) if ctx.attr("spatial", 1) else (1,) + x.shape[1:]
+        scale, bias, mean, var = (v.astype(np.float64).reshape(shape) for v in vals[1:5])
+        eps = float(ctx.attr("epsilon", 1e-5))
+        return [ctx.cast_output((x - mean) / np.sqrt(var + eps) * scale + bias)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        inner, count = self.counts(ctx)
+        total = numel(ctx.input_shape(0))
+        return [ctx.dispatch("normalization/channel_affine.wgsl", label="batchnorm",
+                             params={"TOTAL": total, "INNER": inner, "C": count,
+                                     "EPS": float(ctx.attr("epsilon", 1e-5))},
+                             reads=[ctx.input(i) for i in range(5)], writes=[ctx.output(0)],
+                             workgroups=ctx.grid(total))]
+
+
+@dataclass(frozen=True)
+class Moments:
+    """One statistics-normalization over `reduced` axes of a contiguous view `shape` of x."""
+
+    shape: Shape
+    reduced: set[int]
+    out: str  # meanvar | lp1 | lp2
+    eps: float = 0.0
+    eps_outside: bool = False  # (x - mean) / (sqrt(var) + eps) (MVN) instead of / sqrt(var + eps)
+    channel_inner: Dim = 1  # the affine parameters of element f are at (f / inner) % count
+    channel_count: Dim = 1
+
+
+def plan_moments(ctx: PlanCtx, mo: Moments, scale: int | None = None, bias: int | None = None) -> list[Step]:
+    rows = numel(tuple(d for a, d in enumerate(mo.shape) if a not in mo.reduced))
+    if isinstance(rows, int) and rows == 0:
+        return []
+    kept, red = split_axes(mo.shape, mo.reduced)
+    k = numel(d for d, _ in red)
+    red_inner = bool(red) and (not kept or red[-1][1] == 1)
+    lanes = lanes_for(rows, k, red_inner)
+    base_params, base_fn = walk_code("base_of", kept, "O")
+    off_params, off_fn = walk_code("offset_of", red, "R")
+    defs: dict[str, object] = {"LANES": lanes, "RED_INNER": int(red_inner), "BASE": base_fn, "OFFSET": off_fn,
+                               "OUT": mo.out, "EPS_OUTSIDE": mo.eps_outside}
+    params: dict[str, object] = {"M": rows, "K": k, "EPS": float(mo.eps), **base_params, **off_params}
+    reads = [ctx.input(0)]
+    if scale is not None:
+        defs["SCALE"] = True
+        reads.append(ctx.input(scale))
+    if bias is not None:
+        defs["BIAS"], defs["B_BIAS"] = True, len(reads)
+        reads.append(ctx.input(bias))
+    if scale is not None or bias is not None:
+        params.update(CH_INNER=mo.channel_inner, CH_COUNT=mo.channel_count)
+    defs["B_Y"] = len(reads)
+    return [ctx.dispatch("normalization/moments.wgsl", label=f"moments_{mo.out}", defs=defs, params=params,
+                         reads=reads, writes=[ctx.output(0)], workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
+
+
+def _normalize(x: np.ndarray, axes: tuple[int, ...], eps: float, eps_outside: bool = False) -> np.ndarray:
+    mean = x.mean(axis=axes, keepdims=True)
+    var = np.square(x - mean).mean(axis=axes, keepdims=True)
+    return (x - mean) / (np.sqrt(var) + eps if eps_outside else np.sqrt(var + eps))
+
+
+class InstanceNormalization(Operator):
+    """y = (x - mean) / sqrt(var + eps) * scale[c] + B[c], statistics per image and channel."""
+
+    op_type = "InstanceNormalization"
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        x = ctx.input_shape(0)
+        if len(x) < 3:
+            raise ctx.fail(f"expects [N, C, *spatial], got rank {len(x)}", 0)
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        for i, what in ((1, "scale"), (2, "B")):
+            _channel_index(ctx, what, i, x[1])
+        return [(ctx.input_dtype(0), x)]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        x = vals[0].astype(np.float64)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        y = _normalize(x, tuple(range(2, x.ndim)), float(ctx.attr("epsilon", 1e-5)))
+        return [ctx.cast_output(y * vals[1].reshape(shape) + vals[2].reshape(shape))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        x = ctx.input_shape(0)
+        mo = Moments(x, set(range(2, len(x))), "meanvar", float(ctx.attr("epsilon", 1e-5)),
+                     channel_inner=numel(x[2:]), channel_count=x[1])
+        return plan_moments(ctx, mo, scale=1, bias=2)
+
+
+class GroupNormalization(Operator):
+    """Statistics per image and group of C / num_groups channels. scale and bias are per
+    channel from opset 21, per group in opset 18 (as that opset's spec says)."""
+
+    op_type = "GroupNormalization"
+
+    def groups(self, ctx: InferenceCtx) -> tuple[int, int, bool]:
+        """(groups, channels, per-channel parameters)."""
+        x = ctx.input_shape(0)
+        if len(x) < 3:
+            raise ctx.fail(f"expects [N, C, *spatial], got rank {len(x)}", 0)
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        g, c = int(ctx.attr("num_groups")), x[1]
+        if not isinstance(c, int):
+            raise ctx.fail(f"the channel axis must be static, got {c}", 0)
+        if g < 1 or c % g:
+            raise ctx.fail(f"attribute 'num_groups' {g} must divide the {c} channels")
+        return g, c, ctx.opset >= 21
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        g, c, per_channel = self.groups(ctx)
+        for i, what in ((1, "scale"), (2, "bias")):
+            _channel_index(ctx, what, i, c if per_channel else g)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        g, c, per_channel = self.groups(ctx)
+        x = vals[0].astype(np.float64)
+        grouped = x.reshape(x.shape[0], g, -1)
+        y = _normalize(grouped, (2,), float(ctx.attr("epsilon", 1e-5))).reshape(x.shape)
+        scale, bias = vals[1], vals[2]
+        if not per_channel:
+            scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return [ctx.cast_output(y * scale.reshape(shape) + bias.reshape(shape))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        g, c, per_channel = self.groups(ctx)
+        x = ctx.input_shape(0)
+        spatial = numel(x[2:])
+        inner, count = (spatial, c) if per_channel else (spatial * (c // g), g)
+        mo = Moments((x[0], g, (c // g) * spatial), {2}, "meanvar", float(ctx.attr("epsilon", 1e-5)),
+                     channel_inner=inner, channel_count=count)
+        return plan_moments(ctx, mo, scale=1, bias=2)
+
+
+class MeanVarianceNormalization(Operator):
+    """y = (x - mean) / (sqrt(var) + 1e-9) over `axes` (default [0, 2, 3]), as the spec's function."""
+
+    op_type = "MeanVarianceNormalization"
+
+    def axes(self, ctx: InferenceCtx) -> set[int]:
+        rank = ctx.input_rank(0)
+        axes = {ctx.axis(int(a), rank, "axes entry") for a in ctx.attr("axes", [0, 2, 3])}
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        return axes
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        self.axes(ctx)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        axes = tuple(sorted(self.axes(ctx)))
+        return [ctx.cast_output(_normalize(vals[0].astype(np.float64), axes, 1e-9, eps_outside=True))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        return plan_moments(ctx, Moments(ctx.input_shape(0), self.axes(ctx), "meanvar", 1e-9, eps_outside=True))
+
+
+class LpNormalization(Operator):
+    """y = x / ||x||_p along `axis` (p is 1 or 2); a zero norm gives 0, as onnxruntime does."""
+
+    op_type = "LpNormalization"
+
+    def params(self, ctx: InferenceCtx) -> tuple[int, int]:
+        rank = ctx.input_rank(0)
+        p = int(ctx.attr("p", 2))
+        if p not in (1, 2):
+            raise ctx.fail(f"attribute 'p' {p} is not supported (1 or 2)")
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        return ctx.axis(int(ctx.attr("axis", -1)), rank), p
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        self.params(ctx)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        axis, p = self.params(ctx)
+        x = vals[0].astype(np.float64)
+        norm = np.sum(np.abs(x) ** p, axis=axis, keepdims=True) ** (1.0 / p)
+        with np.errstate(all="ignore"):
+            return [ctx.cast_output(np.where(norm == 0, 0.0, x / norm))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        axis, p = self.params(ctx)
+        return plan_moments(ctx, Moments(ctx.input_shape(0), {axis}, f"lp{p}"))
+
+
+def channel_operators() -> list[tuple[Operator, int]]:
+    """The per-channel normalizations CNNs use (registered by `operators`)."""
+    return [(BatchNormalization(), 1), (InstanceNormalization(), 1), (GroupNormalization(), 18),
+            (MeanVarianceNormalization(), 1), (LpNormalization(), 1)]

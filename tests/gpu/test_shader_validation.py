@@ -537,8 +537,9 @@ def _from(module: str, *ops: str) -> Builder:
         import importlib
 
         models = importlib.import_module(f"tests.gpu.{module}").validation_models()
-        return [Case(m, d) for m, d in models
-                if not ops or any(n.op_type in ops for n in m.graph.node)]
+        cases = [Case(m, d) for m, d in models if not ops or any(n.op_type in ops for n in m.graph.node)]
+        assert cases, f"{module}.validation_models() has no model using {ops}"
+        return cases
     return build
 
 
@@ -617,6 +618,27 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "Hardmax"): _from("test_selection", "Hardmax"),
     ("", "OneHot"): _from("test_selection", "OneHot"),
     ("", "Einsum"): _from("test_linalg"),
+    ("", "Conv"): _from("test_conv", "Conv"),
+    ("", "ConvTranspose"): _from("test_conv", "ConvTranspose"),
+    ("", "CausalConvWithState"): _from("test_conv", "CausalConvWithState"),
+    ("", "AveragePool"): _from("test_pooling", "AveragePool"),
+    ("", "GlobalAveragePool"): _from("test_pooling", "GlobalAveragePool"),
+    ("", "GlobalLpPool"): _from("test_pooling", "GlobalLpPool"),
+    ("", "GlobalMaxPool"): _from("test_pooling", "GlobalMaxPool"),
+    ("", "LpPool"): _from("test_pooling", "LpPool"),
+    ("", "MaxPool"): _from("test_pooling", "MaxPool"),
+    ("", "MaxUnpool"): _from("test_pooling", "MaxUnpool"),
+    ("", "AffineGrid"): _from("test_image", "AffineGrid"),
+    ("", "DepthToSpace"): _from("test_image", "DepthToSpace"),
+    ("", "GridSample"): _from("test_image", "GridSample"),
+    ("", "Resize"): _from("test_image", "Resize"),
+    ("", "SpaceToDepth"): _from("test_image", "SpaceToDepth"),
+    ("", "Upsample"): _from("test_image", "Upsample"),
+    ("", "BatchNormalization"): _from("test_normalization_extra", "BatchNormalization"),
+    ("", "GroupNormalization"): _from("test_normalization_extra", "GroupNormalization"),
+    ("", "InstanceNormalization"): _from("test_normalization_extra", "InstanceNormalization"),
+    ("", "LpNormalization"): _from("test_normalization_extra", "LpNormalization"),
+    ("", "MeanVarianceNormalization"): _from("test_normalization_extra", "MeanVarianceNormalization"),
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

@@ -1,0 +1,39 @@
+// Direct convolution, one thread per output element: for depthwise and other thin products
+// where a tiled GEMM would leave most of its tile idle (few output channels per group or a
+// short reduction). Weight reads are the same for neighbouring threads (same channel), so
+// they are served from cache.
+// Defs: TRANSPOSED, HAS_BIAS. Params: TOTAL (= N * M * P), M and those of conv::window.
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+#ifdef HAS_BIAS
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+#else
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+#endif
+#import conv::window
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= TOTAL()) {
+        return;
+    }
+    let p = i % P();
+    let t = i / P();
+    let oc = t % M();
+    let n = t / M();
+    let g = oc / MG();
+    let m = oc % MG();
+    let col = conv_column(n * P() + p, g);
+#ifdef HAS_BIAS
+    var acc = bias[oc];
+#else
+    var acc = 0.0;
+#endif
+    for (var k = 0u; k < K(); k++) {
+        acc += conv_patch(col, k) * conv_weight(g, m, k);
+    }
+    y[i] = acc;
+}

@@ -1,0 +1,40 @@
+// AffineGrid: grid[n, p, k] = theta[n, k, RANK] + sum_j theta[n, k, j] * base_j(p), where base
+// is the normalized position of output point p, last axis first: (x, y[, z]). One thread per
+// output element. ALIGN: -1 and 1 are the end pixels' centers, else their outer edges.
+// Defs: RANK (2 | 3), ALIGN. Params: TOTAL, OD (1 in 2-D), OH, OW.
+@group(0) @binding(0) var<storage, read> theta: array<f32>;
+@group(0) @binding(1) var<storage, read_write> grid: array<f32>;
+
+const R: u32 = #{RANK}u;
+
+fn normalized(i: u32, len: u32) -> f32 {
+#ifdef ALIGN
+    return select(-1.0 + f32(i) * 2.0 / f32(len - 1u), -1.0, len == 1u);
+#else
+    return (2.0 * f32(i) + 1.0) / f32(len) - 1.0;
+#endif
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= TOTAL()) {
+        return;
+    }
+    let k = i % R;
+    let pt = i / R;
+    let w = pt % OW();
+    let t = pt / OW();
+    let h = t % OH();
+    let nd = t / OH();
+    let d = nd % OD();
+    let n = nd / OD();
+    let base = vec3<f32>(normalized(w, OW()), normalized(h, OH()), normalized(d, OD()));
+    let row = (n * R + k) * (R + 1u);
+    var acc = theta[row + R];
+    for (var j = 0u; j < R; j++) {
+        acc += theta[row + j] * base[j];
+    }
+    grid[i] = acc;
+}

@@ -1,0 +1,251 @@
+"""Resize, Upsample, DepthToSpace and SpaceToDepth on the GPU against onnxruntime."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+from onyxia.errors import OnyxiaError
+from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
+
+RNG = np.random.default_rng(0)
+EMPTY = np.zeros(0, np.float32)
+X = [1, 2, 5, 6]
+
+
+def feed(shape, dtype=np.float32):
+    if np.issubdtype(dtype, np.integer):
+        return RNG.integers(0, 100, shape).astype(dtype)
+    return (RNG.standard_normal(shape) * 10).astype(dtype)
+
+
+def resize_model(x_shape, *, scales=None, sizes=None, roi=None, opset: int = 19, dtype=np.float32, **attrs):
+    inputs = ["x", "roi" if roi is not None else "", "scales" if scales is not None else "",
+              "sizes" if sizes is not None else ""]
+    inits = {k: v for k, v in (("roi", roi), ("scales", scales), ("sizes", sizes)) if v is not None}
+    while not inputs[-1]:
+        inputs.pop()
+    if opset < 11:  # Resize-10: X, scales
+        inputs = ["x", "scales"]
+    node = h.make_node("Resize", inputs, ["y"], name="resize0", **attrs)
+    return make_model([node], [("x", dtype, x_shape)], ["y"], inits, opset=opset)
+
+
+def scales(*s):
+    return np.array(s, np.float32)
+
+
+def sizes(*s):
+    return np.array(s, np.int64)
+
+
+COORDS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+          "tf_half_pixel_for_nn"]
+
+
+@pytest.mark.parametrize("mode,coord", list(itertools.product(["nearest", "linear", "cubic"], COORDS)))
+def test_resize_modes_and_coordinates_match_ort(runtime, mode, coord):
+    # One upscale and one downscale per (mode, transformation), non-integer scales included.
+    for s in (scales(1, 1, 2.0, 1.5), scales(1, 1, 0.6, 0.5)):
+        model = resize_model(X, scales=s, roi=EMPTY, mode=mode, coordinate_transformation_mode=coord)
+        assert_matches_ort(runtime, model, {"x": feed(X)}, rtol=1e-4, atol=1e-4)
+
+
+def test_resize_ignores_a_runtime_roi_it_does_not_read(runtime):
+    # roi as a graph input (not a constant) is fine unless tf_crop_and_resize reads it.
+    node = h.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear")
+    model = make_model([node], [("x", np.float32, X), ("roi", np.float32, [8])], ["y"], {"scales": scales(1, 1, 2, 2)},
+                       opset=13)
+    feeds = {"x": feed(X), "roi": np.zeros(8, np.float32)}
+    np.testing.assert_allclose(run_onyxia(runtime, model, feeds)[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+def test_resize_nearest_modes_with_sizes(runtime, nearest_mode):
+    model = resize_model(X, sizes=sizes(1, 2, 9, 13), opset=13, mode="nearest", nearest_mode=nearest_mode)
+    assert_matches_ort(runtime, model, {"x": feed(X)})
+
+
+@pytest.mark.parametrize("model", [
+    resize_model(X, sizes=sizes(1, 2, 9, 4), opset=13, mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5),
+    resize_model(X, sizes=sizes(1, 2, 9, 4), roi=scales(0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7), opset=13, mode="linear",
+                 coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=10.0),
+    resize_model(X, sizes=sizes(7, 3), opset=18, mode="linear", axes=[2, 3], keep_aspect_ratio_policy="not_larger"),
+    resize_model(X, sizes=sizes(7, 3), opset=18, mode="nearest", axes=[2, 3], keep_aspect_ratio_policy="not_smaller"),
+    resize_model(X, scales=scales(3.0, 0.5), opset=18, mode="cubic", axes=[3, -2]),
+    resize_model([1, 2, 5, 6, 3], scales=scales(1, 1, 2, 0.5, 2), opset=18, mode="linear"),  # trilinear
+    resize_model([3, 10], scales=scales(0.5, 1.3), opset=18, mode="linear"),  # a batch axis resized too
+    resize_model(X, scales=scales(1, 1, 2, 3), opset=18, mode="nearest", dtype=np.uint8),
+    resize_model(X, scales=scales(1, 1, 2, 0.6), opset=10, mode="nearest"),  # opset 10: asymmetric, truncate
+    resize_model(X, scales=scales(1, 1, 2, 0.6), opset=10, mode="linear"),
+    resize_model(X, scales=scales(1, 1, 1, 1), opset=13, mode="linear"),  # identity: a copy
+], ids=lambda m: "-".join(f"{a.name}={h.get_attribute_value(a)}" for a in m.graph.node[0].attribute))
+def test_resize_variants_match_ort(runtime, model):
+    x_shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    dtype = np.uint8 if model.graph.input[0].type.tensor_type.elem_type == 2 else np.float32
+    assert_matches_ort(runtime, model, {"x": feed(x_shape, dtype)}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("kw", [dict(scales=scales(1, 1, 0.5, 0.6)), dict(scales=scales(1, 1, 0.3, 1.7)),
+                                dict(sizes=sizes(1, 2, 3, 2), exclude_outside=1),
+                                dict(sizes=sizes(1, 2, 2, 5), coordinate_transformation_mode="asymmetric")])
+def test_resize_antialias_matches_ort(runtime, mode, kw):
+    x_shape = [1, 2, 8, 9]
+    model = resize_model(x_shape, opset=18, mode=mode, antialias=1, **kw)
+    assert_matches_ort(runtime, model, {"x": feed(x_shape)}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("opset,attrs,inits", [
+    (9, dict(mode="nearest"), {"s": scales(1, 1, 2, 3)}),
+    (9, dict(mode="linear"), {"s": scales(1, 1, 1.5, 2)}),
+    (7, dict(mode="linear", scales=[1.0, 1.0, 2.0, 1.5]), {}),
+])
+def test_upsample_matches_ort(runtime, opset, attrs, inits):
+    node = h.make_node("Upsample", ["x", *inits], ["y"], **attrs)
+    model = make_model([node], [("x", np.float32, X)], ["y"], inits, opset=opset)
+    assert_matches_ort(runtime, model, {"x": feed(X)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", [
+    resize_model(["n", 3, "h", "w"], scales=scales(1, 1, 2, 2), mode="nearest"),
+    resize_model(["n", 3, "h", "w"], scales=scales(1, 1, 0.5, 1.5), mode="linear"),
+    resize_model(["n", 3, "h", "w"], sizes=sizes(2, 3, 9, 4), mode="cubic", opset=13),  # scale from dims
+])
+def test_resize_symbolic_dims(runtime, model):
+    exe = runtime.load_model(compile_model(model, {"n": 2, "h": 5, "w": 7}))
+    for dims in ({"n": 2, "h": 5, "w": 7}, {"n": 2, "h": 8, "w": 3}, {"n": 2, "h": 11, "w": 12}):
+        exe.update_dimensions(dims)
+        x = feed((dims["n"], 3, dims["h"], dims["w"]))
+        np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert exe.stats.recompiles == 0
+
+
+def test_constant_resize_folds(runtime):
+    x = feed(X)
+    cases = [({"scales": scales(1, 1, 2, 1.5)}, dict(mode="linear")),
+             ({"sizes": sizes(1, 2, 3, 8)}, dict(mode="cubic")),
+             ({"scales": scales(1, 1, 0.6, 2)}, dict(mode="nearest", coordinate_transformation_mode="asymmetric"))]
+    for inits, attrs in cases:
+        inputs = ["c", "", "scales"] if "scales" in inits else ["c", "", "", "sizes"]
+        nodes = [h.make_node("Resize", inputs, ["y"], **attrs), h.make_node("Neg", ["x"], ["z"])]
+        model = make_model(nodes, [("x", np.float32, [1])], ["y", "z"], {"c": x, **inits}, opset=13)
+        assert not any(s.label.startswith("image") for s in compile_model(model).shaders)
+        one = {"x": np.ones(1, np.float32)}
+        np.testing.assert_allclose(run_onyxia(runtime, model, one)[0], run_ort(model, one)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model,message", [
+    (resize_model(["n", 2, "h", 6], sizes=sizes(3, 4), axes=[2, 3], opset=18, mode="linear", antialias=1),
+     "antialias"),
+    (resize_model(X, scales=scales(1, 1, 2), opset=13, mode="linear"), "entries"),
+    (resize_model(X, scales=scales(1, 1, 2, 2), opset=13, mode="area"), "mode"),
+    (resize_model(X, scales=scales(1, 1, 2, 2), opset=13, dtype=np.uint8, mode="linear"), "float"),
+    (resize_model(X, scales=scales(1, 1, 2, 2), sizes=sizes(1, 2, 3, 4), opset=13), "exactly one"),
+])
+def test_unsupported_resize_fails_clearly(model, message):
+    with pytest.raises(OnyxiaError, match=message) as err:
+        compile_model(model, {"n": 1, "h": 5} if model.graph.input[0].type.tensor_type.shape.dim[0].dim_param else {})
+    assert "resize0" in str(err.value)
+
+
+def grid_model(x_shape, grid_shape, opset: int = 20, **attrs):
+    node = h.make_node("GridSample", ["x", "grid"], ["y"], **attrs)
+    return make_model([node], [("x", np.float32, x_shape), ("grid", np.float32, grid_shape)], ["y"], opset=opset)
+
+
+def grid_feed(x_shape, grid_shape):
+    grid = (RNG.random(grid_shape) * 2.6 - 1.3).astype(np.float32)  # some points outside [-1, 1]
+    grid.reshape(-1)[:4] = [-1.0, 1.0, 0.0, 0.5]  # the corners and a halfway case
+    return {"x": feed(x_shape), "grid": grid}
+
+
+@pytest.mark.parametrize("mode,rank", [("linear", 2), ("nearest", 2), ("cubic", 2), ("linear", 3), ("nearest", 3)])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_matches_ort(runtime, mode, rank, padding, align):
+    x_shape, grid_shape = [2, 3, 5, 6, 4][:2 + rank], [2, 4, 3, 5][:1 + rank] + [rank]
+    model = grid_model(x_shape, grid_shape, mode=mode, padding_mode=padding, align_corners=align)
+    assert_matches_ort(runtime, model, grid_feed(x_shape, grid_shape), rtol=1e-4, atol=1e-4)
+
+
+def test_grid_sample_opset16_names_and_symbolic_dims(runtime):
+    model = grid_model(["n", 3, "h", "w"], ["n", "oh", "ow", 2], opset=16, mode="bicubic", padding_mode="border")
+    exe = runtime.load_model(compile_model(model, {"n": 1, "h": 5, "w": 6, "oh": 3, "ow": 4}))
+    for dims in ({"n": 1, "h": 5, "w": 6, "oh": 3, "ow": 4}, {"n": 2, "h": 9, "w": 3, "oh": 7, "ow": 2}):
+        exe.update_dimensions(dims)
+        feeds = grid_feed([dims["n"], 3, dims["h"], dims["w"]], [dims["n"], dims["oh"], dims["ow"], 2])
+        np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    assert exe.stats.recompiles == 0
+
+
+def test_grid_sample_1d_matches_reference(runtime):
+    # onnxruntime samples 2-D and 3-D only: the oracle for 1-D is onnx's reference.
+    from onnx.reference import ReferenceEvaluator
+
+    for mode in ("linear", "cubic"):
+        model = grid_model([2, 3, 7], [2, 5, 1], mode=mode, padding_mode="reflection")
+        feeds = grid_feed([2, 3, 7], [2, 5, 1])
+        np.testing.assert_allclose(run_onyxia(runtime, model, feeds)[0], ReferenceEvaluator(model).run(None, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def stn_model(rank: int, align: int):
+    """A spatial transformer: AffineGrid over the input's own Shape, then GridSample."""
+    nodes = [h.make_node("Shape", ["x"], ["size"]),
+             h.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+             h.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align)]
+    x_shape = ["n", 3, 4, 5, 6][:2 + rank]
+    return make_model(nodes, [("x", np.float32, x_shape), ("theta", np.float32, ["n", rank, rank + 1])],
+                      ["grid", "y"], opset=20)
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_and_grid_sample_match_ort(runtime, rank, align):
+    model = stn_model(rank, align)
+    theta = (np.eye(rank, rank + 1) + RNG.standard_normal((2, rank, rank + 1)) * 0.3).astype(np.float32)
+    feeds = {"x": feed([2, 3, 4, 5, 6][:2 + rank]), "theta": theta}
+    assert_matches_ort(runtime, model, feeds, {"n": 2}, rtol=1e-4, atol=1e-5)
+
+
+def space_model(op: str, x_shape, opset: int = 13, **attrs):
+    return make_model([h.make_node(op, ["x"], ["y"], **attrs)], [("x", np.float32, x_shape)], ["y"], opset=opset)
+
+
+@pytest.mark.parametrize("model,dims", [
+    (space_model("DepthToSpace", ["n", 8, 3, "w"], blocksize=2, mode="DCR"), {"n": 2, "w": 5}),
+    (space_model("DepthToSpace", ["n", 18, 2, 3], blocksize=3, mode="CRD"), {"n": 2}),
+    (space_model("SpaceToDepth", ["n", 3, 4, "w"], blocksize=2), {"n": 2, "w": 6}),
+])
+def test_depth_space_match_ort(runtime, model, dims):
+    shape = [d.dim_value or dims[d.dim_param] for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert_matches_ort(runtime, model, {"x": feed(shape)}, dims)
+
+
+def validation_models() -> list[tuple[object, dict[str, int]]]:
+    """Small models covering every (shader, defs) variant of the image operators."""
+    x = ["n", 2, 5, 6]
+    models = [resize_model(x, scales=scales(1, 1, 2.0, 0.5), roi=EMPTY, mode=mode,
+                           coordinate_transformation_mode=coord)
+              for mode, coord in zip(["nearest", "linear", "cubic"] * 2, COORDS)]
+    models += [resize_model(x, sizes=sizes(2, 2, 9, 4), roi=scales(0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7), opset=13,
+                            mode="cubic", coordinate_transformation_mode="tf_crop_and_resize", exclude_outside=1),
+               resize_model(x, scales=scales(1, 1, 2, 0.6), opset=10, mode="nearest"),
+               resize_model(x, scales=scales(1, 1, 2, 3), mode="nearest", dtype=np.uint8),
+               resize_model(x, sizes=sizes(9, 3), axes=[2, 3], mode="nearest", nearest_mode="ceil"),
+               resize_model(x, scales=scales(1, 1, 0.5, 2), mode="cubic", antialias=1, exclude_outside=1),
+               resize_model(x, scales=scales(1, 1, 0.3, 0.5), mode="linear", antialias=1),
+               make_model([h.make_node("Upsample", ["x", "s"], ["y"])], [("x", np.float32, x)], ["y"],
+                          {"s": scales(1, 1, 2, 2)}, opset=9),
+               space_model("DepthToSpace", ["n", 8, 3, 3], blocksize=2),
+               *[grid_model(["n", 2, 5, 6], ["n", 3, 4, 2], mode=m, padding_mode=p, align_corners=a)
+                 for m, p, a in (("linear", "zeros", 0), ("nearest", "border", 1), ("cubic", "reflection", 0))],
+               grid_model(["n", 2, 4, 5, 6], ["n", 3, 4, 2, 3], mode="linear", padding_mode="reflection"),
+               grid_model(["n", 2, 6], ["n", 3, 1], mode="cubic"),
+               stn_model(2, 0), stn_model(3, 1),
+               space_model("SpaceToDepth", ["n", 2, 4, 4], blocksize=2)]
+    return [(m, {"n": 2}) for m in models]
