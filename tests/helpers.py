@@ -74,5 +74,33 @@ def assert_matches_ort(runtime, model: onnx.ModelProto, feeds: Mapping[str, np.n
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
 
 
-__all__ = ["IR_VERSION", "TensorProto", "assert_matches_ort", "compile_model", "helper", "make_model",
-           "numpy_helper", "run_onyxia", "run_ort", "tensor_type"]
+def random_array(rng: np.random.Generator, *shape: int, dtype=np.float32) -> np.ndarray:
+    """Small random values of `dtype` (bools, ints in [-50, 50), normal floats)."""
+    if np.dtype(dtype) == np.bool_:
+        return rng.random(shape) > 0.5
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-50, 50, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def check_across_dims(runtime, model: onnx.ModelProto, make_feeds, dims_list) -> None:
+    """Compile once for the first dims, then run every dims set after update_dimensions: outputs
+    must equal onnxruntime's exactly (data movement ops) and nothing may recompile."""
+    compiled = compile_model(model, dims_list[0])
+    exe = runtime.load_model(compiled)
+    for dims in dims_list:
+        exe.update_dimensions(dims)
+        feeds = make_feeds(dims)
+        ours = exe.run(feeds)
+        for name, ref in zip(compiled.outputs, run_ort(model, feeds)):
+            assert ours[name].shape == ref.shape, (name, dims)
+            np.testing.assert_array_equal(ours[name], ref, err_msg=f"{name} at {dims}")
+    assert exe.stats.recompiles == 0
+
+
+__all__ = ["IR_VERSION", "TensorProto", "assert_matches_ort", "check_across_dims", "compile_model", "helper", "i64",
+           "make_model", "numpy_helper", "random_array", "run_onyxia", "run_ort", "tensor_type"]

@@ -3,46 +3,23 @@ ScatterND, ScatterElements, Trilu; property tests for Slice and Gather; folded =
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper as h
 
-from tests.helpers import assert_matches_ort, compile_model, make_model, run_ort
+from tests.helpers import assert_matches_ort, check_across_dims, compile_model, i64, make_model, random_array
 
 rng = np.random.default_rng(1)
+rand = functools.partial(random_array, rng)
 INT64_MAX = np.iinfo(np.int64).max
-
-
-def rand(*shape: int, dtype=np.float32) -> np.ndarray:
-    if np.dtype(dtype) == np.bool_:
-        return rng.random(shape) > 0.5
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(-50, 50, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def i64(*values: int) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
 
 
 def check(runtime, nodes, inputs, feeds, inits=None, dims=None, opset=18, outputs=("y",)):
     assert_matches_ort(runtime, make_model(nodes, inputs, list(outputs), inits, opset=opset), feeds, dims)
-
-
-def check_across_dims(runtime, model, make_feeds, dims_list) -> None:
-    """Compile once, then run each dims set after update_dimensions (no recompiles)."""
-    compiled = compile_model(model, dims_list[0])
-    exe = runtime.load_model(compiled)
-    for dims in dims_list:
-        exe.update_dimensions(dims)
-        feeds = make_feeds(dims)
-        ours = exe.run(feeds)
-        for name, ref in zip(compiled.outputs, run_ort(model, feeds)):
-            assert ours[name].shape == ref.shape, (name, dims)
-            np.testing.assert_array_equal(ours[name], ref, err_msg=f"{name} at {dims}")
-    assert exe.stats.recompiles == 0
 
 
 # ---- Gather ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ dims changed at runtime without recompiling, and folded results equal to GPU res
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import functools
 
 import numpy as np
 import pytest
@@ -12,39 +12,14 @@ from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as h
 
-from tests.helpers import assert_matches_ort, compile_model, make_model, run_ort
+from tests.helpers import assert_matches_ort, check_across_dims, compile_model, i64, make_model, random_array
 
 rng = np.random.default_rng(0)
-
-
-def rand(*shape: int, dtype=np.float32) -> np.ndarray:
-    if np.dtype(dtype) == np.bool_:
-        return rng.random(shape) > 0.5
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(-50, 50, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def i64(*values: int) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
+rand = functools.partial(random_array, rng)
 
 
 def check(runtime, nodes, inputs, feeds, outputs=("y",), inits=None, dims=None, opset=18):
     assert_matches_ort(runtime, make_model(nodes, inputs, list(outputs), inits, opset=opset), feeds, dims)
-
-
-def check_across_dims(runtime, model, make_feeds: Callable[[Mapping[str, int]], dict], dims_list) -> None:
-    """Compile once for the first dims, then run every dims set after update_dimensions."""
-    compiled = compile_model(model, dims_list[0])
-    exe = runtime.load_model(compiled)
-    for dims in dims_list:
-        exe.update_dimensions(dims)
-        feeds = make_feeds(dims)
-        ours = exe.run(feeds)
-        for name, ref in zip(compiled.outputs, run_ort(model, feeds)):
-            assert ours[name].shape == ref.shape, (name, dims)
-            np.testing.assert_array_equal(ours[name], ref, err_msg=f"{name} at {dims}")
-    assert exe.stats.recompiles == 0
 
 
 # ---- views ------------------------------------------------------------------------------
