@@ -128,7 +128,7 @@ def build_graph(spec: DecoderSpec) -> onnx.ModelProto:
     """The decoder as an ONNX model (weights inline)."""
     rng = np.random.default_rng(spec.seed)
     g = _Graph(rng)
-    h, hs, nh, kvh = spec.hidden_size, spec.head_size, spec.num_heads, spec.num_kv_heads
+    h, hs, kvh = spec.hidden_size, spec.head_size, spec.num_kv_heads
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
               helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"])]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import traceback
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
