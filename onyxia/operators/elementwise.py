@@ -561,6 +561,8 @@ UNARY_OPS: dict[str, Row] = {
     "Mish": Row(flt("x0 * onyxia_tanh(onyxia_softplus(x0))"), lambda x: x * np.tanh(np.logaddexp(0, x)), since=18),
     "HardSwish": Row(flt("x0 * onyxia_minf(onyxia_maxf(x0 / 6.0 + 0.5, 0.0), 1.0)"),
                      lambda x: x * np.clip(x / 6 + 0.5, 0, 1), since=14),
+    "Swish": Row(flt("x0 * onyxia_sigmoid(ALPHA() * x0)"), lambda x, alpha: x / (1 + np.exp(-alpha * x)), since=24,
+                 attrs={"alpha": 1.0}),
     "HardSigmoid": Row(flt("onyxia_minf(onyxia_maxf(ALPHA() * x0 + BETA(), 0.0), 1.0)"),
                        lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1), attrs={"alpha": 0.2, "beta": 0.5}),
     "LeakyRelu": Row(flt("select(x0, ALPHA() * x0, x0 < 0.0)"), lambda x, alpha: np.where(x < 0, alpha * x, x),

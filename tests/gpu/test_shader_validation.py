@@ -546,6 +546,7 @@ def _from(module: str, *ops: str) -> Builder:
 BUILDERS: dict[tuple[str, str], Builder] = {
     **{("", op): unary(op, F32, I64, I32) if op in SIGNED_UNARY else unary(op, F32) for op in FLOAT_UNARY},
     ("", "Celu"): unary("Celu", F32, alpha=0.7),
+    ("", "Swish"): unary("Swish", F32, opset=24, alpha=0.5),
     ("", "Elu"): unary("Elu", F32, alpha=0.7),
     ("", "HardSigmoid"): unary("HardSigmoid", F32, alpha=0.3, beta=0.4),
     ("", "LeakyRelu"): unary("LeakyRelu", F32, alpha=0.05),
