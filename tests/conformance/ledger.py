@@ -5,7 +5,7 @@ must pass. Generated from a full run by `python benchmarks/conformance_report.py
 re-run it after adding an operator or fixing a bug (it lists entries that started passing).
 Entries are anchored, regex-escaped test names.
 
-Last run: 2026-11-22, onnx 1.23.2, llvmpipe (LLVM 15.0.6, 256 bits) (CPU) via Vulkan: 1230/1884 node cases pass;
+Last run: 2026-11-22, onnx 1.23.2, llvmpipe (LLVM 15.0.6, 256 bits) (CPU) via Vulkan: 1234/1884 node cases pass;
 seed subset 241/241.
 """
 
@@ -712,13 +712,6 @@ LEDGER: dict[str, list[str]] = {
         r"^test_optional_has_element_empty_no_input_name_tensor_input_cpu$",
         r"^test_optional_has_element_empty_no_input_optional_input_cpu$",
         r"^test_optional_has_element_empty_no_input_tensor_input_cpu$",
-    ],
-    # 4 cases
-    'not implemented yet: Swish': [
-        r"^test_swiglu_alpha_expanded_cpu$",
-        r"^test_swiglu_expanded_cpu$",
-        r"^test_swiglu_float16_expanded_cpu$",
-        r"^test_swish_cpu$",
     ],
     # 3 cases
     'not implemented yet: DynamicQuantizeLinear': [
