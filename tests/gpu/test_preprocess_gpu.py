@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import textwrap
 
 import pytest
@@ -47,13 +45,9 @@ TEMPLATE = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def gpu_device():
-    # wgpu-native's Vulkan loader wants a runtime dir; CI containers often lack one.
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="onyxia-xdg-"))
-    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-    if adapter is None:
-        pytest.skip("no wgpu adapter")
-    return adapter.request_device_sync()
+def gpu_device(wgpu_adapter):
+    # The conftest fixture asserts a real adapter (and fails, not skips, in CI).
+    return wgpu_adapter.request_device_sync()
 
 
 @pytest.mark.parametrize(
