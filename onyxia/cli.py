@@ -131,7 +131,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inferred_outputs(graph) -> dict[str, str]:
-    from onyxia.runtime.session import InferenceSession
+    from onyxia.session import InferenceSession
 
     try:
         return {a.name: f"{a.type[7:-1]} [{', '.join(map(str, a.shape))}]"

@@ -2,44 +2,22 @@
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from onyxia.compiler.pass_api import Pass, PassResult, Stage
+from onyxia.compiler.passes import (
+    ConstantFoldingPass,
+    PlanningPass,
+    ShapeInferencePass,
+    SymbolicResolutionPass,
+    default_optimization_passes,
+)
 from onyxia.ir.graph import IrGraph
+from onyxia.operators import core_operator_registry
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import CompiledModel
-
-
-class Stage(enum.IntEnum):
-    RESOLUTION = 0  # bind symbols to the dims given
-    INFERENCE = 1  # dtype and shape of every tensor
-    FOLDING = 2  # constant values (numpy)
-    OPTIMIZATION = 3  # fusion, aliasing, DCE, ...
-    PLANNING = 4  # emit the CompiledModel
-
-
-@dataclass(frozen=True)
-class PassResult:
-    """What a pass reports: whether it changed the graph (a plain bool is accepted too)."""
-
-    modified: bool
-    note: str = ""
-
-
-class Pass:
-    """A graph pass. Subclasses set `name` and `stage` and implement `run`."""
-
-    name: str = ""
-    stage: Stage = Stage.OPTIMIZATION
-
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool | PassResult:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        # getattr: add_pass reports a pass whose stage is not a Stage through this repr.
-        return f"{type(self).__name__}(stage={getattr(self.stage, 'name', repr(self.stage))})"
 
 
 @dataclass(frozen=True)
@@ -52,17 +30,15 @@ class PassRecord:
 
 class CompilerPipeline:
     def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
-        from onyxia.compiler import passes  # the built-in passes import this module
-
         self.registry = registry
         self._passes: list[Pass] = [
-            passes.SymbolicResolutionPass(),
-            passes.ShapeInferencePass(),
-            passes.ConstantFoldingPass(),
-            passes.PlanningPass(),
+            SymbolicResolutionPass(),
+            ShapeInferencePass(),
+            ConstantFoldingPass(),
+            PlanningPass(),
         ]
         if optimize:
-            for p in passes.default_optimization_passes():
+            for p in default_optimization_passes():
                 self.add_pass(p)
         self.history: list[PassRecord] = []
 
@@ -118,7 +94,5 @@ def compile(graph: IrGraph, dims: Mapping[str, int] | None = None, static: Itera
             registry: OperatorRegistry | None = None) -> CompiledModel:
     """Compile with the core operators and the default passes."""
     if registry is None:
-        from onyxia.operators import core_operator_registry
-
         registry = core_operator_registry()
     return CompilerPipeline(registry).compile(graph, dims, static)

@@ -26,19 +26,11 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import TensorKind
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import binding_block
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
 SHARE_BUFFER_ATTR = "past_present_share_buffer"
-
-
-def binding_block(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> str:
-    """WGSL storage declarations, numbered in dispatch order (reads, then writes)."""
-    lines = [f"@group(0) @binding({i}) var<storage, read> {name}: array<{ty}>;"
-             for i, (name, ty) in enumerate(reads)]
-    lines += [f"@group(0) @binding({len(reads) + i}) var<storage, read_write> {name}: array<{ty}>;"
-              for i, (name, ty) in enumerate(writes)]
-    return "\n".join(lines)
 
 
 def _require_float(ctx: InferenceCtx, i: int) -> DType:

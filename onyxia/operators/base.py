@@ -19,6 +19,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
+from onyxia.operators.common import broadcast_shapes
 from onyxia.plan import Binding, CopyBuffer, Dispatch, Scalar, ShaderParam, ShaderSpec, Step, WriteBuffer
 
 _REQUIRED = object()
@@ -122,8 +123,6 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        from onyxia.operators.common import broadcast_shapes
-
         return broadcast_shapes(shapes, self.fail, self.unify)
 
     def unify(self, a: SymDim, b: SymDim) -> bool:

@@ -1,4 +1,4 @@
-"""Helpers shared by operator families: broadcasting, strides, generated index code."""
+"""Helpers shared by operator families: broadcasting, strides, generated index and binding code."""
 
 from __future__ import annotations
 
@@ -104,5 +104,14 @@ def strided_index_params(out_shape: Shape, in_shapes: Sequence[Shape], names: Se
     return params, "\n".join(lines)
 
 
-__all__ = ["broadcast_shapes", "broadcast_strides", "collapse_dims", "contiguous_strides", "numel",
+def binding_block(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> str:
+    """WGSL storage declarations, numbered in dispatch order (reads, then writes)."""
+    lines = [f"@group(0) @binding({i}) var<storage, read> {name}: array<{ty}>;"
+             for i, (name, ty) in enumerate(reads)]
+    lines += [f"@group(0) @binding({len(reads) + i}) var<storage, read_write> {name}: array<{ty}>;"
+              for i, (name, ty) in enumerate(writes)]
+    return "\n".join(lines)
+
+
+__all__ = ["binding_block", "broadcast_shapes", "broadcast_strides", "collapse_dims", "contiguous_strides", "numel",
            "strided_index_params"]

@@ -1,4 +1,4 @@
-"""Conv and ConvTranspose (1-D, 2-D and 3-D), and the sliding-window geometry pooling shares.
+"""Conv and ConvTranspose (1-D, 2-D and 3-D) over the window geometry of operators/window.py.
 
 Both ops run on one of two kernels over the same patch addressing (shaders/conv/window.wgsl):
 
@@ -27,9 +27,9 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.matmul import Product, plan_product
+from onyxia.operators.window import MAX_SPATIAL, Window, auto_pad_of, int_list, padded_windows, window_of, window_params
 from onyxia.plan import Step
 
-MAX_SPATIAL = 3
 # Below these many output channels per group or products per output, a tile would be mostly
 # idle: the direct kernel (one thread per output) is faster.
 MIN_GEMM_ROWS = 8
@@ -43,115 +43,6 @@ def _is_int(d: object) -> bool:
 
 def _fmt(shape: Shape) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
-
-
-# ---- window geometry ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Window:
-    """A sliding window over the spatial axes: pads before (`begin`) and after (`end`) may be
-    symbolic (auto_pad SAME over symbolic dims); everything else is static."""
-
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    begin: tuple[Dim, ...]
-    end: tuple[Dim, ...]
-    out: tuple[Dim, ...]
-
-    @property
-    def extent(self) -> tuple[int, ...]:
-        """Input span of the dilated kernel per axis."""
-        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
-
-
-def int_list(ctx: InferenceCtx, name: str, n: int, default: int, minimum: int | None = None) -> tuple[int, ...]:
-    """An integer-list attribute with one entry per spatial axis (or `n` entries)."""
-    value = ctx.attr(name, None)
-    if value is None or (isinstance(value, (list, tuple)) and not value):
-        return (default,) * n
-    values = tuple(int(v) for v in value)
-    if len(values) != n:
-        raise ctx.fail(f"attribute '{name}' has {len(values)} values, expected {n}")
-    if minimum is not None and any(v < minimum for v in values):
-        raise ctx.fail(f"attribute '{name}' {list(values)} must be >= {minimum}")
-    return values
-
-
-def auto_pad_of(ctx: InferenceCtx) -> str:
-    mode = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
-    if mode not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
-        raise ctx.fail(f"attribute 'auto_pad' value {mode!r} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER")
-    return mode
-
-
-def _out_size(size: Dim, padded_extra: Dim, extent: int, stride: int, begin: Dim, ceil_mode: bool) -> Dim:
-    """Output length of a window over `size` + pads. In ceil mode the last window must start
-    inside the input or the leading pad (PyTorch's rule, which ONNX and onnxruntime follow);
-    that test is written in // and % only, so it also holds for a symbolic size."""
-    span = size + padded_extra - extent
-    if not ceil_mode:
-        return span // stride + 1
-    out = (span + stride - 1) // stride + 1
-    # (out - 1) * stride >= size + begin  <=>  (-span) % stride >= extent - end
-    threshold = extent - (padded_extra - begin)
-    if _is_int(threshold) and threshold <= 0:
-        return out - 1
-    if _is_int(threshold) and threshold > stride - 1:
-        return out
-    return out - ((-span) % stride + stride - threshold) // stride
-
-
-def window_of(ctx: InferenceCtx, spatial: Shape, kernel: tuple[int, ...], *, ceil_mode: bool = False) -> Window:
-    """The window of a Conv or pooling node over `spatial` (auto_pad, pads, strides, dilations)."""
-    n = len(spatial)
-    strides = int_list(ctx, "strides", n, 1, minimum=1)
-    dilations = int_list(ctx, "dilations", n, 1, minimum=1)
-    extent = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
-    mode = auto_pad_of(ctx)
-    begin: list[Dim] = []
-    end: list[Dim] = []
-    out: list[Dim] = []
-    if mode == "NOTSET":
-        pads = int_list(ctx, "pads", 2 * n, 0)
-        begin, end = list(pads[:n]), list(pads[n:])
-        out = [_out_size(s, b + e, x, st, b, ceil_mode) for s, b, e, x, st in zip(spatial, begin, end, extent, strides)]
-    elif mode == "VALID":
-        begin, end = [0] * n, [0] * n
-        out = [_out_size(s, 0, x, st, 0, ceil_mode) for s, x, st in zip(spatial, extent, strides)]
-    else:
-        for axis, (s, x, st) in enumerate(zip(spatial, extent, strides)):
-            o = (s + st - 1) // st
-            total = (o - 1) * st + x - s
-            if _is_int(total):
-                total = max(total, 0)
-            elif x < st:  # total may be negative (max(0, total) is not a polynomial): needs the value
-                raise ctx.fail(f"auto_pad {mode} with stride {st} larger than the kernel extent {x} needs a static "
-                               f"size on spatial axis {axis}, got {s}", 0)
-            small = total // 2
-            b = small if mode == "SAME_UPPER" else total - small
-            begin.append(b)
-            end.append(total - b)
-            out.append(o)
-    for axis, o in enumerate(out):
-        if _is_int(o) and o <= 0:
-            raise ctx.fail(f"the window (kernel {list(kernel)}, dilations {list(dilations)}) does not fit spatial "
-                           f"axis {axis} of size {spatial[axis]} with pads {begin[axis]}+{end[axis]}", 0)
-    return Window(tuple(kernel), strides, dilations, tuple(begin), tuple(end), tuple(out))
-
-
-def padded_windows(x: np.ndarray, win: Window, fill: float) -> np.ndarray:
-    """Host-side view [N, C, *out, *kernel] of every window over a padded `x` (for folding)."""
-    n = len(win.kernel)
-    spatial = x.shape[2:]
-    # The padding actually needed: enough for the last window, never less than zero.
-    needed = [(o - 1) * s + e for o, s, e in zip(win.out, win.strides, win.extent)]
-    after = [max(nd - sp - b, 0) for nd, sp, b in zip(needed, spatial, win.begin)]
-    padded = np.pad(x, [(0, 0), (0, 0)] + [(b, a) for b, a in zip(win.begin, after)], constant_values=fill)
-    view = np.lib.stride_tricks.sliding_window_view(padded, win.extent, axis=tuple(range(2, 2 + n)))
-    strided = (slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(win.out, win.strides))
-    dilated = tuple(slice(None, None, d) for d in win.dilations)
-    return view[strided + dilated]
 
 
 # ---- Conv / ConvTranspose -------------------------------------------------------------------
@@ -312,24 +203,6 @@ class ConvTranspose(Conv):
                 canvas[(slice(None), slice(g * spec.mg, (g + 1) * spec.mg)) + where] += contrib
         crop = tuple(slice(a + b, a + b + o) for a, b, o in zip(lead, win.begin, win.out))
         return canvas[(slice(None), slice(None)) + crop]
-
-
-def _three(values: tuple, fill: object) -> tuple:
-    """Spatial values as 3-D (leading unit axes)."""
-    return (fill,) * (MAX_SPATIAL - len(values)) + tuple(values)
-
-
-def window_params(spatial: tuple[Dim, ...], win: Window) -> dict[str, object]:
-    """The params conv/window.wgsl reads: input and output sizes, kernel, strides, dilations,
-    leading pads (i32), over 3-D."""
-    (idp, ih, iw), (od, oh, ow) = _three(spatial, 1), _three(win.out, 1)
-    kd, kh, kw = _three(win.kernel, 1)
-    sd, sh, sw = _three(win.strides, 1)
-    dd, dh, dw = _three(win.dilations, 1)
-    pd, ph, pw = _three(win.begin, 0)
-    return {"ID": idp, "IH": ih, "IW": iw, "OH": oh, "OW": ow, "ISP": idp * ih * iw, "P": od * oh * ow,
-            "KD": kd, "KH": kh, "KW": kw, "KS": kd * kh * kw, "SD": sd, "SH": sh, "SW": sw,
-            "DD": dd, "DH": dh, "DW": dw, "PD": (pd, "i32"), "PH": (ph, "i32"), "PW": (pw, "i32")}
 
 
 def _is_pointwise(spec: ConvSpec) -> bool:

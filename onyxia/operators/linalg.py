@@ -22,9 +22,8 @@ import numpy as np
 
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.attention import binding_block
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import contiguous_strides
+from onyxia.operators.common import binding_block, contiguous_strides
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.plan import Step
 

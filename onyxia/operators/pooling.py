@@ -3,7 +3,7 @@ MaxUnpool, and the global poolings.
 
 The windowed poolings share shaders/pooling/pool.wgsl: one thread per output element walks its
 window (kernel shape, strides, dilations and pads are static; batch and spatial sizes are
-params, so they may be symbolic). The window geometry (auto_pad, ceil_mode) is conv.py's.
+params, so they may be symbolic). The window geometry (auto_pad, ceil_mode) is window.py's.
 GlobalAveragePool / GlobalMaxPool / GlobalLpPool are reductions over the spatial axes and run
 on the reduction kernel.
 """
@@ -18,9 +18,9 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.conv import MAX_SPATIAL, Window, int_list, padded_windows, window_of, window_params
 from onyxia.operators.reduction import _EXTREMES, REDUCE_OPS, Reduce, ReduceRow
 from onyxia.operators.shape import plan_fill
+from onyxia.operators.window import MAX_SPATIAL, Window, int_list, padded_windows, window_of, window_params
 from onyxia.plan import Step
 
 

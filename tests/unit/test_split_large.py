@@ -14,11 +14,10 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
-from onyxia.compiler.passes import default_optimization_passes
+from onyxia.compiler.passes import PackNBitsWeightsPass, default_optimization_passes
 from onyxia.compiler.passes.split_large import MAX_BINDING_BYTES, SplitLargeTensorsPass, chunk_ranges
 from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
-from onyxia.operators.quantized import PackNBitsWeightsPass
 from tests.helpers import make_model
 
 LIMIT = 4096

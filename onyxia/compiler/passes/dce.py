@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.compiler.pass_api import Pass, Stage
 from onyxia.ir.graph import IrGraph
 from onyxia.operators.registry import OperatorRegistry
 

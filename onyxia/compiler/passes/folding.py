@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from onyxia.compiler.pass_api import Pass, Stage
 from onyxia.compiler.passes.inference import fold_node, resolve_operator
-from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.ir.graph import IrGraph
 from onyxia.operators.registry import OperatorRegistry
 

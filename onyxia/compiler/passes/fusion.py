@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from onyxia.compiler.pass_api import Pass, Stage
 from onyxia.compiler.passes.inference import resolve_operator
-from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
 from onyxia.operators.elementwise import FLOAT, MAX_MAP_INPUTS, BinaryElementwise, UnaryElementwise, kind

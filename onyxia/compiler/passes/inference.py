@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.compiler.pass_api import Pass, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError, UnsupportedOperatorError
 from onyxia.ir.graph import IrGraph, Node
 from onyxia.ir.shapes import SymDim

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from onyxia.compiler.pass_api import Pass, Stage
 from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.compiler.passes.memory import plan_memory
-from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim

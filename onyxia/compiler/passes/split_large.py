@@ -12,8 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from onyxia.compiler.pass_api import Pass, PassResult, Stage
 from onyxia.compiler.passes.inference import resolve_operator
-from onyxia.compiler.pipeline import Pass, PassResult, Stage
 from onyxia.ir.dtypes import from_numpy
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
