@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from onyxia.compiler.context import CompileContext
 from onyxia.ir.graph import IrGraph
-from onyxia.operators.registry import OperatorRegistry
 
 
 class Stage(enum.IntEnum):
@@ -18,7 +18,7 @@ class Stage(enum.IntEnum):
     INFERENCE = 1  # dtype and shape of every tensor
     FOLDING = 2  # constant values (numpy)
     OPTIMIZATION = 3  # fusion, aliasing, DCE, ...
-    PLANNING = 4  # emit the CompiledModel
+    PLANNING = 4  # last rewrites before the graph is lowered to a CompiledModel
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,20 @@ class PassResult:
 
 
 class Pass:
-    """A graph pass. Subclasses set `name` and `stage` and implement `run`."""
+    """A graph pass. Subclasses set `name` and `stage` and implement `run`.
+
+    Ordering needs beyond the stages are declared here and checked by the pipeline before it
+    runs anything (a PipelineError names the pass and what it needs):
+    `requires`: names of passes that must be in the pipeline and run before this one;
+    `after`: names of passes that, when in the pipeline, must run before this one.
+    """
 
     name: str = ""
     stage: Stage = Stage.OPTIMIZATION
+    requires: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool | PassResult:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool | PassResult:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -43,4 +51,4 @@ class Pass:
         return f"{type(self).__name__}(stage={getattr(self.stage, 'name', repr(self.stage))})"
 
 
-__all__ = ["Pass", "PassResult", "Stage"]
+__all__ = ["CompileContext", "Pass", "PassResult", "Stage"]

@@ -16,6 +16,7 @@ from onyxia.codegen.preprocess import inline_imports, load_shader, resolve_shade
 from onyxia.codegen.wgsl import param_type
 from onyxia.errors import OnyxiaError, PlanError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
+from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
@@ -52,9 +53,12 @@ class Operator:
 # ---- inference ----------------------------------------------------------------------------
 
 class InferenceCtx:
-    def __init__(self, graph: IrGraph, node: Node):
+    """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
+
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv):
         self.graph = graph
         self.node = node
+        self.env = env
 
     @property
     def opset(self) -> int:
@@ -132,13 +136,7 @@ class InferenceCtx:
         [batch, mask_seq]); the assumption is recorded in the plan's constraints and checked by
         every update_dimensions, so dims that break it fail clearly instead of computing garbage.
         """
-        try:
-            equal = a.evaluate(self.graph.dims) == b.evaluate(self.graph.dims)
-        except OnyxiaError:
-            return False
-        if equal:
-            self.graph.meta.setdefault("dim_constraints", {})[(str(a), str(b))] = (a, b, self.node.name)
-        return equal
+        return self.env.assume_equal(a, b, self.node.name)
 
     def axis(self, value: int, rank: int, what: str = "axis") -> int:
         """Normalize a possibly negative axis against `rank`, with a clear error."""
@@ -194,15 +192,12 @@ class PlanState:
     """What planning accumulates across nodes: shaders (deduplicated) and scratch tensors."""
 
     graph: IrGraph
+    env: DimEnv
     shaders: list[ShaderSpec] = field(default_factory=list)
     shader_index: dict[tuple, int] = field(default_factory=dict)
     scratch: dict[str, tuple[str, tuple[Dim, ...]]] = field(default_factory=dict)  # name -> (dtype, shape)
     aliases: dict[str, str] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     templates: dict[str, str] = field(default_factory=dict)
-
-    def is_static(self, value: object) -> bool:
-        """A value is baked into the shader when it depends on no dynamic symbol."""
-        return not isinstance(value, SymDim) or value.symbols <= self.graph.static_symbols
 
     def template(self, path: str) -> str:
         if path not in self.templates:
@@ -220,7 +215,7 @@ class PlanState:
 
 class PlanCtx(InferenceCtx):
     def __init__(self, graph: IrGraph, node: Node, state: PlanState):
-        super().__init__(graph, node)
+        super().__init__(graph, node, state.env)
         self.state = state
 
     # buffers
@@ -261,7 +256,8 @@ class PlanCtx(InferenceCtx):
         return []
 
     def is_static(self, value: object) -> bool:
-        return self.state.is_static(value)
+        """A value is baked into the shader when it depends on no dynamic symbol."""
+        return self.env.is_static(value)
 
     # shaders and steps
     def dispatch(

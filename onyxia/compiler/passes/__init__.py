@@ -5,7 +5,6 @@ from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.pack_nbits import PackNBitsWeightsPass
-from onyxia.compiler.passes.planning import PlanningPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
@@ -17,5 +16,5 @@ def default_optimization_passes() -> list:
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "PackNBitsWeightsPass",
-           "PlanningPass", "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
+           "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]

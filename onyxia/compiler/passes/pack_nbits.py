@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from onyxia.compiler.pass_api import Pass, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.operators.quantized import DOMAIN, PACKED_INPUTS, WORDS_META
-from onyxia.operators.registry import OperatorRegistry
 
 
 class PackNBitsWeightsPass(Pass):
@@ -28,8 +27,10 @@ class PackNBitsWeightsPass(Pass):
 
     name = "pack-nbits-weights"
     stage = Stage.OPTIMIZATION
+    # Splitting sizes 4-bit weights as packed bytes and cuts them by rows: it must see them unpacked.
+    after = ("split-large-tensors",)
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         views: dict[str, str] = {}
         modified = False
         for nid in graph.topological_order():
