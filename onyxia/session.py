@@ -125,7 +125,8 @@ class InferenceSession:
                    for s in (d.symbols if isinstance(d, SymDim) else ())}
         placeholder = {s: self._fixed_dims.get(s, 1) for s in symbols}
         try:
-            graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE)
+            graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE,
+                                                placeholders=symbols - self._fixed_dims.keys())
         except ValueRequiredError:
             # Shapes depend on input values: known after the first run (see _compile_for).
             return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]

@@ -78,12 +78,14 @@ class CompilerPipeline:
                                         f"first (order: {', '.join(_name(q) for q in passes)})")
 
     def run_passes(self, graph: IrGraph, dims: Mapping[str, int], static: Iterable[str] = (),
-                   until: Stage | None = None, progress: Progress | None = None) -> IrGraph:
+                   until: Stage | None = None, progress: Progress | None = None, *,
+                   placeholders: Iterable[str] = ()) -> IrGraph:
         """Run the passes (up to and including `until`) on a copy of `graph`; return the copy.
 
         `progress(record, done, total)` is called after each pass (the CLI draws a bar with it).
+        `placeholders` names symbols whose values in `dims` are stand-ins (DimEnv.placeholders).
         """
-        return self._run(graph, dims, static, until, progress, lowering=False)
+        return self._run(graph, dims, static, until, progress, lowering=False, placeholders=placeholders)
 
     def compile(self, graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
                 progress: Progress | None = None) -> CompiledModel:
@@ -99,11 +101,12 @@ class CompilerPipeline:
         return model
 
     def _run(self, graph: IrGraph, dims: Mapping[str, int], static: Iterable[str], until: Stage | None,
-             progress: Progress | None, lowering: bool) -> IrGraph:
+             progress: Progress | None, lowering: bool, placeholders: Iterable[str] = ()) -> IrGraph:
         passes = [p for p in self.passes if until is None or p.stage <= until]
         self.check_order(passes)
         work = graph.copy()
-        self.context = ctx = CompileContext(dims=dict(dims), static=frozenset(static), registry=self.registry)
+        self.context = ctx = CompileContext(dims=dict(dims), static=frozenset(static),
+                                            placeholders=frozenset(placeholders), registry=self.registry)
         self.history = []
         self._total = len(passes) + int(lowering)
         for p in passes:

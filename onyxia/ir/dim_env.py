@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onyxia.errors import DimensionError
-from onyxia.ir.shapes import Dim, SymDim, evaluate_dim
+from onyxia.ir.shapes import Dim, SymDim, dim_symbols, evaluate_dim
 
 # An assumed equality: (dim, dim, the node that needed it).
 Constraint = tuple[Dim, Dim, str]
@@ -22,6 +22,9 @@ class DimEnv:
     static: frozenset[str] = frozenset()  # symbols baked into shaders as defs
     # (str(a), str(b)) -> (a, b, node): becomes the plan's constraints, re-checked by update_dimensions.
     constraints: dict[tuple[str, str], Constraint] = field(default_factory=dict)
+    # Symbols whose values in `dims` are stand-ins (InferenceSession describes its outputs before
+    # any feed): a comparison involving one cannot be judged, so it passes and records nothing.
+    placeholders: frozenset[str] = frozenset()
 
     def value(self, d: Dim) -> int | None:
         """The compile-time value of `d`, or None when a symbol of it has none."""
@@ -43,9 +46,13 @@ class DimEnv:
         """
         if a == b:
             return True
+        if self.placeholders & (dim_symbols(a) | dim_symbols(b)):
+            return True
         value = self.value(a)
         if value is None or value != self.value(b):
             return False
+        if isinstance(a, int):  # the symbolic side first: "kv_cache_dim = 32 must be 64"
+            a, b = b, a
         self.constraints.setdefault((str(a), str(b)), (a, b, node))
         return True
 

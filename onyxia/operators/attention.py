@@ -26,7 +26,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import TensorKind
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block
+from onyxia.operators.common import binding_block, prefer_literal
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -46,9 +46,9 @@ def _rotary_half(ctx: InferenceCtx, cos: int, sin: int, head_size: Dim) -> Dim:
     for i, shape in zip((cos, sin), shapes):
         if len(shape) != 2:
             raise ctx.fail(f"cos/sin cache must be 2-D [max_position, rotary_dim / 2], got rank {len(shape)}", i)
-    half = shapes[0][1]
-    if shapes[1][1] != half or shapes[1][0] != shapes[0][0]:
+    if not ctx.same_shape(shapes[1], shapes[0]):
         raise ctx.fail("cos_cache and sin_cache shapes differ", sin)
+    half = prefer_literal(shapes[0][1], shapes[1][1])
     if not isinstance(half, int):
         raise ctx.fail("the rotary dim (cos_cache dim 1) must be static", cos)
     if isinstance(head_size, int) and 2 * half > head_size:
@@ -109,7 +109,7 @@ class GroupQueryAttention(Operator):
         if not packed:
             for i in (1, 2):
                 shape = ctx.input_shape(i)
-                if len(shape) != 3 or shape[2] != kv_heads * head_size:
+                if len(shape) != 3 or not ctx.same_dim(shape[2], kv_heads * head_size):
                     raise ctx.fail(f"expected [batch, sequence, {kv_heads * head_size}], got "
                                    f"{[str(d) for d in shape]}", i)
                 if ctx.input_dtype(i) != dtype:
@@ -121,11 +121,11 @@ class GroupQueryAttention(Operator):
         if has_past:
             for i in (3, 4):
                 shape = ctx.input_shape(i)
-                if len(shape) != 4 or shape[1] != kv_heads or shape[3] != head_size:
+                if len(shape) != 4 or not (ctx.same_dim(shape[1], kv_heads) and ctx.same_dim(shape[3], head_size)):
                     raise ctx.fail(f"expected BNSH [batch, {kv_heads}, past_length, {head_size}], got "
                                    f"{[str(d) for d in shape]}", i)
             past = ctx.input_shape(3)[2]
-            if ctx.input_shape(4)[2] != past:
+            if not ctx.same_dim(ctx.input_shape(4)[2], past):
                 raise ctx.fail("past_key and past_value lengths differ", 4)
         for i in (5, 6):
             if ctx.input_dtype(i).name != "int32":
@@ -350,14 +350,16 @@ class Attention(Operator):
             batch, seq, kv_seq = q[0], q[1], k[1]
         else:
             heads, kv_heads = q[1], k[1]
-            head, k_head, v_head = q[3], k[3], v[3]
+            k_head, v_head = k[3], v[3]
+            # Q's head size may be a symbol known to equal K's literal one (checked below).
+            head = prefer_literal(q[3], k_head) if ctx.same_dim(q[3], k_head) else q[3]
             batch, seq, kv_seq = q[0], q[2], k[2]
             for i, d in ((0, heads), (1, kv_heads), (0, head), (2, v_head)):
                 if not isinstance(d, int):
                     raise ctx.fail(f"head counts and head sizes must be static, got {_fmt(ctx.input_shape(i))}", i)
-            if v[1] != kv_heads:
+            if not ctx.same_dim(v[1], kv_heads):
                 raise ctx.fail(f"V has {v[1]} heads, K has {kv_heads}", 2)
-        if k_head != head:
+        if not ctx.same_dim(k_head, head):
             raise ctx.fail(f"K head size {k_head} differs from Q's {head}", 1)
         if heads % kv_heads:
             raise ctx.fail(f"q_num_heads ({heads}) must be a multiple of kv_num_heads ({kv_heads})")
@@ -368,7 +370,7 @@ class Attention(Operator):
         if has_past:
             for i, d in ((4, head), (5, v_head)):
                 shape = ctx.input_shape(i)
-                if len(shape) != 4 or shape[1] != kv_heads or shape[3] != d:
+                if len(shape) != 4 or not (ctx.same_dim(shape[1], kv_heads) and ctx.same_dim(shape[3], d)):
                     raise ctx.fail(f"expected [batch, {kv_heads}, past_length, {d}], got {_fmt(shape)}", i)
             past = ctx.input_shape(4)[2]
         nonpad = ctx.has_input(6)

@@ -127,16 +127,22 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        return broadcast_shapes(shapes, self.fail, self.unify)
+        return broadcast_shapes(shapes, self.fail, self.same_dim)
 
-    def unify(self, a: SymDim, b: SymDim) -> bool:
-        """Accept two different symbolic dims as equal when their current values agree.
+    def same_dim(self, a: Dim, b: Dim) -> bool:
+        """Whether dims `a` and `b` are one dim: every shape check comparing dims uses this.
 
-        Exporters often name one length twice (input_ids [batch, seq] and attention_mask
-        [batch, mask_seq]); the assumption is recorded in the plan's constraints and checked by
-        every update_dimensions, so dims that break it fail clearly instead of computing garbage.
+        Equal dims are. A symbol whose value is known is as good as a literal: `kv_cache_dim`
+        given as 64 matches 64, and two names of one length (input_ids [batch, seq],
+        attention_mask [batch, mask_seq]) match when their values agree. Such an assumption is
+        recorded in the plan's constraints and re-checked by every update_dimensions, so dims
+        that break it fail clearly instead of computing garbage.
         """
         return self.env.assume_equal(a, b, self.node.name)
+
+    def same_shape(self, a: Shape, b: Shape) -> bool:
+        """Same rank and `same_dim` on every axis."""
+        return len(a) == len(b) and all(self.same_dim(x, y) for x, y in zip(a, b))
 
     def axis(self, value: int, rank: int, what: str = "axis") -> int:
         """Normalize a possibly negative axis against `rank`, with a clear error."""

@@ -95,7 +95,7 @@ class Conv(Operator):
         if group < 1 or channels % group:
             raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
         spec = self.geometry(ctx, x, w, group, kernel)
-        if ctx.has_input(2) and tuple(ctx.input_shape(2)) != (spec.maps,):
+        if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
             raise ctx.fail(f"bias must have shape [{spec.maps}], got {_fmt(ctx.input_shape(2))}", 2)
         return spec
 
@@ -275,13 +275,13 @@ class CausalConvWithState(Operator):
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if len(x) != 3:
             raise ctx.fail(f"input must be [batch, channels, length], got {_fmt(x)}", 0)
-        if len(w) != 3 or not all(_is_int(d) for d in w) or w[1] != 1 or (_is_int(x[1]) and w[0] != x[1]):
+        if len(w) != 3 or not all(_is_int(d) for d in w) or w[1] != 1 or not ctx.same_dim(w[0], x[1]):
             raise ctx.fail(f"weight must be a static [channels, 1, k] = [{x[1]}, 1, k], got {_fmt(w)}", 1)
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
         if ctx.attr("activation", "none") not in ("none", "silu", "swish"):
             raise ctx.fail(f"attribute 'activation' {ctx.attr('activation')!r} is not one of none, silu, swish")
-        if ctx.has_input(2) and tuple(ctx.input_shape(2)) != (w[0],):
+        if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (w[0],)):
             raise ctx.fail(f"bias must have shape [{w[0]}], got {_fmt(ctx.input_shape(2))}", 2)
         state = (x[0], x[1], w[2] - 1)
         if ctx.has_input(3) and len(ctx.input_shape(3)) != 3:

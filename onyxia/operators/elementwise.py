@@ -27,7 +27,7 @@ import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape, SymDim, numel
+from onyxia.ir.shapes import Shape, SymDim, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import strided_index_params
 from onyxia.plan import Step
@@ -363,9 +363,8 @@ class Clip(Operator):
             if ctx.opset >= 11 and ctx.has_input(i):
                 if ctx.input_dtype(i) != dtype:
                     raise ctx.fail(f"bound dtype {ctx.input_dtype(i)} differs from input dtype {dtype}", i)
-                count = numel(ctx.input_shape(i))
-                if not (isinstance(count, int) and count == 1):
-                    raise ctx.fail(f"bound must be a scalar, got shape {list(map(str, ctx.input_shape(i)))}", i)
+                if not ctx.same_dim(numel(ctx.input_shape(i)), 1):
+                    raise ctx.fail(f"bound must be a scalar, got shape {shape_str(ctx.input_shape(i))}", i)
         return [(dtype, ctx.input_shape(0))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:

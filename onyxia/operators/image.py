@@ -393,7 +393,7 @@ class GridSample(Operator):
         rank = len(x) - 2
         if not 1 <= rank <= 3:
             raise ctx.fail(f"expects [N, C, *spatial] with 1 to 3 spatial axes, got rank {len(x)}", 0)
-        if len(grid) != rank + 2 or grid[-1] != rank:
+        if len(grid) != rank + 2 or not ctx.same_dim(grid[-1], rank):
             raise ctx.fail(f"grid must be [N, *out, {rank}] for {rank} spatial axes, got {list(map(str, grid))}", 1)
         if not (ctx.input_dtype(0).is_float and ctx.input_dtype(1).is_float):
             raise ctx.fail("expects float input and grid", 0)
@@ -430,7 +430,7 @@ class AffineGrid(Operator):
         if rank not in (2, 3):
             raise ctx.fail(f"size must be [N, C, H, W] or [N, C, D, H, W], got {len(size)} entries", 1)
         theta = ctx.input_shape(0)
-        if len(theta) != 3 or tuple(theta[1:]) != (rank, rank + 1):
+        if len(theta) != 3 or not ctx.same_shape(theta[1:], (rank, rank + 1)):
             raise ctx.fail(f"theta must be [N, {rank}, {rank + 1}] for {rank} spatial axes, got "
                            f"{list(map(str, theta))}", 0)
         if not ctx.input_dtype(0).is_float:

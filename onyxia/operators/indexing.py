@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, SymDim, numel
+from onyxia.ir.shapes import Dim, Shape, SymDim, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import collapse_dims, contiguous_strides
 from onyxia.plan import Step
@@ -311,9 +311,8 @@ class ScatterND(_Scatter):
         data, idx, k = _nd_layout(ctx, 0)
         expected = tuple(idx[:-1]) + tuple(data[k:])
         upd = ctx.input_shape(2)
-        if len(upd) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                            for a, b in zip(upd, expected)):
-            raise ctx.fail(f"updates must have shape {list(map(str, expected))}, got {list(map(str, upd))}", 2)
+        if not ctx.same_shape(upd, expected):
+            raise ctx.fail(f"updates must have shape {shape_str(expected)}, got {shape_str(upd)}", 2)
         return super().infer(ctx)
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:

@@ -17,13 +17,14 @@ Dims and strides are params (immediates when symbolic), never shader defs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, contiguous_strides
+from onyxia.operators.common import binding_block, contiguous_strides, prefer_literal
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.plan import Step
 
@@ -65,8 +66,9 @@ def _split_term(term: str, rank: int | None, fail) -> list[Label]:
     return [*head, *range(extra - 1, -1, -1), *tail]
 
 
-def parse_equation(equation: str, shapes: list[Shape], fail) -> Equation:
-    """Parse and check `equation` against the operand shapes; `fail(msg)` builds the error."""
+def parse_equation(equation: str, shapes: list[Shape], fail, same: Callable[[Dim, Dim], bool]) -> Equation:
+    """Parse and check `equation` against the operand shapes; `fail(msg)` builds the error and
+    `same(a, b)` (InferenceCtx.same_dim) says whether two sizes of one label agree."""
     eq = equation.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     inputs = lhs.split(",")
@@ -79,8 +81,10 @@ def parse_equation(equation: str, shapes: list[Shape], fail) -> Equation:
             prev = dims.get(label)
             if prev is None or _is_one(prev):
                 dims[label] = d
-            elif not _is_one(d) and d != prev and isinstance(d, int) and isinstance(prev, int):
-                raise fail(f"label '{label}' has sizes {prev} and {d} in equation '{equation}'")
+            elif not _is_one(d):
+                if not same(prev, d):
+                    raise fail(f"label '{label}' has sizes {prev} and {d} in equation '{equation}'")
+                dims[label] = prefer_literal(prev, d)
     ellipsis = sorted((label for label in dims if isinstance(label, int)), reverse=True)
     if arrow:
         if rhs.count("...") > 1:
@@ -169,7 +173,7 @@ class Einsum(Operator):
         equation = ctx.attr("equation")
         if isinstance(equation, bytes):
             equation = equation.decode()
-        return parse_equation(equation, shapes, ctx.fail)
+        return parse_equation(equation, shapes, ctx.fail, ctx.same_dim)
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         if ctx.num_inputs < 1:
@@ -198,7 +202,7 @@ class Einsum(Operator):
         dtype = ctx.device_type(ctx.input_dtype(0), "input 0")
         groups = _product_groups(eq)
         # A summed label of size 1 in one operand broadcasts: the product kernels cannot do that.
-        if groups is not None and all(ctx.input_shape(i)[eq.terms[i].index(x)] == eq.dims[x]
+        if groups is not None and all(ctx.same_dim(ctx.input_shape(i)[eq.terms[i].index(x)], eq.dims[x])
                                       for x in groups["k"] for i in (0, 1)):
             return self._plan_product(ctx, eq, groups, dtype)
         return self._plan_generic(ctx, eq, dtype, count)

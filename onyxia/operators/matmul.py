@@ -21,7 +21,7 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_strides, strided_index_params
+from onyxia.operators.common import broadcast_strides, prefer_literal, strided_index_params
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -194,7 +194,7 @@ def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
         raise ctx.fail("MatMul operands must have rank >= 1", 0 if not a else 1)
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
-    if isinstance(a2[-1], int) and isinstance(b2[-2], int) and a2[-1] != b2[-2]:
+    if not ctx.same_dim(a2[-1], b2[-2]):
         raise ctx.fail(f"inner dims differ: input 0 has K={a2[-1]} (shape {_fmt(a)}), "
                        f"input 1 has K={b2[-2]} (shape {_fmt(b)})", 1)
     batch = ctx.broadcast([a2[:-2], b2[:-2]])
@@ -227,7 +227,8 @@ class MatMul(Operator):
         batch_a, batch_b, batch, _ = matmul_shapes(ctx)
         return plan_product(ctx, Product(
             ctx.input(0), ctx.input(1), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"),
-            m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1, k=a[-1],
+            m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1,
+            k=prefer_literal(a[-1], b[-2] if len(b) > 1 else b[0]),
             batch_a=batch_a, batch_b=batch_b, batch=batch))
 
 
@@ -251,9 +252,9 @@ class Gemm(Operator):
             m, k = k, m
         if ctx.attr("transB", 0):
             kb, n = n, kb
-        if isinstance(k, int) and isinstance(kb, int) and k != kb:
+        if not ctx.same_dim(k, kb):
             raise ctx.fail(f"inner dims differ: op(A) is [{m}, {k}], op(B) is [{kb}, {n}]", 1)
-        return m, n, k
+        return m, n, prefer_literal(k, kb)
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         m, n, _ = self._dims(ctx)
@@ -262,8 +263,7 @@ class Gemm(Operator):
                 raise ctx.fail(f"dtype {ctx.input_dtype(i)} differs from input 0's {ctx.input_dtype(0)}", i)
         if ctx.has_input(2):
             c = ctx.input_shape(2)
-            ok = len(c) <= 2 and all(_is_one(d) or d == o or not (isinstance(d, int) and isinstance(o, int))
-                                     for d, o in zip(reversed(c), (n, m)))
+            ok = len(c) <= 2 and all(_is_one(d) or ctx.same_dim(d, o) for d, o in zip(reversed(c), (n, m)))
             if not ok:
                 raise ctx.fail(f"C of shape {_fmt(c)} does not broadcast to [{m}, {n}]", 2)
         return [(ctx.input_dtype(0), (m, n))]

@@ -96,14 +96,14 @@ class MatMulNBits(Operator):
         dtype = ctx.input_dtype(0)
         if not dtype.is_float:
             raise ctx.fail(f"A must be float32/float16, got {dtype}", 0)
-        if not a or (isinstance(a[-1], int) and a[-1] != k):
+        if not a or not ctx.same_dim(a[-1], k):
             raise ctx.fail(f"A's last dim must be K = {k}, got {[str(d) for d in a]}", 0)
         nblk = -(-k // block)
         _check_packed(ctx, 1, "B")
-        if numel(packed_shape(ctx, 1)) != n * nblk * block // 2:
+        if not ctx.same_dim(numel(packed_shape(ctx, 1)), n * nblk * block // 2):
             raise ctx.fail(f"B must be [N, n_blocks, block_size / 2] = [{n}, {nblk}, {block // 2}], got "
                            f"{[str(d) for d in packed_shape(ctx, 1)]}", 1)
-        if not ctx.input_dtype(2).is_float or numel(ctx.input_shape(2)) != n * nblk:
+        if not ctx.input_dtype(2).is_float or not ctx.same_dim(numel(ctx.input_shape(2)), n * nblk):
             raise ctx.fail(f"scales must be {n * nblk} floats ([N, n_blocks]), got {ctx.input_dtype(2)}"
                            f"{[str(d) for d in ctx.input_shape(2)]}", 2)
         zp_row = (nblk + 1) // 2
@@ -113,10 +113,10 @@ class MatMulNBits(Operator):
             else:
                 _check_packed(ctx, 3, "zero_points")
                 expected = n * zp_row
-            if numel(packed_shape(ctx, 3)) != expected:
+            if not ctx.same_dim(numel(packed_shape(ctx, 3)), expected):
                 raise ctx.fail(f"zero_points must hold {expected} elements, got "
                                f"{[str(d) for d in packed_shape(ctx, 3)]}", 3)
-        if ctx.has_input(5) and numel(ctx.input_shape(5)) != n:
+        if ctx.has_input(5) and not ctx.same_dim(numel(ctx.input_shape(5)), n):
             raise ctx.fail(f"bias must be [N] = [{n}]", 5)
         return dict(dtype=dtype, k=k, n=n, block=block, nblk=nblk, zp_row=zp_row)
 
@@ -185,12 +185,12 @@ class GatherBlockQuantized(Operator):
         nblk = -(-logical[-1] // block)
         scales = tuple(logical[:-1]) + (nblk,)
         dtype = ctx.input_dtype(2)
-        if not dtype.is_float or tuple(ctx.input_shape(2)) != scales:
+        if not dtype.is_float or not ctx.same_shape(ctx.input_shape(2), scales):
             raise ctx.fail(f"scales must be float {list(scales)}, got {dtype}{[str(d) for d in ctx.input_shape(2)]}", 2)
         zp_row = (nblk + 1) // 2
         if ctx.has_input(3):
             _check_packed(ctx, 3, "zero_points")
-            if numel(packed_shape(ctx, 3)) != numel(scales[:-1]) * zp_row:
+            if not ctx.same_dim(numel(packed_shape(ctx, 3)), numel(scales[:-1]) * zp_row):
                 raise ctx.fail(f"zero_points must be uint8 {list(scales[:-1]) + [zp_row]}", 3)
         return dict(dtype=dtype, logical=logical, block=block, nblk=nblk, zp_row=zp_row)
 

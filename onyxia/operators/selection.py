@@ -187,9 +187,9 @@ class OneHot(Operator):
         shape = ctx.input_shape(0)
         if ctx.input_dtype(0).is_bool:
             raise ctx.fail("indices must be numeric, got bool", 0)
-        if numel(ctx.input_shape(1)) != 1:
+        if not ctx.same_dim(numel(ctx.input_shape(1)), 1):
             raise ctx.fail("depth must hold one value", 1)
-        if numel(ctx.input_shape(2)) != 2:
+        if not ctx.same_dim(numel(ctx.input_shape(2)), 2):
             raise ctx.fail("values must be [off_value, on_value]", 2)
         raw = np.asarray(ctx.require_value(1, "depth")).reshape(-1)[0]
         depth = raw if isinstance(raw, SymDim) else int(raw)  # float depths truncate, as onnxruntime
