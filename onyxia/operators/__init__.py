@@ -16,6 +16,7 @@ from onyxia.operators import (
     linalg,
     matmul,
     normalization,
+    onnx_attention,
     pooling,
     quantized,
     reduction,
@@ -27,7 +28,7 @@ from onyxia.operators.registry import OperatorRegistry
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, matmul, reduction, normalization, attention,
-                    quantized, conv, pooling, image, selection, linalg, fused)
+                    onnx_attention, quantized, conv, pooling, image, selection, linalg, fused)
 
 
 def core_operator_registry() -> OperatorRegistry:

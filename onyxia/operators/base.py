@@ -95,12 +95,6 @@ class InferenceCtx:
     def input_rank(self, i: int) -> int:
         return len(self.input_shape(i))
 
-    def require_static(self, i: int) -> tuple[int, ...]:
-        shape = self.input_shape(i)
-        if not all(isinstance(d, int) for d in shape):
-            raise self.fail(f"needs a static shape, got {list(map(str, shape))}", i)
-        return shape  # type: ignore[return-value]
-
     def input_value(self, i: int) -> np.ndarray | None:
         return self.input_tensor(i).value if self.has_input(i) else None
 

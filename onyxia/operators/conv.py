@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import ceil_div
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.operators.window import MAX_SPATIAL, Window, auto_pad_of, int_list, padded_windows, window_of, window_params
 from onyxia.plan import Step
@@ -39,10 +40,6 @@ SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgr
 
 def _is_int(d: object) -> bool:
     return isinstance(d, int)
-
-
-def _fmt(shape: Shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 # ---- Conv / ConvTranspose -------------------------------------------------------------------
@@ -78,9 +75,9 @@ class Conv(Operator):
     def spec(self, ctx: InferenceCtx) -> ConvSpec:
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if not 3 <= len(x) <= 2 + MAX_SPATIAL:
-            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape {_fmt(x)}", 0)
+            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape {shape_str(x)}", 0)
         if len(w) != len(x) or not all(_is_int(d) for d in w):
-            raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {_fmt(w)}", 1)
+            raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
         for i in (0, 1, 2):
             if ctx.has_input(i) and not ctx.input_dtype(i).is_float:
                 raise ctx.fail(f"expects float tensors, got {ctx.input_dtype(i)}", i)
@@ -96,12 +93,12 @@ class Conv(Operator):
             raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
         spec = self.geometry(ctx, x, w, group, kernel)
         if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
-            raise ctx.fail(f"bias must have shape [{spec.maps}], got {_fmt(ctx.input_shape(2))}", 2)
+            raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
         return spec
 
     def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
         if w[1] * group != x[1]:
-            raise ctx.fail(f"weights {_fmt(w)} need C/group = {x[1]}/{group} input channels per group", 1)
+            raise ctx.fail(f"weights {shape_str(w)} need C/group = {x[1]}/{group} input channels per group", 1)
         if w[0] % group:
             raise ctx.fail(f"attribute 'group' {group} must divide the {w[0]} output channels", 1)
         return ConvSpec(x[0], x[1], w[0], group, tuple(x[2:]), window_of(ctx, tuple(x[2:]), kernel), False)
@@ -147,7 +144,7 @@ class ConvTranspose(Conv):
 
     def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
         if w[0] != x[1]:
-            raise ctx.fail(f"weights {_fmt(w)} need {x[1]} input channels on axis 0", 1)
+            raise ctx.fail(f"weights {shape_str(w)} need {x[1]} input channels on axis 0", 1)
         n = len(kernel)
         spatial = tuple(x[2:])
         strides = int_list(ctx, "strides", n, 1, minimum=1)
@@ -247,11 +244,11 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     rn = 8
     if hint is not None:
         for rn in (8, 4, 2):
-            if -(-hint // (16 * rn)) * -(-spec.mg // (16 * rm)) * spec.group >= SMALL_GRID:
+            if ceil_div(hint, 16 * rn) * ceil_div(spec.mg, 16 * rm) * spec.group >= SMALL_GRID:
                 break
-    row_blocks = -(-spec.mg // (16 * rm))
+    row_blocks = ceil_div(spec.mg, 16 * rm)
     # Column blocks along x alone (y = 1): the runtime may fold a long x into y.
-    workgroups = ((ncols + 16 * rn - 1) // (16 * rn), 1, row_blocks * spec.group)
+    workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group)
     return [ctx.dispatch("conv/conv_gemm.wgsl", defs={**defs, "RM": rm, "RN": rn},
                          params={**params, "ROW_BLOCKS": row_blocks},
                          reads=reads, writes=[ctx.output(0)], workgroups=workgroups)]
@@ -274,18 +271,18 @@ class CausalConvWithState(Operator):
     def shapes(self, ctx: InferenceCtx) -> tuple[Shape, int]:
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if len(x) != 3:
-            raise ctx.fail(f"input must be [batch, channels, length], got {_fmt(x)}", 0)
+            raise ctx.fail(f"input must be [batch, channels, length], got {shape_str(x)}", 0)
         if len(w) != 3 or not all(_is_int(d) for d in w) or w[1] != 1 or not ctx.same_dim(w[0], x[1]):
-            raise ctx.fail(f"weight must be a static [channels, 1, k] = [{x[1]}, 1, k], got {_fmt(w)}", 1)
+            raise ctx.fail(f"weight must be a static [channels, 1, k] = [{x[1]}, 1, k], got {shape_str(w)}", 1)
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
         if ctx.attr("activation", "none") not in ("none", "silu", "swish"):
             raise ctx.fail(f"attribute 'activation' {ctx.attr('activation')!r} is not one of none, silu, swish")
         if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (w[0],)):
-            raise ctx.fail(f"bias must have shape [{w[0]}], got {_fmt(ctx.input_shape(2))}", 2)
+            raise ctx.fail(f"bias must have shape [{w[0]}], got {shape_str(ctx.input_shape(2))}", 2)
         state = (x[0], x[1], w[2] - 1)
         if ctx.has_input(3) and len(ctx.input_shape(3)) != 3:
-            raise ctx.fail(f"past_state must be {_fmt(state)}, got {_fmt(ctx.input_shape(3))}", 3)
+            raise ctx.fail(f"past_state must be {shape_str(state)}, got {shape_str(ctx.input_shape(3))}", 3)
         return x, w[2]
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:

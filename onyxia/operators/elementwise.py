@@ -120,20 +120,21 @@ def plan_map(ctx: PlanCtx, expr: str, inputs: list[int], compute: list[str] | No
 Wgsl = Mapping[str, str]
 
 
-def on(kinds: Iterable[str], expr: str) -> dict[str, str]:
+def for_kinds(kinds: Iterable[str], expr: str) -> dict[str, str]:
+    """One WGSL expression for every dtype kind in `kinds`."""
     return dict.fromkeys(kinds, expr)
 
 
-def flt(expr: str) -> dict[str, str]:
+def floats(expr: str) -> dict[str, str]:
     return {FLOAT: expr}
 
 
-def num(expr: str) -> dict[str, str]:
-    return on(NUMERIC, expr)
+def numeric(expr: str) -> dict[str, str]:
+    return for_kinds(NUMERIC, expr)
 
 
-def ints(expr: str) -> dict[str, str]:
-    return on((INT, UINT), expr)
+def integers(expr: str) -> dict[str, str]:
+    return for_kinds((INT, UINT), expr)
 
 
 @dataclass(frozen=True)
@@ -420,8 +421,8 @@ def _signs(a: Any, b: Any) -> range:
     return range(-1, 2)
 
 
-def _symbolic(numeric: Callable, test: Callable[[int], bool], choose: bool = False) -> Callable:
-    """`numeric` for number arrays. For object arrays (shape values holding SymDims): `test` of
+def _symbolic(on_numbers: Callable, test: Callable[[int], bool], choose: bool = False) -> Callable:
+    """`on_numbers` for number arrays. For object arrays (shape values holding SymDims): `test` of
     the sign of a - b elementwise (choose: a if it holds, else b), folding only what every
     value of the dims decides; TypeError otherwise."""
     def scalar(a: Any, b: Any) -> Any:
@@ -433,7 +434,7 @@ def _symbolic(numeric: Callable, test: Callable[[int], bool], choose: bool = Fal
     elementwise = np.frompyfunc(scalar, 2, 1)
 
     def fold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return elementwise(a, b) if object in (a.dtype, b.dtype) else numeric(a, b)
+        return elementwise(a, b) if object in (a.dtype, b.dtype) else on_numbers(a, b)
     return fold
 
 
@@ -489,7 +490,7 @@ def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
 
 # fmod=0: the divisor's sign (floats since opset 28); fmod=1: C fmod (integers since opset 28)
 _MOD = {0: {FLOAT: "onyxia_modf(x0, x1)", INT: "onyxia_modi(x0, x1)", UINT: "x0 % x1"},
-        1: {FLOAT: "onyxia_fmodf(x0, x1)", **ints("x0 % x1")}}
+        1: {FLOAT: "onyxia_fmodf(x0, x1)", **integers("x0 % x1")}}
 # WGSL masks shift counts to 5 bits; ONNX shifts everything out (signed types since opset 28:
 # arithmetic right shift; a negative count also shifts everything out). Narrow types finish
 # shifting out when the result is wrapped to their width.
@@ -501,10 +502,10 @@ _GELU = {"none": "0.5 * x0 * (1.0 + onyxia_erf(x0 * 0.7071067811865476))",
          "tanh": "0.5 * x0 * (1.0 + onyxia_tanh(0.7978845608028654 * (x0 + 0.044715 * x0 * x0 * x0)))"}
 
 BINARY_OPS: dict[str, Row] = {
-    "Add": Row(num("x0 + x1"), np.add),
-    "Sub": Row(num("x0 - x1"), np.subtract),
-    "Mul": Row(num("x0 * x1"), np.multiply),
-    "Div": Row(num("x0 / x1"), _div),
+    "Add": Row(numeric("x0 + x1"), np.add),
+    "Sub": Row(numeric("x0 - x1"), np.subtract),
+    "Mul": Row(numeric("x0 * x1"), np.multiply),
+    "Div": Row(numeric("x0 / x1"), _div),
     "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, _pow, exponent=True),
     "Mod": Row(lambda fmod: _MOD[fmod], lambda a, b, fmod: np.fmod(a, b) if fmod else np.mod(a, b),
                since=10, attrs={"fmod": 0}),
@@ -512,18 +513,18 @@ BINARY_OPS: dict[str, Row] = {
     "And": Row({BOOL: "x0 & x1"}, np.logical_and),
     "Or": Row({BOOL: "x0 | x1"}, np.logical_or),
     "Xor": Row({BOOL: "x0 ^ x1"}, np.logical_xor),
-    "BitwiseAnd": Row(ints("x0 & x1"), np.bitwise_and, since=18),
-    "BitwiseOr": Row(ints("x0 | x1"), np.bitwise_or, since=18),
-    "BitwiseXor": Row(ints("x0 ^ x1"), np.bitwise_xor, since=18),
+    "BitwiseAnd": Row(integers("x0 & x1"), np.bitwise_and, since=18),
+    "BitwiseOr": Row(integers("x0 | x1"), np.bitwise_or, since=18),
+    "BitwiseXor": Row(integers("x0 ^ x1"), np.bitwise_xor, since=18),
 }
 
 COMPARISON_OPS: dict[str, Row] = {
-    "Equal": Row(on((*NUMERIC, BOOL), "x0 == x1"), _symbolic(np.equal, lambda o: o == 0), result="bool"),
-    "Greater": Row(num("x0 > x1"), _symbolic(np.greater, lambda o: o > 0), result="bool"),
-    "GreaterOrEqual": Row(num("x0 >= x1"), _symbolic(np.greater_equal, lambda o: o >= 0), since=12,
+    "Equal": Row(for_kinds((*NUMERIC, BOOL), "x0 == x1"), _symbolic(np.equal, lambda o: o == 0), result="bool"),
+    "Greater": Row(numeric("x0 > x1"), _symbolic(np.greater, lambda o: o > 0), result="bool"),
+    "GreaterOrEqual": Row(numeric("x0 >= x1"), _symbolic(np.greater_equal, lambda o: o >= 0), since=12,
                           result="bool"),
-    "Less": Row(num("x0 < x1"), _symbolic(np.less, lambda o: o < 0), result="bool"),
-    "LessOrEqual": Row(num("x0 <= x1"), _symbolic(np.less_equal, lambda o: o <= 0), since=12,
+    "Less": Row(numeric("x0 < x1"), _symbolic(np.less, lambda o: o < 0), result="bool"),
+    "LessOrEqual": Row(numeric("x0 <= x1"), _symbolic(np.less_equal, lambda o: o <= 0), since=12,
                        result="bool"),
 }
 
@@ -533,55 +534,55 @@ UNARY_OPS: dict[str, Row] = {
     "Sign": Row({FLOAT: "onyxia_signf(x0)", INT: "sign(x0)", UINT: "select(0u, 1u, x0 > 0u)"}, np.sign, since=9),
     "Relu": Row({FLOAT: "select(x0, 0.0, x0 < 0.0)", INT: "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
     "Not": Row({BOOL: "x0 ^ 1u"}, np.logical_not),
-    "BitwiseNot": Row(ints("~x0"), np.invert, since=18),
-    "Sqrt": Row(flt("sqrt(x0)"), np.sqrt),
-    "Reciprocal": Row(flt("1.0 / x0"), np.reciprocal),
-    "Exp": Row(flt("exp(x0)"), np.exp),
-    "Log": Row(flt("onyxia_log(x0)"), np.log),
-    "Floor": Row(flt("floor(x0)"), np.floor),
-    "Ceil": Row(flt("ceil(x0)"), np.ceil),
-    "Round": Row(flt("round(x0)"), np.round, since=11),  # both round half to even
-    "Sin": Row(flt("sin(x0)"), np.sin, since=7),
-    "Cos": Row(flt("cos(x0)"), np.cos, since=7),
-    "Tan": Row(flt("tan(x0)"), np.tan, since=7),
-    "Asin": Row(flt("onyxia_asin(x0)"), np.arcsin, since=7),
-    "Acos": Row(flt("onyxia_acos(x0)"), np.arccos, since=7),
-    "Atan": Row(flt("onyxia_atan(x0)"), np.arctan, since=7),
-    "Sinh": Row(flt("onyxia_sinh(x0)"), np.sinh, since=9),
-    "Cosh": Row(flt("cosh(x0)"), np.cosh, since=9),
-    "Asinh": Row(flt("onyxia_asinh(x0)"), np.arcsinh, since=9),
-    "Acosh": Row(flt("onyxia_acosh(x0)"), np.arccosh, since=9),
-    "Atanh": Row(flt("onyxia_atanh(x0)"), np.arctanh, since=9),
-    "Tanh": Row(flt("onyxia_tanh(x0)"), np.tanh),
-    "Sigmoid": Row(flt("onyxia_sigmoid(x0)"), lambda x: 1 / (1 + np.exp(-x))),
-    "Erf": Row(flt("onyxia_erf(x0)"), _erf, since=9),
-    "Softplus": Row(flt("onyxia_softplus(x0)"), lambda x: np.logaddexp(0, x)),
-    "Softsign": Row(flt("x0 / (1.0 + abs(x0))"), lambda x: x / (1 + np.abs(x))),
-    "Mish": Row(flt("x0 * onyxia_tanh(onyxia_softplus(x0))"), lambda x: x * np.tanh(np.logaddexp(0, x)), since=18),
-    "HardSwish": Row(flt("x0 * onyxia_minf(onyxia_maxf(x0 / 6.0 + 0.5, 0.0), 1.0)"),
+    "BitwiseNot": Row(integers("~x0"), np.invert, since=18),
+    "Sqrt": Row(floats("sqrt(x0)"), np.sqrt),
+    "Reciprocal": Row(floats("1.0 / x0"), np.reciprocal),
+    "Exp": Row(floats("exp(x0)"), np.exp),
+    "Log": Row(floats("onyxia_log(x0)"), np.log),
+    "Floor": Row(floats("floor(x0)"), np.floor),
+    "Ceil": Row(floats("ceil(x0)"), np.ceil),
+    "Round": Row(floats("round(x0)"), np.round, since=11),  # both round half to even
+    "Sin": Row(floats("sin(x0)"), np.sin, since=7),
+    "Cos": Row(floats("cos(x0)"), np.cos, since=7),
+    "Tan": Row(floats("tan(x0)"), np.tan, since=7),
+    "Asin": Row(floats("onyxia_asin(x0)"), np.arcsin, since=7),
+    "Acos": Row(floats("onyxia_acos(x0)"), np.arccos, since=7),
+    "Atan": Row(floats("onyxia_atan(x0)"), np.arctan, since=7),
+    "Sinh": Row(floats("onyxia_sinh(x0)"), np.sinh, since=9),
+    "Cosh": Row(floats("cosh(x0)"), np.cosh, since=9),
+    "Asinh": Row(floats("onyxia_asinh(x0)"), np.arcsinh, since=9),
+    "Acosh": Row(floats("onyxia_acosh(x0)"), np.arccosh, since=9),
+    "Atanh": Row(floats("onyxia_atanh(x0)"), np.arctanh, since=9),
+    "Tanh": Row(floats("onyxia_tanh(x0)"), np.tanh),
+    "Sigmoid": Row(floats("onyxia_sigmoid(x0)"), lambda x: 1 / (1 + np.exp(-x))),
+    "Erf": Row(floats("onyxia_erf(x0)"), _erf, since=9),
+    "Softplus": Row(floats("onyxia_softplus(x0)"), lambda x: np.logaddexp(0, x)),
+    "Softsign": Row(floats("x0 / (1.0 + abs(x0))"), lambda x: x / (1 + np.abs(x))),
+    "Mish": Row(floats("x0 * onyxia_tanh(onyxia_softplus(x0))"), lambda x: x * np.tanh(np.logaddexp(0, x)), since=18),
+    "HardSwish": Row(floats("x0 * onyxia_minf(onyxia_maxf(x0 / 6.0 + 0.5, 0.0), 1.0)"),
                      lambda x: x * np.clip(x / 6 + 0.5, 0, 1), since=14),
-    "Swish": Row(flt("x0 * onyxia_sigmoid(ALPHA() * x0)"), lambda x, alpha: x / (1 + np.exp(-alpha * x)), since=24,
+    "Swish": Row(floats("x0 * onyxia_sigmoid(ALPHA() * x0)"), lambda x, alpha: x / (1 + np.exp(-alpha * x)), since=24,
                  attrs={"alpha": 1.0}),
-    "HardSigmoid": Row(flt("onyxia_minf(onyxia_maxf(ALPHA() * x0 + BETA(), 0.0), 1.0)"),
+    "HardSigmoid": Row(floats("onyxia_minf(onyxia_maxf(ALPHA() * x0 + BETA(), 0.0), 1.0)"),
                        lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1), attrs={"alpha": 0.2, "beta": 0.5}),
-    "LeakyRelu": Row(flt("select(x0, ALPHA() * x0, x0 < 0.0)"), lambda x, alpha: np.where(x < 0, alpha * x, x),
+    "LeakyRelu": Row(floats("select(x0, ALPHA() * x0, x0 < 0.0)"), lambda x, alpha: np.where(x < 0, alpha * x, x),
                      attrs={"alpha": 0.01}),
-    "Elu": Row(flt("select(x0, ALPHA() * (exp(x0) - 1.0), x0 < 0.0)"),
+    "Elu": Row(floats("select(x0, ALPHA() * (exp(x0) - 1.0), x0 < 0.0)"),
                lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x), attrs={"alpha": 1.0}),
-    "Selu": Row(flt("GAMMA() * select(x0, ALPHA() * (exp(x0) - 1.0), x0 <= 0.0)"),
+    "Selu": Row(floats("GAMMA() * select(x0, ALPHA() * (exp(x0) - 1.0), x0 <= 0.0)"),
                 lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(x), x),
                 attrs={"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
-    "Celu": Row(flt("select(x0, ALPHA() * (exp(x0 / ALPHA()) - 1.0), x0 < 0.0)"),
+    "Celu": Row(floats("select(x0, ALPHA() * (exp(x0 / ALPHA()) - 1.0), x0 < 0.0)"),
                 lambda x, alpha: np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha)), since=12,
                 attrs={"alpha": 1.0}),
-    "ThresholdedRelu": Row(flt("select(0.0, x0, x0 > ALPHA())"), lambda x, alpha: np.where(x > alpha, x, 0), since=10,
-                           attrs={"alpha": 1.0}),
-    "Shrink": Row(flt("select(select(0.0, x0 + BIAS(), x0 < -LAMBD()), x0 - BIAS(), x0 > LAMBD())"),
+    "ThresholdedRelu": Row(floats("select(0.0, x0, x0 > ALPHA())"), lambda x, alpha: np.where(x > alpha, x, 0),
+                           since=10, attrs={"alpha": 1.0}),
+    "Shrink": Row(floats("select(select(0.0, x0 + BIAS(), x0 < -LAMBD()), x0 - BIAS(), x0 > LAMBD())"),
                   lambda x, bias, lambd: np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)), since=9,
                   attrs={"bias": 0.0, "lambd": 0.5}),
-    "Gelu": Row(lambda approximate: flt(_GELU[approximate]), _gelu, since=20, attrs={"approximate": "none"}),
-    "IsNaN": Row(flt("onyxia_isnan(x0)"), np.isnan, since=9, result="bool"),
-    "IsInf": Row(flt("(x0 == onyxia_inf() && DETECT_POSITIVE() != 0u) || "
+    "Gelu": Row(lambda approximate: floats(_GELU[approximate]), _gelu, since=20, attrs={"approximate": "none"}),
+    "IsNaN": Row(floats("onyxia_isnan(x0)"), np.isnan, since=9, result="bool"),
+    "IsInf": Row(floats("(x0 == onyxia_inf() && DETECT_POSITIVE() != 0u) || "
                      "(x0 == -onyxia_inf() && DETECT_NEGATIVE() != 0u)"), _isinf, since=10,
                  attrs={"detect_negative": 1, "detect_positive": 1}, result="bool"),
 }
@@ -590,10 +591,10 @@ _maximum = _symbolic(np.maximum, lambda o: o >= 0, choose=True)
 _minimum = _symbolic(np.minimum, lambda o: o <= 0, choose=True)
 
 VARIADIC_OPS: dict[str, VariadicRow] = {
-    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **ints("max({a}, {b})")}, _maximum),
-    "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **ints("min({a}, {b})")}, _minimum),
-    "Sum": VariadicRow(flt("{a} + {b}"), np.add),
-    "Mean": VariadicRow(flt("{a} + {b}"), np.add, mean=True),
+    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **integers("max({a}, {b})")}, _maximum),
+    "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **integers("min({a}, {b})")}, _minimum),
+    "Sum": VariadicRow(floats("{a} + {b}"), np.add),
+    "Mean": VariadicRow(floats("{a} + {b}"), np.add, mean=True),
 }
 
 

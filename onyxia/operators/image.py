@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides
 from onyxia.operators.indexing import plan_strided_copy
@@ -394,7 +394,7 @@ class GridSample(Operator):
         if not 1 <= rank <= 3:
             raise ctx.fail(f"expects [N, C, *spatial] with 1 to 3 spatial axes, got rank {len(x)}", 0)
         if len(grid) != rank + 2 or not ctx.same_dim(grid[-1], rank):
-            raise ctx.fail(f"grid must be [N, *out, {rank}] for {rank} spatial axes, got {list(map(str, grid))}", 1)
+            raise ctx.fail(f"grid must be [N, *out, {rank}] for {rank} spatial axes, got {shape_str(grid)}", 1)
         if not (ctx.input_dtype(0).is_float and ctx.input_dtype(1).is_float):
             raise ctx.fail("expects float input and grid", 0)
         self.attrs(ctx)
@@ -432,7 +432,7 @@ class AffineGrid(Operator):
         theta = ctx.input_shape(0)
         if len(theta) != 3 or not ctx.same_shape(theta[1:], (rank, rank + 1)):
             raise ctx.fail(f"theta must be [N, {rank}, {rank + 1}] for {rank} spatial axes, got "
-                           f"{list(map(str, theta))}", 0)
+                           f"{shape_str(theta)}", 0)
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float theta, got {ctx.input_dtype(0)}", 0)
         return size, rank

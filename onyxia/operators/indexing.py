@@ -19,17 +19,13 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import collapse_dims, contiguous_strides
+from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
 from onyxia.plan import Step
 
 GATHER = "indexing/gather.wgsl"
 # Sentinels exporters write for "to the end" (INT64_MAX, INT32_MAX, and their negatives).
 UNBOUNDED = 2**31 - 1
 END_OF_AXIS = (2**31 - 1, 2**63 - 1)
-
-
-def is_zero(d: Dim) -> bool:
-    return isinstance(d, int) and d == 0
 
 
 def scalar_param(value: object, device: str) -> tuple[object, str]:

@@ -8,8 +8,8 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_strides, contiguous_strides, prefer_literal
-from onyxia.operators.indexing import coords_code, dispatch_gather, is_zero, plan_strided_copy
+from onyxia.operators.common import broadcast_strides, contiguous_strides, is_zero, prefer_literal
+from onyxia.operators.indexing import coords_code, dispatch_gather, plan_strided_copy
 from onyxia.operators.shape import MAX_PARTS, is_used
 from onyxia.plan import Step
 

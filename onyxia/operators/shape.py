@@ -17,7 +17,8 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.indexing import is_zero, scalar_param
+from onyxia.operators.common import is_zero
+from onyxia.operators.indexing import scalar_param
 from onyxia.plan import Step
 
 # Storage buffers one dispatch may bind: WebGPU's default maxStorageBuffersPerShaderStage is 8,

@@ -24,10 +24,6 @@ class AdapterInfo:
     backend: str  # Vulkan | Metal | D3D12 | OpenGL
     summary: str
 
-    @property
-    def is_cpu(self) -> bool:
-        return self.adapter_type == "CPU"
-
 
 def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:
     info = adapter.info
