@@ -20,6 +20,8 @@ from onyxia.operators import (
     pooling,
     quantized,
     reduction,
+    resize,
+    scatter,
     selection,
     shape,
 )
@@ -27,8 +29,8 @@ from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
-CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, matmul, reduction, normalization, attention,
-                    onnx_attention, quantized, conv, pooling, image, selection, linalg, fused)
+CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
+                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused)
 
 
 def core_operator_registry() -> OperatorRegistry:

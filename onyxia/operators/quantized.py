@@ -5,8 +5,8 @@ never expanded on the host. Device storage is one 32-bit word per element, so a 
 tensor uploaded as is would take 4 bytes per byte. PackNBitsWeightsPass (Optimization stage,
 compiler/passes/pack_nbits.py) therefore replaces each constant packed input (weights and
 4-bit zero points) by a uint32 view of the same bytes (4 per word, little-endian) and records
-the original shape in the node's meta; the kernels read whole words. Without the pass (or for a non-constant input) the ops
-still work, reading one byte per word (defs B_BYTES / ZP_BYTES).
+the original shape in the node's meta; the kernels read whole words. Without the pass (or for
+a non-constant input) the ops still work, reading one byte per word (defs B_BYTES / ZP_BYTES).
 
 Semantics (onnxruntime contrib docs): w[n, k] = (q[n, k] - zero_point) * scale with one scale
 and zero point per block of `block_size` along K; the default zero point is 8 (2^(bits-1));

@@ -17,7 +17,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel
 from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
 from onyxia.operators.base import InferenceCtx, PlanCtx
-from onyxia.operators.elementwise import plan_map
+from onyxia.operators.map_kernel import plan_map
 from onyxia.plan import Dispatch, Step
 from tests.helpers import make_model
 
