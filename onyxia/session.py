@@ -149,7 +149,8 @@ class InferenceSession:
         unknown = [k for k in input_feed if k not in known]
         missing = [k for k in known if k not in input_feed]
         if unknown or missing:
-            parts = ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else [])
+            parts = [f"unknown inputs {unknown}"] if unknown else []
+            parts += [f"missing inputs {missing}"] if missing else []
             raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(a.name for a in self._inputs)})")
         for name, dtype in self._input_dtypes.items():
             value = input_feed[name]

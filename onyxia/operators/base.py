@@ -293,7 +293,8 @@ class PlanCtx(InferenceCtx):
             if not self.is_static(v):
                 raise PlanError(f"{self.node.describe()}: shader def {k}={v} depends on a dynamic dimension; "
                                 "pass it as a param instead")
-        template = inline_imports(source, label or "<inline>", resolve_shader_import) if source else self.state.template(shader)
+        template = (inline_imports(source, label or "<inline>", resolve_shader_import) if source
+                    else self.state.template(shader))
         spec = ShaderSpec(label or shader.removesuffix(".wgsl"), template, resolved_defs,
                           tuple(constants), tuple(p for p, _ in dynamic))
         index = self.state.add_shader(spec)

@@ -75,7 +75,8 @@ class Conv(Operator):
     def spec(self, ctx: InferenceCtx) -> ConvSpec:
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if not 3 <= len(x) <= 2 + MAX_SPATIAL:
-            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape {shape_str(x)}", 0)
+            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape "
+                           f"{shape_str(x)}", 0)
         if len(w) != len(x) or not all(_is_int(d) for d in w):
             raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
         for i in (0, 1, 2):

@@ -128,8 +128,8 @@ class ReduceRow:
 
     `map` turns an element `x` into what is combined (`m` is the row max when `shift`),
     `combine` merges `a` and `b`, `final` turns the total `acc` of `n: u32` elements into the
-    result ({A} in `map` and `final` stands for the accumulator type). `axes_input_since`: the opset from which axes is an
-    input (with noop_with_empty_axes) instead of an attribute.
+    result ({A} in `map` and `final` stands for the accumulator type). `axes_input_since`: the
+    opset from which axes is an input (with noop_with_empty_axes) instead of an attribute.
     """
 
     init: str  # "zero" | "one" | "lowest" | "highest"

@@ -97,7 +97,8 @@ class Runtime:
         return PlanExecutor(self, model, transport=transport or self.transport)
 
     def describe(self) -> str:
-        return f"{self.info.summary} [{self.transport} immediates; features: {', '.join(sorted(self.features)) or 'none'}]"
+        features = ", ".join(sorted(self.features)) or "none"
+        return f"{self.info.summary} [{self.transport} immediates; features: {features}]"
 
     def __repr__(self) -> str:
         return f"Runtime({self.describe()})"

@@ -280,7 +280,8 @@ class PlanExecutor:
             if kind == "immediate":
                 cmd = self._cmds[b.target]
                 v = fn(new)
-                cmd.immediates[b.index] = np.float32(v).view(np.uint32) if cmd.types[b.index] == "f32" else v & 0xFFFFFFFF
+                is_float = cmd.types[b.index] == "f32"
+                cmd.immediates[b.index] = np.float32(v).view(np.uint32) if is_float else v & 0xFFFFFFFF
                 immediates = True
             elif kind == "workgroups":
                 cmd = self._cmds[b.target]

@@ -98,7 +98,8 @@ def _referenced(operations: list[PlannedOp]) -> list[str]:
     return list(names)
 
 
-def _tensor_table(graph: IrGraph, state: PlanState, operations: list[PlannedOp]) -> tuple[dict[str, TensorInfo], list[Step]]:
+def _tensor_table(graph: IrGraph, state: PlanState,
+                  operations: list[PlannedOp]) -> tuple[dict[str, TensorInfo], list[Step]]:
     """Every tensor a step or the caller touches, with its device buffer description."""
     needed = dict.fromkeys([*graph.inputs, *graph.outputs, *_referenced(operations)])
     for alias, target in state.aliases.items():
