@@ -129,4 +129,4 @@ def _name(p: Pass) -> str:
 def compile_graph(graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
                   registry: OperatorRegistry | None = None) -> CompiledModel:
     """Compile with the core operators (unless `registry` is given) and the default passes."""
-    return CompilerPipeline(registry or core_operator_registry()).compile(graph, dims, static)
+    return CompilerPipeline(core_operator_registry() if registry is None else registry).compile(graph, dims, static)
