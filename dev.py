@@ -2,7 +2,7 @@
 """Developer entry point: one command sets everything up and runs a job.
 
     python3 dev.py setup            create .venv, install onyxia + test deps, ensure Vulkan
-    python3 dev.py test [ARGS...]   setup, then run pytest (ARGS go to pytest)
+    python3 dev.py test [ARGS...]   setup, ruff (lint), then pytest (ARGS go to pytest)
     python3 dev.py demo             setup, then compile and run the bundled example model
 
 Standard library only: it runs under the system python3 (>= 3.11) on a fresh machine, before any
@@ -330,8 +330,20 @@ def xdist_installed() -> bool:
     return check.returncode == 0
 
 
+def run_lint() -> int:
+    """ruff over the repository, configured in pyproject.toml (well under a second)."""
+    log("running: ruff check .")
+    code = subprocess.run([str(VENV_PY), "-m", "ruff", "check", "."], cwd=ROOT,
+                          stdin=subprocess.DEVNULL).returncode
+    if code != 0:
+        log(f"ruff failed (exit code {code}); '.venv/bin/ruff check --fix' fixes some findings")
+    return code
+
+
 def cmd_test(args: list[str]) -> int:
     cmd_setup([])
+    if run_lint() != 0:
+        return 1  # lint findings fail the run before minutes of tests
     # The suite fails (instead of skipping) GPU tests when no adapter is reachable.
     os.environ.setdefault("ONYXIA_REQUIRE_GPU", "1")
     pytest_args = list(args)

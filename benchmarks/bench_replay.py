@@ -26,7 +26,8 @@ def chain_model(length: int):
         out = "y" if i == length - 1 else f"t{i}"
         nodes.append(helper.make_node(ops[i % 3], [prev, "c"], [out], name=f"op{i}"))
         prev = out
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])],
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])
+    graph = helper.make_graph(nodes, "chain", [x],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(np.full((16,), 0.5, np.float32), "c")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
@@ -80,7 +81,8 @@ def main() -> None:
         update_us = median_us(update, args.repeat)
         rows.append((transport, run_us, encode_us, update_us))
     n = compiled.num_dispatches
-    print(f"{'transport':<10} {'run() µs':>10} {'µs/dispatch':>12} {'encode µs/dispatch':>19} {'update_dimensions µs':>21}")
+    print(f"{'transport':<10} {'run() µs':>10} {'µs/dispatch':>12} {'encode µs/dispatch':>19} "
+          f"{'update_dimensions µs':>21}")
     for transport, run_us, encode_us, update_us in rows:
         print(f"{transport:<10} {run_us:10.0f} {run_us / n:12.2f} {encode_us / n:19.2f} {update_us:21.0f}")
     if len(rows) == 2:

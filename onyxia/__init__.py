@@ -6,9 +6,11 @@ from onyxia.ir import IrGraph, SymDim
 from onyxia.onnx import load_model
 from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
 from onyxia.plan import CompiledModel
-from onyxia.runtime import DeviceTensor, InferenceSession, PlanExecutor, Runtime
+from onyxia.runtime import DeviceTensor, PlanExecutor, Runtime
+from onyxia.session import InferenceSession
 
 __version__ = "0.1.0"
 
-__all__ = ["CompiledModel", "DeviceTensor", "InferenceSession", "PlanExecutor", "Runtime", "CompilerPipeline", "IrGraph", "OnyxiaError", "Operator", "OperatorRegistry",
-           "Pass", "PassResult", "Stage", "SymDim", "core_operator_registry", "load_model"]
+__all__ = ["CompiledModel", "CompilerPipeline", "DeviceTensor", "InferenceSession", "IrGraph", "OnyxiaError",
+           "Operator", "OperatorRegistry", "Pass", "PassResult", "PlanExecutor", "Runtime", "Stage", "SymDim",
+           "core_operator_registry", "load_model"]

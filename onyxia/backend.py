@@ -26,7 +26,8 @@ import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from onyxia.errors import DeviceError, InputError
-from onyxia.runtime.session import InferenceSession
+from onyxia.runtime.device import Runtime
+from onyxia.session import InferenceSession
 
 _runtime_lock = threading.Lock()
 _shared = None  # the process-wide Runtime, opened on first use
@@ -37,8 +38,6 @@ def shared_runtime():
     global _shared
     with _runtime_lock:
         if _shared is None:
-            from onyxia.runtime.device import Runtime
-
             _shared = Runtime()
         return _shared
 

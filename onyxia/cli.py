@@ -72,7 +72,8 @@ def _summary(compiled) -> list[str]:
     symbols = ", ".join(f"{k}={v}{' (static)' if k in compiled.static_symbols else ''}"
                         for k, v in sorted(compiled.dims.items())) or "none"
     return [
-        f"nodes:            {md.get('nodes', 0)} ({md.get('folded_nodes', 0)} folded, {md.get('planned_nodes', 0)} planned)",
+        f"nodes:            {md.get('nodes', 0)} ({md.get('folded_nodes', 0)} folded, "
+        f"{md.get('planned_nodes', 0)} planned)",
         f"dispatches:       {compiled.num_dispatches}",
         f"steps:            {len(compiled.steps)}",
         f"distinct shaders: {len(compiled.shaders)}",
@@ -131,7 +132,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inferred_outputs(graph) -> dict[str, str]:
-    from onyxia.runtime.session import InferenceSession
+    from onyxia.session import InferenceSession
 
     try:
         return {a.name: f"{a.type[7:-1]} [{', '.join(map(str, a.shape))}]"

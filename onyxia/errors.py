@@ -75,3 +75,7 @@ class DeviceError(OnyxiaError):
 
 class ConfigError(OnyxiaError):
     """A model folder's genai_config.json / tokenizer.json is missing or malformed."""
+
+
+class PipelineError(OnyxiaError):
+    """The pass pipeline breaks a pass's declared needs (a pass missing, or passes out of order)."""

@@ -146,9 +146,10 @@ class CompiledModel:
     dims: dict[str, int]  # symbol values the plan was compiled for (buffer capacities)
     static_symbols: frozenset[str] = frozenset()
     metadata: dict[str, object] = field(default_factory=dict)
-    # Dims the compiler assumed equal (two differently named symbols broadcast against each
-    # other), with the node that needed it; the executor rejects dims that break them.
-    constraints: tuple[tuple[SymDim, SymDim, str], ...] = ()
+    # Dims the compiler assumed equal because their values agreed (a symbol against a literal,
+    # two names of one length), with the node that needed it; the executor rejects dims that
+    # break them.
+    constraints: tuple[tuple[Expr, Expr, str], ...] = ()
 
     @property
     def steps(self) -> list[Step]:

@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 import onnx
 import torch
-from onnx.reference import ReferenceEvaluator
 import torch.nn.functional as F
+from onnx.reference import ReferenceEvaluator
 from torch import nn
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "exported"

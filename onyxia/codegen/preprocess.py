@@ -8,10 +8,9 @@ Directives, each alone on a line (leading whitespace allowed, a trailing ``// co
    ``false``, or any other token compared as a string. Ordering needs a numeric def.
 3. ``#else``, ``#else ifdef NAME``, ``#else ifndef NAME``, ``#else if NAME OP VALUE``, ``#endif``,
    nested to any depth.
-4. ``#define NAME [VALUE]`` adds a def for the rest of the (import-inlined) text.
-5. ``#import a::b`` / ``#import a/b`` / ``#import a::b::{x, y}`` inlines module ``a::b`` once;
+4. ``#import a::b`` / ``#import a/b`` / ``#import a::b::{x, y}`` inlines module ``a::b`` once;
    ``#define_import_path`` lines (naga_oil module headers) are dropped.
-6. ``#{NAME}`` anywhere in an active line is replaced by the def's value (see ``format_def_value``).
+5. ``#{NAME}`` anywhere in an active line is replaced by the def's value (see ``format_def_value``).
 
 Removed lines (directives, inactive branches) become empty lines so that naga's line numbers
 still point at the template's lines; only inlined imports shift them. Errors raise
@@ -48,7 +47,6 @@ __all__ = [
     "inline_imports",
     "load_shader",
     "preprocess",
-    "render_shader",
     "resolve_shader_import",
     "shader_root",
 ]
@@ -128,7 +126,7 @@ def format_def_value(value: DefValue) -> str:
 
 
 def _parse_literal(token: str) -> DefValue:
-    """Parse a VALUE token of ``#if`` / ``#define``: int, float, bool, else the string itself."""
+    """Parse a VALUE token of ``#if``: int, float, bool, else the string itself."""
     if _INT_RE.match(token):
         return int(token)
     if _FLOAT_RE.match(token):
@@ -307,8 +305,6 @@ class _Evaluator:
             if rest:
                 raise line.error(f"unexpected text after #endif: '{rest}'")
             self.blocks.pop()
-        elif keyword == "define":
-            self._define(line, rest)
         elif keyword == "define_import_path":
             pass  # a module header; meaningless once inlined
         elif keyword == "import":
@@ -337,13 +333,6 @@ class _Evaluator:
             live = block.parent_active and not block.taken
             block.active = live and _evaluate(line, keyword, cond, self.defs)
         block.taken = block.taken or block.active
-
-    def _define(self, line: _Line, rest: str) -> None:
-        name, value = (rest.split(None, 1) + [""])[:2]
-        if not _NAME_RE.fullmatch(name):
-            raise line.error(f"#define expects 'NAME [VALUE]', got '{rest}'")
-        if self.active:
-            self.defs[name] = _parse_literal(value) if value else True
 
     def _substitute(self, line: _Line) -> str:
         def replace(match: re.Match[str]) -> str:
@@ -405,10 +394,3 @@ def resolve_shader_import(name: str) -> tuple[str, str]:
     if not relpath.endswith(".wgsl"):
         relpath += ".wgsl"
     return load_shader(relpath), relpath
-
-
-def render_shader(relpath: str, defs: Mapping[str, DefValue]) -> str:
-    """Load ``relpath`` from the shader folder and preprocess it, resolving imports there too."""
-    return preprocess(
-        load_shader(relpath), defs, filename=relpath, resolve_import=resolve_shader_import
-    )

@@ -1,5 +1,7 @@
 """The compiler: a staged pipeline of passes from IrGraph to CompiledModel (no GPU needed)."""
 
-from onyxia.compiler.pipeline import CompilerPipeline, Pass, PassRecord, PassResult, Stage, compile
+from onyxia.compiler.context import CompileContext
+from onyxia.compiler.pass_api import Pass, PassResult, Stage
+from onyxia.compiler.pipeline import CompilerPipeline, PassRecord, compile_graph
 
-__all__ = ["CompilerPipeline", "Pass", "PassRecord", "PassResult", "Stage", "compile"]
+__all__ = ["CompileContext", "CompilerPipeline", "Pass", "PassRecord", "PassResult", "Stage", "compile_graph"]

@@ -1,45 +1,28 @@
-"""CompilerPipeline: runs passes stage by stage over a copy of the caller's graph."""
+"""CompilerPipeline: runs passes stage by stage over a copy of the caller's graph, then lowers
+the result to a CompiledModel."""
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from onyxia.compiler.context import CompileContext
+from onyxia.compiler.pass_api import Pass, PassResult, Stage
+from onyxia.compiler.passes import (
+    ConstantFoldingPass,
+    ShapeInferencePass,
+    SymbolicResolutionPass,
+    default_optimization_passes,
+)
+from onyxia.compiler.passes.planning import plan_model
+from onyxia.errors import PipelineError
 from onyxia.ir.graph import IrGraph
+from onyxia.operators import core_operator_registry
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import CompiledModel
 
-
-class Stage(enum.IntEnum):
-    RESOLUTION = 0  # bind symbols to the dims given
-    INFERENCE = 1  # dtype and shape of every tensor
-    FOLDING = 2  # constant values (numpy)
-    OPTIMIZATION = 3  # fusion, aliasing, DCE, ...
-    PLANNING = 4  # emit the CompiledModel
-
-
-@dataclass(frozen=True)
-class PassResult:
-    """What a pass reports: whether it changed the graph (a plain bool is accepted too)."""
-
-    modified: bool
-    note: str = ""
-
-
-class Pass:
-    """A graph pass. Subclasses set `name` and `stage` and implement `run`."""
-
-    name: str = ""
-    stage: Stage = Stage.OPTIMIZATION
-
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool | PassResult:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        # getattr: add_pass reports a pass whose stage is not a Stage through this repr.
-        return f"{type(self).__name__}(stage={getattr(self.stage, 'name', repr(self.stage))})"
+PLANNING = "planning"  # the lowering's name in `history` and progress reports
 
 
 @dataclass(frozen=True)
@@ -50,21 +33,26 @@ class PassRecord:
     seconds: float
 
 
-class CompilerPipeline:
-    def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
-        from onyxia.compiler import passes  # the built-in passes import this module
+Progress = Callable[[PassRecord, int, int], None]
 
+
+class CompilerPipeline:
+    """Passes ordered by stage, then by registration. `compile` runs them all and lowers the
+    graph (compiler/passes/planning.py); `run_passes` stops at a stage and returns the graph.
+
+    `history` (a PassRecord per pass) and `context` (the CompileContext, with every pass's
+    report) describe the most recent run.
+    """
+
+    def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
         self.registry = registry
-        self._passes: list[Pass] = [
-            passes.SymbolicResolutionPass(),
-            passes.ShapeInferencePass(),
-            passes.ConstantFoldingPass(),
-            passes.PlanningPass(),
-        ]
+        self._passes: list[Pass] = [SymbolicResolutionPass(), ShapeInferencePass(), ConstantFoldingPass()]
         if optimize:
-            for p in passes.default_optimization_passes():
+            for p in default_optimization_passes():
                 self.add_pass(p)
         self.history: list[PassRecord] = []
+        self.context: CompileContext | None = None
+        self._total = 0  # steps of the current run, for progress reports
 
     @property
     def passes(self) -> list[Pass]:
@@ -77,48 +65,68 @@ class CompilerPipeline:
         self._passes.append(p)
         return self
 
+    def check_order(self, passes: list[Pass]) -> None:
+        """Raise a PipelineError when a pass's `requires` / `after` are not met by `passes`."""
+        position = {_name(p): i for i, p in enumerate(passes)}
+        for i, p in enumerate(passes):
+            for need in p.requires:
+                if need not in position:
+                    raise PipelineError(f"pass '{_name(p)}' requires pass '{need}', which is not in the pipeline")
+            for need in (*p.requires, *p.after):
+                if position.get(need, -1) > i:
+                    raise PipelineError(f"pass '{_name(p)}' must run after pass '{need}', but the pipeline runs it "
+                                        f"first (order: {', '.join(_name(q) for q in passes)})")
+
     def run_passes(self, graph: IrGraph, dims: Mapping[str, int], static: Iterable[str] = (),
-                   until: Stage | None = None, progress: Callable[[PassRecord, int, int], None] | None = None
-                   ) -> IrGraph:
+                   until: Stage | None = None, progress: Progress | None = None, *,
+                   placeholders: Iterable[str] = ()) -> IrGraph:
         """Run the passes (up to and including `until`) on a copy of `graph`; return the copy.
 
         `progress(record, done, total)` is called after each pass (the CLI draws a bar with it).
+        `placeholders` names symbols whose values in `dims` are stand-ins (DimEnv.placeholders).
         """
-        work = graph.copy()
-        work.meta["requested_dims"] = dict(dims)
-        work.meta["requested_static"] = frozenset(static)
-        self.history = []
-        passes = self.passes
-        for p in passes:
-            if until is not None and p.stage > until:
-                break
-            start = time.perf_counter()
-            result = p.run(work, self.registry)
-            modified = result.modified if isinstance(result, PassResult) else bool(result)
-            self.history.append(PassRecord(p.name or type(p).__name__, p.stage, modified,
-                                           time.perf_counter() - start))
-            if progress is not None:
-                progress(self.history[-1], len(self.history), len(passes))
-        return work
+        return self._run(graph, dims, static, until, progress, lowering=False, placeholders=placeholders)
 
     def compile(self, graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
-                progress: Callable[[PassRecord, int, int], None] | None = None) -> CompiledModel:
+                progress: Progress | None = None) -> CompiledModel:
         """Compile `graph` for the symbol values `dims`; symbols in `static` become shader defs.
 
         The caller's graph is never modified.
         """
-        work = self.run_passes(graph, dims or {}, static, progress=progress)
-        model = work.meta.get("compiled_model")
-        if model is None:
-            raise RuntimeError("no Planning-stage pass produced a CompiledModel")
+        work = self._run(graph, dims or {}, static, None, progress, lowering=True)
+        assert self.context is not None
+        start = time.perf_counter()
+        model = plan_model(work, self.context)
+        self._record(PassRecord(PLANNING, Stage.PLANNING, True, time.perf_counter() - start), progress)
         return model
 
+    def _run(self, graph: IrGraph, dims: Mapping[str, int], static: Iterable[str], until: Stage | None,
+             progress: Progress | None, lowering: bool, placeholders: Iterable[str] = ()) -> IrGraph:
+        passes = [p for p in self.passes if until is None or p.stage <= until]
+        self.check_order(passes)
+        work = graph.copy()
+        self.context = ctx = CompileContext(dims=dict(dims), static=frozenset(static),
+                                            placeholders=frozenset(placeholders), registry=self.registry)
+        self.history = []
+        self._total = len(passes) + int(lowering)
+        for p in passes:
+            start = time.perf_counter()
+            result = p.run(work, ctx)
+            modified = result.modified if isinstance(result, PassResult) else bool(result)
+            self._record(PassRecord(_name(p), p.stage, modified, time.perf_counter() - start), progress)
+        return work
 
-def compile(graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
-            registry: OperatorRegistry | None = None) -> CompiledModel:
-    """Compile with the core operators and the default passes."""
-    if registry is None:
-        from onyxia.operators import core_operator_registry
+    def _record(self, record: PassRecord, progress: Progress | None) -> None:
+        self.history.append(record)
+        if progress is not None:
+            progress(record, len(self.history), self._total)
 
-        registry = core_operator_registry()
-    return CompilerPipeline(registry).compile(graph, dims, static)
+
+def _name(p: Pass) -> str:
+    return p.name or type(p).__name__
+
+
+def compile_graph(graph: IrGraph, dims: Mapping[str, int] | None = None, static: Iterable[str] = (),
+                  registry: OperatorRegistry | None = None) -> CompiledModel:
+    """Compile with the core operators (unless `registry` is given) and the default passes."""
+    return CompilerPipeline(core_operator_registry() if registry is None else registry).compile(graph, dims, static)

@@ -1,8 +1,9 @@
 """Graph IR: IrGraph, Node, TensorDef, symbolic dimensions and element types."""
 
+from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorId, TensorKind
 from onyxia.ir.shapes import Dim, Shape, SymDim, parse_dim
 
-__all__ = ["DType", "Dim", "IrGraph", "Node", "NodeId", "Shape", "SymDim", "TensorDef", "TensorId",
+__all__ = ["DType", "Dim", "DimEnv", "IrGraph", "Node", "NodeId", "Shape", "SymDim", "TensorDef", "TensorId",
            "TensorKind", "parse_dim"]

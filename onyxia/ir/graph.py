@@ -69,11 +69,6 @@ class IrGraph:
         self.inputs: list[TensorId] = []
         self.outputs: list[TensorId] = []
         self.metadata: dict[str, str] = {}
-        # Compile environment, set by SymbolicResolutionPass: current symbol values and which
-        # symbols the caller declared static (baked into shaders as defs).
-        self.dims: dict[str, int] = {}
-        self.static_symbols: frozenset[str] = frozenset()
-        self.meta: dict[str, Any] = {}  # pass results (e.g. the CompiledModel of planning)
         self._g = nx.MultiDiGraph()
         self._next_id = 0  # node ids are never reused
         self._producer: dict[TensorId, NodeId] = {}

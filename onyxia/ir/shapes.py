@@ -24,7 +24,7 @@ from typing import NamedTuple, TypeAlias
 
 from onyxia.errors import DimensionError
 
-__all__ = ["Dim", "Shape", "SymDim", "dim_symbols", "evaluate_dim", "is_static_shape", "numel",
+__all__ = ["Dim", "Shape", "SymDim", "compile_dim", "dim_symbols", "evaluate_dim", "numel",
            "parse_dim", "shape_str"]
 
 
@@ -482,8 +482,9 @@ def shape_str(shape: Iterable[Dim]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def is_static_shape(shape: Iterable[Dim]) -> bool:
-    return all(isinstance(d, int) for d in shape)
+def compile_dim(d: Dim) -> Callable[[Mapping[str, int]], int]:
+    """`dims -> int` for a dim: SymDim.compile, or a constant function for a literal."""
+    return d.compile() if isinstance(d, SymDim) else (lambda dims: d)
 
 
 def numel(shape: Iterable[Dim]) -> Dim:

@@ -4,20 +4,39 @@ Each category module (elementwise, shape, indexing, ...) exposes `operators()`, 
 (operator, since_version) pairs; `core_operator_registry` registers them all.
 """
 
+from onyxia.operators import (
+    attention,
+    conv,
+    conversion,
+    elementwise,
+    fused,
+    image,
+    indexing,
+    layout,
+    linalg,
+    matmul,
+    normalization,
+    onnx_attention,
+    pooling,
+    quantized,
+    reduction,
+    resize,
+    scatter,
+    selection,
+    shape,
+)
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
 
-CATEGORY_MODULES = ("elementwise", "conversion", "shape", "layout", "indexing", "matmul", "reduction", "normalization",
-                    "attention", "quantized", "conv", "pooling", "image", "selection", "linalg", "fused")
+# Registration order is kept: a later module's (domain, op_type, version) entry would win.
+CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
+                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused)
 
 
 def core_operator_registry() -> OperatorRegistry:
     """A registry holding every built-in operator; register your own on top."""
-    import importlib
-
     registry = OperatorRegistry()
-    for name in CATEGORY_MODULES:
-        module = importlib.import_module(f"onyxia.operators.{name}")
+    for module in CATEGORY_MODULES:
         for op, since in module.operators():
             registry.register(op, since)
     return registry

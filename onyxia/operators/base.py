@@ -16,9 +16,11 @@ from onyxia.codegen.preprocess import inline_imports, load_shader, resolve_shade
 from onyxia.codegen.wgsl import param_type
 from onyxia.errors import OnyxiaError, PlanError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
+from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
+from onyxia.operators.common import broadcast_shapes
 from onyxia.plan import Binding, CopyBuffer, Dispatch, Scalar, ShaderParam, ShaderSpec, Step, WriteBuffer
 
 _REQUIRED = object()
@@ -51,9 +53,12 @@ class Operator:
 # ---- inference ----------------------------------------------------------------------------
 
 class InferenceCtx:
-    def __init__(self, graph: IrGraph, node: Node):
+    """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
+
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv):
         self.graph = graph
         self.node = node
+        self.env = env
 
     @property
     def opset(self) -> int:
@@ -90,12 +95,6 @@ class InferenceCtx:
     def input_rank(self, i: int) -> int:
         return len(self.input_shape(i))
 
-    def require_static(self, i: int) -> tuple[int, ...]:
-        shape = self.input_shape(i)
-        if not all(isinstance(d, int) for d in shape):
-            raise self.fail(f"needs a static shape, got {list(map(str, shape))}", i)
-        return shape  # type: ignore[return-value]
-
     def input_value(self, i: int) -> np.ndarray | None:
         return self.input_tensor(i).value if self.has_input(i) else None
 
@@ -122,24 +121,22 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        from onyxia.operators.common import broadcast_shapes
+        return broadcast_shapes(shapes, self.fail, self.same_dim)
 
-        return broadcast_shapes(shapes, self.fail, self.unify)
+    def same_dim(self, a: Dim, b: Dim) -> bool:
+        """Whether dims `a` and `b` are one dim: every shape check comparing dims uses this.
 
-    def unify(self, a: SymDim, b: SymDim) -> bool:
-        """Accept two different symbolic dims as equal when their current values agree.
-
-        Exporters often name one length twice (input_ids [batch, seq] and attention_mask
-        [batch, mask_seq]); the assumption is recorded in the plan's constraints and checked by
-        every update_dimensions, so dims that break it fail clearly instead of computing garbage.
+        Equal dims are. A symbol whose value is known is as good as a literal: `kv_cache_dim`
+        given as 64 matches 64, and two names of one length (input_ids [batch, seq],
+        attention_mask [batch, mask_seq]) match when their values agree. Such an assumption is
+        recorded in the plan's constraints and re-checked by every update_dimensions, so dims
+        that break it fail clearly instead of computing garbage.
         """
-        try:
-            equal = a.evaluate(self.graph.dims) == b.evaluate(self.graph.dims)
-        except OnyxiaError:
-            return False
-        if equal:
-            self.graph.meta.setdefault("dim_constraints", {})[(str(a), str(b))] = (a, b, self.node.name)
-        return equal
+        return self.env.assume_equal(a, b, self.node.name)
+
+    def same_shape(self, a: Shape, b: Shape) -> bool:
+        """Same rank and `same_dim` on every axis."""
+        return len(a) == len(b) and all(self.same_dim(x, y) for x, y in zip(a, b))
 
     def axis(self, value: int, rank: int, what: str = "axis") -> int:
         """Normalize a possibly negative axis against `rank`, with a clear error."""
@@ -195,15 +192,12 @@ class PlanState:
     """What planning accumulates across nodes: shaders (deduplicated) and scratch tensors."""
 
     graph: IrGraph
+    env: DimEnv
     shaders: list[ShaderSpec] = field(default_factory=list)
     shader_index: dict[tuple, int] = field(default_factory=dict)
     scratch: dict[str, tuple[str, tuple[Dim, ...]]] = field(default_factory=dict)  # name -> (dtype, shape)
     aliases: dict[str, str] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     templates: dict[str, str] = field(default_factory=dict)
-
-    def is_static(self, value: object) -> bool:
-        """A value is baked into the shader when it depends on no dynamic symbol."""
-        return not isinstance(value, SymDim) or value.symbols <= self.graph.static_symbols
 
     def template(self, path: str) -> str:
         if path not in self.templates:
@@ -221,7 +215,7 @@ class PlanState:
 
 class PlanCtx(InferenceCtx):
     def __init__(self, graph: IrGraph, node: Node, state: PlanState):
-        super().__init__(graph, node)
+        super().__init__(graph, node, state.env)
         self.state = state
 
     # buffers
@@ -262,7 +256,8 @@ class PlanCtx(InferenceCtx):
         return []
 
     def is_static(self, value: object) -> bool:
-        return self.state.is_static(value)
+        """A value is baked into the shader when it depends on no dynamic symbol."""
+        return self.env.is_static(value)
 
     # shaders and steps
     def dispatch(
@@ -298,7 +293,8 @@ class PlanCtx(InferenceCtx):
             if not self.is_static(v):
                 raise PlanError(f"{self.node.describe()}: shader def {k}={v} depends on a dynamic dimension; "
                                 "pass it as a param instead")
-        template = inline_imports(source, label or "<inline>", resolve_shader_import) if source else self.state.template(shader)
+        template = (inline_imports(source, label or "<inline>", resolve_shader_import) if source
+                    else self.state.template(shader))
         spec = ShaderSpec(label or shader.removesuffix(".wgsl"), template, resolved_defs,
                           tuple(constants), tuple(p for p, _ in dynamic))
         index = self.state.add_shader(spec)

@@ -1,19 +1,50 @@
-"""Helpers shared by operator families: broadcasting, strides, generated index code."""
+"""Helpers shared by operator families: broadcasting, strides, generated index and binding code."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
-from onyxia.ir.shapes import Dim, Shape, SymDim, numel
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 
 
-def broadcast_shapes(shapes: Sequence[Shape], fail, unify=None) -> Shape:
+def is_one(d: Dim) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def is_zero(d: Dim) -> bool:
+    return isinstance(d, int) and d == 0
+
+
+def ceil_div(a: Dim, b: int) -> Dim:
+    """a / b rounded up; `a` may be symbolic (the expression stays exact for every value)."""
+    return (a + b - 1) // b
+
+
+def select_small(m: Dim, limit: int) -> Dim:
+    """1 when 0 <= m <= limit, else 0, as an expression when `m` is symbolic.
+
+    MatMul and MatMulNBits plan both their few-rows (gemv) and many-rows (tiled) kernels for a
+    symbolic M and scale the workgroup counts by this and 1 - this: the runtime skips the
+    dispatch with no workgroups, so exactly one kernel runs for the current M and nothing
+    recompiles. (2L + 1) // (m + L + 1) is 1 for m <= L and 0 above; m + L + 1 is never 0.
+    """
+    if isinstance(m, int):
+        return int(m <= limit)
+    return (2 * limit + 1) // (m + limit + 1)
+
+
+def prefer_literal(a: Dim, b: Dim) -> Dim:
+    """Of two dims known to be equal, the literal one if either is: it can be baked into shaders."""
+    return b if isinstance(b, int) and not isinstance(a, int) else a
+
+
+def broadcast_shapes(shapes: Sequence[Shape], fail: Callable[[str], Exception],
+                     same: Callable[[Dim, Dim], bool]) -> Shape:
     """NumPy broadcasting over int | SymDim dims. `fail(msg)` builds the error to raise.
 
-    A symbolic dim against an int > 1 takes the int (the model promises they agree). Two
-    different symbolic dims (say `seq` and `mask_seq`) broadcast only if `unify(a, b)` accepts
-    them as equal — InferenceCtx.unify does when their current values agree, and records the
-    assumption so the runtime rejects dims that break it.
+    Two dims other than 1 broadcast when `same(a, b)` accepts them as one dim
+    (InferenceCtx.same_dim: equal, or equal in value at compile time, an assumption the runtime
+    re-checks); the result keeps the literal of the two.
     """
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
@@ -21,20 +52,15 @@ def broadcast_shapes(shapes: Sequence[Shape], fail, unify=None) -> Shape:
         dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
         result: Dim = 1
         for d in dims:
-            if isinstance(d, int) and d == 1:
+            if is_one(d):
                 continue
-            if isinstance(result, int) and result == 1:
+            if is_one(result):
                 result = d
-            elif d == result:
-                continue
-            elif isinstance(d, SymDim) and isinstance(result, int):
-                continue
-            elif isinstance(result, SymDim) and isinstance(d, int):
-                result = d
-            elif unify is not None and isinstance(d, SymDim) and isinstance(result, SymDim) and unify(result, d):
-                continue
+            elif same(result, d):
+                result = prefer_literal(result, d)
             else:
-                raise fail(f"shapes {[list(map(str, s)) for s in shapes]} cannot be broadcast (axis {axis}: {result} vs {d})")
+                raise fail(f"shapes {', '.join(shape_str(s) for s in shapes)} cannot be broadcast "
+                           f"(axis {axis}: {result} vs {d})")
         out.append(result)
     return tuple(out)
 
@@ -104,5 +130,14 @@ def strided_index_params(out_shape: Shape, in_shapes: Sequence[Shape], names: Se
     return params, "\n".join(lines)
 
 
-__all__ = ["broadcast_shapes", "broadcast_strides", "collapse_dims", "contiguous_strides", "numel",
-           "strided_index_params"]
+def binding_block(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> str:
+    """WGSL storage declarations, numbered in dispatch order (reads, then writes)."""
+    lines = [f"@group(0) @binding({i}) var<storage, read> {name}: array<{ty}>;"
+             for i, (name, ty) in enumerate(reads)]
+    lines += [f"@group(0) @binding({len(reads) + i}) var<storage, read_write> {name}: array<{ty}>;"
+              for i, (name, ty) in enumerate(writes)]
+    return "\n".join(lines)
+
+
+__all__ = ["binding_block", "broadcast_shapes", "broadcast_strides", "ceil_div", "collapse_dims", "contiguous_strides",
+           "is_one", "is_zero", "numel", "prefer_literal", "select_small", "strided_index_params"]

@@ -1,4 +1,4 @@
-"""Conv and ConvTranspose (1-D, 2-D and 3-D), and the sliding-window geometry pooling shares.
+"""Conv and ConvTranspose (1-D, 2-D and 3-D) over the window geometry of operators/window.py.
 
 Both ops run on one of two kernels over the same patch addressing (shaders/conv/window.wgsl):
 
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import ceil_div
 from onyxia.operators.matmul import Product, plan_product
+from onyxia.operators.window import MAX_SPATIAL, Window, auto_pad_of, int_list, padded_windows, window_of, window_params
 from onyxia.plan import Step
 
-MAX_SPATIAL = 3
 # Below these many output channels per group or products per output, a tile would be mostly
 # idle: the direct kernel (one thread per output) is faster.
 MIN_GEMM_ROWS = 8
@@ -39,119 +40,6 @@ SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgr
 
 def _is_int(d: object) -> bool:
     return isinstance(d, int)
-
-
-def _fmt(shape: Shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
-
-
-# ---- window geometry ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Window:
-    """A sliding window over the spatial axes: pads before (`begin`) and after (`end`) may be
-    symbolic (auto_pad SAME over symbolic dims); everything else is static."""
-
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    begin: tuple[Dim, ...]
-    end: tuple[Dim, ...]
-    out: tuple[Dim, ...]
-
-    @property
-    def extent(self) -> tuple[int, ...]:
-        """Input span of the dilated kernel per axis."""
-        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
-
-
-def int_list(ctx: InferenceCtx, name: str, n: int, default: int, minimum: int | None = None) -> tuple[int, ...]:
-    """An integer-list attribute with one entry per spatial axis (or `n` entries)."""
-    value = ctx.attr(name, None)
-    if value is None or (isinstance(value, (list, tuple)) and not value):
-        return (default,) * n
-    values = tuple(int(v) for v in value)
-    if len(values) != n:
-        raise ctx.fail(f"attribute '{name}' has {len(values)} values, expected {n}")
-    if minimum is not None and any(v < minimum for v in values):
-        raise ctx.fail(f"attribute '{name}' {list(values)} must be >= {minimum}")
-    return values
-
-
-def auto_pad_of(ctx: InferenceCtx) -> str:
-    mode = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
-    if mode not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
-        raise ctx.fail(f"attribute 'auto_pad' value {mode!r} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER")
-    return mode
-
-
-def _out_size(size: Dim, padded_extra: Dim, extent: int, stride: int, begin: Dim, ceil_mode: bool) -> Dim:
-    """Output length of a window over `size` + pads. In ceil mode the last window must start
-    inside the input or the leading pad (PyTorch's rule, which ONNX and onnxruntime follow);
-    that test is written in // and % only, so it also holds for a symbolic size."""
-    span = size + padded_extra - extent
-    if not ceil_mode:
-        return span // stride + 1
-    out = (span + stride - 1) // stride + 1
-    # (out - 1) * stride >= size + begin  <=>  (-span) % stride >= extent - end
-    threshold = extent - (padded_extra - begin)
-    if _is_int(threshold) and threshold <= 0:
-        return out - 1
-    if _is_int(threshold) and threshold > stride - 1:
-        return out
-    return out - ((-span) % stride + stride - threshold) // stride
-
-
-def window_of(ctx: InferenceCtx, spatial: Shape, kernel: tuple[int, ...], *, ceil_mode: bool = False) -> Window:
-    """The window of a Conv or pooling node over `spatial` (auto_pad, pads, strides, dilations)."""
-    n = len(spatial)
-    strides = int_list(ctx, "strides", n, 1, minimum=1)
-    dilations = int_list(ctx, "dilations", n, 1, minimum=1)
-    extent = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
-    mode = auto_pad_of(ctx)
-    begin: list[Dim] = []
-    end: list[Dim] = []
-    out: list[Dim] = []
-    if mode == "NOTSET":
-        pads = int_list(ctx, "pads", 2 * n, 0)
-        begin, end = list(pads[:n]), list(pads[n:])
-        out = [_out_size(s, b + e, x, st, b, ceil_mode) for s, b, e, x, st in zip(spatial, begin, end, extent, strides)]
-    elif mode == "VALID":
-        begin, end = [0] * n, [0] * n
-        out = [_out_size(s, 0, x, st, 0, ceil_mode) for s, x, st in zip(spatial, extent, strides)]
-    else:
-        for axis, (s, x, st) in enumerate(zip(spatial, extent, strides)):
-            o = (s + st - 1) // st
-            total = (o - 1) * st + x - s
-            if _is_int(total):
-                total = max(total, 0)
-            elif x < st:  # total may be negative (max(0, total) is not a polynomial): needs the value
-                raise ctx.fail(f"auto_pad {mode} with stride {st} larger than the kernel extent {x} needs a static "
-                               f"size on spatial axis {axis}, got {s}", 0)
-            small = total // 2
-            b = small if mode == "SAME_UPPER" else total - small
-            begin.append(b)
-            end.append(total - b)
-            out.append(o)
-    for axis, o in enumerate(out):
-        if _is_int(o) and o <= 0:
-            raise ctx.fail(f"the window (kernel {list(kernel)}, dilations {list(dilations)}) does not fit spatial "
-                           f"axis {axis} of size {spatial[axis]} with pads {begin[axis]}+{end[axis]}", 0)
-    return Window(tuple(kernel), strides, dilations, tuple(begin), tuple(end), tuple(out))
-
-
-def padded_windows(x: np.ndarray, win: Window, fill: float) -> np.ndarray:
-    """Host-side view [N, C, *out, *kernel] of every window over a padded `x` (for folding)."""
-    n = len(win.kernel)
-    spatial = x.shape[2:]
-    # The padding actually needed: enough for the last window, never less than zero.
-    needed = [(o - 1) * s + e for o, s, e in zip(win.out, win.strides, win.extent)]
-    after = [max(nd - sp - b, 0) for nd, sp, b in zip(needed, spatial, win.begin)]
-    padded = np.pad(x, [(0, 0), (0, 0)] + [(b, a) for b, a in zip(win.begin, after)], constant_values=fill)
-    view = np.lib.stride_tricks.sliding_window_view(padded, win.extent, axis=tuple(range(2, 2 + n)))
-    strided = (slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(win.out, win.strides))
-    dilated = tuple(slice(None, None, d) for d in win.dilations)
-    return view[strided + dilated]
 
 
 # ---- Conv / ConvTranspose -------------------------------------------------------------------
@@ -187,9 +75,10 @@ class Conv(Operator):
     def spec(self, ctx: InferenceCtx) -> ConvSpec:
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if not 3 <= len(x) <= 2 + MAX_SPATIAL:
-            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape {_fmt(x)}", 0)
+            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape "
+                           f"{shape_str(x)}", 0)
         if len(w) != len(x) or not all(_is_int(d) for d in w):
-            raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {_fmt(w)}", 1)
+            raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
         for i in (0, 1, 2):
             if ctx.has_input(i) and not ctx.input_dtype(i).is_float:
                 raise ctx.fail(f"expects float tensors, got {ctx.input_dtype(i)}", i)
@@ -204,13 +93,13 @@ class Conv(Operator):
         if group < 1 or channels % group:
             raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
         spec = self.geometry(ctx, x, w, group, kernel)
-        if ctx.has_input(2) and tuple(ctx.input_shape(2)) != (spec.maps,):
-            raise ctx.fail(f"bias must have shape [{spec.maps}], got {_fmt(ctx.input_shape(2))}", 2)
+        if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
+            raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
         return spec
 
     def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
         if w[1] * group != x[1]:
-            raise ctx.fail(f"weights {_fmt(w)} need C/group = {x[1]}/{group} input channels per group", 1)
+            raise ctx.fail(f"weights {shape_str(w)} need C/group = {x[1]}/{group} input channels per group", 1)
         if w[0] % group:
             raise ctx.fail(f"attribute 'group' {group} must divide the {w[0]} output channels", 1)
         return ConvSpec(x[0], x[1], w[0], group, tuple(x[2:]), window_of(ctx, tuple(x[2:]), kernel), False)
@@ -256,7 +145,7 @@ class ConvTranspose(Conv):
 
     def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
         if w[0] != x[1]:
-            raise ctx.fail(f"weights {_fmt(w)} need {x[1]} input channels on axis 0", 1)
+            raise ctx.fail(f"weights {shape_str(w)} need {x[1]} input channels on axis 0", 1)
         n = len(kernel)
         spatial = tuple(x[2:])
         strides = int_list(ctx, "strides", n, 1, minimum=1)
@@ -314,24 +203,6 @@ class ConvTranspose(Conv):
         return canvas[(slice(None), slice(None)) + crop]
 
 
-def _three(values: tuple, fill: object) -> tuple:
-    """Spatial values as 3-D (leading unit axes)."""
-    return (fill,) * (MAX_SPATIAL - len(values)) + tuple(values)
-
-
-def window_params(spatial: tuple[Dim, ...], win: Window) -> dict[str, object]:
-    """The params conv/window.wgsl reads: input and output sizes, kernel, strides, dilations,
-    leading pads (i32), over 3-D."""
-    (idp, ih, iw), (od, oh, ow) = _three(spatial, 1), _three(win.out, 1)
-    kd, kh, kw = _three(win.kernel, 1)
-    sd, sh, sw = _three(win.strides, 1)
-    dd, dh, dw = _three(win.dilations, 1)
-    pd, ph, pw = _three(win.begin, 0)
-    return {"ID": idp, "IH": ih, "IW": iw, "OH": oh, "OW": ow, "ISP": idp * ih * iw, "P": od * oh * ow,
-            "KD": kd, "KH": kh, "KW": kw, "KS": kd * kh * kw, "SD": sd, "SH": sh, "SW": sw,
-            "DD": dd, "DH": dh, "DW": dw, "PD": (pd, "i32"), "PH": (ph, "i32"), "PW": (pw, "i32")}
-
-
 def _is_pointwise(spec: ConvSpec) -> bool:
     win = spec.window
     return (not spec.transposed and spec.group == 1 and all(k == 1 for k in win.kernel)
@@ -374,11 +245,11 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     rn = 8
     if hint is not None:
         for rn in (8, 4, 2):
-            if -(-hint // (16 * rn)) * -(-spec.mg // (16 * rm)) * spec.group >= SMALL_GRID:
+            if ceil_div(hint, 16 * rn) * ceil_div(spec.mg, 16 * rm) * spec.group >= SMALL_GRID:
                 break
-    row_blocks = -(-spec.mg // (16 * rm))
+    row_blocks = ceil_div(spec.mg, 16 * rm)
     # Column blocks along x alone (y = 1): the runtime may fold a long x into y.
-    workgroups = ((ncols + 16 * rn - 1) // (16 * rn), 1, row_blocks * spec.group)
+    workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group)
     return [ctx.dispatch("conv/conv_gemm.wgsl", defs={**defs, "RM": rm, "RN": rn},
                          params={**params, "ROW_BLOCKS": row_blocks},
                          reads=reads, writes=[ctx.output(0)], workgroups=workgroups)]
@@ -401,18 +272,18 @@ class CausalConvWithState(Operator):
     def shapes(self, ctx: InferenceCtx) -> tuple[Shape, int]:
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if len(x) != 3:
-            raise ctx.fail(f"input must be [batch, channels, length], got {_fmt(x)}", 0)
-        if len(w) != 3 or not all(_is_int(d) for d in w) or w[1] != 1 or (_is_int(x[1]) and w[0] != x[1]):
-            raise ctx.fail(f"weight must be a static [channels, 1, k] = [{x[1]}, 1, k], got {_fmt(w)}", 1)
+            raise ctx.fail(f"input must be [batch, channels, length], got {shape_str(x)}", 0)
+        if len(w) != 3 or not all(_is_int(d) for d in w) or w[1] != 1 or not ctx.same_dim(w[0], x[1]):
+            raise ctx.fail(f"weight must be a static [channels, 1, k] = [{x[1]}, 1, k], got {shape_str(w)}", 1)
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
         if ctx.attr("activation", "none") not in ("none", "silu", "swish"):
             raise ctx.fail(f"attribute 'activation' {ctx.attr('activation')!r} is not one of none, silu, swish")
-        if ctx.has_input(2) and tuple(ctx.input_shape(2)) != (w[0],):
-            raise ctx.fail(f"bias must have shape [{w[0]}], got {_fmt(ctx.input_shape(2))}", 2)
+        if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (w[0],)):
+            raise ctx.fail(f"bias must have shape [{w[0]}], got {shape_str(ctx.input_shape(2))}", 2)
         state = (x[0], x[1], w[2] - 1)
         if ctx.has_input(3) and len(ctx.input_shape(3)) != 3:
-            raise ctx.fail(f"past_state must be {_fmt(state)}, got {_fmt(ctx.input_shape(3))}", 3)
+            raise ctx.fail(f"past_state must be {shape_str(state)}, got {shape_str(ctx.input_shape(3))}", 3)
         return x, w[2]
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:

@@ -14,7 +14,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.elementwise import plan_map
+from onyxia.operators.map_kernel import plan_map
 from onyxia.plan import Step
 
 

@@ -3,8 +3,9 @@
 A row gives the WGSL expression per dtype kind ("float", "int", "uint", "bool", computed in
 f32 / i32 / u32 / u32 over `x0`, `x1`, ...) and the numpy function that folds it; attributes
 with numeric values reach the expression as params (`ALPHA()`). Adding an elementwise op is
-one row. Every family plans through `map_dispatch`: one dispatch of the shared kernel
-shaders/elementwise/map.wgsl with NumPy broadcasting. The helpers the expressions call (NaN
+one row. Every family plans through `map_dispatch` (map_kernel.py): one dispatch of the shared
+kernel shaders/elementwise/map.wgsl with NumPy broadcasting. Folds numpy gets wrong for ONNX
+are in elementwise_folds.py. The helpers the expressions call (NaN
 propagating max, erf, C pow, ...) live in shaders/elementwise/math.wgsl.
 
 Device numerics (every element is a 32-bit word, see ir/dtypes.py):
@@ -19,17 +20,17 @@ Device numerics (every element is a 32-bit word, see ir/dtypes.py):
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape, SymDim, numel
+from onyxia.ir.shapes import Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import strided_index_params
+from onyxia.operators.elementwise_folds import div, erf, gelu, isinf, power, shift, symbolic_compare
+from onyxia.operators.map_kernel import Operand, map_dispatch, operand
 from onyxia.plan import Step
 
 FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
@@ -57,83 +58,26 @@ def widen(value: np.ndarray) -> np.ndarray:
     return value.astype(np.float32) if value.dtype == np.float16 else value
 
 
-# ---- the shared map kernel ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Operand:
-    """One kernel input: its buffer, the shape it broadcasts from, storage and compute types."""
-
-    buffer: str
-    shape: Shape
-    storage: str
-    compute: str
-
-
-def operand(ctx: PlanCtx, i: int, compute: str | None = None, shape: Shape | None = None) -> Operand:
-    storage = ctx.device_type(ctx.input_dtype(i), f"input {i}")
-    return Operand(ctx.input(i), ctx.input_shape(i) if shape is None else shape, storage, compute or storage)
-
-
-_WRAP_BITS = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}
-
-
-def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output: str | None = None,
-                 params: Mapping[str, Any] | None = None, label: str | None = None, body: str = "") -> list[Step]:
-    """One dispatch computing `expr` over `operands` (named x0, x1, ...) broadcast to the shape
-    and dtype of output 0, written to `output` (default: output 0 itself). Narrow integer
-    results are wrapped to their width. `body` holds statements run after the loads (fused
-    chains define their intermediate values there)."""
-    out_shape, out_dtype = ctx.output_shape(0), ctx.output_dtype(0)
-    n = numel(out_shape)
-    if isinstance(n, int) and n == 0:
-        return []
-    names = [f"x{k}" for k in range(len(operands))]
-    index_params, index_code = strided_index_params(out_shape, [o.shape for o in operands], names)
-    ty = ctx.device_type(out_dtype, "output")
-    store = f"{ty}({expr})"
-    if out_dtype.name in _WRAP_BITS:
-        store = f"onyxia_wrap_{ty[0]}({store}, {_WRAP_BITS[out_dtype.name]}u)"
-    defs = {
-        "NIN": len(operands),
-        "INPUTS": "\n".join(f"@group(0) @binding({k}) var<storage, read> in{k}: array<{o.storage}>;"
-                            for k, o in enumerate(operands)),
-        "LOADS": "\n    ".join([f"let x{k} = {o.compute}(in{k}[idx_x{k}]);" for k, o in enumerate(operands)]
-                                  + ([body] if body else [])),
-        "INDEX": index_code, "TY": ty, "STORE": store,
-    }
-    return [ctx.dispatch("elementwise/map.wgsl", label=label or f"map_{ctx.node.op_type}", defs=defs,
-                         params={"N": n, **index_params, **(params or {})},
-                         reads=[o.buffer for o in operands], writes=[output or ctx.output(0)],
-                         workgroups=ctx.grid(n))]
-
-
-def plan_map(ctx: PlanCtx, expr: str, inputs: list[int], compute: list[str] | None = None,
-             label: str | None = None, params: Mapping[str, Any] | None = None) -> list[Step]:
-    """One dispatch computing y = expr(x0, x1, ...) over node inputs `inputs` with broadcasting."""
-    compute = compute or [None] * len(inputs)  # type: ignore[list-item]
-    return map_dispatch(ctx, expr, [operand(ctx, i, c) for i, c in zip(inputs, compute)], label=label,
-                        params=params)
-
-
 # ---- table rows ---------------------------------------------------------------------------
 
 Wgsl = Mapping[str, str]
 
 
-def on(kinds: Iterable[str], expr: str) -> dict[str, str]:
+def for_kinds(kinds: Iterable[str], expr: str) -> dict[str, str]:
+    """One WGSL expression for every dtype kind in `kinds`."""
     return dict.fromkeys(kinds, expr)
 
 
-def flt(expr: str) -> dict[str, str]:
+def floats(expr: str) -> dict[str, str]:
     return {FLOAT: expr}
 
 
-def num(expr: str) -> dict[str, str]:
-    return on(NUMERIC, expr)
+def numeric(expr: str) -> dict[str, str]:
+    return for_kinds(NUMERIC, expr)
 
 
-def ints(expr: str) -> dict[str, str]:
-    return on((INT, UINT), expr)
+def integers(expr: str) -> dict[str, str]:
+    return for_kinds((INT, UINT), expr)
 
 
 @dataclass(frozen=True)
@@ -363,9 +307,8 @@ class Clip(Operator):
             if ctx.opset >= 11 and ctx.has_input(i):
                 if ctx.input_dtype(i) != dtype:
                     raise ctx.fail(f"bound dtype {ctx.input_dtype(i)} differs from input dtype {dtype}", i)
-                count = numel(ctx.input_shape(i))
-                if not (isinstance(count, int) and count == 1):
-                    raise ctx.fail(f"bound must be a scalar, got shape {list(map(str, ctx.input_shape(i)))}", i)
+                if not ctx.same_dim(numel(ctx.input_shape(i)), 1):
+                    raise ctx.fail(f"bound must be a scalar, got shape {shape_str(ctx.input_shape(i))}", i)
         return [(dtype, ctx.input_shape(0))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -406,91 +349,11 @@ def _scalar_param(value: Any, k: str) -> tuple[float | int, str]:
     return int(np.clip(int(value), 0, 2**32 - 1)), "u32"
 
 
-# ---- numpy folds --------------------------------------------------------------------------
-
-def _signs(a: Any, b: Any) -> range:
-    """The possible signs of a - b for numbers and symbolic dims (which are >= 0)."""
-    d = a - b
-    if not isinstance(d, SymDim):
-        return range(int(d > 0) - int(d < 0), int(d > 0) - int(d < 0) + 1)
-    sym_a, sym_b = isinstance(a, SymDim), isinstance(b, SymDim)
-    if sym_a and not sym_b and b <= 0:
-        return range(0 if b == 0 else 1, 2)
-    if sym_b and not sym_a and a <= 0:
-        return range(-1, 0 if a < 0 else 1)
-    return range(-1, 2)
-
-
-def _symbolic(numeric: Callable, test: Callable[[int], bool], choose: bool = False) -> Callable:
-    """`numeric` for number arrays. For object arrays (shape values holding SymDims): `test` of
-    the sign of a - b elementwise (choose: a if it holds, else b), folding only what every
-    value of the dims decides; TypeError otherwise."""
-    def scalar(a: Any, b: Any) -> Any:
-        outcomes = {test(sign) for sign in _signs(a, b)}
-        if len(outcomes) != 1:
-            raise TypeError(f"comparing {a} and {b} depends on the dimensions")
-        result = outcomes.pop()
-        return (a if result else b) if choose else result
-    elementwise = np.frompyfunc(scalar, 2, 1)
-
-    def fold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return elementwise(a, b) if object in (a.dtype, b.dtype) else numeric(a, b)
-    return fold
-
-
-def _div_scalar(a: Any, b: Any) -> Any:
-    if not isinstance(b, SymDim) and b == 0:
-        raise TypeError("division by zero")
-    if isinstance(a, SymDim) or isinstance(b, SymDim):
-        return a // b  # dims are >= 0: floor and truncation agree
-    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
-        q = abs(int(a)) // abs(int(b))  # exact, and truncated toward zero
-        return q if (a < 0) == (b < 0) else -q
-    return a / b
-
-
-def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if object in (a.dtype, b.dtype):
-        return np.frompyfunc(_div_scalar, 2, 1)(a, b)
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        # ONNX integer Div truncates toward zero (as C and WGSL do), numpy's // floors
-        q = np.floor_divide(a, b)
-        return np.where((np.mod(a, b) != 0) & ((a < 0) != (b < 0)), q + 1, q)
-    return np.divide(a, b)
-
-
-def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.issubdtype(a.dtype, np.integer):  # onnxruntime: (T)pow(double, double)
-        return np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
-    return np.power(a, b)
-
-
-def _shift(a: np.ndarray, b: np.ndarray, direction: str) -> np.ndarray:
-    out = (b < 0) | (b >= a.dtype.itemsize * 8)  # counts numpy leaves to the C compiler
-    b = np.where(out, 0, b).astype(b.dtype)
-    if direction == "LEFT":
-        return np.where(out, 0, np.left_shift(a, b))
-    return np.where(out, np.negative((a < 0).astype(a.dtype)), np.right_shift(a, b))  # fill: the sign
-
-
-def _isinf(x: np.ndarray, detect_negative: int, detect_positive: int) -> np.ndarray:
-    return (np.isposinf(x) & bool(detect_positive)) | (np.isneginf(x) & bool(detect_negative))
-
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
-    if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.astype(np.float64) ** 3)))
-    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
-
-
 # ---- tables -------------------------------------------------------------------------------
 
 # fmod=0: the divisor's sign (floats since opset 28); fmod=1: C fmod (integers since opset 28)
 _MOD = {0: {FLOAT: "onyxia_modf(x0, x1)", INT: "onyxia_modi(x0, x1)", UINT: "x0 % x1"},
-        1: {FLOAT: "onyxia_fmodf(x0, x1)", **ints("x0 % x1")}}
+        1: {FLOAT: "onyxia_fmodf(x0, x1)", **integers("x0 % x1")}}
 # WGSL masks shift counts to 5 bits; ONNX shifts everything out (signed types since opset 28:
 # arithmetic right shift; a negative count also shifts everything out). Narrow types finish
 # shifting out when the result is wrapped to their width.
@@ -502,29 +365,29 @@ _GELU = {"none": "0.5 * x0 * (1.0 + onyxia_erf(x0 * 0.7071067811865476))",
          "tanh": "0.5 * x0 * (1.0 + onyxia_tanh(0.7978845608028654 * (x0 + 0.044715 * x0 * x0 * x0)))"}
 
 BINARY_OPS: dict[str, Row] = {
-    "Add": Row(num("x0 + x1"), np.add),
-    "Sub": Row(num("x0 - x1"), np.subtract),
-    "Mul": Row(num("x0 * x1"), np.multiply),
-    "Div": Row(num("x0 / x1"), _div),
-    "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, _pow, exponent=True),
+    "Add": Row(numeric("x0 + x1"), np.add),
+    "Sub": Row(numeric("x0 - x1"), np.subtract),
+    "Mul": Row(numeric("x0 * x1"), np.multiply),
+    "Div": Row(numeric("x0 / x1"), div),
+    "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, power, exponent=True),
     "Mod": Row(lambda fmod: _MOD[fmod], lambda a, b, fmod: np.fmod(a, b) if fmod else np.mod(a, b),
                since=10, attrs={"fmod": 0}),
-    "BitShift": Row(lambda direction: _SHIFT[direction], _shift, since=11, attrs={"direction": REQUIRED}),
+    "BitShift": Row(lambda direction: _SHIFT[direction], shift, since=11, attrs={"direction": REQUIRED}),
     "And": Row({BOOL: "x0 & x1"}, np.logical_and),
     "Or": Row({BOOL: "x0 | x1"}, np.logical_or),
     "Xor": Row({BOOL: "x0 ^ x1"}, np.logical_xor),
-    "BitwiseAnd": Row(ints("x0 & x1"), np.bitwise_and, since=18),
-    "BitwiseOr": Row(ints("x0 | x1"), np.bitwise_or, since=18),
-    "BitwiseXor": Row(ints("x0 ^ x1"), np.bitwise_xor, since=18),
+    "BitwiseAnd": Row(integers("x0 & x1"), np.bitwise_and, since=18),
+    "BitwiseOr": Row(integers("x0 | x1"), np.bitwise_or, since=18),
+    "BitwiseXor": Row(integers("x0 ^ x1"), np.bitwise_xor, since=18),
 }
 
 COMPARISON_OPS: dict[str, Row] = {
-    "Equal": Row(on((*NUMERIC, BOOL), "x0 == x1"), _symbolic(np.equal, lambda o: o == 0), result="bool"),
-    "Greater": Row(num("x0 > x1"), _symbolic(np.greater, lambda o: o > 0), result="bool"),
-    "GreaterOrEqual": Row(num("x0 >= x1"), _symbolic(np.greater_equal, lambda o: o >= 0), since=12,
+    "Equal": Row(for_kinds((*NUMERIC, BOOL), "x0 == x1"), symbolic_compare(np.equal, lambda o: o == 0), result="bool"),
+    "Greater": Row(numeric("x0 > x1"), symbolic_compare(np.greater, lambda o: o > 0), result="bool"),
+    "GreaterOrEqual": Row(numeric("x0 >= x1"), symbolic_compare(np.greater_equal, lambda o: o >= 0), since=12,
                           result="bool"),
-    "Less": Row(num("x0 < x1"), _symbolic(np.less, lambda o: o < 0), result="bool"),
-    "LessOrEqual": Row(num("x0 <= x1"), _symbolic(np.less_equal, lambda o: o <= 0), since=12,
+    "Less": Row(numeric("x0 < x1"), symbolic_compare(np.less, lambda o: o < 0), result="bool"),
+    "LessOrEqual": Row(numeric("x0 <= x1"), symbolic_compare(np.less_equal, lambda o: o <= 0), since=12,
                        result="bool"),
 }
 
@@ -534,67 +397,67 @@ UNARY_OPS: dict[str, Row] = {
     "Sign": Row({FLOAT: "onyxia_signf(x0)", INT: "sign(x0)", UINT: "select(0u, 1u, x0 > 0u)"}, np.sign, since=9),
     "Relu": Row({FLOAT: "select(x0, 0.0, x0 < 0.0)", INT: "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
     "Not": Row({BOOL: "x0 ^ 1u"}, np.logical_not),
-    "BitwiseNot": Row(ints("~x0"), np.invert, since=18),
-    "Sqrt": Row(flt("sqrt(x0)"), np.sqrt),
-    "Reciprocal": Row(flt("1.0 / x0"), np.reciprocal),
-    "Exp": Row(flt("exp(x0)"), np.exp),
-    "Log": Row(flt("onyxia_log(x0)"), np.log),
-    "Floor": Row(flt("floor(x0)"), np.floor),
-    "Ceil": Row(flt("ceil(x0)"), np.ceil),
-    "Round": Row(flt("round(x0)"), np.round, since=11),  # both round half to even
-    "Sin": Row(flt("sin(x0)"), np.sin, since=7),
-    "Cos": Row(flt("cos(x0)"), np.cos, since=7),
-    "Tan": Row(flt("tan(x0)"), np.tan, since=7),
-    "Asin": Row(flt("onyxia_asin(x0)"), np.arcsin, since=7),
-    "Acos": Row(flt("onyxia_acos(x0)"), np.arccos, since=7),
-    "Atan": Row(flt("onyxia_atan(x0)"), np.arctan, since=7),
-    "Sinh": Row(flt("onyxia_sinh(x0)"), np.sinh, since=9),
-    "Cosh": Row(flt("cosh(x0)"), np.cosh, since=9),
-    "Asinh": Row(flt("onyxia_asinh(x0)"), np.arcsinh, since=9),
-    "Acosh": Row(flt("onyxia_acosh(x0)"), np.arccosh, since=9),
-    "Atanh": Row(flt("onyxia_atanh(x0)"), np.arctanh, since=9),
-    "Tanh": Row(flt("onyxia_tanh(x0)"), np.tanh),
-    "Sigmoid": Row(flt("onyxia_sigmoid(x0)"), lambda x: 1 / (1 + np.exp(-x))),
-    "Erf": Row(flt("onyxia_erf(x0)"), _erf, since=9),
-    "Softplus": Row(flt("onyxia_softplus(x0)"), lambda x: np.logaddexp(0, x)),
-    "Softsign": Row(flt("x0 / (1.0 + abs(x0))"), lambda x: x / (1 + np.abs(x))),
-    "Mish": Row(flt("x0 * onyxia_tanh(onyxia_softplus(x0))"), lambda x: x * np.tanh(np.logaddexp(0, x)), since=18),
-    "HardSwish": Row(flt("x0 * onyxia_minf(onyxia_maxf(x0 / 6.0 + 0.5, 0.0), 1.0)"),
+    "BitwiseNot": Row(integers("~x0"), np.invert, since=18),
+    "Sqrt": Row(floats("sqrt(x0)"), np.sqrt),
+    "Reciprocal": Row(floats("1.0 / x0"), np.reciprocal),
+    "Exp": Row(floats("exp(x0)"), np.exp),
+    "Log": Row(floats("onyxia_log(x0)"), np.log),
+    "Floor": Row(floats("floor(x0)"), np.floor),
+    "Ceil": Row(floats("ceil(x0)"), np.ceil),
+    "Round": Row(floats("round(x0)"), np.round, since=11),  # both round half to even
+    "Sin": Row(floats("sin(x0)"), np.sin, since=7),
+    "Cos": Row(floats("cos(x0)"), np.cos, since=7),
+    "Tan": Row(floats("tan(x0)"), np.tan, since=7),
+    "Asin": Row(floats("onyxia_asin(x0)"), np.arcsin, since=7),
+    "Acos": Row(floats("onyxia_acos(x0)"), np.arccos, since=7),
+    "Atan": Row(floats("onyxia_atan(x0)"), np.arctan, since=7),
+    "Sinh": Row(floats("onyxia_sinh(x0)"), np.sinh, since=9),
+    "Cosh": Row(floats("cosh(x0)"), np.cosh, since=9),
+    "Asinh": Row(floats("onyxia_asinh(x0)"), np.arcsinh, since=9),
+    "Acosh": Row(floats("onyxia_acosh(x0)"), np.arccosh, since=9),
+    "Atanh": Row(floats("onyxia_atanh(x0)"), np.arctanh, since=9),
+    "Tanh": Row(floats("onyxia_tanh(x0)"), np.tanh),
+    "Sigmoid": Row(floats("onyxia_sigmoid(x0)"), lambda x: 1 / (1 + np.exp(-x))),
+    "Erf": Row(floats("onyxia_erf(x0)"), erf, since=9),
+    "Softplus": Row(floats("onyxia_softplus(x0)"), lambda x: np.logaddexp(0, x)),
+    "Softsign": Row(floats("x0 / (1.0 + abs(x0))"), lambda x: x / (1 + np.abs(x))),
+    "Mish": Row(floats("x0 * onyxia_tanh(onyxia_softplus(x0))"), lambda x: x * np.tanh(np.logaddexp(0, x)), since=18),
+    "HardSwish": Row(floats("x0 * onyxia_minf(onyxia_maxf(x0 / 6.0 + 0.5, 0.0), 1.0)"),
                      lambda x: x * np.clip(x / 6 + 0.5, 0, 1), since=14),
-    "Swish": Row(flt("x0 * onyxia_sigmoid(ALPHA() * x0)"), lambda x, alpha: x / (1 + np.exp(-alpha * x)), since=24,
+    "Swish": Row(floats("x0 * onyxia_sigmoid(ALPHA() * x0)"), lambda x, alpha: x / (1 + np.exp(-alpha * x)), since=24,
                  attrs={"alpha": 1.0}),
-    "HardSigmoid": Row(flt("onyxia_minf(onyxia_maxf(ALPHA() * x0 + BETA(), 0.0), 1.0)"),
+    "HardSigmoid": Row(floats("onyxia_minf(onyxia_maxf(ALPHA() * x0 + BETA(), 0.0), 1.0)"),
                        lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1), attrs={"alpha": 0.2, "beta": 0.5}),
-    "LeakyRelu": Row(flt("select(x0, ALPHA() * x0, x0 < 0.0)"), lambda x, alpha: np.where(x < 0, alpha * x, x),
+    "LeakyRelu": Row(floats("select(x0, ALPHA() * x0, x0 < 0.0)"), lambda x, alpha: np.where(x < 0, alpha * x, x),
                      attrs={"alpha": 0.01}),
-    "Elu": Row(flt("select(x0, ALPHA() * (exp(x0) - 1.0), x0 < 0.0)"),
+    "Elu": Row(floats("select(x0, ALPHA() * (exp(x0) - 1.0), x0 < 0.0)"),
                lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x), attrs={"alpha": 1.0}),
-    "Selu": Row(flt("GAMMA() * select(x0, ALPHA() * (exp(x0) - 1.0), x0 <= 0.0)"),
+    "Selu": Row(floats("GAMMA() * select(x0, ALPHA() * (exp(x0) - 1.0), x0 <= 0.0)"),
                 lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(x), x),
                 attrs={"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
-    "Celu": Row(flt("select(x0, ALPHA() * (exp(x0 / ALPHA()) - 1.0), x0 < 0.0)"),
+    "Celu": Row(floats("select(x0, ALPHA() * (exp(x0 / ALPHA()) - 1.0), x0 < 0.0)"),
                 lambda x, alpha: np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha)), since=12,
                 attrs={"alpha": 1.0}),
-    "ThresholdedRelu": Row(flt("select(0.0, x0, x0 > ALPHA())"), lambda x, alpha: np.where(x > alpha, x, 0), since=10,
-                           attrs={"alpha": 1.0}),
-    "Shrink": Row(flt("select(select(0.0, x0 + BIAS(), x0 < -LAMBD()), x0 - BIAS(), x0 > LAMBD())"),
+    "ThresholdedRelu": Row(floats("select(0.0, x0, x0 > ALPHA())"), lambda x, alpha: np.where(x > alpha, x, 0),
+                           since=10, attrs={"alpha": 1.0}),
+    "Shrink": Row(floats("select(select(0.0, x0 + BIAS(), x0 < -LAMBD()), x0 - BIAS(), x0 > LAMBD())"),
                   lambda x, bias, lambd: np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)), since=9,
                   attrs={"bias": 0.0, "lambd": 0.5}),
-    "Gelu": Row(lambda approximate: flt(_GELU[approximate]), _gelu, since=20, attrs={"approximate": "none"}),
-    "IsNaN": Row(flt("onyxia_isnan(x0)"), np.isnan, since=9, result="bool"),
-    "IsInf": Row(flt("(x0 == onyxia_inf() && DETECT_POSITIVE() != 0u) || "
-                     "(x0 == -onyxia_inf() && DETECT_NEGATIVE() != 0u)"), _isinf, since=10,
+    "Gelu": Row(lambda approximate: floats(_GELU[approximate]), gelu, since=20, attrs={"approximate": "none"}),
+    "IsNaN": Row(floats("onyxia_isnan(x0)"), np.isnan, since=9, result="bool"),
+    "IsInf": Row(floats("(x0 == onyxia_inf() && DETECT_POSITIVE() != 0u) || "
+                     "(x0 == -onyxia_inf() && DETECT_NEGATIVE() != 0u)"), isinf, since=10,
                  attrs={"detect_negative": 1, "detect_positive": 1}, result="bool"),
 }
 
-_maximum = _symbolic(np.maximum, lambda o: o >= 0, choose=True)
-_minimum = _symbolic(np.minimum, lambda o: o <= 0, choose=True)
+_maximum = symbolic_compare(np.maximum, lambda o: o >= 0, choose=True)
+_minimum = symbolic_compare(np.minimum, lambda o: o <= 0, choose=True)
 
 VARIADIC_OPS: dict[str, VariadicRow] = {
-    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **ints("max({a}, {b})")}, _maximum),
-    "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **ints("min({a}, {b})")}, _minimum),
-    "Sum": VariadicRow(flt("{a} + {b}"), np.add),
-    "Mean": VariadicRow(flt("{a} + {b}"), np.add, mean=True),
+    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **integers("max({a}, {b})")}, _maximum),
+    "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **integers("min({a}, {b})")}, _minimum),
+    "Sum": VariadicRow(floats("{a} + {b}"), np.add),
+    "Mean": VariadicRow(floats("{a} + {b}"), np.add, mean=True),
 }
 
 

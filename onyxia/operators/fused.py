@@ -12,7 +12,7 @@ from __future__ import annotations
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.elementwise import operand, map_dispatch
+from onyxia.operators.map_kernel import map_dispatch, operand
 from onyxia.plan import Step
 
 FUSED_DOMAIN = "onyxia"

@@ -1,4 +1,4 @@
-"""Indexing operators: Gather, GatherElements, GatherND, Slice, ScatterND, ScatterElements, Trilu.
+"""Indexing operators: Gather, GatherElements, GatherND, Slice, Trilu (the Scatters: scatter.py).
 
 Also the index-code generation the data-movement operators share. Every such kernel is one
 template, shaders/indexing/gather.wgsl (`y[dst] = x[src]`), specialized by generated WGSL that
@@ -19,17 +19,13 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import collapse_dims, contiguous_strides
+from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
 from onyxia.plan import Step
 
 GATHER = "indexing/gather.wgsl"
 # Sentinels exporters write for "to the end" (INT64_MAX, INT32_MAX, and their negatives).
 UNBOUNDED = 2**31 - 1
 END_OF_AXIS = (2**31 - 1, 2**63 - 1)
-
-
-def is_zero(d: Dim) -> bool:
-    return isinstance(d, int) and d == 0
 
 
 def scalar_param(value: object, device: str) -> tuple[object, str]:
@@ -195,7 +191,7 @@ class GatherElements(Operator):
                                count=numel(idx_shape))
 
 
-def _nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
+def nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
     """(data shape, indices shape, k) for GatherND/ScatterND, with k = indices.shape[-1] checked."""
     data, idx = ctx.input_shape(0), ctx.input_shape(1)
     if not idx:
@@ -210,7 +206,7 @@ def _nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
     return data, idx, k
 
 
-def _nd_offset_code(data_tail: Shape, k: int) -> tuple[dict[str, object], str]:
+def nd_offset_code(data_tail: Shape, k: int) -> tuple[dict[str, object], str]:
     """WGSL adding the k indices idx[p*K + m] (wrapped) times the strides of `data_tail` to `off`."""
     strides = contiguous_strides(data_tail)
     params: dict[str, object] = {}
@@ -226,7 +222,7 @@ class GatherND(Operator):
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         b = ctx.attr("batch_dims", 0)
-        data, idx, k = _nd_layout(ctx, b)
+        data, idx, k = nd_layout(ctx, b)
         return [(ctx.input_dtype(0), tuple(idx[:-1]) + tuple(data[b + k:]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -243,138 +239,13 @@ class GatherND(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         b = ctx.attr("batch_dims", 0)
-        data, idx, k = _nd_layout(ctx, b)
-        params, offsets = _nd_offset_code(data[b:], k)
+        data, idx, k = nd_layout(ctx, b)
+        params, offsets = nd_offset_code(data[b:], k)
         params |= {"SLICE": numel(data[b + k:]), "NPB": numel(idx[b:-1]), "BSTR": numel(data[b:])}
         code = (f"let p = i / SLICE();\n    var off = (p / NPB()) * BSTR() + i % SLICE();\n    {offsets}\n"
                 "    let src = off;\n    let dst = i;")
         return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
                                count=numel(ctx.output_shape(0)))
-
-
-# ---- Scatter family -------------------------------------------------------------------------
-
-# reduction attribute → (WGSL over the current value a and the update v, numpy ufunc for folding)
-REDUCTIONS: dict[str, tuple[str, np.ufunc | None]] = {
-    "none": ("v", None),
-    "add": ("a + v", np.add),
-    "mul": ("a * v", np.multiply),
-    "max": ("max(a, v)", np.maximum),
-    "min": ("min(a, v)", np.minimum),
-}
-
-
-class _Scatter(Operator):
-    """Output = a copy of data, then the updates written (or combined) at indexed places."""
-
-    def reduction(self, ctx: InferenceCtx) -> str:
-        reduction = ctx.attr("reduction", "none")
-        if reduction not in REDUCTIONS:
-            raise ctx.fail(f"attribute 'reduction': '{reduction}' is not one of {', '.join(REDUCTIONS)}")
-        return reduction
-
-    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        self.reduction(ctx)
-        if ctx.input_dtype(2) != ctx.input_dtype(0):
-            raise ctx.fail(f"updates have dtype {ctx.input_dtype(2)}, the data {ctx.input_dtype(0)}", 2)
-        return [(ctx.input_dtype(0), ctx.input_shape(0))]
-
-    def fold_at(self, ctx: FoldCtx, where) -> list[np.ndarray | None] | None:
-        data, idx, upd = ctx.input_value(0), index_values(ctx, 1), ctx.input_value(2)
-        if data is None or idx is None or upd is None or data.dtype == object:
-            return None
-        out = data.copy()
-        ufunc = REDUCTIONS[self.reduction(ctx)][1]
-        index = where(data, idx)
-        if ufunc is None:
-            out[index] = upd
-        else:
-            ufunc.at(out, index, upd)  # unbuffered: duplicate indices accumulate, in order
-        return [out]
-
-    def plan_scatter(self, ctx: PlanCtx, body: str, params: Mapping[str, object], count: Dim) -> list[Step]:
-        device = ctx.device_type(ctx.output_dtype(0), "output")
-        steps = plan_strided_copy(ctx, ctx.output_shape(0), contiguous_strides(ctx.output_shape(0)))
-        if is_zero(count):
-            return steps
-        defs = {"T": device, "REDUCE": REDUCTIONS[self.reduction(ctx)][0], "BODY": body}
-        steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
-                                  params={"N": count, **params}, reads=[ctx.input(1), ctx.input(2)],
-                                  writes=[ctx.output(0)], workgroups=ctx.grid(count)))
-        return steps
-
-
-class ScatterND(_Scatter):
-    op_type = "ScatterND"
-
-    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        data, idx, k = _nd_layout(ctx, 0)
-        expected = tuple(idx[:-1]) + tuple(data[k:])
-        upd = ctx.input_shape(2)
-        if len(upd) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                            for a, b in zip(upd, expected)):
-            raise ctx.fail(f"updates must have shape {list(map(str, expected))}, got {list(map(str, upd))}", 2)
-        return super().infer(ctx)
-
-    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
-        return self.fold_at(ctx, lambda data, idx: tuple(np.moveaxis(
-            np.where(idx < 0, idx + np.array(data.shape[:idx.shape[-1]]), idx), -1, 0)))
-
-    def plan(self, ctx: PlanCtx) -> list[Step]:
-        data, idx, k = _nd_layout(ctx, 0)
-        params, offsets = _nd_offset_code(data, k)
-        params |= {"SLICE": numel(data[k:]), "NP": numel(idx[:-1])}
-        if self.reduction(ctx) == "none":
-            # Duplicate indices are undefined without a reduction: every update in parallel.
-            body = f"let p = i / SLICE();\n    var off = i % SLICE();\n    {offsets}\n    y[off] = upd[i];"
-            return self.plan_scatter(ctx, body, params, numel(idx[:-1]) * numel(data[k:]))
-        # Reductions must see every update of a slot, in order: one thread per slice element
-        # walks the updates sequentially (parallel over the slice, serial over indices).
-        body = (f"for (var p = 0u; p < NP(); p++) {{\n    var off = i;\n    {offsets}\n"
-                "    y[off] = combine(y[off], upd[p * SLICE() + i]);\n    }")
-        return self.plan_scatter(ctx, body, params, numel(data[k:]))
-
-
-class ScatterElements(_Scatter):
-    op_type = "ScatterElements"
-
-    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        data, idx, upd = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
-        if not len(data) == len(idx) == len(upd):
-            raise ctx.fail(f"data, indices and updates must share a rank, got {len(data)}, {len(idx)}, {len(upd)}")
-        ctx.axis(ctx.attr("axis", 0), len(data))
-        return super().infer(ctx)
-
-    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
-        def where(data: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, ...]:
-            axis = ctx.axis(ctx.attr("axis", 0), data.ndim)
-            index = list(np.indices(idx.shape, sparse=True))
-            index[axis] = np.where(idx < 0, idx + data.shape[axis], idx)
-            return tuple(index)
-        return self.fold_at(ctx, where)
-
-    def plan(self, ctx: PlanCtx) -> list[Step]:
-        data, idx = ctx.input_shape(0), ctx.input_shape(1)
-        axis = ctx.axis(ctx.attr("axis", 0), len(data))
-        # Only updates on one line along `axis` can hit the same element: a thread per line,
-        # applying that line's updates in order (deterministic, and right for reductions).
-        line = tuple(idx[:axis]) + tuple(idx[axis + 1:])
-        d_strides, u_strides = contiguous_strides(data), contiguous_strides(idx)
-        params, code = strided_code(line, {"base_d": (d_strides[:axis] + d_strides[axis + 1:], 0),
-                                           "base_u": (u_strides[:axis] + u_strides[axis + 1:], 0)})
-        params |= {"IAX": idx[axis], "USAX": u_strides[axis], "DAX": data[axis], "DSAX": d_strides[axis]}
-        body = (f"{code}\n    for (var j = 0u; j < IAX(); j++) {{\n"
-                "        let u = base_u + j * USAX();\n"
-                "        let off = base_d + onyxia_wrap_index(idx[u], DAX()) * DSAX();\n"
-                "        y[off] = combine(y[off], upd[u]);\n    }")
-        count = numel(line) if not is_zero(idx[axis]) else 0
-        return self.plan_scatter(ctx, body, params, count)
-
-
-class Scatter(ScatterElements):
-    """Scatter (opsets 9-10) is ScatterElements under its old name."""
-
-    op_type = "Scatter"
 
 
 # ---- Slice ----------------------------------------------------------------------------------
@@ -506,5 +377,4 @@ class Trilu(Operator):
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Gather(), 1), (GatherElements(), 11), (GatherND(), 11), (Slice(), 1), (ScatterND(), 11),
-            (ScatterElements(), 11), (Scatter(), 9), (Trilu(), 14)]
+    return [(Gather(), 1), (GatherElements(), 11), (GatherND(), 11), (Slice(), 1), (Trilu(), 14)]

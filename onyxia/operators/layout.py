@@ -8,8 +8,8 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_strides, contiguous_strides
-from onyxia.operators.indexing import coords_code, dispatch_gather, is_zero, plan_strided_copy
+from onyxia.operators.common import broadcast_strides, contiguous_strides, is_zero, prefer_literal
+from onyxia.operators.indexing import coords_code, dispatch_gather, plan_strided_copy
 from onyxia.operators.shape import MAX_PARTS, is_used
 from onyxia.plan import Step
 
@@ -110,10 +110,11 @@ class Concat(Operator):
             if ctx.input_dtype(i) != ctx.input_dtype(present[0]):
                 raise ctx.fail(f"dtype {ctx.input_dtype(i)} differs from input 0's {ctx.input_dtype(0)}", i)
             for a, d in enumerate(s):
-                if a != axis and isinstance(d, int) and isinstance(out[a], int) and d != out[a]:
+                if a == axis:
+                    continue
+                if not ctx.same_dim(out[a], d):
                     raise ctx.fail(f"dim {a} is {d}, input 0 has {out[a]}", i)
-                if a != axis and isinstance(d, int):
-                    out[a] = d  # a static dim wins over a symbolic one: the model says they agree
+                out[a] = prefer_literal(out[a], d)
             total = total + s[axis]
         out[axis] = total
         return [(ctx.input_dtype(present[0]), tuple(out))]
@@ -187,7 +188,7 @@ class Split(Operator):
         if len(sizes) != n:
             raise ctx.fail(f"split has {len(sizes)} entries for {n} outputs")
         total = sum(sizes, 0)
-        if isinstance(d, int) and isinstance(total, int) and total != d:
+        if not ctx.same_dim(total, d):
             raise ctx.fail(f"split sizes {sizes} do not add up to dim {axis} ({d})")
         return axis, sizes
 

@@ -17,22 +17,18 @@ Dims and strides are params (immediates when symbolic), never shader defs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.attention import binding_block
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import contiguous_strides
+from onyxia.operators.common import binding_block, contiguous_strides, is_one, prefer_literal
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.plan import Step
 
 Label = str | int  # a letter, or the index of an ellipsis dim counted from the right
-
-
-def _is_one(d: Dim) -> bool:
-    return isinstance(d, int) and d == 1
 
 
 @dataclass(frozen=True)
@@ -66,8 +62,9 @@ def _split_term(term: str, rank: int | None, fail) -> list[Label]:
     return [*head, *range(extra - 1, -1, -1), *tail]
 
 
-def parse_equation(equation: str, shapes: list[Shape], fail) -> Equation:
-    """Parse and check `equation` against the operand shapes; `fail(msg)` builds the error."""
+def parse_equation(equation: str, shapes: list[Shape], fail, same: Callable[[Dim, Dim], bool]) -> Equation:
+    """Parse and check `equation` against the operand shapes; `fail(msg)` builds the error and
+    `same(a, b)` (InferenceCtx.same_dim) says whether two sizes of one label agree."""
     eq = equation.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     inputs = lhs.split(",")
@@ -78,10 +75,12 @@ def parse_equation(equation: str, shapes: list[Shape], fail) -> Equation:
     for term, shape in zip(terms, shapes):
         for label, d in zip(term, shape):
             prev = dims.get(label)
-            if prev is None or _is_one(prev):
+            if prev is None or is_one(prev):
                 dims[label] = d
-            elif not _is_one(d) and d != prev and isinstance(d, int) and isinstance(prev, int):
-                raise fail(f"label '{label}' has sizes {prev} and {d} in equation '{equation}'")
+            elif not is_one(d):
+                if not same(prev, d):
+                    raise fail(f"label '{label}' has sizes {prev} and {d} in equation '{equation}'")
+                dims[label] = prefer_literal(prev, d)
     ellipsis = sorted((label for label in dims if isinstance(label, int)), reverse=True)
     if arrow:
         if rhs.count("...") > 1:
@@ -103,7 +102,19 @@ def parse_equation(equation: str, shapes: list[Shape], fail) -> Equation:
     return Equation(terms, output, dims)
 
 
-def _product_groups(eq: Equation) -> dict | None:
+@dataclass(frozen=True)
+class ProductGroups:
+    """A two-operand equation as a batched product: its labels grouped, and the operand layouts."""
+
+    batch: list[Label]
+    m: list[Label]
+    n: list[Label]
+    k: list[Label]  # summed
+    trans_a: bool  # A is [batch, K.., M..]
+    trans_b: bool  # B is [batch, N.., K..]
+
+
+def _product_groups(eq: Equation) -> ProductGroups | None:
     """The batched-product view of a two-operand equation, or None when it has none."""
     if len(eq.terms) != 2:
         return None
@@ -136,7 +147,7 @@ def _product_groups(eq: Equation) -> dict | None:
         trans_b = True
     else:
         return None
-    return dict(batch=batch, m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b)
+    return ProductGroups(batch, m, n, k, trans_a, trans_b)
 
 
 def _walk_code(var: str, labels: list[Label], dims: dict[Label, Dim], strides: list[dict[Label, Dim]],
@@ -145,7 +156,7 @@ def _walk_code(var: str, labels: list[Label], dims: dict[Label, Dim], strides: l
     of `labels` indexed by `var`. Params: <prefix>D<j> (dims) and <prefix><k>S<j> (strides)."""
     params: dict[str, Dim] = {}
     lines = [f"var rem_{prefix} = {var};"]
-    live = [label for label in labels if not _is_one(dims[label])]
+    live = [label for label in labels if not is_one(dims[label])]
     for j, label in enumerate(reversed(live)):
         if j == len(live) - 1:  # the outermost label takes what is left
             lines.append(f"let {prefix}c{j} = rem_{prefix};")
@@ -170,7 +181,7 @@ class Einsum(Operator):
         equation = ctx.attr("equation")
         if isinstance(equation, bytes):
             equation = equation.decode()
-        return parse_equation(equation, shapes, ctx.fail)
+        return parse_equation(equation, shapes, ctx.fail, ctx.same_dim)
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         if ctx.num_inputs < 1:
@@ -199,19 +210,19 @@ class Einsum(Operator):
         dtype = ctx.device_type(ctx.input_dtype(0), "input 0")
         groups = _product_groups(eq)
         # A summed label of size 1 in one operand broadcasts: the product kernels cannot do that.
-        if groups is not None and all(ctx.input_shape(i)[eq.terms[i].index(x)] == eq.dims[x]
-                                      for x in groups["k"] for i in (0, 1)):
+        if groups is not None and all(ctx.same_dim(ctx.input_shape(i)[eq.terms[i].index(x)], eq.dims[x])
+                                      for x in groups.k for i in (0, 1)):
             return self._plan_product(ctx, eq, groups, dtype)
         return self._plan_generic(ctx, eq, dtype, count)
 
-    def _plan_product(self, ctx: PlanCtx, eq: Equation, g: dict, dtype: str) -> list[Step]:
+    def _plan_product(self, ctx: PlanCtx, eq: Equation, g: ProductGroups, dtype: str) -> list[Step]:
         sa, sb = ctx.input_shape(0), ctx.input_shape(1)
-        nb = len(g["batch"])
+        nb = len(g.batch)
         return plan_product(ctx, Product(
             ctx.input(0), ctx.input(1), ctx.output(0), dtype,
-            m=numel(eq.dims[x] for x in g["m"]), n=numel(eq.dims[x] for x in g["n"]),
-            k=numel(eq.dims[x] for x in g["k"]), batch_a=tuple(sa[:nb]), batch_b=tuple(sb[:nb]),
-            batch=tuple(eq.dims[x] for x in g["batch"]), trans_a=g["trans_a"], trans_b=g["trans_b"]))
+            m=numel(eq.dims[x] for x in g.m), n=numel(eq.dims[x] for x in g.n),
+            k=numel(eq.dims[x] for x in g.k), batch_a=tuple(sa[:nb]), batch_b=tuple(sb[:nb]),
+            batch=tuple(eq.dims[x] for x in g.batch), trans_a=g.trans_a, trans_b=g.trans_b))
 
     def _plan_generic(self, ctx: PlanCtx, eq: Equation, dtype: str, count: Dim) -> list[Step]:
         strides: list[dict[Label, Dim]] = []
@@ -219,7 +230,7 @@ class Einsum(Operator):
             shape = ctx.input_shape(i)
             st: dict[Label, Dim] = {}
             for label, d, s in zip(term, shape, contiguous_strides(shape)):
-                if not _is_one(d):  # size-1 axes broadcast: stride 0
+                if not is_one(d):  # size-1 axes broadcast: stride 0
                     st[label] = st.get(label, 0) + s
             strides.append(st)
         summed = eq.summed

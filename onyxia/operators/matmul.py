@@ -19,9 +19,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_strides, strided_index_params
+from onyxia.operators.common import (
+    broadcast_strides,
+    ceil_div,
+    is_one,
+    is_zero,
+    prefer_literal,
+    select_small,
+    strided_index_params,
+)
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -37,18 +45,6 @@ TILES = ((4, 8), (4, 4), (2, 2))
 SMALL_GRID = 32
 _EPILOGUE_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
 _SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
-
-
-def _ceil_div(a: Dim, b: int) -> Dim:
-    return (a + b - 1) // b
-
-
-def _is_one(d: Dim) -> bool:
-    return isinstance(d, int) and d == 1
-
-
-def _is_zero(d: Dim) -> bool:
-    return isinstance(d, int) and d == 0
 
 
 @dataclass(frozen=True)
@@ -84,11 +80,11 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
     """The dispatches computing `p`; kernels and tile sizes depend on static dims only."""
     if p.c is not None and p.c_strides is None:
         p = replace(p, c_strides=tuple(broadcast_strides(p.c_shape, (p.m, p.n))))
-    if p.batch and all(_is_one(d) for d in p.batch_b) and not p.trans_a:
+    if p.batch and all(is_one(d) for d in p.batch_b) and not p.trans_a:
         # B is one matrix for every batch (a weight): the batch folds into M, which gives the
         # tiled kernel more rows and the decode kernel B read once for all of them.
         p = replace(p, m=numel(p.batch_a) * p.m, batch_a=(), batch=())
-    if _is_one(p.n) and not _is_one(p.m) and not p.trans_a:
+    if is_one(p.n) and not is_one(p.m) and not p.trans_a:
         # One output column (matrix @ vector): compute y^T = b^T @ A^T instead, the same bytes.
         # A's rows become contiguous columns of B^T that the decode kernel reads coalesced.
         p = replace(p, a=p.b, b=p.a, m=1, n=p.m, batch_a=p.batch_b, batch_b=p.batch_a, trans_b=True,
@@ -111,15 +107,12 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = [p.c]
 
-    if isinstance(m, int):  # static M: one kernel
-        small, large = (1, 0) if m <= SMALL_M else (0, 1)
-    else:  # (2S+1) // (M+S+1) is 1 for M <= S, else 0: selects the kernel at run time
-        small = (2 * SMALL_M + 1) // (m + SMALL_M + 1)
-        large = 1 - small
+    small = select_small(m, SMALL_M)  # static M: one kernel; symbolic: both, one runs
+    large = 1 - small
     steps: list[Step] = []
-    if not _is_zero(small):
+    if not is_zero(small):
         steps += _plan_gemv(ctx, p, m, nbatch, small, params, defs, epilogue_reads)
-    if not _is_zero(large):
+    if not is_zero(large):
         steps += _plan_tiled(ctx, p, m, nbatch, large, params, defs, epilogue_reads)
     return steps
 
@@ -136,11 +129,11 @@ def _plan_tiled(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, par
                 epilogue_reads: list[str]) -> list[Step]:
     rm, rn = TILES[-1]
     for rm, rn in TILES:  # the largest tile that still gives enough workgroups (symbolic: many)
-        grid = _ceil_div(m, 16 * rm) * _ceil_div(p.n, 16 * rn) * nbatch
+        grid = ceil_div(m, 16 * rm) * ceil_div(p.n, 16 * rn) * nbatch
         if not isinstance(grid, int) or grid >= SMALL_GRID:
             break
     tiled_defs = {**defs, "RM": rm, "RN": rn, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b}
-    workgroups = (_ceil_div(p.n, 16 * rn), _ceil_div(m, 16 * rm) * enabled, nbatch)
+    workgroups = (ceil_div(p.n, 16 * rn), ceil_div(m, 16 * rm) * enabled, nbatch)
     return [ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=params,
                          reads=[p.a, p.b, *epilogue_reads], writes=[p.y], workgroups=workgroups)]
 
@@ -148,25 +141,25 @@ def _plan_tiled(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, par
 def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
                epilogue_reads: list[str]) -> list[Step]:
     cols, lanes = GEMV_LANES[p.trans_b]
-    col_blocks = _ceil_div(p.n, cols)
+    col_blocks = ceil_div(p.n, cols)
     k = p.k
     if isinstance(k, int):
         splits = 1
         if isinstance(col_blocks, int) and isinstance(nbatch, int) and col_blocks * nbatch:
-            splits = max(1, min(_ceil_div(TARGET_WORKGROUPS, col_blocks * nbatch), k // MIN_K_CHUNK))
-        chunk = max(_ceil_div(k, splits), 1)
+            splits = max(1, min(ceil_div(TARGET_WORKGROUPS, col_blocks * nbatch), k // MIN_K_CHUNK))
+        chunk = max(ceil_div(k, splits), 1)
     else:  # K grows at run time (attention over a KV cache): more splits as it grows
         chunk = MIN_K_CHUNK
-        splits = _ceil_div(k, chunk)
+        splits = ceil_div(k, chunk)
     rows_per_pass = SMALL_M if not isinstance(m, int) else 1 << max(m - 1, 0).bit_length()
-    split = not _is_one(splits)
+    split = not is_one(splits)
     gemv_defs = {**defs, "MT": rows_per_pass, "TRANS_B": p.trans_b, "SPLIT": split}
     gemv_params = {**params, "SPLITS": splits, "KCHUNK": chunk}
     if split:  # the epilogue runs in the second pass
         gemv_defs.update(GEMM=False, HAS_C=False)
         gemv_params = {k_: v for k_, v in gemv_params.items() if k_ not in _EPILOGUE_PARAMS}
     workgroups = (col_blocks, 1, nbatch * splits * enabled)
-    if _is_one(splits):
+    if is_one(splits):
         return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
                              reads=[p.a, p.b, *epilogue_reads], writes=[p.y], workgroups=workgroups)]
     total = nbatch * m * p.n
@@ -194,9 +187,9 @@ def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
         raise ctx.fail("MatMul operands must have rank >= 1", 0 if not a else 1)
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
-    if isinstance(a2[-1], int) and isinstance(b2[-2], int) and a2[-1] != b2[-2]:
-        raise ctx.fail(f"inner dims differ: input 0 has K={a2[-1]} (shape {_fmt(a)}), "
-                       f"input 1 has K={b2[-2]} (shape {_fmt(b)})", 1)
+    if not ctx.same_dim(a2[-1], b2[-2]):
+        raise ctx.fail(f"inner dims differ: input 0 has K={a2[-1]} (shape {shape_str(a)}), "
+                       f"input 1 has K={b2[-2]} (shape {shape_str(b)})", 1)
     batch = ctx.broadcast([a2[:-2], b2[:-2]])
     out = tuple(batch) + (a2[-2], b2[-1])
     if len(a) == 1:
@@ -204,10 +197,6 @@ def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
     if len(b) == 1:
         out = out[:-1]
     return a2[:-2], b2[:-2], batch, out
-
-
-def _fmt(shape: Shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 class MatMul(Operator):
@@ -227,7 +216,8 @@ class MatMul(Operator):
         batch_a, batch_b, batch, _ = matmul_shapes(ctx)
         return plan_product(ctx, Product(
             ctx.input(0), ctx.input(1), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"),
-            m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1, k=a[-1],
+            m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1,
+            k=prefer_literal(a[-1], b[-2] if len(b) > 1 else b[0]),
             batch_a=batch_a, batch_b=batch_b, batch=batch))
 
 
@@ -245,15 +235,15 @@ class Gemm(Operator):
     def _dims(self, ctx: InferenceCtx) -> tuple[Dim, Dim, Dim]:
         for i in (0, 1):
             if ctx.input_rank(i) != 2:
-                raise ctx.fail(f"Gemm operands must be 2-D, got shape {_fmt(ctx.input_shape(i))}", i)
+                raise ctx.fail(f"Gemm operands must be 2-D, got shape {shape_str(ctx.input_shape(i))}", i)
         (m, k), (kb, n) = ctx.input_shape(0), ctx.input_shape(1)
         if ctx.attr("transA", 0):
             m, k = k, m
         if ctx.attr("transB", 0):
             kb, n = n, kb
-        if isinstance(k, int) and isinstance(kb, int) and k != kb:
+        if not ctx.same_dim(k, kb):
             raise ctx.fail(f"inner dims differ: op(A) is [{m}, {k}], op(B) is [{kb}, {n}]", 1)
-        return m, n, k
+        return m, n, prefer_literal(k, kb)
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         m, n, _ = self._dims(ctx)
@@ -262,10 +252,9 @@ class Gemm(Operator):
                 raise ctx.fail(f"dtype {ctx.input_dtype(i)} differs from input 0's {ctx.input_dtype(0)}", i)
         if ctx.has_input(2):
             c = ctx.input_shape(2)
-            ok = len(c) <= 2 and all(_is_one(d) or d == o or not (isinstance(d, int) and isinstance(o, int))
-                                     for d, o in zip(reversed(c), (n, m)))
+            ok = len(c) <= 2 and all(is_one(d) or ctx.same_dim(d, o) for d, o in zip(reversed(c), (n, m)))
             if not ok:
-                raise ctx.fail(f"C of shape {_fmt(c)} does not broadcast to [{m}, {n}]", 2)
+                raise ctx.fail(f"C of shape {shape_str(c)} does not broadcast to [{m}, {n}]", 2)
         return [(ctx.input_dtype(0), (m, n))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:

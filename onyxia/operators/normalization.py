@@ -18,7 +18,7 @@ import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, SymDim, numel
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.reduction import lanes_for, split_axes, walk_code
 from onyxia.plan import Step
@@ -134,16 +134,13 @@ NORM_OPS: dict[tuple[str, str], NormRow] = {
 }
 
 
-def _broadcasts_as_suffix(shape: Shape, target: Shape) -> bool:
+def _broadcasts_as_suffix(ctx: InferenceCtx, shape: Shape, target: Shape) -> bool:
     """`shape` without leading 1s equals the trailing dims of `target`: then element j of a
-    row of `target` reads element j % numel(shape). A symbolic dim matches any dim (the model
-    promises they agree)."""
+    row of `target` reads element j % numel(shape)."""
     dims = list(shape)
     while dims and isinstance(dims[0], int) and dims[0] == 1:
         dims.pop(0)
-    tail = target[len(target) - len(dims):]
-    return len(dims) <= len(target) and all(a == b or isinstance(a, SymDim) or isinstance(b, SymDim)
-                                            for a, b in zip(dims, tail))
+    return len(dims) <= len(target) and ctx.same_shape(dims, target[len(target) - len(dims):])
 
 
 class LayerNorm(Operator):
@@ -182,9 +179,9 @@ class LayerNorm(Operator):
             target = shape if role == "skip" else shape[axis:]
             if not ctx.input_dtype(i).is_float:
                 raise ctx.fail(f"{role} must be float, got {ctx.input_dtype(i)}", i)
-            if not _broadcasts_as_suffix(ctx.input_shape(i), target):
-                raise ctx.fail(f"{role} shape {list(map(str, ctx.input_shape(i)))} must equal the trailing dims "
-                               f"{list(map(str, target))} (leading 1s allowed)", i)
+            if not _broadcasts_as_suffix(ctx, ctx.input_shape(i), target):
+                raise ctx.fail(f"{role} shape {shape_str(ctx.input_shape(i))} must equal the trailing dims "
+                               f"{shape_str(target)} (leading 1s allowed)", i)
         stats = tuple(shape[:axis]) + (1,) * (len(shape) - axis)
         result = {"y": (x_dtype, shape), "mean_out": (dtypes.FLOAT32, stats), "inv_out": (dtypes.FLOAT32, stats),
                   "sum_out": (x_dtype, shape)}
@@ -241,9 +238,8 @@ def operators() -> list[tuple[Operator, int]]:
 def _channel_index(ctx: InferenceCtx, what: str, i: int, count: Dim) -> None:
     """Input i must hold `count` elements (a per-channel parameter)."""
     shape = ctx.input_shape(i)
-    n = numel(shape)
-    if isinstance(n, int) and isinstance(count, int) and n != count:
-        raise ctx.fail(f"{what} must have {count} elements, got shape {list(map(str, shape))}", i)
+    if not ctx.same_dim(numel(shape), count):
+        raise ctx.fail(f"{what} must have {count} elements, got shape {shape_str(shape)}", i)
 
 
 class BatchNormalization(Operator):

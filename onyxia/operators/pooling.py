@@ -3,7 +3,7 @@ MaxUnpool, and the global poolings.
 
 The windowed poolings share shaders/pooling/pool.wgsl: one thread per output element walks its
 window (kernel shape, strides, dilations and pads are static; batch and spatial sizes are
-params, so they may be symbolic). The window geometry (auto_pad, ceil_mode) is conv.py's.
+params, so they may be symbolic). The window geometry (auto_pad, ceil_mode) is window.py's.
 GlobalAveragePool / GlobalMaxPool / GlobalLpPool are reductions over the spatial axes and run
 on the reduction kernel.
 """
@@ -16,11 +16,11 @@ import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape, numel
+from onyxia.ir.shapes import Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.conv import MAX_SPATIAL, Window, int_list, padded_windows, window_of, window_params
-from onyxia.operators.reduction import _EXTREMES, REDUCE_OPS, Reduce, ReduceRow
+from onyxia.operators.reduction import EXTREMES, REDUCE_OPS, Reduce, ReduceRow
 from onyxia.operators.shape import plan_fill
+from onyxia.operators.window import MAX_SPATIAL, Window, int_list, padded_windows, window_of, window_params
 from onyxia.plan import Step
 
 
@@ -104,7 +104,7 @@ class Pool(Operator):
         defs: dict[str, object] = {"T": storage, "MODE": self.row.mode}
         writes = [ctx.output(0)]
         if self.row.mode == "max":
-            defs["LOWEST"] = _EXTREMES["lowest"][storage]
+            defs["LOWEST"] = EXTREMES["lowest"][storage]
             if self.wants_indices(ctx):
                 defs["INDICES"] = True
                 defs["COLMAJOR"] = bool(ctx.attr("storage_order", 0))
@@ -131,7 +131,7 @@ class MaxUnpool(Operator):
         if not 3 <= len(x) <= 2 + MAX_SPATIAL:
             raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got rank {len(x)}", 0)
         if not ctx.input_dtype(1).is_integer or len(ctx.input_shape(1)) != len(x):
-            raise ctx.fail(f"indices must be integers shaped like X {list(map(str, x))}", 1)
+            raise ctx.fail(f"indices must be integers shaped like X {shape_str(x)}", 1)
         if ctx.has_input(2):
             out = tuple(ctx.require_dims(2, "output_shape"))
             if len(out) != len(x):

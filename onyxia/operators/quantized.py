@@ -2,11 +2,11 @@
 
 Weights stay packed on the device and are dequantized in registers by the kernels; they are
 never expanded on the host. Device storage is one 32-bit word per element, so a packed uint8
-tensor uploaded as is would take 4 bytes per byte. PackNBitsWeightsPass (Optimization stage)
-therefore replaces each constant packed input (weights and 4-bit zero points) by a uint32 view
-of the same bytes (4 per word, little-endian) and records the original shape in the node's
-meta; the kernels read whole words. Without the pass (or for a non-constant input) the ops
-still work, reading one byte per word (defs B_BYTES / ZP_BYTES).
+tensor uploaded as is would take 4 bytes per byte. PackNBitsWeightsPass (Optimization stage,
+compiler/passes/pack_nbits.py) therefore replaces each constant packed input (weights and
+4-bit zero points) by a uint32 view of the same bytes (4 per word, little-endian) and records
+the original shape in the node's meta; the kernels read whole words. Without the pass (or for
+a non-constant input) the ops still work, reading one byte per word (defs B_BYTES / ZP_BYTES).
 
 Semantics (onnxruntime contrib docs): w[n, k] = (q[n, k] - zero_point) * scale with one scale
 and zero point per block of `block_size` along K; the default zero point is 8 (2^(bits-1));
@@ -16,16 +16,12 @@ bytes) or floats of the scales' type.
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
-from onyxia.compiler.pipeline import Pass, Stage
-from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
-from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.attention import binding_block
+from onyxia.ir.shapes import Shape, numel, shape_str
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.registry import OperatorRegistry
+from onyxia.operators.common import binding_block, ceil_div, select_small
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -70,20 +66,19 @@ def _zero_point_defs(ctx: PlanCtx, i: int) -> tuple[dict, list[str], list[tuple[
     return defs, [ctx.input(i)], [("zp", "u32")]
 
 
-def select_small(m: Dim, limit: int) -> Dim:
-    """1 when 0 <= m <= limit, else 0, as an expression (m may be symbolic).
-
-    MatMulNBits emits both its gemv (few rows) and tiled (many rows) kernels when M is symbolic
-    and scales their workgroup counts by this and 1 - this, so the executor runs exactly one of
-    them for the current M (a dispatch with no workgroups is skipped) and no recompile is needed.
-    """
-    if isinstance(m, int):
-        return int(m <= limit)
-    fits = (limit + 1) // (m + 1)  # >= 1 iff m <= limit; m + 1 keeps m = 0 away from a division by 0
-    return (fits + limit) // (limit + 1)
-
-
 # ---- MatMulNBits --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NBitsSpec:
+    """A MatMulNBits node's validated attributes (K, N static; the shared dims of infer and plan)."""
+
+    dtype: DType
+    k: int
+    n: int
+    block: int  # block_size along K
+    nblk: int  # blocks per row of B
+    zp_row: int  # bytes per row of packed 4-bit zero points
+
 
 class MatMulNBits(Operator):
     """y = a @ dequant(B)^T (+ bias) with 4-bit block-quantized B [N, n_blocks, block_size / 2]."""
@@ -91,7 +86,7 @@ class MatMulNBits(Operator):
     op_type = "MatMulNBits"
     domain = DOMAIN
 
-    def _config(self, ctx: InferenceCtx) -> dict:
+    def spec(self, ctx: InferenceCtx) -> NBitsSpec:
         block = _check_bits_and_block(ctx)
         k, n = int(ctx.attr("K")), int(ctx.attr("N"))
         if ctx.attr("weight_prepacked", 0):
@@ -102,16 +97,16 @@ class MatMulNBits(Operator):
         dtype = ctx.input_dtype(0)
         if not dtype.is_float:
             raise ctx.fail(f"A must be float32/float16, got {dtype}", 0)
-        if not a or (isinstance(a[-1], int) and a[-1] != k):
-            raise ctx.fail(f"A's last dim must be K = {k}, got {[str(d) for d in a]}", 0)
-        nblk = -(-k // block)
+        if not a or not ctx.same_dim(a[-1], k):
+            raise ctx.fail(f"A's last dim must be K = {k}, got {shape_str(a)}", 0)
+        nblk = ceil_div(k, block)
         _check_packed(ctx, 1, "B")
-        if numel(packed_shape(ctx, 1)) != n * nblk * block // 2:
+        if not ctx.same_dim(numel(packed_shape(ctx, 1)), n * nblk * block // 2):
             raise ctx.fail(f"B must be [N, n_blocks, block_size / 2] = [{n}, {nblk}, {block // 2}], got "
-                           f"{[str(d) for d in packed_shape(ctx, 1)]}", 1)
-        if not ctx.input_dtype(2).is_float or numel(ctx.input_shape(2)) != n * nblk:
+                           f"{shape_str(packed_shape(ctx, 1))}", 1)
+        if not ctx.input_dtype(2).is_float or not ctx.same_dim(numel(ctx.input_shape(2)), n * nblk):
             raise ctx.fail(f"scales must be {n * nblk} floats ([N, n_blocks]), got {ctx.input_dtype(2)}"
-                           f"{[str(d) for d in ctx.input_shape(2)]}", 2)
+                           f"{shape_str(ctx.input_shape(2))}", 2)
         zp_row = (nblk + 1) // 2
         if ctx.has_input(3):
             if ctx.input_dtype(3).is_float:
@@ -119,20 +114,20 @@ class MatMulNBits(Operator):
             else:
                 _check_packed(ctx, 3, "zero_points")
                 expected = n * zp_row
-            if numel(packed_shape(ctx, 3)) != expected:
+            if not ctx.same_dim(numel(packed_shape(ctx, 3)), expected):
                 raise ctx.fail(f"zero_points must hold {expected} elements, got "
-                               f"{[str(d) for d in packed_shape(ctx, 3)]}", 3)
-        if ctx.has_input(5) and numel(ctx.input_shape(5)) != n:
+                               f"{shape_str(packed_shape(ctx, 3))}", 3)
+        if ctx.has_input(5) and not ctx.same_dim(numel(ctx.input_shape(5)), n):
             raise ctx.fail(f"bias must be [N] = [{n}]", 5)
-        return dict(dtype=dtype, k=k, n=n, block=block, nblk=nblk, zp_row=zp_row)
+        return NBitsSpec(dtype, k, n, block, nblk, zp_row)
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        c = self._config(ctx)
-        return [(c["dtype"], tuple(ctx.input_shape(0)[:-1]) + (c["n"],))]
+        c = self.spec(ctx)
+        return [(c.dtype, tuple(ctx.input_shape(0)[:-1]) + (c.n,))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        c = self._config(ctx)
-        k, n, block = c["k"], c["n"], c["block"]
+        c = self.spec(ctx)
+        k, n, block = c.k, c.n, c.block
         m = numel(ctx.input_shape(0)[:-1])
         if isinstance(m, int) and m == 0:
             return []
@@ -151,22 +146,31 @@ class MatMulNBits(Operator):
         gemv_defs = {**defs, "BINDINGS": binding_block([("a", "vec4<f32>" if k % 8 == 0 else "f32"), *decls],
                                                        [("y", "f32")])}
         defs["BINDINGS"] = binding_block([("a", "f32"), *decls], [("y", "f32")])
-        params = {"M": m, "N": n, "K": k, "BLOCK": block, "NBLK": c["nblk"], "ROW_WORDS": c["nblk"] * block // 8,
-                  "KWORDS": -(-k // 8), "ZP_ROW": c["zp_row"]}
-        small = select_small(m, GEMV_MAX_ROWS)
+        params = {"M": m, "N": n, "K": k, "BLOCK": block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * block // 8,
+                  "KWORDS": ceil_div(k, 8), "ZP_ROW": c.zp_row}
+        small = select_small(m, GEMV_MAX_ROWS)  # both kernels for a symbolic M: one runs
         steps: list[Step] = []
         if not (isinstance(small, int) and small == 0):
             steps.append(ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=gemv_defs,
                                       params=params, reads=reads, writes=[ctx.output(0)],
-                                      workgroups=(-(-n // 8) * small, 1, (m + GEMV_MAX_ROWS - 1) // GEMV_MAX_ROWS)))
+                                      workgroups=(ceil_div(n, 8) * small, 1, ceil_div(m, GEMV_MAX_ROWS))))
         if not (isinstance(small, int) and small == 1):
             steps.append(ctx.dispatch("quantized/matmul_nbits_tiled.wgsl", label="matmul_nbits_tiled", defs=defs,
                                       params=params, reads=reads, writes=[ctx.output(0)],
-                                      workgroups=(-(-n // 64) * (1 - small), (m + 63) // 64, 1)))
+                                      workgroups=(ceil_div(n, 64) * (1 - small), ceil_div(m, 64), 1)))
         return steps
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GatherBlockSpec:
+    dtype: DType
+    logical: tuple[int, ...]  # the data's shape in 4-bit values (twice the packed last axis)
+    block: int
+    nblk: int  # blocks per row
+    zp_row: int  # bytes per row of packed zero points
+
 
 class GatherBlockQuantized(Operator):
     """Gather rows of a 4-bit block-quantized uint8 table (the embeddings of int4 models)."""
@@ -174,13 +178,13 @@ class GatherBlockQuantized(Operator):
     op_type = "GatherBlockQuantized"
     domain = DOMAIN
 
-    def _config(self, ctx: InferenceCtx) -> dict:
+    def spec(self, ctx: InferenceCtx) -> GatherBlockSpec:
         block = _check_bits_and_block(ctx)
         _check_packed(ctx, 0, "data")
         packed = packed_shape(ctx, 0)
         rank = len(packed)
         if rank < 2 or not all(isinstance(d, int) for d in packed):
-            raise ctx.fail(f"data must be a static tensor of rank >= 2, got {[str(d) for d in packed]}", 0)
+            raise ctx.fail(f"data must be a static tensor of rank >= 2, got {shape_str(packed)}", 0)
         logical = tuple(packed[:-1]) + (packed[-1] * 2,)  # two 4-bit values per byte along the last axis
         if ctx.axis(int(ctx.attr("gather_axis", 0)), rank, "gather_axis") != 0:
             raise ctx.fail("attribute 'gather_axis' must be 0 for uint8 data")
@@ -188,28 +192,28 @@ class GatherBlockQuantized(Operator):
             raise ctx.fail("attribute 'quantize_axis' must be the last axis for packed 4-bit data")
         if not ctx.input_dtype(1).is_integer:
             raise ctx.fail(f"indices must be int32/int64, got {ctx.input_dtype(1)}", 1)
-        nblk = -(-logical[-1] // block)
+        nblk = ceil_div(logical[-1], block)
         scales = tuple(logical[:-1]) + (nblk,)
         dtype = ctx.input_dtype(2)
-        if not dtype.is_float or tuple(ctx.input_shape(2)) != scales:
-            raise ctx.fail(f"scales must be float {list(scales)}, got {dtype}{[str(d) for d in ctx.input_shape(2)]}", 2)
+        if not dtype.is_float or not ctx.same_shape(ctx.input_shape(2), scales):
+            raise ctx.fail(f"scales must be float {shape_str(scales)}, got {dtype}{shape_str(ctx.input_shape(2))}", 2)
         zp_row = (nblk + 1) // 2
         if ctx.has_input(3):
             _check_packed(ctx, 3, "zero_points")
-            if numel(packed_shape(ctx, 3)) != numel(scales[:-1]) * zp_row:
+            if not ctx.same_dim(numel(packed_shape(ctx, 3)), numel(scales[:-1]) * zp_row):
                 raise ctx.fail(f"zero_points must be uint8 {list(scales[:-1]) + [zp_row]}", 3)
-        return dict(dtype=dtype, logical=logical, block=block, nblk=nblk, zp_row=zp_row)
+        return GatherBlockSpec(dtype, logical, block, nblk, zp_row)
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        c = self._config(ctx)
-        return [(c["dtype"], tuple(ctx.input_shape(1)) + c["logical"][1:])]
+        c = self.spec(ctx)
+        return [(c.dtype, tuple(ctx.input_shape(1)) + c.logical[1:])]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        c = self._config(ctx)
+        c = self.spec(ctx)
         total = numel(ctx.output_shape(0))
         if isinstance(total, int) and total == 0:
             return []
-        logical = c["logical"]
+        logical = c.logical
         zp_defs, zp_reads, zp_decls = _zero_point_defs(ctx, 3)
         defs: dict[str, object] = dict(zp_defs)
         if not is_words(ctx, 0):
@@ -217,57 +221,9 @@ class GatherBlockQuantized(Operator):
         defs["BINDINGS"] = binding_block([("b", "u32"), ("idx", "i32"), ("scales", "f32"), *zp_decls], [("y", "f32")])
         return [ctx.dispatch("quantized/gather_block_quantized.wgsl", label="gather_block_quantized", defs=defs,
                              params={"N": total, "R": numel(logical[1:]), "ROWS": logical[0], "QDIM": logical[-1],
-                                     "NBLK": c["nblk"], "BLOCK": c["block"], "ZP_ROW": c["zp_row"]},
+                                     "NBLK": c.nblk, "BLOCK": c.block, "ZP_ROW": c.zp_row},
                              reads=[ctx.input(0), ctx.input(1), ctx.input(2), *zp_reads], writes=[ctx.output(0)],
                              workgroups=ctx.grid(total))]
-
-
-# ---- the weight re-view pass --------------------------------------------------------------
-
-class PackNBitsWeightsPass(Pass):
-    """Optimization stage; for every MatMulNBits / GatherBlockQuantized node:
-
-    1. each constant uint8 packed input (weights; 4-bit zero points) is replaced by a uint32
-       tensor holding the same bytes, 4 per word (little-endian, zero-padded to whole words):
-       4x less device memory and one load per 8 weights;
-    2. the original shape goes to node.meta[WORDS_META][input index], where the operators find it.
-    A tensor shared by several nodes is re-viewed once. Non-constant inputs are left alone.
-    """
-
-    name = "pack-nbits-weights"
-    stage = Stage.OPTIMIZATION
-
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
-        views: dict[str, str] = {}
-        modified = False
-        for nid in graph.topological_order():
-            node = graph.node(nid)
-            if node.domain != DOMAIN or node.op_type not in PACKED_INPUTS:
-                continue
-            inputs = list(node.inputs)
-            for i in PACKED_INPUTS[node.op_type]:
-                if i >= len(inputs) or inputs[i] is None or i in node.meta.get(WORDS_META, {}):
-                    continue
-                t = graph.tensor(inputs[i])
-                if t.value is None or t.value.dtype != np.uint8:
-                    continue
-                if t.name not in views:
-                    views[t.name] = self._add_words(graph, t)
-                inputs[i] = views[t.name]
-                node.meta.setdefault(WORDS_META, {})[i] = tuple(t.shape or t.value.shape)
-                modified = True
-            if inputs != node.inputs:
-                graph.set_inputs(nid, inputs)
-        return modified
-
-    @staticmethod
-    def _add_words(graph: IrGraph, t: TensorDef) -> str:
-        raw = np.ascontiguousarray(t.value).reshape(-1)
-        raw = np.concatenate([raw, np.zeros(-raw.size % 4, np.uint8)])
-        words = np.frombuffer(raw.tobytes(), dtype="<u4").astype(np.uint32)
-        name = graph.fresh_name(f"{t.name}/words")
-        graph.add_tensor(TensorDef(name, dtypes.UINT32, (words.size,), TensorKind.WEIGHT, words))
-        return name
 
 
 def operators() -> list[tuple[Operator, int]]:
@@ -275,5 +231,4 @@ def operators() -> list[tuple[Operator, int]]:
     return [(MatMulNBits(), 1), (GatherBlockQuantized(), 1)]
 
 
-__all__ = ["GatherBlockQuantized", "MatMulNBits", "PackNBitsWeightsPass", "WORDS_META", "operators",
-           "select_small"]
+__all__ = ["GatherBlockQuantized", "MatMulNBits", "WORDS_META", "operators"]

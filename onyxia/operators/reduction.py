@@ -23,20 +23,16 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import contiguous_strides
+from onyxia.operators.common import contiguous_strides, is_one
 from onyxia.plan import Step
 
 Groups = list[tuple[Dim, Dim]]  # merged (dim, element stride) pairs, outermost first
 
 # Identity elements per accumulator type. WGSL has no infinity literal: build it from its bits.
-_EXTREMES = {
+EXTREMES = {
     "lowest": {"f32": "bitcast<f32>(0xff800000u)", "i32": "(-2147483647i - 1i)", "u32": "0u"},
     "highest": {"f32": "bitcast<f32>(0x7f800000u)", "i32": "2147483647i", "u32": "4294967295u"},
 }
-
-
-def _is_one(d: Dim) -> bool:
-    return isinstance(d, int) and d == 1
 
 
 def next_pow2(n: int) -> int:
@@ -50,7 +46,7 @@ def split_axes(shape: Shape, reduced: set[int]) -> tuple[Groups, Groups]:
     red: Groups = []
     prev = None
     for axis, (d, s) in enumerate(zip(shape, contiguous_strides(shape))):
-        if _is_one(d):
+        if is_one(d):
             continue
         kind = axis in reduced
         groups = red if kind else kept
@@ -68,8 +64,8 @@ def walk_code(fn: str, groups: Groups, prefix: str) -> tuple[dict[str, Dim], str
     params: dict[str, Dim] = {}
     body = ["var off = 0u;", "var rem = k;"]
     for n, (d, s) in enumerate(reversed(groups)):
-        scaled = "" if _is_one(s) else f" * {prefix}S{n}()"
-        if not _is_one(s):
+        scaled = "" if is_one(s) else f" * {prefix}S{n}()"
+        if not is_one(s):
             params[f"{prefix}S{n}"] = s
         if n == len(groups) - 1:  # the outermost group takes what is left, no modulo needed
             body.append(f"off += rem{scaled};")
@@ -132,8 +128,8 @@ class ReduceRow:
 
     `map` turns an element `x` into what is combined (`m` is the row max when `shift`),
     `combine` merges `a` and `b`, `final` turns the total `acc` of `n: u32` elements into the
-    result ({A} in `map` and `final` stands for the accumulator type). `axes_input_since`: the opset from which axes is an
-    input (with noop_with_empty_axes) instead of an attribute.
+    result ({A} in `map` and `final` stands for the accumulator type). `axes_input_since`: the
+    opset from which axes is an input (with noop_with_empty_axes) instead of an attribute.
     """
 
     init: str  # "zero" | "one" | "lowest" | "highest"
@@ -256,12 +252,12 @@ class Reduce(Operator):
         row = self.row
         storage = ctx.device_type(ctx.input_dtype(0), "input")
         acc = "f32" if row.float_acc else storage
-        init = {"zero": f"{acc}(0)", "one": f"{acc}(1)"}.get(row.init) or _EXTREMES[row.init][acc]
+        init = {"zero": f"{acc}(0)", "one": f"{acc}(1)"}.get(row.init) or EXTREMES[row.init][acc]
         defs: dict[str, object] = {"A": acc, "INIT": init, "MAP": row.map.format(A=acc), "COMBINE": row.combine,
                                    "FINAL": row.final.format(A=acc)}
         if row.shift:
             defs["SHIFT"] = True
-            defs["LOWEST"] = _EXTREMES["lowest"][acc]
+            defs["LOWEST"] = EXTREMES["lowest"][acc]
         axes = self.reduced_axes(ctx, len(ctx.input_shape(0)))
         return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}")
 
@@ -300,7 +296,7 @@ class ArgReduce(Operator):
         storage = ctx.device_type(ctx.input_dtype(0), "input")
         axis = ctx.axis(ctx.attr("axis", 0), len(ctx.input_shape(0)))
         defs: dict[str, object] = {"A": storage, "ARG": True, "CMP": self.cmp,
-                                   "INIT": _EXTREMES["lowest" if self.cmp == ">" else "highest"][storage],
+                                   "INIT": EXTREMES["lowest" if self.cmp == ">" else "highest"][storage],
                                    "LAST": int(bool(ctx.attr("select_last_index", 0)))}
         return plan_reduce(ctx, {axis}, defs, f"reduce_{self.op_type}")
 

@@ -24,6 +24,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import is_zero
 from onyxia.operators.reduction import lanes_for, next_pow2
 from onyxia.plan import Step
 
@@ -36,10 +37,6 @@ BITONIC_MIN_SLOTS = 2 * WORKGROUP_SIZE
 # WGSL has no infinity literal: build the extremes from their bits.
 _WORST = {True: {"f32": "bitcast<f32>(0xff800000u)", "i32": "(-2147483647i - 1i)", "u32": "0u"},
           False: {"f32": "bitcast<f32>(0x7f800000u)", "i32": "2147483647i", "u32": "4294967295u"}}
-
-
-def _is_zero(d: Dim) -> bool:
-    return isinstance(d, int) and d == 0
 
 
 def _line_params(shape: Shape, axis: int) -> dict[str, Dim]:
@@ -107,7 +104,7 @@ class TopK(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         shape, axis, k = self._config(ctx)
         params = {**_line_params(shape, axis), "K": k}
-        if _is_zero(params["L"]) or _is_zero(k):
+        if is_zero(params["L"]) or is_zero(k):
             return []
         storage = ctx.device_type(ctx.input_dtype(0), "input")
         largest = bool(ctx.attr("largest", 1))
@@ -167,7 +164,7 @@ class Hardmax(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         view, axis = self._line(ctx)
         params = _line_params(view, axis)
-        if _is_zero(params["L"]) or _is_zero(params["N"]):
+        if is_zero(params["L"]) or is_zero(params["N"]):
             return []
         lanes = lanes_for(params["L"], params["N"], True)
         defs = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes}
@@ -187,9 +184,9 @@ class OneHot(Operator):
         shape = ctx.input_shape(0)
         if ctx.input_dtype(0).is_bool:
             raise ctx.fail("indices must be numeric, got bool", 0)
-        if numel(ctx.input_shape(1)) != 1:
+        if not ctx.same_dim(numel(ctx.input_shape(1)), 1):
             raise ctx.fail("depth must hold one value", 1)
-        if numel(ctx.input_shape(2)) != 2:
+        if not ctx.same_dim(numel(ctx.input_shape(2)), 2):
             raise ctx.fail("values must be [off_value, on_value]", 2)
         raw = np.asarray(ctx.require_value(1, "depth")).reshape(-1)[0]
         depth = raw if isinstance(raw, SymDim) else int(raw)  # float depths truncate, as onnxruntime
@@ -218,7 +215,7 @@ class OneHot(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         shape, axis, depth = self._config(ctx)
         count = numel(ctx.output_shape(0))
-        if _is_zero(count):
+        if is_zero(count):
             return []
         defs = {"TI": ctx.device_type(ctx.input_dtype(0), "indices"),
                 "T": ctx.device_type(ctx.input_dtype(2), "values")}

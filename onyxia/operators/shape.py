@@ -15,9 +15,10 @@ import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, SymDim, numel
+from onyxia.ir.shapes import Dim, Shape, SymDim, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.indexing import is_zero, scalar_param
+from onyxia.operators.common import is_zero
+from onyxia.operators.indexing import scalar_param
 from onyxia.plan import Step
 
 # Storage buffers one dispatch may bind: WebGPU's default maxStorageBuffersPerShaderStage is 8,
@@ -234,8 +235,8 @@ class Reshape(ViewOp):
             if is_zero(known):
                 raise ctx.fail("cannot infer -1 when other target dims are 0", 1)
             out[infer_at] = total // known
-        if isinstance(total, int) and all(isinstance(d, int) for d in out) and numel(out) != total:
-            raise ctx.fail(f"cannot reshape {list(map(str, in_shape))} ({total} elements) to {out}", 1)
+        if not ctx.same_dim(numel(out), total):
+            raise ctx.fail(f"cannot reshape {shape_str(in_shape)} ({total} elements) to {shape_str(out)}", 1)
         return tuple(out)
 
 
@@ -277,7 +278,7 @@ class Squeeze(ViewOp):
             return tuple(d for d in shape if not (isinstance(d, int) and d == 1))
         drop = {ctx.axis(a, len(shape)) for a in axes}
         for a in sorted(drop):
-            if isinstance(shape[a], int) and shape[a] != 1:
+            if not ctx.same_dim(shape[a], 1):
                 raise ctx.fail(f"cannot squeeze axis {a} of size {shape[a]}", 0)
         return tuple(d for a, d in enumerate(shape) if a not in drop)
 

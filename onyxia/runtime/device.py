@@ -24,10 +24,6 @@ class AdapterInfo:
     backend: str  # Vulkan | Metal | D3D12 | OpenGL
     summary: str
 
-    @property
-    def is_cpu(self) -> bool:
-        return self.adapter_type == "CPU"
-
 
 def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:
     info = adapter.info
@@ -101,7 +97,8 @@ class Runtime:
         return PlanExecutor(self, model, transport=transport or self.transport)
 
     def describe(self) -> str:
-        return f"{self.info.summary} [{self.transport} immediates; features: {', '.join(sorted(self.features)) or 'none'}]"
+        features = ", ".join(sorted(self.features)) or "none"
+        return f"{self.info.summary} [{self.transport} immediates; features: {features}]"
 
     def __repr__(self) -> str:
         return f"Runtime({self.describe()})"

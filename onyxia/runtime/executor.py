@@ -19,7 +19,7 @@ import wgpu
 from onyxia.codegen.wgsl import IMMEDIATE, UNIFORM, UNIFORM_GROUP, render
 from onyxia.errors import DeviceError, DimensionError, InputError, ShaderError
 from onyxia.ir import dtypes
-from onyxia.ir.shapes import SymDim
+from onyxia.ir.shapes import SymDim, compile_dim
 from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, ShaderSpec, TensorInfo, WriteBuffer
 from onyxia.runtime.tensor import DeviceTensor
 
@@ -88,7 +88,7 @@ class PlanExecutor:
         self._staging: dict[str, wgpu.GPUBuffer] = {}
         # Each symbolic expression compiled once: update_dimensions is a per-token hot path.
         self._bindings = [(b, b.expr.compile()) for b in model.symbolic_bindings]
-        self._constraints = [(a, b, node, a.compile(), b.compile()) for a, b, node in model.constraints]
+        self._constraints = [(a, b, node, compile_dim(a), compile_dim(b)) for a, b, node in model.constraints]
         self._steps = model.steps
         self._setup_buffers()
         self._setup_pipelines()
@@ -254,8 +254,9 @@ class PlanExecutor:
             return
         for a, b, node, fa, fb in self._constraints:
             if fa(new) != fb(new):
-                raise DimensionError(f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal: node '{node}' "
-                                     "broadcasts them against each other (they were equal when the model was compiled)")
+                what = f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal" if isinstance(b, SymDim) \
+                    else f"dimension {a} = {fa(new)} must be {b}"
+                raise DimensionError(f"{what}: node '{node}' needs them equal (they were when the model was compiled)")
         old_dims, self.dims = self.dims, new
         try:
             self._patch(changed)
@@ -279,7 +280,8 @@ class PlanExecutor:
             if kind == "immediate":
                 cmd = self._cmds[b.target]
                 v = fn(new)
-                cmd.immediates[b.index] = np.float32(v).view(np.uint32) if cmd.types[b.index] == "f32" else v & 0xFFFFFFFF
+                is_float = cmd.types[b.index] == "f32"
+                cmd.immediates[b.index] = np.float32(v).view(np.uint32) if is_float else v & 0xFFFFFFFF
                 immediates = True
             elif kind == "workgroups":
                 cmd = self._cmds[b.target]

@@ -15,7 +15,7 @@ from onnx import helper as h
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.elementwise import BINARY_OPS, COMPARISON_OPS, UNARY_OPS, BinaryElementwise, Row, num
+from onyxia.operators.elementwise import BINARY_OPS, COMPARISON_OPS, UNARY_OPS, BinaryElementwise, Row, numeric
 from tests.helpers import compile_model, make_model, run_onyxia
 
 F32, F16, I64, I32, I16, I8 = np.float32, np.float16, np.int64, np.int32, np.int16, np.int8
@@ -305,7 +305,7 @@ def test_dynamic_dims_patch_broadcast_strides_without_recompiling(runtime):
 # ---- extension: one row ---------------------------------------------------------------------
 
 def test_a_new_binary_row_runs_on_the_gpu(runtime):
-    row = Row(num("abs(x0 - x1)"), lambda a, b: np.abs(a - b))
+    row = Row(numeric("abs(x0 - x1)"), lambda a, b: np.abs(a - b))
     registry = core_operator_registry().register(BinaryElementwise("AbsDiff", row), 1, domain="com.example")
     model = make_model([h.make_node("AbsDiff", ["a", "b"], ["y"], domain="com.example")],
                        [("a", I32, ["n", 3]), ("b", I32, [3])], ["y"], extra_opsets={"com.example": 1})

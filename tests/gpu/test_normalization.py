@@ -54,7 +54,7 @@ def layernorm_model(axis: int, norm_shape, *, bias: bool = True, outputs=("y", "
                     **attrs):
     inputs = ["x", "scale", "bias"] if bias else ["x", "scale"]
     node = h.make_node("LayerNormalization", inputs, list(outputs), axis=axis, **attrs)
-    # scale [5, 16] against x's dims [seq, 16]: the model promises seq == 5
+    # scale [5, 16] against x's dims [seq, 16]: seq must be 5 (checked at compile time, then a plan constraint)
     vis = [("x", np.float32, ["batch", "seq", norm_shape[-1]]), ("scale", np.float32, norm_shape)]
     vis += [("bias", np.float32, norm_shape)] if bias else []
     return make_model([node], vis, [o for o in outputs if o], opset=opset)

@@ -10,7 +10,7 @@ from onnx import helper as h
 
 from onyxia.errors import OnyxiaError
 from onyxia.ir.shapes import SymDim
-from onyxia.operators.conv import _out_size
+from onyxia.operators.window import _out_size
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)

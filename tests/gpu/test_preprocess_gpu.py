@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from onyxia.codegen.preprocess import preprocess, render_shader, resolve_shader_import
+from onyxia.codegen.preprocess import load_shader, preprocess, resolve_shader_import
 
 pytestmark = pytest.mark.gpu
 
@@ -73,4 +73,5 @@ def test_validation_rejects_bad_substitution(gpu_device):
 
 
 def test_shared_helpers_are_valid_wgsl(gpu_device):
-    gpu_device.create_shader_module(code=render_shader("common/indexing.wgsl", {}))
+    source = load_shader("common/indexing.wgsl")
+    gpu_device.create_shader_module(code=preprocess(source, {}, resolve_import=resolve_shader_import))

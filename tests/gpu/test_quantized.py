@@ -13,9 +13,8 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline
-from onyxia.compiler.passes import DeadCodeEliminationPass
+from onyxia.compiler.passes import DeadCodeEliminationPass, PackNBitsWeightsPass
 from onyxia.operators import core_operator_registry
-from onyxia.operators.quantized import PackNBitsWeightsPass
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}

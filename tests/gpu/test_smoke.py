@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from onnx import helper as h
 
 from tests.helpers import assert_matches_ort, compile_model, make_model

@@ -41,7 +41,7 @@ def test_decoder_embedding_and_lm_head(runtime, tied):
     model = decoder_model(rng, tied=tied)
     first = {"B": 1, "S": 3}
     # The tied head goes through the Transpose rewrite (a real one is too big to fold).
-    plan = split_pipeline().compile(unfolded_split(model, first), first) if tied else compiled(model, first)
+    plan = split_pipeline().compile(unfolded_split(model, first)[0], first) if tied else compiled(model, first)
     assert not any(n in plan.tensors for n in ("embed", "head", "embed_t"))
 
     def feeds(dims):  # 300 rows in pieces of 60

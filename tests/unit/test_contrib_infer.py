@@ -8,11 +8,13 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
+from onyxia.compiler.passes import PackNBitsWeightsPass
 from onyxia.errors import OnyxiaError, ShapeInferenceError
 from onyxia.ir.shapes import SymDim, dim_symbols, parse_dim
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
-from onyxia.operators.quantized import WORDS_META, PackNBitsWeightsPass, select_small
+from onyxia.operators.common import select_small
+from onyxia.operators.quantized import WORDS_META
 from onyxia.plan import CopyBuffer, Dispatch
 from tests.helpers import make_model
 

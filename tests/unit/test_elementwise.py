@@ -19,7 +19,14 @@ from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
 from onyxia.operators import elementwise as ew
 from onyxia.operators.elementwise import (
-    BINARY_OPS, COMPARISON_OPS, NUMERIC, UNARY_OPS, VARIADIC_OPS, BinaryElementwise, Row, num,
+    BINARY_OPS,
+    COMPARISON_OPS,
+    NUMERIC,
+    UNARY_OPS,
+    VARIADIC_OPS,
+    BinaryElementwise,
+    Row,
+    numeric,
 )
 from onyxia.plan import Dispatch
 from tests.helpers import compile_model, make_model
@@ -111,7 +118,8 @@ def fold_single(op, arrays, opset=18, **attrs):
     ("BitShift", [np.array([255, 1], np.uint8), np.array([1, 3], np.uint8)], {"direction": "LEFT"}, [254, 8]),
     ("BitShift", [np.array([-128, -5, 5], np.int8), np.array([1, 9, -1], np.int8)], {"direction": "RIGHT"},
      [-64, -1, 0]),
-    ("Mod", [np.array([5.0, -5.0, -0.0], np.float32), np.array([-3.0, np.inf, 2.0], np.float32)], {}, [-1.0, np.inf, 0.0]),
+    ("Mod", [np.array([5.0, -5.0, -0.0], np.float32), np.array([-3.0, np.inf, 2.0], np.float32)], {},
+     [-1.0, np.inf, 0.0]),
     ("Max", [np.array([1.0, np.nan], np.float32), np.array([2.0, 0.0], np.float32)], {}, [2.0, np.nan]),
     ("Mean", [np.array([1.0, 2.0], np.float32), np.array(4.0, np.float32)], {}, [2.5, 3.0]),
     ("Round", [np.array([0.5, 1.5, 2.5, -0.5], np.float32)], {}, [0, 2, 2, -0.0]),
@@ -183,7 +191,7 @@ def test_undecidable_symbolic_comparison_is_left_to_the_gpu():
 
 def test_a_new_binary_op_is_one_row():
     registry = core_operator_registry().register(
-        BinaryElementwise("AbsDiff", Row(num("abs(x0 - x1)"), lambda a, b: np.abs(a - b))), 1, domain="com.example")
+        BinaryElementwise("AbsDiff", Row(numeric("abs(x0 - x1)"), lambda a, b: np.abs(a - b))), 1, domain="com.example")
     model = make_model([h.make_node("AbsDiff", ["a", "b"], ["y"], domain="com.example")],
                        [("a", np.float32, ["s", 3])], ["y"], {"b": np.float32([1, 2, 3])},
                        extra_opsets={"com.example": 1})

@@ -9,8 +9,8 @@ from onnx import TensorProto
 from onnx import helper as h
 
 import onyxia
-from onyxia.compiler import CompilerPipeline, Pass, PassResult, Stage
-from onyxia.errors import DimensionError, ShapeInferenceError, UnsupportedOperatorError
+from onyxia.compiler import CompileContext, CompilerPipeline, Pass, PassResult, Stage
+from onyxia.errors import DimensionError, PipelineError, ShapeInferenceError, UnsupportedOperatorError
 from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import SymDim, evaluate_dim
 from onyxia.operators import core_operator_registry
@@ -49,8 +49,8 @@ def snapshot(g: IrGraph) -> object:
               repr(n.meta)) for n in g.nodes]
     tensors = sorted((t.name, str(t.dtype), repr(t.shape), t.kind, value(t.value)) for t in g.tensors.values())
     edges = sorted((tid, g.producer(tid), tuple(g.consumers(tid))) for tid in g.tensors)
-    return (g.name, nodes, tensors, edges, list(g.inputs), list(g.outputs), dict(g.opsets), dict(g.dims),
-            g.static_symbols, repr(g.meta), g.topological_order())
+    return (g.name, nodes, tensors, edges, list(g.inputs), list(g.outputs), dict(g.opsets), dict(g.metadata),
+            g.topological_order())
 
 
 # ---- resolution -------------------------------------------------------------------------
@@ -59,10 +59,11 @@ def test_resolution_turns_a_dim_param_expression_into_its_value():
     model = make_model([h.make_node("Relu", ["x"], ["y"])], [("x", np.float32, ["batch", "seq * heads"])], ["y"])
     g = onyxia.load_model(model)
     dims = {"batch": 2, "seq": 3, "heads": 4}
-    work = pipeline().run_passes(g, dims, until=Stage.RESOLUTION)
-    assert work.dims == dims
+    pipe = pipeline()
+    work = pipe.run_passes(g, dims, until=Stage.RESOLUTION)
+    assert pipe.context.dims == dims
     batch, prod = work.tensor("x").shape
-    assert evaluate_dim(batch, work.dims) == 2 and evaluate_dim(prod, work.dims) == 12
+    assert evaluate_dim(batch, pipe.context.dims) == 2 and evaluate_dim(prod, pipe.context.dims) == 12
     compiled = pipeline().compile(g, dims)
     assert [evaluate_dim(d, compiled.dims) for d in compiled.tensors["x"].shape] == [2, 12]
     assert [evaluate_dim(d, compiled.dims) for d in compiled.tensors["y"].shape] == [2, 12]
@@ -241,7 +242,7 @@ class RecordingPass(Pass):
     def __init__(self, name: str, stage: Stage, log: list[str]):
         self.name, self.stage, self.log = name, stage, log
 
-    def run(self, graph: IrGraph, registry) -> bool:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         self.log.append(self.name)
         return False
 
@@ -255,10 +256,12 @@ def test_add_pass_orders_by_stage_then_registration():
         assert pipe.add_pass(RecordingPass(name, stage, log)) is pipe
     order = [p.name for p in pipe.passes]
     assert order == ["symbolic-resolution", "res1", "res2", "shape-inference", "inf1", "constant-folding", "fold1",
-                     "opt1", "opt2", "planning", "plan1"]
-    pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 2})
+                     "opt1", "opt2", "plan1"]
+    compiled = pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 2})
+    assert isinstance(compiled, CompiledModel)
     assert log == ["res1", "res2", "inf1", "fold1", "opt1", "opt2", "plan1"]
-    assert [r.name for r in pipe.history] == order
+    # Planning is the lowering after every pass, Planning-stage passes included.
+    assert [r.name for r in pipe.history] == order + ["planning"]
 
 
 def test_add_pass_rejects_a_non_stage():
@@ -278,7 +281,7 @@ class NegateRelus(Pass):
         self.log = log
         self.saw_value: np.ndarray | None = None
 
-    def run(self, graph: IrGraph, registry) -> PassResult:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> PassResult:
         self.log.append(self.name)
         self.saw_value = graph.tensor("shp").value
         changed = False
@@ -296,9 +299,9 @@ def test_user_optimization_pass_runs_after_folding_and_before_planning():
         def __init__(self, inner: Pass):
             self.inner, self.name, self.stage = inner, inner.name, inner.stage
 
-        def run(self, graph, registry):
+        def run(self, graph, ctx):
             log.append(self.name)
-            return self.inner.run(graph, registry)
+            return self.inner.run(graph, ctx)
 
     pipe = pipeline(optimize=False)
     # Replace the built-ins by spies so the log holds the full order.
@@ -306,7 +309,8 @@ def test_user_optimization_pass_runs_after_folding_and_before_planning():
     user = NegateRelus(log)
     pipe.add_pass(user)
     compiled = pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 2, "seq": 3})
-    assert log.index("constant-folding") < log.index("negate-relus") < log.index("planning")
+    assert log.index("constant-folding") < log.index("negate-relus") == len(log) - 1
+    assert [r.name for r in pipe.history][-2:] == ["negate-relus", "planning"]
     # It saw folded values: the Concat'ed target shape [batch, -1].
     assert user.saw_value is not None and list(user.saw_value) == [SymDim.symbol("batch"), -1]
     # Its rewrite shows in the plan.
@@ -315,6 +319,59 @@ def test_user_optimization_pass_runs_after_folding_and_before_planning():
     assert [op.op_type for op in compiled.operations if op.steps] == ["MatMul", "Neg", "Add"]
     rec = next(r for r in pipe.history if r.name == "negate-relus")
     assert rec.modified and rec.stage is Stage.OPTIMIZATION
+
+
+def test_a_pass_sees_the_compile_context():
+    seen = {}
+
+    class Look(Pass):
+        name, stage = "look", Stage.OPTIMIZATION
+
+        def run(self, graph, ctx):
+            seen.update(dims=dict(ctx.dims), static=ctx.static, registry=ctx.registry, reports=dict(ctx.reports))
+            return False
+
+    registry = core_operator_registry()
+    pipe = CompilerPipeline(registry).add_pass(Look())
+    pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 2, "seq": 3}, static=["seq"])
+    assert seen["dims"] == {"batch": 2, "seq": 3} and seen["static"] == {"seq"} and seen["registry"] is registry
+    assert "split-large-tensors" in seen["reports"]  # an earlier pass's report
+    assert pipe.context.dims == {"batch": 2, "seq": 3}
+
+
+class Named(Pass):
+    def __init__(self, name: str, *, requires: tuple[str, ...] = (), after: tuple[str, ...] = ()):
+        self.name, self.requires, self.after = name, requires, after
+
+    def run(self, graph, ctx) -> bool:
+        return False
+
+
+def test_pass_order_declared_by_after_is_checked():
+    model = onyxia.load_model(shape_chain_model())
+    pipe = pipeline(optimize=False).add_pass(Named("second", after=("first",))).add_pass(Named("first"))
+    with pytest.raises(PipelineError, match="'second' must run after pass 'first'"):
+        pipe.compile(model, {"batch": 1, "seq": 1})
+    # `after` is about order only: without "first" in the pipeline, "second" runs.
+    pipeline(optimize=False).add_pass(Named("second", after=("first",))).compile(model, {"batch": 1, "seq": 1})
+
+
+def test_pass_requires_another_pass_before_it():
+    model = onyxia.load_model(shape_chain_model())
+    with pytest.raises(PipelineError, match="'needy' requires pass 'helper', which is not in the pipeline"):
+        pipeline(optimize=False).add_pass(Named("needy", requires=("helper",))).compile(model, {"batch": 1, "seq": 1})
+    ok = pipeline(optimize=False).add_pass(Named("helper")).add_pass(Named("needy", requires=("helper",)))
+    ok.run_passes(model, {"batch": 1, "seq": 1})
+    assert [r.name for r in ok.history][-2:] == ["helper", "needy"]
+
+
+def test_builtin_pack_pass_must_follow_the_split_pass():
+    from onyxia.compiler.passes import PackNBitsWeightsPass, SplitLargeTensorsPass
+
+    pipe = pipeline(optimize=False).add_pass(PackNBitsWeightsPass()).add_pass(SplitLargeTensorsPass())
+    with pytest.raises(PipelineError, match="'pack-nbits-weights' must run after pass 'split-large-tensors'"):
+        pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 1})
+    assert pipeline().check_order(pipeline().passes) is None  # the default order is right
 
 
 def test_unsupported_operators_are_listed_at_once():

@@ -15,7 +15,6 @@ from onyxia.codegen.preprocess import (
     inline_imports,
     load_shader,
     preprocess,
-    render_shader,
     resolve_shader_import,
     shader_root,
 )
@@ -264,37 +263,10 @@ def test_substitution_only_in_active_lines():
     assert lines(preprocess("#ifdef OFF\n#{UNDEFINED}\n#endif\n", {})) == []
 
 
-# --- #define -----------------------------------------------------------------------------------
-
-
-def test_define_adds_defs_for_the_rest_of_the_file():
-    text = src("""
-        #{N}
-        #define N 8
-        #define T f32
-        #define FLAG
-        #define SCALE 0.25
-        #define EXPR a + b
-        #{N} #{T} #{SCALE} #{EXPR}
-        #ifdef FLAG
-        flag
-        #endif
-        #if N > 4
-        big
-        #endif
-    """)
-    assert lines(preprocess(text, {"N": 1})) == ["1", "8 f32 0.25 a + b", "flag", "big"]
-
-
-def test_define_in_dead_branch_is_ignored():
-    text = "#ifdef OFF\n#define X 1\n#endif\n#ifdef X\nx\n#endif\n"
-    assert lines(preprocess(text, {})) == []
-
-
-def test_defs_mapping_is_not_modified():
-    defs = {"N": 1}
-    preprocess("#define N 2\n", defs)
-    assert defs == {"N": 1}
+def test_define_is_not_a_directive():
+    """naga_oil's #define is not supported: defs come from the operator, in one place."""
+    with pytest.raises(ShaderError, match=r"t\.wgsl:1: unknown directive '#define'"):
+        preprocess("#define N 2\n", {}, filename="t.wgsl")
 
 
 # --- errors with file:line ---------------------------------------------------------------------
@@ -313,7 +285,6 @@ def test_defs_mapping_is_not_modified():
         ("#ifdef A B\n#endif\n", r"t\.wgsl:1: #ifdef expects one def name"),
         ("#if N\n#endif\n", r"t\.wgsl:1: #if expects 'NAME OP VALUE'"),
         ("#ifdef A\n#endif junk\n", r"t\.wgsl:2: unexpected text after #endif"),
-        ("#define 3 x\n", r"t\.wgsl:1: #define expects"),
         ("x\n\nlet a = #{MISSING};\n", r"t\.wgsl:3: #\{MISSING\}: shader def 'MISSING' is not"),
         ("let a = #{N;\n", r"t\.wgsl:1: unterminated '#\{'"),
         ("let a = #{1N};\n", r"t\.wgsl:1: malformed substitution"),
@@ -441,7 +412,12 @@ def test_resolve_shader_import_accepts_both_spellings():
         resolve_shader_import("common/../../secret")
 
 
-def test_render_shader_resolves_imports_from_the_shader_folder(tmp_path, monkeypatch):
+def render_from_folder(relpath: str, defs: dict) -> str:
+    """A template of the shader folder preprocessed with its imports, as planning does."""
+    return preprocess(load_shader(relpath), defs, filename=relpath, resolve_import=resolve_shader_import)
+
+
+def test_templates_resolve_imports_from_the_shader_folder(tmp_path, monkeypatch):
     from onyxia.codegen import preprocess as module
 
     (tmp_path / "common").mkdir()
@@ -450,12 +426,12 @@ def test_render_shader_resolves_imports_from_the_shader_folder(tmp_path, monkeyp
         "#import common::indexing\n@compute @workgroup_size(#{WG})\nfn main() {}\n"
     )
     monkeypatch.setattr(module, "shader_root", lambda: tmp_path)
-    out = render_shader("kernel.wgsl", {"WG": 64})
+    out = render_from_folder("kernel.wgsl", {"WG": 64})
     assert "fn onyxia_div_ceil" in out and "@workgroup_size(64)" in out
     with pytest.raises(ShaderError, match=r"kernel\.wgsl:2: #\{WG\}"):
-        render_shader("kernel.wgsl", {})
+        render_from_folder("kernel.wgsl", {})
 
 
-def test_render_shader_on_the_real_helper():
-    out = render_shader("common/indexing.wgsl", {})
+def test_the_real_shared_helper_preprocesses():
+    out = render_from_folder("common/indexing.wgsl", {})
     assert "fn onyxia_div_ceil" in out and "#define_import_path" not in out

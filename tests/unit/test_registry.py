@@ -17,7 +17,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel
 from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
 from onyxia.operators.base import InferenceCtx, PlanCtx
-from onyxia.operators.elementwise import plan_map
+from onyxia.operators.map_kernel import plan_map
 from onyxia.plan import Dispatch, Step
 from tests.helpers import make_model
 
@@ -121,13 +121,19 @@ def test_copy_is_independent():
 
 def test_core_registry_holds_every_category_operator():
     import importlib
+    import pkgutil
 
+    import onyxia.operators
     from onyxia.operators import CATEGORY_MODULES
 
+    # A category module (one defining operators()) left out of CATEGORY_MODULES would be silently unregistered.
+    modules = [importlib.import_module(f"onyxia.operators.{m.name}")
+               for m in pkgutil.iter_modules(onyxia.operators.__path__)]
+    assert {m for m in modules if hasattr(m, "operators")} == set(CATEGORY_MODULES)
     reg = core_operator_registry()
     expected = set()
-    for name in CATEGORY_MODULES:
-        for op, since in importlib.import_module(f"onyxia.operators.{name}").operators():
+    for module in CATEGORY_MODULES:
+        for op, since in module.operators():
             expected.add((op.domain, op.op_type))
             assert reg.get(op.op_type, op.domain, since) is not None
     assert set(reg) == expected

@@ -226,7 +226,8 @@ def test_fold_keeps_symbols_through_gather_slice_concat_cast():
     ([h.make_node("Reshape", ["x", "s"], ["y"])], {"s": i64(-1, -1)}, "more than one -1"),
     ([h.make_node("Dropout", ["x", "r", "t"], ["y"])], {"r": np.array(0.5, np.float32), "t": np.array(True)},
      "training_mode"),
-    ([h.make_node("ScatterND", ["x", "i", "x"], ["y"], reduction="avg")], {"i": i64(0).reshape(1, 1)},
+    # Two index rows, so the updates' [batch, seq, 8] fits for batch = 2 (DIMS).
+    ([h.make_node("ScatterND", ["x", "i", "x"], ["y"], reduction="avg")], {"i": i64(0, 1).reshape(2, 1)},
      "attribute 'reduction'"),
     ([h.make_node("Squeeze", ["x", "ax"], ["y"])], {"ax": i64(2)}, "cannot squeeze axis 2 of size 8"),
 ])

@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import onyxia
-from onyxia.compiler import CompilerPipeline, Stage
-from onyxia.compiler.passes import default_optimization_passes
-from onyxia.compiler.passes.split_large import MAX_BINDING_BYTES, SplitLargeTensorsPass, chunk_ranges
+from onyxia.compiler import CompileContext, CompilerPipeline, Stage
+from onyxia.compiler.passes import PackNBitsWeightsPass, default_optimization_passes
+from onyxia.compiler.passes.split_large import MAX_BINDING_BYTES, SplitLargeTensorsPass, SplitReport, chunk_ranges
+from onyxia.errors import PipelineError
+from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
-from onyxia.operators.quantized import PackNBitsWeightsPass
 from tests.helpers import make_model
 
 LIMIT = 4096
@@ -36,8 +37,11 @@ def split_pipeline(limit: int = LIMIT) -> CompilerPipeline:
     return pipeline
 
 
-def optimized(model, dims, limit: int = LIMIT):
-    return split_pipeline(limit).run_passes(onyxia.load_model(model), dims, until=Stage.OPTIMIZATION)
+def optimized(model, dims, limit: int = LIMIT) -> tuple[IrGraph, SplitReport]:
+    """The graph after the optimization passes, and the split pass's report."""
+    pipeline = split_pipeline(limit)
+    graph = pipeline.run_passes(onyxia.load_model(model), dims, until=Stage.OPTIMIZATION)
+    return graph, pipeline.context.reports["split-large-tensors"]
 
 
 def compiled(model, dims, limit: int = LIMIT):
@@ -93,9 +97,8 @@ def test_chunk_ranges_cover_in_bounded_aligned_pieces(total, most, align):
 
 def test_decoder_splits_embedding_and_lm_head_only():
     model = decoder_model(np.random.default_rng(0))
-    graph = optimized(model, {"B": 1, "S": 4})
-    report = graph.meta["split_large"]
-    assert report == {"split": {"embed_tokens": ["embed"], "lm_head": ["head"]}, "skipped": {}}
+    graph, report = optimized(model, {"B": 1, "S": 4})
+    assert report == SplitReport({"embed_tokens": ["embed"], "lm_head": ["head"]}, {})
     ops = [n.op_type for n in graph.nodes]
     assert ops.count("MatMul") == 1 + 5  # proj untouched; lm_head [16, 300]: 64-column pieces
     assert ops.count("Gather") == 5 and ops.count("Concat") == 1  # 300 rows of 16: 5 x 60 rows
@@ -120,24 +123,26 @@ def test_names_are_deterministic():
 
 def test_nothing_changes_under_the_limit():
     model = decoder_model(np.random.default_rng(2))
-    graph = optimized(model, {"B": 1, "S": 4}, limit=MAX_BINDING_BYTES)
-    assert graph.meta["split_large"] == {"split": {}, "skipped": {}}
+    graph, report = optimized(model, {"B": 1, "S": 4}, limit=MAX_BINDING_BYTES)
+    assert report == SplitReport({}, {})
     assert sorted(n.name for n in graph.nodes) == ["act", "embed_tokens", "lm_head", "proj"]
-    result = SplitLargeTensorsPass().run(graph, core_operator_registry())
+    ctx = CompileContext(dims={"B": 1, "S": 4}, registry=core_operator_registry())
+    result = SplitLargeTensorsPass().run(graph, ctx)
     assert not result.modified
 
 
-def unfolded_split(model, dims, limit: int = LIMIT):
+def unfolded_split(model, dims, limit: int = LIMIT) -> tuple[IrGraph, SplitReport]:
     """The split pass on the graph before constant folding: a real tied lm_head's Transpose of the
     embedding is too big to fold (over FOLD_MAX_ELEMENTS), which these small tables are not."""
-    graph = split_pipeline(limit).run_passes(onyxia.load_model(model), dims, until=Stage.INFERENCE)
-    SplitLargeTensorsPass(limit).run(graph, core_operator_registry())
-    return graph
+    pipeline = split_pipeline(limit)
+    graph = pipeline.run_passes(onyxia.load_model(model), dims, until=Stage.INFERENCE)
+    SplitLargeTensorsPass(limit).run(graph, pipeline.context)
+    return graph, pipeline.context.reports["split-large-tensors"]
 
 
 def test_tied_lm_head_drops_the_transpose():
-    graph = unfolded_split(decoder_model(np.random.default_rng(3), tied=True), {"B": 1, "S": 2})
-    assert graph.meta["split_large"]["split"] == {"embed_tokens": ["embed"], "lm_head": ["embed_t"]}
+    graph, report = unfolded_split(decoder_model(np.random.default_rng(3), tied=True), {"B": 1, "S": 2})
+    assert report.split == {"embed_tokens": ["embed"], "lm_head": ["embed_t"]}
     assert "Transpose" not in {n.op_type for n in graph.nodes}
     pieces = [t for t in graph.tensors.values() if t.name.startswith("embed/T/cols_")]
     assert len(pieces) == 5 and all(t.shape[0] == 16 and t.value.size * 4 <= LIMIT for t in pieces)
@@ -147,7 +152,7 @@ def test_tied_lm_head_drops_the_transpose():
 
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_gemm_pieces_follow_trans_b(trans_b):
-    graph = optimized(gemm_model(np.random.default_rng(4), trans_b=trans_b, c="row"), {})
+    graph, _ = optimized(gemm_model(np.random.default_rng(4), trans_b=trans_b, c="row"), {})
     gemms = [n for n in graph.nodes if n.op_type == "Gemm"]
     # K = 24: at most 42 columns per piece, so three near-equal ones.
     assert len(gemms) == 3 and all(n.attributes["transB"] == int(trans_b) for n in gemms)
@@ -160,7 +165,7 @@ def test_matmul_cuts_k_when_one_column_is_too_big():
     rng = np.random.default_rng(5)
     model = make_model([helper.make_node("MatMul", ["A", "W"], ["Y"], name="mm")], [("A", np.float32, ["M", 3000])],
                        ["Y"], {"W": rng.standard_normal((3000, 3)).astype(np.float32)})
-    graph = optimized(model, {"M": 2})
+    graph, _ = optimized(model, {"M": 2})
     ops = [n.op_type for n in graph.nodes]
     assert ops.count("Slice") == 3 and ops.count("MatMul") == 9 and ops.count("Sum") == 1  # 1000-row pieces
     assert max(t.value.size * 4 for t in graph.tensors.values() if t.name.startswith("W/")) <= LIMIT
@@ -170,7 +175,7 @@ def test_matmul_nbits_pieces_change_n():
     from tests.gpu.test_quantized import nbits_model
 
     model = nbits_model(np.random.default_rng(6), k=64, n=300, block=32, zero_points="uint8", bias=True)
-    graph = optimized(model, {"M": 1}, limit=1024)
+    graph, _ = optimized(model, {"M": 1}, limit=1024)
     nodes = [n for n in graph.nodes if n.op_type == "MatMulNBits"]
     # Per row: 32 packed bytes of B, 2 scales (8 bytes), 1 zero-point byte, 1 bias (4 bytes).
     assert [n.attributes["N"] for n in nodes] == [30] * 10  # at most 32 rows, near-equal pieces
@@ -185,8 +190,8 @@ def test_gather_block_quantized_splits_rows():
     node = helper.make_node("GatherBlockQuantized", ["data", "idx", "scales"], ["y"], domain="com.microsoft",
                             block_size=32, quantize_axis=1, bits=4, name="gbq")
     model = make_model([node], [("idx", np.int64, ["n"])], ["y"], inits, extra_opsets=MS)
-    graph = optimized(model, {"n": 3}, limit=1024)
-    assert graph.meta["split_large"]["split"] == {"gbq": ["data"]}
+    graph, report = optimized(model, {"n": 3}, limit=1024)
+    assert report.split == {"gbq": ["data"]}
     assert sum(n.op_type == "GatherBlockQuantized" for n in graph.nodes) == 4  # 16 bytes per row: 64 rows
 
 
@@ -196,20 +201,26 @@ def test_reasons_for_what_stays():
     nodes = [helper.make_node("Gather", ["W", "i"], ["g"], axis=1, name="gather_cols"),
              helper.make_node("Add", ["x", "W"], ["s"], name="add")]
     model = make_model(nodes, [("i", np.int64, [2]), ("x", np.float32, [40, 40])], ["g", "s"], {"W": big})
-    report = optimized(model, {}).meta["split_large"]
-    assert report["split"] == {}
-    assert report["skipped"] == {"gather_cols": "the large constant is not the data gathered along axis 0",
+    _, report = optimized(model, {})
+    assert report.split == {}
+    assert report.skipped == {"gather_cols": "the large constant is not the data gathered along axis 0",
                                  "add": "no split rule for Add"}
 
 
 def test_matmul_nbits_after_packing_is_left_with_a_reason():
+    """The pipeline refuses packing before splitting (PackNBitsWeightsPass.after); a split pass run
+    by hand on packed weights still leaves them whole, saying why."""
     from tests.gpu.test_quantized import nbits_model
 
     model = nbits_model(np.random.default_rng(9), k=64, n=300, block=32, zero_points=None, bias=False)
     pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
     pipeline.add_pass(PackNBitsWeightsPass()).add_pass(SplitLargeTensorsPass(1024))
+    with pytest.raises(PipelineError, match="'pack-nbits-weights' must run after pass 'split-large-tensors'"):
+        pipeline.run_passes(onyxia.load_model(model), {"M": 1}, until=Stage.OPTIMIZATION)
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False).add_pass(PackNBitsWeightsPass())
     graph = pipeline.run_passes(onyxia.load_model(model), {"M": 1}, until=Stage.OPTIMIZATION)
-    [reason] = graph.meta["split_large"]["skipped"].values()
+    SplitLargeTensorsPass(1024).run(graph, pipeline.context)
+    [reason] = pipeline.context.reports["split-large-tensors"].skipped.values()
     assert "PackNBitsWeightsPass" in reason
 
 

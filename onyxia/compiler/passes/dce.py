@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.ir.graph import IrGraph
-from onyxia.operators.registry import OperatorRegistry
 
 
 class DeadCodeEliminationPass(Pass):
@@ -15,12 +14,11 @@ class DeadCodeEliminationPass(Pass):
     name = "dead-code-elimination"
     stage = Stage.OPTIMIZATION
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         live = graph.live_nodes()
         dead = [n.id for n in graph.nodes
                 if n.id not in live or all(graph.tensor(o).value is not None for o in n.outputs)]
-        folded = sum(1 for n in dead if n in live)
-        graph.meta["folded_nodes"] = graph.meta.get("folded_nodes", 0) + folded
+        ctx.folded_nodes += sum(1 for n in dead if n in live)
         for nid in dead:
             graph.remove_node(nid)
         return bool(dead)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.compiler.passes.inference import fold_node, resolve_operator
-from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.ir.graph import IrGraph
-from onyxia.operators.registry import OperatorRegistry
 
 # Folding a huge constant (say, a broadcast to 1 GB) would bloat the plan; let the GPU do it.
 FOLD_MAX_ELEMENTS = 1 << 24
@@ -19,11 +18,11 @@ class ConstantFoldingPass(Pass):
     name = "constant-folding"
     stage = Stage.FOLDING
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         modified = False
         for nid in graph.topological_order():
             node = graph.node(nid)
-            op = resolve_operator(graph, registry, node)
+            op = resolve_operator(graph, ctx.registry, node)
             assert op is not None, "ShapeInferencePass checked support"
-            modified |= fold_node(graph, op, node, FOLD_MAX_ELEMENTS)
+            modified |= fold_node(graph, ctx, op, node, FOLD_MAX_ELEMENTS)
         return modified

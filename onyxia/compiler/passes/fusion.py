@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 
+from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.compiler.passes.inference import resolve_operator
-from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
 from onyxia.operators.elementwise import FLOAT, MAX_MAP_INPUTS, BinaryElementwise, UnaryElementwise, kind
 from onyxia.operators.fused import FUSED_DOMAIN
-from onyxia.operators.registry import OperatorRegistry
 
 _OPERAND = re.compile(r"\bx(\d+)\b")
 
@@ -32,24 +31,24 @@ class ElementwiseFusionPass(Pass):
     name = "elementwise-fusion"
     stage = Stage.OPTIMIZATION
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         absorbed: set[NodeId] = set()
         modified = False
         for root in reversed(graph.topological_order()):
-            if root in absorbed or self._expression(graph, registry, root) is None:
+            if root in absorbed or self._expression(graph, ctx, root) is None:
                 continue
-            group = self._grow(graph, registry, root, absorbed)
+            group = self._grow(graph, ctx, root, absorbed)
             if len(group) < 2:
                 continue
-            self._rewrite(graph, registry, root, group)
+            self._rewrite(graph, ctx, root, group)
             absorbed.update(group)
             modified = True
         return modified
 
-    def _expression(self, graph: IrGraph, registry: OperatorRegistry, nid: NodeId):
+    def _expression(self, graph: IrGraph, ctx: CompileContext, nid: NodeId):
         """(op, ctx, wgsl, params) if `nid` can join a fused group, else None."""
         node = graph.node(nid)
-        op = resolve_operator(graph, registry, node)
+        op = resolve_operator(graph, ctx.registry, node)
         if not isinstance(op, (BinaryElementwise, UnaryElementwise)) or op.row.exponent or op.row.result != "same":
             return None
         if len(node.outputs) != 1 or "broadcast" in node.attributes or "axis" in node.attributes:
@@ -59,12 +58,12 @@ class ElementwiseFusionPass(Pass):
             return None
         if any(t is None or graph.tensor(t).dtype != out.dtype for t in node.inputs):
             return None
-        ctx = InferenceCtx(graph, node)
-        attrs = op.attrs(ctx)
-        wgsl = op.expr(ctx, attrs, out.dtype)
+        node_ctx = InferenceCtx(graph, node, ctx)
+        attrs = op.attrs(node_ctx)
+        wgsl = op.expr(node_ctx, attrs, out.dtype)
         return op, wgsl, op.params(attrs, wgsl)
 
-    def _grow(self, graph: IrGraph, registry: OperatorRegistry, root: NodeId, absorbed: set[NodeId]) -> list[NodeId]:
+    def _grow(self, graph: IrGraph, ctx: CompileContext, root: NodeId, absorbed: set[NodeId]) -> list[NodeId]:
         group = [root]
         members = {root}
         frontier = [root]
@@ -74,7 +73,7 @@ class ElementwiseFusionPass(Pass):
                 producer = graph.producer(tid) if tid is not None else None
                 if (producer is None or producer in members or producer in absorbed or tid in graph.outputs
                         or any(c not in members for c in graph.consumers(tid))
-                        or self._expression(graph, registry, producer) is None):
+                        or self._expression(graph, ctx, producer) is None):
                     continue
                 if len(self._external(graph, members | {producer})) > MAX_MAP_INPUTS:
                     continue
@@ -93,14 +92,14 @@ class ElementwiseFusionPass(Pass):
                     seen[t] = None
         return list(seen)
 
-    def _rewrite(self, graph: IrGraph, registry: OperatorRegistry, root: NodeId, group: list[NodeId]) -> None:
+    def _rewrite(self, graph: IrGraph, ctx: CompileContext, root: NodeId, group: list[NodeId]) -> None:
         order = [n for n in graph.topological_order() if n in set(group)]
         inputs = self._external(graph, set(group))
         slot = {t: f"x{k}" for k, t in enumerate(inputs)}
         exprs, param_names, param_values, ops = [], [], [], []
         for j, nid in enumerate(order):
             node = graph.node(nid)
-            _op, wgsl, params = self._expression(graph, registry, nid)  # type: ignore[misc]
+            _op, wgsl, params = self._expression(graph, ctx, nid)  # type: ignore[misc]
             operands = [slot[t] for t in node.inputs]  # type: ignore[index]
             text = _OPERAND.sub(lambda m: operands[int(m.group(1))], wgsl)
             for name, value in params.items():  # each member's attribute params get their own name

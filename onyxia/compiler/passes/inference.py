@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError, UnsupportedOperatorError
+from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.graph import IrGraph, Node
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator
@@ -30,7 +31,7 @@ def check_supported(graph: IrGraph, registry: OperatorRegistry) -> None:
         raise UnsupportedOperatorError(missing)
 
 
-def fold_node(graph: IrGraph, op: Operator, node: Node, max_elements: int | None) -> bool:
+def fold_node(graph: IrGraph, env: DimEnv, op: Operator, node: Node, max_elements: int | None) -> bool:
     """Fold `node` if every present input has a value; store the values. True if folded."""
     if all(graph.tensor(o).value is not None for o in node.outputs):
         return False
@@ -44,7 +45,7 @@ def fold_node(graph: IrGraph, op: Operator, node: Node, max_elements: int | None
                 count = count * d if isinstance(d, int) else -1
             if isinstance(count, SymDim) or count < 0 or count > max_elements:
                 return False
-    ctx = FoldCtx(graph, node)
+    ctx = FoldCtx(graph, node, env)
     try:
         values = op.fold(ctx)
     except OnyxiaError:
@@ -86,13 +87,13 @@ class ShapeInferencePass(Pass):
     name = "shape-inference"
     stage = Stage.INFERENCE
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
-        check_supported(graph, registry)
+    def run(self, graph: IrGraph, compile_ctx: CompileContext) -> bool:
+        check_supported(graph, compile_ctx.registry)
         for nid in graph.topological_order():
             node = graph.node(nid)
-            op = resolve_operator(graph, registry, node)
+            op = resolve_operator(graph, compile_ctx.registry, node)
             assert op is not None
-            ctx = InferenceCtx(graph, node)
+            ctx = InferenceCtx(graph, node, compile_ctx)
             try:
                 results = op.infer(ctx)
             except OnyxiaError:
@@ -104,5 +105,5 @@ class ShapeInferencePass(Pass):
             for out, (dtype, shape) in zip(node.outputs, results):
                 t = graph.tensor(out)
                 t.dtype, t.shape = dtype, tuple(shape)
-            fold_node(graph, op, node, PROPAGATE_MAX_ELEMENTS)
+            fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
         return True

@@ -1,6 +1,6 @@
 """Memory planning: intermediates with disjoint lifetimes share buffers.
 
-Used by PlanningPass after every op is planned. Two tensors may share a buffer only when their
+Used by planning after every op is planned. Two tensors may share a buffer only when their
 byte sizes are the *same expression* (e.g. the per-layer activations of a transformer): with
 symbolic sizes that is what keeps the shared buffer's capacity and reallocation exact for every
 future value of the dimensions. Lifetimes are measured in steps; a tensor written at step i

@@ -1,15 +1,15 @@
-"""PlanningPass: turn the optimized graph into a CompiledModel."""
+"""Planning: the lowering from the optimized graph to a CompiledModel (CompilerPipeline.compile
+runs it after every pass)."""
 
 from __future__ import annotations
 
+from onyxia.compiler.context import CompileContext
 from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.compiler.passes.memory import plan_memory
-from onyxia.compiler.pipeline import Pass, Stage
 from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
-from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import (
     CompiledModel,
     CopyBuffer,
@@ -23,73 +23,66 @@ from onyxia.plan import (
 )
 
 
-class PlanningPass(Pass):
+def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     """1. Skips dead nodes and folded nodes (every output has a value): they emit nothing.
     2. Calls `plan` of each remaining node in topological order, collecting its steps.
     3. Materializes the values the steps read: numeric ones as weight data, symbolic ones
        (shape tensors over dynamic dims) as WriteBuffer steps patched on dimension changes.
     4. Records a SymbolicBinding for every expression over dynamic dimensions.
     """
+    state = PlanState(graph, ctx)
+    live = graph.live_nodes()
+    operations: list[PlannedOp] = []
+    folded = ctx.folded_nodes
+    planned_nodes = 0
+    for nid in graph.topological_order():
+        node = graph.node(nid)
+        if nid not in live:
+            continue
+        if all(graph.tensor(o).value is not None for o in node.outputs):
+            folded += 1
+            continue
+        op = resolve_operator(graph, ctx.registry, node)
+        assert op is not None
+        scratch_before = set(state.scratch)
+        try:
+            steps = op.plan(PlanCtx(graph, node, state))
+        except OnyxiaError:
+            raise
+        except Exception as exc:
+            raise PlanError(f"{node.describe()}: planning failed: {type(exc).__name__}: {exc}") from exc
+        planned_nodes += 1
+        scratch = tuple(n for n in state.scratch if n not in scratch_before)
+        operations.append(PlannedOp(node.name, node.op_type, tuple(steps), scratch))
 
-    name = "planning"
-    stage = Stage.PLANNING
-
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
-        state = PlanState(graph)
-        live = graph.live_nodes()
-        operations: list[PlannedOp] = []
-        folded = graph.meta.get("folded_nodes", 0)
-        planned_nodes = 0
-        for nid in graph.topological_order():
-            node = graph.node(nid)
-            if nid not in live:
-                continue
-            if all(graph.tensor(o).value is not None for o in node.outputs):
-                folded += 1
-                continue
-            op = resolve_operator(graph, registry, node)
-            assert op is not None
-            scratch_before = set(state.scratch)
-            ctx = PlanCtx(graph, node, state)
-            try:
-                steps = op.plan(ctx)
-            except OnyxiaError:
-                raise
-            except Exception as exc:
-                raise PlanError(f"{node.describe()}: planning failed: {type(exc).__name__}: {exc}") from exc
-            planned_nodes += 1
-            scratch = tuple(n for n in state.scratch if n not in scratch_before)
-            operations.append(PlannedOp(node.name, node.op_type, tuple(steps), scratch))
-
-        tensors, prelude = _tensor_table(graph, state, operations)
-        if prelude:
-            operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
-        tensors, memory = plan_memory(operations, tensors)
-        steps = [s for op in operations for s in op.steps]
-        bindings = _symbolic_bindings(steps, tensors, state.shaders, graph.static_symbols)
-        weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
-        graph.meta["compiled_model"] = CompiledModel(
-            shaders=tuple(state.shaders),
-            operations=tuple(operations),
-            tensors=tensors,
-            inputs=tuple(graph.inputs),
-            outputs=tuple(graph.outputs),
-            symbolic_bindings=tuple(bindings),
-            dims=dict(graph.dims),
-            static_symbols=graph.static_symbols,
-            constraints=tuple(graph.meta.get("dim_constraints", {}).values()),
-            metadata={
-                "name": graph.name,
-                "opsets": dict(graph.opsets),
-                "nodes": planned_nodes + folded,
-                "planned_nodes": planned_nodes,
-                "folded_nodes": folded,
-                "weight_bytes": weight_bytes,
-                "memory": memory,
-                **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
-            },
-        )
-        return True
+    tensors, prelude = _tensor_table(graph, state, operations)
+    if prelude:
+        operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
+    tensors, memory = plan_memory(operations, tensors)
+    steps = [s for op in operations for s in op.steps]
+    bindings = _symbolic_bindings(steps, tensors, state.shaders, ctx.static)
+    weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
+    return CompiledModel(
+        shaders=tuple(state.shaders),
+        operations=tuple(operations),
+        tensors=tensors,
+        inputs=tuple(graph.inputs),
+        outputs=tuple(graph.outputs),
+        symbolic_bindings=tuple(bindings),
+        dims=dict(ctx.dims),
+        static_symbols=ctx.static,
+        constraints=tuple(ctx.constraints.values()),
+        metadata={
+            "name": graph.name,
+            "opsets": dict(graph.opsets),
+            "nodes": planned_nodes + folded,
+            "planned_nodes": planned_nodes,
+            "folded_nodes": folded,
+            "weight_bytes": weight_bytes,
+            "memory": memory,
+            **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
+        },
+    )
 
 
 def _referenced(operations: list[PlannedOp]) -> list[str]:
@@ -105,7 +98,8 @@ def _referenced(operations: list[PlannedOp]) -> list[str]:
     return list(names)
 
 
-def _tensor_table(graph: IrGraph, state: PlanState, operations: list[PlannedOp]) -> tuple[dict[str, TensorInfo], list[Step]]:
+def _tensor_table(graph: IrGraph, state: PlanState,
+                  operations: list[PlannedOp]) -> tuple[dict[str, TensorInfo], list[Step]]:
     """Every tensor a step or the caller touches, with its device buffer description."""
     needed = dict.fromkeys([*graph.inputs, *graph.outputs, *_referenced(operations)])
     for alias, target in state.aliases.items():

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from onyxia.compiler.pipeline import Pass, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.errors import DimensionError
 from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import dim_symbols, evaluate_dim
-from onyxia.operators.registry import OperatorRegistry
 
 
 class SymbolicResolutionPass(Pass):
@@ -14,17 +13,16 @@ class SymbolicResolutionPass(Pass):
 
     1. Checks every given value is a non-negative int and every static name is given.
     2. Checks every symbol used by an input shape has a value, naming the input if not.
-    3. Records `graph.dims` (current values: buffer capacities, folding) and
-       `graph.static_symbols` (baked into shaders as defs). Shapes keep their symbols so the
-       plan stays valid for other values of the dynamic ones.
+    The values (`ctx.dims`: buffer capacities, folding) and static symbols (`ctx.static`:
+    baked into shaders as defs) are the context's; shapes keep their symbols so the plan stays
+    valid for other values of the dynamic ones.
     """
 
     name = "symbolic-resolution"
     stage = Stage.RESOLUTION
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> bool:
-        dims: dict[str, int] = dict(graph.meta.get("requested_dims", {}))
-        static = frozenset(graph.meta.get("requested_static", ()))
+    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
+        dims, static = ctx.dims, ctx.static
         used: dict[str, str] = {}
         for tid in graph.inputs:
             for d in graph.tensor(tid).shape or ():
@@ -41,11 +39,10 @@ class SymbolicResolutionPass(Pass):
                 raise DimensionError(f"static dimension '{name}' has no value; give it with the dims")
         for sym, tid in sorted(used.items()):
             if sym not in dims:
-                raise DimensionError(f"dimension '{sym}' of input '{tid}' is not given (pass --dim {sym}=N, or dims={{'{sym}': N}})")
+                raise DimensionError(f"dimension '{sym}' of input '{tid}' is not given "
+                                     f"(pass --dim {sym}=N, or dims={{'{sym}': N}})")
         for tid in graph.inputs:
             for i, d in enumerate(graph.tensor(tid).shape or ()):
                 if evaluate_dim(d, dims) < 0:
                     raise DimensionError(f"input '{tid}' dim {i} ({d}) is negative for the dims given")
-        graph.dims = dims
-        graph.static_symbols = static
-        return True
+        return False

@@ -8,16 +8,16 @@ plan stays portable. The limit is an argument: no device is consulted while comp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.compiler.passes.inference import resolve_operator
-from onyxia.compiler.pipeline import Pass, PassResult, Stage
 from onyxia.ir.dtypes import from_numpy
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.registry import OperatorRegistry
 
 MAX_BINDING_BYTES = 128 << 20  # WebGPU's guaranteed maxStorageBufferBindingSize
 COLUMN_ALIGN = 64  # MatMul pieces in whole gemv column groups / tile widths when they can be
@@ -41,12 +41,20 @@ def _rows(value: np.ndarray, n: int, a: int, b: int) -> np.ndarray:
     return piece.reshape((b - a,) + value.shape[1:]) if value.ndim > 1 and value.shape[0] == n else piece.reshape(-1)
 
 
+@dataclass(frozen=True)
+class SplitReport:
+    """What the pass did: {node: the inputs it split}, and {node: why it left a big input whole}."""
+
+    split: dict[str, list[str]]
+    skipped: dict[str, str]
+
+
 class _Rewrite:
     """Replaces one node by new ones; the last (`final`) writes the node's output tensor."""
 
-    def __init__(self, graph: IrGraph, registry: OperatorRegistry, pieces: dict, node: Node,
+    def __init__(self, graph: IrGraph, ctx: CompileContext, pieces: dict, node: Node,
                  drop: NodeId | None = None):
-        self.graph, self.registry, self.pieces, self.node = graph, registry, pieces, node
+        self.graph, self.ctx, self.pieces, self.node = graph, ctx, pieces, node
         self.out = graph.tensor(node.outputs[0])  # its definition (symbolic shape) is kept as is
         graph.remove_node(node.id)
         if drop is not None and not graph.consumers(graph.node(drop).outputs[0]) \
@@ -75,9 +83,9 @@ class _Rewrite:
         nid = self.graph.add_node(op_type, inputs, [out], attrs, domain=domain, name=f"{self.node.name}/{hint}")
         if not final:
             node = self.graph.node(nid)
-            op = resolve_operator(self.graph, self.registry, node)
+            op = resolve_operator(self.graph, self.ctx.registry, node)
             assert op is not None, f"{op_type} is a built-in operator"
-            (dtype, shape), *_ = op.infer(InferenceCtx(self.graph, node))
+            (dtype, shape), *_ = op.infer(InferenceCtx(self.graph, node, self.ctx))
             self.graph.tensor(out).dtype, self.graph.tensor(out).shape = dtype, tuple(shape)
         return out
 
@@ -104,7 +112,8 @@ class SplitLargeTensorsPass(Pass):
     3. MatMulNBits: B, scales, zero points and bias in row pieces along N (attribute N per piece),
        Concat on the last axis. GatherBlockQuantized: data / scales / zero points by rows as in 2.
     4. Anything else over the limit stays (the runtime raises its DeviceError), with the reason in
-       graph.meta["split_large"]["skipped"]. Names derive from the weight's name and the ranges.
+       the pass's SplitReport (ctx.reports["split-large-tensors"]). Names derive from the weight's
+       name and the ranges.
     """
 
     name = "split-large-tensors"
@@ -115,7 +124,7 @@ class SplitLargeTensorsPass(Pass):
             raise ValueError(f"max_binding_bytes must be >= 4, got {max_binding_bytes}")
         self.limit = max_binding_bytes // 4 * 4  # bindings hold whole 4-byte elements
 
-    def run(self, graph: IrGraph, registry: OperatorRegistry) -> PassResult:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> PassResult:
         rules: dict[tuple[str, str], Callable] = {
             ("", "MatMul"): self._matmul, ("", "Gemm"): self._matmul, ("", "Gather"): self._gather,
             (MS, "MatMulNBits"): self._matmul_nbits, (MS, "GatherBlockQuantized"): self._gather}
@@ -132,7 +141,7 @@ class SplitLargeTensorsPass(Pass):
             if graph.opsets.get("", 1) < MIN_OPSET:
                 skipped[node.name] = f"opset {graph.opsets.get('', 1)} < {MIN_OPSET}"
             elif reason := rules[node.domain, node.op_type](graph, node, lambda **kw: _Rewrite(
-                    graph, registry, pieces, node, **kw)):
+                    graph, ctx, pieces, node, **kw)):
                 skipped[node.name] = reason
             else:
                 split[node.name] = big
@@ -140,7 +149,7 @@ class SplitLargeTensorsPass(Pass):
             if node.name not in skipped and any(t is not None and self._too_big(graph.tensor(t).value, node)
                                                 for t in node.inputs):
                 skipped[node.name] = f"no split rule for {node.op_type}"
-        graph.meta["split_large"] = {"split": split, "skipped": skipped}
+        ctx.reports[self.name] = SplitReport(split, skipped)
         return PassResult(bool(split), f"split {len(split)} nodes; {len(skipped)} still read a tensor over the limit")
 
     def _too_big(self, value: np.ndarray | None, node: Node) -> bool:

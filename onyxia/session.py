@@ -1,5 +1,7 @@
 """InferenceSession: onnxruntime's API on top of the compiler and the PlanExecutor.
 
+It compiles models and runs them, so it sits above both the compiler and runtime/.
+
 Symbols are bound from the feed shapes on every call. The first call compiles (with the
 default optimizing pipeline); later calls with other shapes only update dimensions, which
 patches the plan in place instead of recompiling.
@@ -12,10 +14,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from onyxia.compiler import CompilerPipeline, Stage
 from onyxia.errors import InputError, ValueRequiredError
 from onyxia.ir import dtypes
+from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import Dim, SymDim
+from onyxia.onnx import load_model
+from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
+from onyxia.runtime.device import Runtime
 
 
 @dataclass(frozen=True)
@@ -84,9 +91,6 @@ class InferenceSession:
     def __init__(self, model: Any, sess_options: Any = None, providers: Any = None, *, runtime=None,
                  dims: Mapping[str, int] | None = None, static: Iterable[str] = (), registry=None,
                  transport: str | None = None):
-        from onyxia.ir.graph import IrGraph
-        from onyxia.onnx import load_model
-
         self._runtime = runtime
         self._registry = registry
         self._fixed_dims = dict(dims or {})
@@ -112,21 +116,17 @@ class InferenceSession:
             self._outputs = self._infer_outputs()
 
     def _pipeline(self):
-        from onyxia.compiler import CompilerPipeline
-        from onyxia.operators import core_operator_registry
-
         return CompilerPipeline(self._registry or core_operator_registry())
 
     def _infer_outputs(self) -> list[NodeArg]:
         """Output dtypes and symbolic shapes, from inference alone (no dims needed)."""
-        from onyxia.compiler import Stage
-
         assert self._graph is not None
         symbols = {s for shape in self._input_shapes.values() for d in shape
                    for s in (d.symbols if isinstance(d, SymDim) else ())}
         placeholder = {s: self._fixed_dims.get(s, 1) for s in symbols}
         try:
-            graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE)
+            graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE,
+                                                placeholders=symbols - self._fixed_dims.keys())
         except ValueRequiredError:
             # Shapes depend on input values: known after the first run (see _compile_for).
             return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]
@@ -149,7 +149,8 @@ class InferenceSession:
         unknown = [k for k in input_feed if k not in known]
         missing = [k for k in known if k not in input_feed]
         if unknown or missing:
-            parts = ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else [])
+            parts = [f"unknown inputs {unknown}"] if unknown else []
+            parts += [f"missing inputs {missing}"] if missing else []
             raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(a.name for a in self._inputs)})")
         for name, dtype in self._input_dtypes.items():
             value = input_feed[name]
@@ -165,8 +166,6 @@ class InferenceSession:
 
     # ---- compilation, specialized on input values where shapes depend on them -------------
     def _executor_for(self, feeds: Mapping[str, Any]):
-        from onyxia.runtime.device import Runtime
-
         key = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
         executor = self._executors.get(key)
         if executor is not None:
@@ -205,8 +204,6 @@ class InferenceSession:
             return compiled
 
     def _specialized_graph(self, feeds: Mapping[str, Any]):
-        from onyxia.ir.graph import TensorKind
-
         assert self._graph is not None
         if not self._value_inputs:
             return self._graph

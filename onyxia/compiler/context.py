@@ -1,0 +1,30 @@
+"""CompileContext: the typed state one compilation shares between its passes.
+
+It replaces string keys in a graph-wide dict: each field says who writes it and who reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onyxia.ir.dim_env import DimEnv
+from onyxia.operators.registry import OperatorRegistry
+
+
+@dataclass(kw_only=True)
+class CompileContext(DimEnv):
+    """Dims, static symbols and assumed equalities (DimEnv), plus:
+
+    registry      the operators the graph's nodes resolve to;
+    reports       what each pass wants to tell its caller, by pass name (a typed record, e.g.
+                  SplitLargeTensorsPass's SplitReport);
+    folded_nodes  nodes removed because every output was a constant (DCE counts them; planning
+                  adds the folded nodes it skips), reported in the plan's metadata.
+    """
+
+    registry: OperatorRegistry
+    reports: dict[str, object] = field(default_factory=dict)
+    folded_nodes: int = 0
+
+
+__all__ = ["CompileContext"]

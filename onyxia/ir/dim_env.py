@@ -1,0 +1,60 @@
+"""DimEnv: what one compilation knows about its symbols.
+
+The values given at compile time (they size buffers and let folding evaluate shapes), the symbols
+baked into shaders as defs, and the equalities the compiler assumed because the values agreed.
+The compiler's CompileContext extends it; the operators' contexts read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onyxia.errors import DimensionError
+from onyxia.ir.shapes import Dim, SymDim, dim_symbols, evaluate_dim
+
+# An assumed equality: (dim, dim, the node that needed it).
+Constraint = tuple[Dim, Dim, str]
+
+
+@dataclass(kw_only=True)
+class DimEnv:
+    dims: dict[str, int] = field(default_factory=dict)  # symbol -> value (buffer capacities, folding)
+    static: frozenset[str] = frozenset()  # symbols baked into shaders as defs
+    # (str(a), str(b)) -> (a, b, node): becomes the plan's constraints, re-checked by update_dimensions.
+    constraints: dict[tuple[str, str], Constraint] = field(default_factory=dict)
+    # Symbols whose values in `dims` are stand-ins (InferenceSession describes its outputs before
+    # any feed): a comparison involving one cannot be judged, so it passes and records nothing.
+    placeholders: frozenset[str] = frozenset()
+
+    def value(self, d: Dim) -> int | None:
+        """The compile-time value of `d`, or None when a symbol of it has none."""
+        try:
+            return evaluate_dim(d, self.dims)
+        except DimensionError:
+            return None
+
+    def is_static(self, value: object) -> bool:
+        """A value is baked into a shader when it depends on no dynamic symbol."""
+        return not isinstance(value, SymDim) or value.symbols <= self.static
+
+    def assume_equal(self, a: Dim, b: Dim, node: str) -> bool:
+        """Whether `a` and `b` are one dim for this compilation.
+
+        Identical dims are. Otherwise a symbol is as good as a literal once its value is known:
+        when both sides evaluate to the same value, the equality is recorded (with `node`, which
+        needed it) so the runtime rejects dims that break it instead of computing garbage.
+        """
+        if a == b:
+            return True
+        if self.placeholders & (dim_symbols(a) | dim_symbols(b)):
+            return True
+        value = self.value(a)
+        if value is None or value != self.value(b):
+            return False
+        if isinstance(a, int):  # the symbolic side first: "kv_cache_dim = 32 must be 64"
+            a, b = b, a
+        self.constraints.setdefault((str(a), str(b)), (a, b, node))
+        return True
+
+
+__all__ = ["Constraint", "DimEnv"]
