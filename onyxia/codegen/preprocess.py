@@ -38,7 +38,7 @@ from onyxia.errors import ShaderError
 DefValue = bool | int | float | str
 
 ImportResolver = Callable[[str], tuple[str, str]]
-"""Maps an import name (``common::indexing``) to ``(source text, filename for messages)``.
+"""Maps an import name (``common::grid``) to ``(source text, filename for messages)``.
 The filename is also the module's identity for include-once and cycle detection."""
 
 __all__ = [
@@ -232,7 +232,7 @@ def _inline_one(
         )
     match = _IMPORT_RE.match(rest)
     if match is None:
-        raise line.error(f"#import expects a module name like 'common::indexing', got '{rest}'")
+        raise line.error(f"#import expects a module name like 'common::grid', got '{rest}'")
     name = match.group(1)
     if resolve_import is None:
         raise line.error(f"#import {name}: no import resolver was given")

@@ -389,8 +389,8 @@ def test_missing_import_names_file_line_and_module():
 
 
 def test_import_without_resolver_is_an_error():
-    with pytest.raises(ShaderError, match=r"^t\.wgsl:1: #import common::indexing: no import"):
-        preprocess("#import common::indexing\n", {}, filename="t.wgsl")
+    with pytest.raises(ShaderError, match=r"^t\.wgsl:1: #import common::grid: no import"):
+        preprocess("#import common::grid\n", {}, filename="t.wgsl")
 
 
 def test_import_inside_conditional_is_rejected():
@@ -424,7 +424,7 @@ def test_inline_imports_keeps_other_directives_for_later_preprocessing():
 def test_shader_root_is_the_checkout_shaders_folder():
     root = shader_root()
     assert root.name == "shaders"
-    assert (root / "common" / "indexing.wgsl").is_file()
+    assert (root / "common" / "grid.wgsl").is_file()
 
 
 def test_load_shader_missing_names_the_path():
@@ -433,10 +433,10 @@ def test_load_shader_missing_names_the_path():
 
 
 def test_resolve_shader_import_accepts_both_spellings():
-    text, name = resolve_shader_import("common::indexing")
-    assert name == "common/indexing.wgsl"
-    assert resolve_shader_import("common/indexing") == (text, name)
-    assert "fn onyxia_div_ceil(a: u32, b: u32) -> u32" in text
+    text, name = resolve_shader_import("common::grid")
+    assert name == "common/grid.wgsl"
+    assert resolve_shader_import("common/grid") == (text, name)
+    assert "fn grid_thread(wg: Grid) -> u32" in text
     with pytest.raises(ShaderError, match="leaves the shader folder"):
         resolve_shader_import("common/../../secret")
 
@@ -445,17 +445,17 @@ def test_render_shader_resolves_imports_from_the_shader_folder(tmp_path, monkeyp
     from onyxia.codegen import preprocess as module
 
     (tmp_path / "common").mkdir()
-    (tmp_path / "common" / "indexing.wgsl").write_text(load_shader("common/indexing.wgsl"))
+    (tmp_path / "common" / "grid.wgsl").write_text(load_shader("common/grid.wgsl"))
     (tmp_path / "kernel.wgsl").write_text(
-        "#import common::indexing\n@compute @workgroup_size(#{WG})\nfn main() {}\n"
+        "#import common::grid\n@compute @workgroup_size(#{WG})\nfn main() {}\n"
     )
     monkeypatch.setattr(module, "shader_root", lambda: tmp_path)
     out = render_shader("kernel.wgsl", {"WG": 64})
-    assert "fn onyxia_div_ceil" in out and "@workgroup_size(64)" in out
+    assert "fn grid_thread" in out and "@workgroup_size(64)" in out
     with pytest.raises(ShaderError, match=r"kernel\.wgsl:2: #\{WG\}"):
         render_shader("kernel.wgsl", {})
 
 
 def test_render_shader_on_the_real_helper():
-    out = render_shader("common/indexing.wgsl", {})
-    assert "fn onyxia_div_ceil" in out and "#define_import_path" not in out
+    out = render_shader("common/grid.wgsl", {})
+    assert "fn grid_thread" in out and "#define_import_path" not in out
