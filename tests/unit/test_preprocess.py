@@ -459,3 +459,23 @@ def test_render_shader_resolves_imports_from_the_shader_folder(tmp_path, monkeyp
 def test_render_shader_on_the_real_helper():
     out = render_shader("common/grid.wgsl", {})
     assert "fn grid_thread" in out and "#define_import_path" not in out
+
+
+def test_every_shared_module_is_named_by_its_path():
+    # `#import a::b` resolves to a/b.wgsl: a header naming another path would mislead readers.
+    root = shader_root()
+    for path in sorted(root.rglob("*.wgsl")):
+        headers = [line.split()[1] for line in path.read_text().splitlines()
+                   if line.startswith("#define_import_path")]
+        if headers:
+            expected = path.relative_to(root).with_suffix("").as_posix().replace("/", "::")
+            assert headers == [expected], path
+
+
+def test_kernels_number_workgroups_only_through_common_grid():
+    # The runtime may fold a long 1-D grid into x * y; common::grid is the one place that knows
+    # how, so no other shader reads num_workgroups (nor spells the flat index itself).
+    root = shader_root()
+    offenders = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.wgsl")
+                       if p.name != "grid.wgsl" and "num_workgroups" in p.read_text())
+    assert offenders == []
