@@ -165,7 +165,7 @@ def test_custom_operator_compiles_on_top_of_the_core_registry():
     labels = [s.label for s in compiled.shaders]
     assert labels == ["scaled_square", "map_Add"]
     spec = compiled.shaders[0]
-    assert "x[i] * x[i] * ALPHA()" in spec.template
+    assert "x[i] * x[i] * ALPHA()" in compiled.templates[spec.template]
     assert {p.name: v for p, v in spec.constants} == {"ALPHA": 0.5}
     assert [p.name for p in spec.immediates] == ["N"]
     assert isinstance(compiled.steps[0], Dispatch) and compiled.steps[0].shader == 0

@@ -70,6 +70,7 @@ class PlanningPass(Pass):
         weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
         graph.meta["compiled_model"] = CompiledModel(
             shaders=tuple(state.shaders),
+            templates={key: state.templates[key] for key in dict.fromkeys(s.template for s in state.shaders)},
             operations=tuple(operations),
             tensors=tensors,
             inputs=tuple(graph.inputs),
