@@ -251,9 +251,10 @@ def _inline_one(
 def inline_imports(source: str, filename: str, resolve_import: ImportResolver | None) -> str:
     """Replace every ``#import`` by the module's text (recursively, each module once) and leave
     all other directives in place, so the result can be preprocessed later without the shader
-    folder (saved plans store this form)."""
+    folder (saved plans store this form). Whole-line ``//`` comments become empty lines: the
+    prose stays in shaders/, not in every plan, and line numbers do not move."""
     lines = _inline(source, filename, resolve_import, {filename}, [filename])
-    return "\n".join(line.text for line in lines) + "\n"
+    return "\n".join("" if line.text.lstrip().startswith("//") else line.text for line in lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------

@@ -418,6 +418,15 @@ def test_inline_imports_keeps_other_directives_for_later_preprocessing():
     assert preprocess(inlined, {"N": 2}) == direct
 
 
+def test_inline_imports_drops_comment_lines_but_keeps_line_numbers():
+    modules = {"m": "// what m is for\nfn m() {}  // kept: code on the line\n"}
+    template = "// header\n#import m\n    // indented note\nlet x = #{X};\n"
+    inlined = inline_imports(template, "t.wgsl", resolver(modules))
+    assert inlined.splitlines() == ["", "", "fn m() {}  // kept: code on the line", "", "let x = #{X};"]
+    with pytest.raises(ShaderError, match=r"^t\.wgsl:5: #\{X\}"):
+        preprocess(inlined, {}, filename="t.wgsl")
+
+
 # --- the shader folder -------------------------------------------------------------------------
 
 
