@@ -20,6 +20,7 @@ from onyxia.codegen.preprocess import (
     shader_root,
 )
 from onyxia.errors import ShaderError
+from onyxia.operators.base import WORKGROUP_SIZE
 
 
 def src(text: str) -> str:
@@ -488,3 +489,10 @@ def test_kernels_number_workgroups_only_through_common_grid():
     offenders = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.wgsl")
                        if p.name != "grid.wgsl" and "num_workgroups" in p.read_text())
     assert offenders == []
+
+
+def test_common_grid_and_the_operators_agree_on_the_workgroup_size():
+    # PlanCtx.grid counts workgroups with WORKGROUP_SIZE; the kernels size them with grid.wgsl's.
+    declared = [line for line in load_shader("common/grid.wgsl").splitlines()
+                if line.startswith("const WORKGROUP_SIZE")]
+    assert declared == [f"const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;"]
