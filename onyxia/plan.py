@@ -1,6 +1,7 @@
 """CompiledModel: the frozen, plain-data plan that the runtime replays.
 
-A plan holds shaders (WGSL templates plus the def and parameter values that specialize them),
+A plan holds WGSL templates, each stored once, and shaders (a template plus the def and parameter
+values that specialize it),
 operations made of steps (Dispatch, CopyBuffer, WriteBuffer), a tensor table, and the symbolic
 bindings: every place where a value depends on a dynamic dimension, so the executor can patch
 it in place when dimensions change. Every size is an expression (`int | SymDim`).
@@ -26,7 +27,7 @@ from onyxia.ir.dtypes import ELEMENT_BYTES
 from onyxia.ir.shapes import Dim, SymDim, numel, parse_dim
 
 PLAN_FORMAT = "onyxia-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: templates stored once in a table that shaders name (1: a copy per shader)
 
 Expr = Dim  # int | SymDim
 Scalar = Union[int, float, SymDim]
@@ -47,7 +48,7 @@ class ShaderParam:
 @dataclass(frozen=True)
 class ShaderSpec:
     label: str
-    template: str  # WGSL with #imports already inlined; defs still to apply
+    template: str  # key of CompiledModel.templates: the WGSL this shader specializes
     defs: tuple[tuple[str, object], ...]  # (name, bool|int|float|str|SymDim over static symbols)
     constants: tuple[tuple[ShaderParam, Scalar], ...]  # static params, baked
     immediates: tuple[ShaderParam, ...]  # dynamic params, in word order
@@ -138,6 +139,8 @@ class SymbolicBinding:
 @dataclass(frozen=True)
 class CompiledModel:
     shaders: tuple[ShaderSpec, ...]
+    # WGSL with #imports inlined and defs still to apply, by key; several shaders share one.
+    templates: dict[str, str]
     operations: tuple[PlannedOp, ...]
     tensors: dict[str, TensorInfo]
     inputs: tuple[str, ...]
@@ -227,6 +230,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
                         "data": ref, "alias_of": t.alias_of})
     doc = {
         "format": PLAN_FORMAT, "version": PLAN_VERSION,
+        "templates": model.templates,
         "shaders": [{"label": s.label, "template": s.template, "entry_point": s.entry_point,
                      "defs": [[k, _enc(v)] for k, v in s.defs],
                      "constants": [[p.name, p.type, _enc(v)] for p, v in s.constants],
@@ -253,8 +257,11 @@ def load_plan(path: str | Path) -> CompiledModel:
     try:
         with zipfile.ZipFile(path) as zf:
             doc = json.loads(zf.read("plan.json"))
-            if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT or doc.get("version") != PLAN_VERSION:
-                raise PlanError(f"'{path}' is not an onyxia plan of version {PLAN_VERSION}")
+            if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+                raise PlanError(f"'{path}' is not an onyxia plan")
+            if doc.get("version") != PLAN_VERSION:
+                raise PlanError(f"'{path}' is an onyxia plan of version {doc.get('version')!r}; this onyxia "
+                                f"reads version {PLAN_VERSION} only: compile the model again")
             arrays = {n[:-4]: np.load(io.BytesIO(zf.read(n)), allow_pickle=False)
                       for n in zf.namelist() if n.endswith(".npy")}
         return _plan_from_json(doc, arrays)
@@ -266,6 +273,14 @@ def load_plan(path: str | Path) -> CompiledModel:
 
 
 def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
+    # ValueErrors here become PlanErrors naming the file (load_plan).
+    templates = doc["templates"]
+    if not isinstance(templates, dict) or not all(isinstance(t, str) for t in templates.values()):
+        raise ValueError("'templates' must map keys to WGSL text")
+    for i, s in enumerate(doc["shaders"]):
+        if s["template"] not in templates:
+            raise ValueError(f"shader {i} ('{s['label']}') names template '{s['template']}', "
+                             "which the plan does not hold")
     shaders = tuple(
         ShaderSpec(s["label"], s["template"], tuple((k, _dec(v)) for k, v in s["defs"]),
                    tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),
@@ -278,6 +293,6 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
                for t in doc["tensors"]}
     bindings = tuple(SymbolicBinding(k, tgt, i, parse_dim(e)) for k, tgt, i, e in doc["symbolic_bindings"])
     constraints = tuple((parse_dim(a), parse_dim(b), node) for a, b, node in doc.get("constraints", []))
-    return CompiledModel(shaders, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
+    return CompiledModel(shaders, templates, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
                          bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"],
                          constraints)

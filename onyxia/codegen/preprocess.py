@@ -37,7 +37,7 @@ from onyxia.errors import ShaderError
 DefValue = bool | int | float | str
 
 ImportResolver = Callable[[str], tuple[str, str]]
-"""Maps an import name (``common::indexing``) to ``(source text, filename for messages)``.
+"""Maps an import name (``common::grid``) to ``(source text, filename for messages)``.
 The filename is also the module's identity for include-once and cycle detection."""
 
 __all__ = [
@@ -230,7 +230,7 @@ def _inline_one(
         )
     match = _IMPORT_RE.match(rest)
     if match is None:
-        raise line.error(f"#import expects a module name like 'common::indexing', got '{rest}'")
+        raise line.error(f"#import expects a module name like 'common::grid', got '{rest}'")
     name = match.group(1)
     if resolve_import is None:
         raise line.error(f"#import {name}: no import resolver was given")
@@ -249,9 +249,10 @@ def _inline_one(
 def inline_imports(source: str, filename: str, resolve_import: ImportResolver | None) -> str:
     """Replace every ``#import`` by the module's text (recursively, each module once) and leave
     all other directives in place, so the result can be preprocessed later without the shader
-    folder (saved plans store this form)."""
+    folder (saved plans store this form). Whole-line ``//`` comments become empty lines: the
+    prose stays in shaders/, not in every plan, and line numbers do not move."""
     lines = _inline(source, filename, resolve_import, {filename}, [filename])
-    return "\n".join(line.text for line in lines) + "\n"
+    return "\n".join("" if line.text.lstrip().startswith("//") else line.text for line in lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------

@@ -66,9 +66,10 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
     return {k: evaluate(v, dims) for k, v in spec.defs}
 
 
-def render(spec: ShaderSpec, dims: Mapping[str, int], transport: str = IMMEDIATE) -> str:
-    """Final WGSL text: the param prelude followed by the preprocessed template."""
-    body = preprocess(spec.template, resolved_defs(spec, dims), filename=spec.label)
+def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: str = IMMEDIATE) -> str:
+    """Final WGSL text: the param prelude followed by `template` (the plan's entry for
+    spec.template) preprocessed with the spec's defs."""
+    body = preprocess(template, resolved_defs(spec, dims), filename=spec.label)
     return prelude(spec, dims, transport) + body
 
 

@@ -41,8 +41,8 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(i)}", i)
     lanes = lanes_for(rows, k, True)
     strided = not (isinstance(inner, int) and inner == 1)
-    defs: dict[str, object] = {"LANES": lanes, "OUT": out, "STATS": "online" if "softmax" in out else "moments",
-                               "STRIDED": strided}
+    defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "OUT": out,
+                               "STATS": "online" if "softmax" in out else "moments", "STRIDED": strided}
     params: dict[str, object] = {"ROWS": rows, "K": k}
     if strided:
         params["INNER"] = inner

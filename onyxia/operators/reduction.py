@@ -347,7 +347,7 @@ class CumSum(Operator):
         if isinstance(lines, int) and lines == 0:
             return []
         lanes = lanes_for(lines, k, True)
-        defs: dict[str, object] = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes,
+        defs: dict[str, object] = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes, "RED_INNER": 1,
                                    "REVERSE": bool(ctx.attr("reverse", 0)), "EXCLUSIVE": bool(ctx.attr("exclusive", 0))}
         return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params={"L": lines, "K": k, "INNER": inner},
                              reads=[ctx.input(0)], writes=[ctx.output(0)],

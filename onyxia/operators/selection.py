@@ -167,7 +167,7 @@ class Hardmax(Operator):
         if is_zero(params["L"]) or is_zero(params["N"]):
             return []
         lanes = lanes_for(params["L"], params["N"], True)
-        defs = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes}
+        defs = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes, "RED_INNER": 1}
         return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
                              reads=[ctx.input(0)], writes=[ctx.output(0)],
                              workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]

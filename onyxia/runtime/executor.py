@@ -149,7 +149,8 @@ class PlanExecutor:
 
     def _build_pipeline(self, index: int, spec: ShaderSpec) -> wgpu.GPUComputePipeline:
         transport = self._shader_transport[index]
-        code = render(spec, self.dims, transport if spec.immediates else IMMEDIATE)
+        template = self.model.templates[spec.template]
+        code = render(spec, template, self.dims, transport if spec.immediates else IMMEDIATE)
         try:
             module = self.device.create_shader_module(label=spec.label, code=code)
             layouts = [self._layouts[index]]

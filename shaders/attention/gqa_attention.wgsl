@@ -1,11 +1,9 @@
 // GroupQueryAttention, step 2: softmax(q k^T * scale) v over the present KV cache, fused.
 //
 // One workgroup per (query head h, query row s, batch b): grid (H, S, B). Query head h reads
-// KV head h / (H / KVH). Keys are visited in chunks of WG (one key per thread) with an
-// online softmax (flash-attention style): the running max m is uniform across the workgroup,
-// each thread keeps its share of the denominator, and thread lanes own vec4 output columns
-// c = lid + k * WG (DPT of them) whose accumulators are rescaled when m grows. Nothing of
-// size total_sequence_length is materialized, so the kernel does not depend on it.
+// KV head h / (H / KVH). Keys are visited with attention::softmax, whose value columns are vec4
+// here. Nothing of size total_sequence_length is materialized, so the kernel does not depend
+// on it.
 //
 // Visible keys for row s of batch b: [start, end) with past_b as in gqa_kv.wgsl,
 // end = past_b + s + 1 (causal) or seqlens_k[b] + 1, clamped to T; start = end - WINDOW
@@ -18,16 +16,24 @@
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
 // HALF, MAXPOS.
 #import attention::rope
+#import attention::softmax
 
-#import attention::reduce
 #{BINDINGS}
-
-const DPT = #{DPT}u;
-const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
-var<workgroup> p_sh: array<f32, WG>;
+
+alias SoftmaxValue = vec4<f32>;
+
+fn softmax_value(kv: u32, key: u32, column: u32) -> vec4<f32> {
+    return present_v[(kv + key) * D4() + column];
+}
+
+fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
+    for (var e = 0u; e < 4u; e++) {
+        output[orow + 4u * column + e] = value[e];
+    }
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -73,9 +79,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
 
     let kv = (b * KVH() + g) * T();
-    var m = NEG;
-    var l = 0.0;
-    var acc: array<vec4<f32>, DPT>;
+    var st = softmax_start(kv, D4());
     for (var c0 = start; c0 < end; c0 += WG) {
         let j = c0 + lid;
         var score = NEG;
@@ -92,39 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
             score = dot;
         }
-        let m_new = max(m, reduce_max(lid, score));
-        let alpha = exp(m - m_new);
-        var p = 0.0;
-        if (j < end) {
-            p = exp(score - m_new);
-        }
-        p_sh[lid] = p;
-        l = l * alpha + p;
-        m = m_new;
-        workgroupBarrier();
-        let count = min(WG, end - c0);
-        for (var k = 0u; k < DPT; k++) {
-            let c = lid + k * WG;
-            if (c < D4()) {
-                var a = acc[k] * alpha;
-                for (var jj = 0u; jj < count; jj++) {
-                    a += p_sh[jj] * present_v[(kv + c0 + jj) * D4() + c];
-                }
-                acc[k] = a;
-            }
-        }
-        workgroupBarrier();
+        softmax_chunk(&st, lid, c0, end, score, j < end);
     }
-    let denom = reduce_sum(lid, l);
-    let inv = select(0.0, 1.0 / denom, denom > 0.0);
-    let orow = (b * S() + s) * (H() * D()) + h * D();
-    for (var k = 0u; k < DPT; k++) {
-        let c = lid + k * WG;
-        if (c < D4()) {
-            let v = acc[k] * inv;
-            for (var e = 0u; e < 4u; e++) {
-                output[orow + 4u * c + e] = v[e];
-            }
-        }
-    }
+    softmax_finish(st, lid, (b * S() + s) * (H() * D()) + h * D());
 }

@@ -11,6 +11,7 @@
 // Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED. Params: N (threads), S, T (present
 // rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
 // (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows).
+#import common::grid
 #import attention::rope
 
 #{BINDINGS}
@@ -23,13 +24,10 @@ fn past_len(b: u32) -> u32 {
     return u32(max(seqlens[b] + 1 - i32(S()), 0));
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     let d = i % D();
 #ifdef FULL
     let t = (i / D()) % T();

@@ -4,6 +4,8 @@
 // (3-D [B, S, H * D] and 4-D [B, H, S, D] inputs alike).
 // Defs: HAS_PAST. Params: N (elements), T (present rows), P (past rows), H, D, SB, SH, SS
 // (element strides of the new tensor's batch, head and sequence axes).
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> src: array<f32>;
 #ifdef HAS_PAST
 @group(0) @binding(1) var<storage, read> past: array<f32>;
@@ -12,13 +14,10 @@
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>;
 #endif
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     let d = i % D();
     let t = (i / D()) % T();
     let bh = i / (D() * T());

@@ -3,6 +3,7 @@
 // position_ids [B, S], or with def POS_OFFSET from a 1-element offset: pos = offset + s.
 // Defs: INTERLEAVED, BNSH, POS_OFFSET. Params: N (elements), S, NH, D, HALF (rotary dim / 2),
 // MAXPOS (rows of the caches; positions are clamped so reads stay in bounds).
+#import common::grid
 #import attention::rope
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -11,13 +12,10 @@
 @group(0) @binding(3) var<storage, read> sin_cache: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     let d = i % D();
 #ifdef BNSH
     let s = (i / D()) % S();

@@ -1,7 +1,6 @@
 // ONNX Attention (opset 23+): softmax(softcap(scale * q k^T) + bias) v, fused, one workgroup per
 // (query head h, query row s, batch b): grid (H, S, B). Query head h reads KV head h / GROUP.
-// Keys are visited in chunks of WG (one key per thread) with an online softmax as in
-// gqa_attention.wgsl; lanes own output columns c = lid + k * WG (DPT of them).
+// Keys are visited with attention::softmax (one key per thread, lanes own DPT output columns).
 //
 // A key j < T is allowed when lo <= j < hi (causal: j <= pos; window: pos - LEFT <= j <=
 // pos + RIGHT; nonpad: j < nonpad[b]; pos = s + offset, offset = P with a past cache,
@@ -17,14 +16,21 @@
 // Params: H, S, T, D, DV, GROUP, SCALE, CAP, P, LEFT, RIGHT, MT; element strides QB/QH/QS,
 // KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes).
 
-#import attention::reduce
+#import attention::softmax
+
 #{BINDINGS}
 
-const DPT = #{DPT}u;
-const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
-
 var<workgroup> q_sh: array<f32, #{DIM}>;
-var<workgroup> p_sh: array<f32, WG>;
+
+alias SoftmaxValue = f32;
+
+fn softmax_value(vbase: u32, key: u32, column: u32) -> f32 {
+    return v[vbase + key * VS() + column];
+}
+
+fn softmax_store(yrow: u32, column: u32, value: f32) {
+    y[yrow + column] = value;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -73,9 +79,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let vbase = b * VB() + g * VH();
     let mrow = b * MB() + h * MH() + s * MS();
     let qkrow = ((b * H() + h) * S() + s) * T();
-    var m = NEG;
-    var l = 0.0;
-    var acc: array<f32, DPT>;
+    var st = softmax_start(vbase, DV());
     for (var c0 = j0; c0 < j1; c0 += WG) {
         let j = c0 + lid;
         var score = NEG;
@@ -120,44 +124,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
 #endif
         }
-        let m_new = max(m, reduce_max(lid, score));
-        let alpha = exp(m - m_new);
-        var p = 0.0;
-        if (ok) {
-            p = exp(score - m_new);
-        }
-        p_sh[lid] = p;
-        l = l * alpha + p;
-        m = m_new;
-        workgroupBarrier();
-        let count = min(WG, j1 - c0);
-        for (var e = 0u; e < DPT; e++) {
-            let c = lid + e * WG;
-            if (c < DV()) {
-                var a = acc[e] * alpha;
-                for (var jj = 0u; jj < count; jj++) {
-                    a += p_sh[jj] * v[vbase + (c0 + jj) * VS() + c];
-                }
-                acc[e] = a;
-            }
-        }
-        workgroupBarrier();
+        softmax_chunk(&st, lid, c0, j1, score, ok);
     }
-    let denom = reduce_sum(lid, l);
-    let inv = select(0.0, 1.0 / denom, denom > 0.0);
-    let yrow = b * YB() + h * YH() + s * YS();
-    for (var e = 0u; e < DPT; e++) {
-        let c = lid + e * WG;
-        if (c < DV()) {
-            y[yrow + c] = acc[e] * inv;
-        }
-    }
+    let inv = softmax_finish(st, lid, b * YB() + h * YH() + s * YS());
 #ifdef QK_OUT
 #if MODE == 3
     // Probabilities: this thread normalizes exactly the entries it stored above.
     for (var j = lid; j < T(); j += WG) {
         let score = qk[qkrow + j];
-        qk[qkrow + j] = select(0.0, exp(score - m) * inv, score > NEG);
+        qk[qkrow + j] = select(0.0, exp(score - st.m) * inv, score > NEG);
     }
 #endif
 #endif

@@ -4,6 +4,8 @@
 // s[L + r], the last K-1 positions.
 // Defs: SILU, HAS_Y, HAS_STATE, BIAS / PAST, and the bindings B_BIAS, B_PAST, B_Y, B_STATE.
 // Params: TOTAL, NY, C, L, KS.
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 #ifdef BIAS
@@ -32,13 +34,10 @@ fn seq(row: u32, p: u32) -> f32 {
 #endif
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= TOTAL()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= TOTAL()) { return; }
 #ifdef HAS_Y
     if (i < NY()) {
         let t = i % L();

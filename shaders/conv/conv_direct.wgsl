@@ -3,6 +3,9 @@
 // short reduction). Weight reads are the same for neighbouring threads (same channel), so
 // they are served from cache.
 // Defs: TRANSPOSED, HAS_BIAS. Params: TOTAL (= N * M * P), M and those of conv::window.
+#import common::grid
+#import conv::window
+
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 #ifdef HAS_BIAS
@@ -11,15 +14,11 @@
 #else
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 #endif
-#import conv::window
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= TOTAL()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= TOTAL()) { return; }
     let p = i % P();
     let t = i / P();
     let oc = t % M();

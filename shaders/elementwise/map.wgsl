@@ -6,18 +6,16 @@
 //   LOADS    `let xk = Ck(ink[idx_xk]);` converting each input to the type it is computed in
 //   TY       output storage type; STORE the expression written (EXPR converted, narrow ints wrapped)
 // Params: N (output element count), the dims/strides INDEX reads, and any the expression uses.
+#import common::grid
 #import elementwise::math
 
 #{INPUTS}
 @group(0) @binding(#{NIN}) var<storage, read_write> y: array<#{TY}>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     #{INDEX}
     #{LOADS}
     y[i] = #{STORE};

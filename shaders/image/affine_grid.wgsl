@@ -2,6 +2,8 @@
 // is the normalized position of output point p, last axis first: (x, y[, z]). One thread per
 // output element. ALIGN: -1 and 1 are the end pixels' centers, else their outer edges.
 // Defs: RANK (2 | 3), ALIGN. Params: TOTAL, OD (1 in 2-D), OH, OW.
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> theta: array<f32>;
 @group(0) @binding(1) var<storage, read_write> grid: array<f32>;
 
@@ -15,13 +17,10 @@ fn normalized(i: u32, len: u32) -> f32 {
 #endif
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= TOTAL()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= TOTAL()) { return; }
     let k = i % R;
     let pt = i / R;
     let w = pt % OW();

@@ -8,6 +8,8 @@
 // Defs: MODE (nearest | linear | cubic), PADDING (zeros | border | reflection), ALIGN, RANK,
 // TAPS, TY / TZ (taps on the y / z axis: 1 where the axis is missing).
 // Params: TOTAL, C, P (output positions per image), ID, IH, IW.
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> grid: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
@@ -127,13 +129,10 @@ fn unit_taps() -> Taps {
     return t;
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= TOTAL()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= TOTAL()) { return; }
     let p = i % P();
     let nc = i / P();
     let n = nc / C();

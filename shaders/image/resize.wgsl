@@ -8,6 +8,8 @@
 // whose input coordinate falls outside the input is EXTRAPOLATION), ANTIALIAS (axis_taps_aa
 // for downscaled axes; TAPS is then the most taps of any axis), BODY.
 // Params: TOTAL, A (cubic coefficient), EXTRAPOLATION, and per axis those BODY reads.
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> x: array<#{T}>;
 @group(0) @binding(1) var<storage, read_write> y: array<#{T}>;
 
@@ -168,13 +170,10 @@ fn accumulate(acc: f32, w: f32, v: f32) -> f32 {
 }
 #endif
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= TOTAL()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= TOTAL()) { return; }
     #{BODY}
 #ifdef EXTRAPOLATE
     if (outside) {

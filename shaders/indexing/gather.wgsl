@@ -6,6 +6,7 @@
 // (where `inside` is false y takes FILL: the param FILL() or, with FILL_BUFFER, fill_value[0]);
 // B_FILL, B_Y (binding numbers). Indices are u32 and wrap mod 2^32, so negative strides
 // (reversed slices) work as two's complement.
+#import common::grid
 #import indexing::index
 
 @group(0) @binding(0) var<storage, read> x: array<#{T}>;
@@ -17,13 +18,10 @@
 #endif
 @group(0) @binding(#{B_Y}) var<storage, read_write> y: array<#{T}>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     #{INDEX}
 #ifdef MASKED
 #ifdef FILL_BUFFER

@@ -2,6 +2,7 @@
 // y[dst(i)] = REDUCE(y[dst(i)], upd[...]). Defs: T (storage type of upd and y), REDUCE (WGSL
 // over `a` (current) and `v` (update)), BODY (generated code computing destinations from i;
 // it loops over the updates that may hit the same element so that they apply in order).
+#import common::grid
 #import indexing::index
 
 @group(0) @binding(0) var<storage, read> idx: array<i32>;
@@ -12,12 +13,9 @@ fn combine(a: #{T}, v: #{T}) -> #{T} {
     return #{REDUCE};
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     #{BODY}
 }

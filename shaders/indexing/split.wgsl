@@ -4,15 +4,14 @@
 // i < N() = outer * GROUP_ROW.
 // Defs: T (storage type), BINDINGS (generated declarations x, y0..), SELECT (generated code
 // writing the element to the output that owns column r).
+#import common::grid
+
 #{BINDINGS}
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     let o = i / GROUP_ROW();
     let r = i % GROUP_ROW();
     let v = x[o * IN_ROW() + GROUP_OFF() + r];

@@ -6,15 +6,14 @@
 // Defs: T (storage and accumulator type), BINDINGS (x0.. read-only, y), BASE, SAVE, OFFSETS,
 // TERM (the product of the operands' elements). Params: COUNT (outputs), RED (terms per output)
 // and the dims / strides the generated code reads.
+#import common::grid
+
 #{BINDINGS}
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= COUNT()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= COUNT()) { return; }
     #{BASE}
     #{SAVE}
     var acc = #{T}(0);

@@ -1,18 +1,10 @@
-// Register-blocked tiled matrix product for many rows: y[i] = finish(A[i] @ B[i]).
-//
-// A workgroup of 16x16 threads computes a TM x TN tile of one output matrix (TM = 16*RM,
-// TN = 16*RN); each thread keeps an RM x RN micro-tile in registers, so every value read from
-// shared memory feeds RM (or RN) multiply-adds instead of one. The micro-tile is strided (rows
-// ty + 16*r, columns tx + 16*c): neighbouring threads read neighbouring shared-memory words
-// (no bank conflicts) and write neighbouring output columns (coalesced).
-// K advances in slices of BK staged in shared memory; the next slice's global loads are issued
-// before this slice's arithmetic and follow each operand's contiguous axis (TRANS_A / TRANS_B:
-// the operand is stored transposed), so they coalesce and their latency is hidden.
-//
+// Tiled matrix product for many rows: y[i] = finish(A[i] @ B[i]), one TM x TN tile of one output
+// matrix per workgroup (matmul::tile; TRANS_A / TRANS_B: the operand is stored transposed).
 // Defs: T, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, GEMM, HAS_C.
 // Params: M, N, K; element strides A_MS, A_KS, B_KS, B_NS; batch strides A_BS, B_BS; the INDEX
 // code's dims/strides; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import matmul::epilogue
+#import matmul::tile
 
 @group(0) @binding(0) var<storage, read> a: array<#{T}>;
 @group(0) @binding(1) var<storage, read> b: array<#{T}>;
@@ -23,76 +15,26 @@
 @group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
 #endif
 
-const RM = #{RM}u;
-const RN = #{RN}u;
-const TM = 16u * RM;
-const TN = 16u * RN;
-const BK = 16u;
-// Rows of the staged slices are padded by one word: the transposing stores of a k-contiguous
-// operand would otherwise hit one bank 16 times.
-const SA = TM + 1u;
-const SB = TN + 1u;
+alias TileValue = #{T};
 
-var<workgroup> sa: array<#{T}, 16u * (16u * #{RM}u + 1u)>;  // [k][m]
-var<workgroup> sb: array<#{T}, 16u * (16u * #{RN}u + 1u)>;  // [k][n]
-
-// This thread's share of the A slice starting at k0: RM words along A's contiguous axis.
-fn load_a(a_base: u32, m0: u32, k0: u32, lid: u32) -> array<#{T}, #{RM}> {
-    var v: array<#{T}, #{RM}>;
-    for (var l = 0u; l < RM; l++) {
-        let e = lid + 256u * l;
-#ifdef TRANS_A
-        let gm = m0 + e % TM;
-        let gk = k0 + e / TM;
-#else
-        let gk = k0 + e % BK;
-        let gm = m0 + e / BK;
-#endif
-        if (gm < M() && gk < K()) {
-            v[l] = a[a_base + gm * A_MS() + gk * A_KS()];
-        }
-    }
-    return v;
+// The batch's matrices: element offsets of A[i] and B[i].
+struct TileSource {
+    a_base: u32,
+    b_base: u32,
 }
 
-fn store_a(v: array<#{T}, #{RM}>, lid: u32) {
-    for (var l = 0u; l < RM; l++) {
-        let e = lid + 256u * l;
-#ifdef TRANS_A
-        sa[(e / TM) * SA + e % TM] = v[l];
-#else
-        sa[(e % BK) * SA + e / BK] = v[l];
-#endif
+fn tile_a(src: TileSource, m: u32, k: u32) -> #{T} {
+    if (m < M() && k < K()) {
+        return a[src.a_base + m * A_MS() + k * A_KS()];
     }
+    return #{T}(0);
 }
 
-fn load_b(b_base: u32, n0: u32, k0: u32, lid: u32) -> array<#{T}, #{RN}> {
-    var v: array<#{T}, #{RN}>;
-    for (var l = 0u; l < RN; l++) {
-        let e = lid + 256u * l;
-#ifdef TRANS_B
-        let gk = k0 + e % BK;
-        let gn = n0 + e / BK;
-#else
-        let gn = n0 + e % TN;
-        let gk = k0 + e / TN;
-#endif
-        if (gn < N() && gk < K()) {
-            v[l] = b[b_base + gk * B_KS() + gn * B_NS()];
-        }
+fn tile_b(src: TileSource, k: u32, n: u32) -> #{T} {
+    if (n < N() && k < K()) {
+        return b[src.b_base + k * B_KS() + n * B_NS()];
     }
-    return v;
-}
-
-fn store_b(v: array<#{T}, #{RN}>, lid: u32) {
-    for (var l = 0u; l < RN; l++) {
-        let e = lid + 256u * l;
-#ifdef TRANS_B
-        sb[(e % BK) * SB + e / BK] = v[l];
-#else
-        sb[(e / TN) * SB + e % TN] = v[l];
-#endif
-    }
+    return #{T}(0);
 }
 
 @compute @workgroup_size(16, 16)
@@ -100,39 +42,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) tid
         @builtin(local_invocation_index) lid: u32) {
     let i = wid.z;
     #{INDEX}
-    let a_base = idx_x0 * A_BS();
-    let b_base = idx_x1 * B_BS();
     let m0 = wid.y * TM;
     let n0 = wid.x * TN;
-    var acc: array<array<#{T}, #{RN}>, #{RM}>;
-    var ra: array<#{T}, #{RM}>;
-    var rb: array<#{T}, #{RN}>;
-    // Software pipelining: registers carry the next slice while shared memory holds this one.
-    var next_a = load_a(a_base, m0, 0u, lid);
-    var next_b = load_b(b_base, n0, 0u, lid);
-    for (var k0 = 0u; k0 < K(); k0 += BK) {
-        store_a(next_a, lid);
-        store_b(next_b, lid);
-        workgroupBarrier();
-        if (k0 + BK < K()) {
-            next_a = load_a(a_base, m0, k0 + BK, lid);
-            next_b = load_b(b_base, n0, k0 + BK, lid);
-        }
-        for (var kk = 0u; kk < BK; kk++) {
-            for (var r = 0u; r < RM; r++) {
-                ra[r] = sa[kk * SA + tid.y + 16u * r];
-            }
-            for (var q = 0u; q < RN; q++) {
-                rb[q] = sb[kk * SB + tid.x + 16u * q];
-            }
-            for (var r = 0u; r < RM; r++) {
-                for (var q = 0u; q < RN; q++) {
-                    acc[r][q] += ra[r] * rb[q];
-                }
-            }
-        }
-        workgroupBarrier();
-    }
+    let acc = tile_product(TileSource(idx_x0 * A_BS(), idx_x1 * B_BS()), m0, n0, tid, lid);
     let y_base = i * M() * N();
     for (var r = 0u; r < RM; r++) {
         let gm = m0 + tid.y + 16u * r;

@@ -12,6 +12,7 @@
 //
 // Defs: T, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
 // A_BS, B_BS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
+#import common::grid
 #import matmul::epilogue
 
 @group(0) @binding(0) var<storage, read> a: array<#{T}>;
@@ -40,19 +41,18 @@ const KSTRIDE = 64u;  // lane = lid / NCOL
 
 var<workgroup> red: array<#{T}, 256u * #{MT}u>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    // Column blocks may have been folded from x into y by the runtime (more than 65535).
-    let block = wid.y * nwg.x + wid.x;
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let block = grid_group(wg);
     if (block * NCOL >= N()) {
         return;
     }
-    let s = wid.z % SPLITS();
-    let i = wid.z / SPLITS();
+    let s = wg.wid.z % SPLITS();
+    let i = wg.wid.z / SPLITS();
     #{INDEX}
     let a_base = idx_x0 * A_BS();
     let b_base = idx_x1 * B_BS();
+    let lid = wg.lid;
 #ifdef TRANS_B
     let lane = lid % KL;
     let col = lid / KL;

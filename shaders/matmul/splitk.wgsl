@@ -1,5 +1,6 @@
 // Second pass of a split-K product: y = finish(sum over s of partial[s, i]) for i < P.
 // Defs: T, GEMM, HAS_C. Params: P (= batch * M * N), M, N, SPLITS; Gemm: ALPHA, BETA, C_MS, C_NS.
+#import common::grid
 #import matmul::epilogue
 
 @group(0) @binding(0) var<storage, read> partial: array<#{T}>;
@@ -10,13 +11,10 @@
 @group(0) @binding(1) var<storage, read_write> y: array<#{T}>;
 #endif
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= P()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= P()) { return; }
     var acc = #{T}(0);
     for (var s = 0u; s < SPLITS(); s++) {
         acc += partial[s * P() + i];

@@ -1,13 +1,16 @@
 // Row-wise normalizations: Softmax, LogSoftmax, LayerNorm, RMSNorm (and their Skip* forms).
 // A row is K elements x[base + j] (x[base + j * INNER] when STRIDED). LANES threads (a power
-// of two) share a row: one pass gathers two statistics per row, merged through a shared-memory
-// tree, a second pass writes the outputs. A workgroup serves 256 / LANES rows.
-// Defs: LANES, OUT (softmax | logsoftmax | layernorm | rmsnorm), STATS (online: running max and
+// of two, reduction::lanes with RED_INNER 1) share a row: one pass gathers two statistics per
+// row, merged through reduction::tree, a second pass writes the outputs. A workgroup serves
+// 256 / LANES rows.
+// Defs: LANES, RED_INNER (1), OUT (softmax | logsoftmax | layernorm | rmsnorm), STATS (online: running max and
 // sum of exp; moments: sums of d and d^2), STRIDED, optional bindings with their numbers
 // B_<NAME>: SKIP and BIAS (added to x before normalizing), SCALE and BETA (applied after),
 // MEAN_OUT, INV_OUT (per row), SUM_OUT (the x + skip + bias that was normalized).
 // Params: ROWS, K, INNER (STRIDED), EPS, SKIP_N / SCALE_N / BETA_N (element counts: those
 // operands broadcast over leading dims by index modulo count).
+#import reduction::tree
+
 @group(0) @binding(0) var<storage, read> x_in: array<f32>;
 #ifdef SKIP
 @group(0) @binding(#{B_SKIP}) var<storage, read> skip_in: array<f32>;
@@ -32,11 +35,7 @@
 @group(0) @binding(#{B_SUM_OUT}) var<storage, read_write> sum_out: array<f32>;
 #endif
 
-const LANES: u32 = #{LANES}u;
-const ROWS_PER_WG: u32 = 256u / LANES;
 const NEG_MAX: f32 = -3.4028234e38;
-
-var<workgroup> sh: array<vec2<f32>, 256>;
 
 fn index_of(base: u32, j: u32) -> u32 {
 #ifdef STRIDED
@@ -76,7 +75,9 @@ fn accumulate(st: vec2<f32>, v: f32, c: f32) -> vec2<f32> {
 #endif
 }
 
-fn merge(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+alias LaneValue = vec2<f32>;
+
+fn lane_merge(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
 #if STATS == online
     let m = max(a.x, b.x);
     var s = 0.0;
@@ -92,15 +93,11 @@ fn merge(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
 #endif
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let ol = lid / LANES;
-    let rl = lid % LANES;
-    let row = (wid.y * nwg.x + wid.x) * ROWS_PER_WG + ol;
-    let valid = row < ROWS();
-    // Threads past the last row walk nothing but still reach every barrier.
-    let n = select(0u, K(), valid);
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let ln = lane_of(wg, ROWS(), K());
+    let row = ln.row;
+    let n = ln.length;
 #ifdef STRIDED
     let base = (row / INNER()) * K() * INNER() + row % INNER();
 #else
@@ -117,18 +114,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #else
     var st = vec2<f32>(0.0);
 #endif
-    for (var j = rl; j < n; j += LANES) {
+    for (var j = ln.lane; j < n; j += LANES) {
         st = accumulate(st, load(index_of(base, j), j), c);
     }
-    sh[lid] = st;
-    for (var s = LANES / 2u; s > 0u; s /= 2u) {
-        workgroupBarrier();
-        if (rl < s) {
-            sh[lid] = merge(sh[lid], sh[lid + s]);
-        }
-    }
-    workgroupBarrier();
-    let total = sh[lid - rl];
+    let total = tree_merge(ln, st);
     let count = f32(max(n, 1u));
 #if OUT == layernorm
     let dm = total.x / count;
@@ -140,7 +129,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #else if OUT == logsoftmax
     let lse = log(total.y);
 #endif
-    for (var j = rl; j < n; j += LANES) {
+    for (var j = ln.lane; j < n; j += LANES) {
         let i = index_of(base, j);
         let v = load(i, j);
 #if OUT == softmax
@@ -164,12 +153,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #endif
     }
 #ifdef MEAN_OUT
-    if (valid && rl == 0u) {
+    if (ln.valid && ln.lane == 0u) {
         mean_out[row] = mean;
     }
 #endif
 #ifdef INV_OUT
-    if (valid && rl == 0u) {
+    if (ln.valid && ln.lane == 0u) {
         inv_out[row] = inv;
     }
 #endif

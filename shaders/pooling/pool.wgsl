@@ -7,19 +7,18 @@
 //   avg: COUNT_PAD (divide by the positions inside the padded input, not the input).
 // Params: TOTAL (= N*C*P), P, ISP, ID/IH/IW, OH/OW, KD/KH/KW, SD/SH/SW, DD/DH/DW, PD/PH/PW (i32),
 // ED/EH/EW (i32: end of the padded input), LP (lp: the exponent p).
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> x: array<#{T}>;
 @group(0) @binding(1) var<storage, read_write> y: array<#{T}>;
 #ifdef INDICES
 @group(0) @binding(2) var<storage, read_write> indices: array<i32>;
 #endif
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= TOTAL()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= TOTAL()) { return; }
     let p = i % P();
     let nc = i / P();
     let ow = p % OW();

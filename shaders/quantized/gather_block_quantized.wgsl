@@ -6,17 +6,15 @@
 // Defs: BINDINGS (b = data, idx, scales, [zp] | y), B_BYTES, ZP_BYTES, ZP_PACKED.
 // Params: N (output elements), R (values per gathered row), ROWS (data dim 0), QDIM, NBLK,
 // BLOCK, ZP_ROW.
+#import common::grid
 #import quantized::nbits
 
 #{BINDINGS}
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     let r = i % R();
     var k = idx[i / R()];
     if (k < 0) {

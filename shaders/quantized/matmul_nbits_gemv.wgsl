@@ -10,6 +10,7 @@
 // byte per word: a uint8 tensor not re-viewed by PackNBitsWeightsPass), ZP_PACKED / ZP_FLOAT,
 // HAS_BIAS, K_TAIL (K % 8 != 0). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
 // KWORDS (words covering K), ZP_ROW (zero-point bytes per row).
+#import common::grid
 #import quantized::nbits
 
 #{BINDINGS}
@@ -20,14 +21,13 @@ const ROWS = 4u;
 
 var<workgroup> red: array<f32, 1024>;  // ROWS x 256 partial sums
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let lid = wg.lid;
     let col = lid / LANES;
     let lane = lid % LANES;
-    // column groups may have been folded from x into y by the runtime (more than 65535)
-    let n = (wid.y * nwg.x + wid.x) * COLS + col;
-    let m0 = wid.z * ROWS;
+    let n = grid_group(wg) * COLS + col;
+    let m0 = wg.wid.z * ROWS;
     var acc: array<f32, ROWS>;
     if (n < N()) {
         for (var w = lane; w < KWORDS(); w += LANES) {

@@ -1,29 +1,27 @@
-// Prefix sums along one axis. A line is the K elements x[base + j * INNER]; LANES threads (a
-// power of two) scan it in chunks of LANES elements: a Hillis-Steele scan in shared memory per
-// chunk plus the running total of the chunks before. A workgroup serves 256 / LANES lines.
-// Defs: T (storage type), LANES, REVERSE (scan from the end), EXCLUSIVE (element j gets the sum
+// Prefix sums along one axis. A line is the K elements x[base + j * INNER]; LANES threads
+// (reduction::lanes) scan it in chunks of LANES elements: a Hillis-Steele scan in shared memory
+// per chunk plus the running total of the chunks before. A workgroup serves 256 / LANES lines.
+// Defs: T (storage type), LANES, RED_INNER (1), REVERSE (scan from the end), EXCLUSIVE (element j gets the sum
 // of the elements before it). Params: L (lines), K (line length), INNER (element stride).
+#import reduction::lanes
+
 @group(0) @binding(0) var<storage, read> src: array<#{T}>;
 @group(0) @binding(1) var<storage, read_write> dst: array<#{T}>;
 
-const LANES: u32 = #{LANES}u;
-const LINES: u32 = 256u / LANES;
+var<workgroup> sh: array<#{T}, WORKGROUP_SIZE>;
 
-var<workgroup> sh: array<#{T}, 256>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let ol = lid / LANES;
-    let rl = lid % LANES;
-    let line = (wid.y * nwg.x + wid.x) * LINES + ol;
-    let valid = line < L();
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let ln = lane_of(wg, L(), K());
+    let line = ln.row;
+    let rl = ln.lane;
+    let lid = ln.slot;
     let base = (line / INNER()) * K() * INNER() + line % INNER();
     let chunks = (K() + LANES - 1u) / LANES;
     var carry = #{T}(0);
     for (var c = 0u; c < chunks; c++) {
         let j = c * LANES + rl;
-        let live = valid && j < K();
+        let live = j < ln.length;
 #ifdef REVERSE
         let idx = base + (K() - 1u - j) * INNER();
 #else

@@ -2,17 +2,16 @@
 // once by DEPTH; anything else out of range matches nothing), else values[0].
 // Defs: TI (indices storage type; float indices are compared as floats, so 2.5 matches nothing,
 // as in onnxruntime), T (values type). Params: COUNT (output elements), DEPTH, INNER (elements after the new axis).
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> indices: array<#{TI}>;
 @group(0) @binding(1) var<storage, read> values: array<#{T}>;
 @group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= COUNT()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= COUNT()) { return; }
     let inner = i % INNER();
     let t = i / INNER();
     let d = t % DEPTH();

@@ -8,6 +8,7 @@
 // picked once and equal values come out by increasing index.
 // Defs: T (storage type), CMP (">" largest, "<" smallest), WORST (T's worst value for CMP),
 // BITONIC, SIZE, SLOTS. Params: L (lines), N (line length), INNER (element stride), K.
+#import common::grid
 @group(0) @binding(0) var<storage, read> x: array<#{T}>;
 @group(0) @binding(1) var<storage, read_write> values: array<#{T}>;
 @group(0) @binding(2) var<storage, read_write> indices: array<i32>;
@@ -36,10 +37,10 @@ const LINES: u32 = SLOTS / SIZE;
 var<workgroup> sv: array<#{T}, SLOTS>;
 var<workgroup> si: array<u32, SLOTS>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let first = (wid.y * nwg.x + wid.x) * LINES;
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let first = grid_group(wg) * LINES;
+    let lid = wg.lid;
     for (var s = lid; s < SLOTS; s += 256u) {
         let line = first + s / SIZE;
         let r = s % SIZE;
@@ -89,10 +90,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 var<workgroup> rv: array<#{T}, 256>;
 var<workgroup> ri: array<u32, 256>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let line = wid.y * nwg.x + wid.x;
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let line = grid_group(wg);
+    let lid = wg.lid;
     // Every thread of a workgroup serves the same line: the early exit is uniform.
     if (line >= L()) {
         return;

@@ -14,7 +14,7 @@ wgpu = pytest.importorskip("wgpu")
 
 # A kernel exercising every substitution type, else-chains and the shared helper import.
 TEMPLATE = textwrap.dedent("""
-    #import common::indexing
+    #import common::grid
 
     @group(0) @binding(0) var<storage, read> src: array<#{T}>;
     @group(0) @binding(1) var<storage, read_write> dst: array<#{T}>;
@@ -23,8 +23,8 @@ TEMPLATE = textwrap.dedent("""
     const USE_BIAS: bool = #{USE_BIAS};
 
     @compute @workgroup_size(#{WG})
-    fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-        let i = onyxia_flat_index(gid, onyxia_div_ceil(arrayLength(&src), #{WG}u) * #{WG}u);
+    fn main(wg: Grid) {
+        let i = grid_group(wg) * #{WG}u + wg.lid;
         if (i >= arrayLength(&src)) {
             return;
         }
@@ -73,5 +73,5 @@ def test_validation_rejects_bad_substitution(gpu_device):
 
 
 def test_shared_helpers_are_valid_wgsl(gpu_device):
-    source = load_shader("common/indexing.wgsl")
+    source = load_shader("common/grid.wgsl")
     gpu_device.create_shader_module(code=preprocess(source, {}, resolve_import=resolve_shader_import))

@@ -674,7 +674,7 @@ def test_operator_shaders_validate(runtime, key):
                 raise AssertionError(f"{where}: compile failed: {type(exc).__name__}: {exc}") from exc
             for spec in compiled.shaders:
                 for transport in TRANSPORTS:
-                    code = render(spec, compiled.dims, transport)
+                    code = render(spec, compiled.templates[spec.template], compiled.dims, transport)
                     if code in _validated:
                         continue
                     try:

@@ -10,7 +10,8 @@ For a few models (the tiny MLP of examples/make_examples.py, a BERT encoder and 
 tests/models.py) the compiled plan is rendered as readable text — per planned op its name, op type
 and steps (shader label, workgroup and immediate expressions, buffers read and written), then per
 shader its defs, baked constants, immediates and the sha256 of its rendered WGSL
-(`onyxia.codegen.wgsl.render(spec, compiled.dims)`) — and compared with tests/golden/<model>.txt.
+(`onyxia.codegen.wgsl.render(spec, compiled.templates[spec.template], compiled.dims)`) — and
+compared with tests/golden/<model>.txt.
 A mismatch fails with a unified diff. (Like tinygrad's process replay, in spirit.)
 """
 
@@ -69,7 +70,7 @@ def _shader_key(spec: ShaderSpec, wgsl: str) -> str:
 
 def plan_summary(name: str, compiled: CompiledModel) -> str:
     """A stable text rendering of the plan (no memory addresses, no dict-order accidents)."""
-    wgsl = [render(spec, compiled.dims) for spec in compiled.shaders]
+    wgsl = [render(spec, compiled.templates[spec.template], compiled.dims) for spec in compiled.shaders]
     keys = [_shader_key(spec, text) for spec, text in zip(compiled.shaders, wgsl)]
     meta = compiled.metadata
     memory = meta.get("memory", {})

@@ -12,9 +12,13 @@ import pytest
 from onnx import helper as h
 
 from onyxia.errors import PlanError
+from onyxia.ir.dim_env import DimEnv
+from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import SymDim
+from onyxia.operators.base import PlanState
 from onyxia.plan import CompiledModel, ShaderParam, WriteBuffer, load_plan
 from tests.helpers import compile_model, make_model
+from tests.models import gpt2_block
 
 
 def rich_model():
@@ -41,6 +45,7 @@ def rich_model():
 
 def assert_same_plan(a: CompiledModel, b: CompiledModel) -> None:
     assert a.shaders == b.shaders
+    assert a.templates == b.templates
     assert a.operations == b.operations
     assert a.steps == b.steps
     assert a.inputs == b.inputs and a.outputs == b.outputs
@@ -108,9 +113,38 @@ def _valid_doc(tmp_path) -> tuple[dict, dict[str, bytes]]:
     return json.loads(files["plan.json"]), files
 
 
+def test_each_template_is_stored_once(tmp_path):
+    # Shaders that specialize one template (two Adds, a MatMul's gemv and gemm halves...) name it;
+    # the file holds its text once.
+    model = gpt2_block(opset=18, mask="range")
+    compiled = compile_model(model, {"batch": 2, "seq": 8})
+    keys = [s.template for s in compiled.shaders]
+    assert set(keys) == set(compiled.templates) and len(compiled.templates) < len(keys)
+    assert "matmul/gemm.wgsl" in compiled.templates
+    path = tmp_path / "gpt2.onyxia"
+    compiled.save(path)
+    with zipfile.ZipFile(path) as zf:
+        text = zf.read("plan.json").decode()
+    doc = json.loads(text)
+    assert doc["templates"] == compiled.templates
+    assert [s["template"] for s in doc["shaders"]] == keys
+    for key, wgsl in compiled.templates.items():
+        assert text.count(json.dumps(wgsl)) == 1, key
+
+
+def test_plan_of_an_older_version_says_to_compile_again(tmp_path):
+    doc, files = _valid_doc(tmp_path)
+    doc["version"] = 1
+    path = tmp_path / "old.onyxia"
+    _write_zip(path, {**files, "plan.json": json.dumps(doc).encode()})
+    with pytest.raises(PlanError, match=r"old\.onyxia' is an onyxia plan of version 1; .* compile the model again"):
+        load_plan(path)
+
+
 @pytest.mark.parametrize("corruption", [
     "garbage", "truncated", "empty", "no_plan_json", "bad_json", "wrong_format", "wrong_version",
     "missing_key", "missing_array", "bad_step", "bad_expression", "bad_npy", "directory", "missing_file",
+    "unknown_template", "bad_templates",
 ])
 def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
     doc, files = _valid_doc(tmp_path)
@@ -127,8 +161,13 @@ def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
         _write_zip(path, {k: v for k, v in files.items() if k != "plan.json"})
     elif corruption == "bad_json":
         _write_zip(path, {**files, "plan.json": b"{not json"})
-    elif corruption in ("wrong_format", "wrong_version", "missing_key", "bad_step", "bad_expression"):
-        if corruption == "wrong_format":
+    elif corruption in ("wrong_format", "wrong_version", "missing_key", "bad_step", "bad_expression",
+                        "unknown_template", "bad_templates"):
+        if corruption == "unknown_template":
+            doc["shaders"][0]["template"] = "no/such.wgsl"
+        elif corruption == "bad_templates":
+            doc["templates"] = ["not", "a", "table"]
+        elif corruption == "wrong_format":
             doc["format"] = "something-else"
         elif corruption == "wrong_version":
             doc["version"] = 999
@@ -163,3 +202,16 @@ def test_pickled_arrays_are_refused(tmp_path):
     _write_zip(path, {**files, key: buf.getvalue()})
     with pytest.raises(PlanError):
         load_plan(path)
+
+
+def test_generated_templates_sharing_a_label_keep_their_own_keys():
+    # Operators with generated WGSL name it by label; two different texts under one label (or a
+    # label that looks like a shader path) must not overwrite each other.
+    state = PlanState(IrGraph(), DimEnv())
+    first = state.inline_template("custom", "fn a() {}\n")
+    assert state.inline_template("custom", "fn a() {}\n") == first == "custom"
+    second = state.inline_template("custom", "fn b() {}\n")
+    assert second == "custom#2" and state.templates[first] != state.templates[second]
+    path = state.template("indexing/fill.wgsl")
+    assert path == "indexing/fill.wgsl" and state.inline_template(path, "fn c() {}\n") != path
+    assert "fn c()" not in state.templates[path]

@@ -19,6 +19,7 @@ from onyxia.codegen.preprocess import (
     shader_root,
 )
 from onyxia.errors import ShaderError
+from onyxia.operators.base import WORKGROUP_SIZE
 
 
 def src(text: str) -> str:
@@ -360,8 +361,8 @@ def test_missing_import_names_file_line_and_module():
 
 
 def test_import_without_resolver_is_an_error():
-    with pytest.raises(ShaderError, match=r"^t\.wgsl:1: #import common::indexing: no import"):
-        preprocess("#import common::indexing\n", {}, filename="t.wgsl")
+    with pytest.raises(ShaderError, match=r"^t\.wgsl:1: #import common::grid: no import"):
+        preprocess("#import common::grid\n", {}, filename="t.wgsl")
 
 
 def test_import_inside_conditional_is_rejected():
@@ -389,13 +390,22 @@ def test_inline_imports_keeps_other_directives_for_later_preprocessing():
     assert preprocess(inlined, {"N": 2}) == direct
 
 
+def test_inline_imports_drops_comment_lines_but_keeps_line_numbers():
+    modules = {"m": "// what m is for\nfn m() {}  // kept: code on the line\n"}
+    template = "// header\n#import m\n    // indented note\nlet x = #{X};\n"
+    inlined = inline_imports(template, "t.wgsl", resolver(modules))
+    assert inlined.splitlines() == ["", "", "fn m() {}  // kept: code on the line", "", "let x = #{X};"]
+    with pytest.raises(ShaderError, match=r"^t\.wgsl:5: #\{X\}"):
+        preprocess(inlined, {}, filename="t.wgsl")
+
+
 # --- the shader folder -------------------------------------------------------------------------
 
 
 def test_shader_root_is_the_checkout_shaders_folder():
     root = shader_root()
     assert root.name == "shaders"
-    assert (root / "common" / "indexing.wgsl").is_file()
+    assert (root / "common" / "grid.wgsl").is_file()
 
 
 def test_load_shader_missing_names_the_path():
@@ -404,10 +414,10 @@ def test_load_shader_missing_names_the_path():
 
 
 def test_resolve_shader_import_accepts_both_spellings():
-    text, name = resolve_shader_import("common::indexing")
-    assert name == "common/indexing.wgsl"
-    assert resolve_shader_import("common/indexing") == (text, name)
-    assert "fn onyxia_div_ceil(a: u32, b: u32) -> u32" in text
+    text, name = resolve_shader_import("common::grid")
+    assert name == "common/grid.wgsl"
+    assert resolve_shader_import("common/grid") == (text, name)
+    assert "fn grid_thread(wg: Grid) -> u32" in text
     with pytest.raises(ShaderError, match="leaves the shader folder"):
         resolve_shader_import("common/../../secret")
 
@@ -421,17 +431,44 @@ def test_templates_resolve_imports_from_the_shader_folder(tmp_path, monkeypatch)
     from onyxia.codegen import preprocess as module
 
     (tmp_path / "common").mkdir()
-    (tmp_path / "common" / "indexing.wgsl").write_text(load_shader("common/indexing.wgsl"))
+    (tmp_path / "common" / "grid.wgsl").write_text(load_shader("common/grid.wgsl"))
     (tmp_path / "kernel.wgsl").write_text(
-        "#import common::indexing\n@compute @workgroup_size(#{WG})\nfn main() {}\n"
+        "#import common::grid\n@compute @workgroup_size(#{WG})\nfn main() {}\n"
     )
     monkeypatch.setattr(module, "shader_root", lambda: tmp_path)
     out = render_from_folder("kernel.wgsl", {"WG": 64})
-    assert "fn onyxia_div_ceil" in out and "@workgroup_size(64)" in out
+    assert "fn grid_thread" in out and "@workgroup_size(64)" in out
     with pytest.raises(ShaderError, match=r"kernel\.wgsl:2: #\{WG\}"):
         render_from_folder("kernel.wgsl", {})
 
 
 def test_the_real_shared_helper_preprocesses():
-    out = render_from_folder("common/indexing.wgsl", {})
-    assert "fn onyxia_div_ceil" in out and "#define_import_path" not in out
+    out = render_from_folder("common/grid.wgsl", {})
+    assert "fn grid_thread" in out and "#define_import_path" not in out
+
+
+def test_every_shared_module_is_named_by_its_path():
+    # `#import a::b` resolves to a/b.wgsl: a header naming another path would mislead readers.
+    root = shader_root()
+    for path in sorted(root.rglob("*.wgsl")):
+        headers = [line.split()[1] for line in path.read_text().splitlines()
+                   if line.startswith("#define_import_path")]
+        if headers:
+            expected = path.relative_to(root).with_suffix("").as_posix().replace("/", "::")
+            assert headers == [expected], path
+
+
+def test_kernels_number_workgroups_only_through_common_grid():
+    # The runtime may fold a long 1-D grid into x * y; common::grid is the one place that knows
+    # how, so no other shader reads num_workgroups (nor spells the flat index itself).
+    root = shader_root()
+    offenders = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.wgsl")
+                       if p.name != "grid.wgsl" and "num_workgroups" in p.read_text())
+    assert offenders == []
+
+
+def test_common_grid_and_the_operators_agree_on_the_workgroup_size():
+    # PlanCtx.grid counts workgroups with WORKGROUP_SIZE; the kernels size them with grid.wgsl's.
+    declared = [line for line in load_shader("common/grid.wgsl").splitlines()
+                if line.startswith("const WORKGROUP_SIZE")]
+    assert declared == [f"const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;"]

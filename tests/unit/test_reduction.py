@@ -168,7 +168,7 @@ def test_dynamic_sizes_are_params_not_defs():
         assert not any(isinstance(v, SymDim) for _, v in spec.defs), spec.label
         assert spec.immediates, f"{spec.label}: dynamic sizes must travel as immediates"
         assert any(isinstance(w, SymDim) for w in step.workgroups), spec.label
-        render(spec, {"batch": 2, "seq": 5})  # the template preprocesses for these defs
+        render(spec, compiled.templates[spec.template], {"batch": 2, "seq": 5})  # preprocesses for these defs
 
     # Declared static, the same sizes are baked and nothing is left to patch.
     static = compile_model(model, {"batch": 2, "seq": 5}, static=("batch", "seq"))

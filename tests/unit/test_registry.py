@@ -24,17 +24,17 @@ from tests.helpers import make_model
 CUSTOM_DOMAIN = "com.example"
 
 # y = x * x * ALPHA over f32; ALPHA is a float param baked as a constant, N may be dynamic.
+# Its WGSL imports the shipped common::grid like the built-in kernels do.
 SCALED_SQUARE_WGSL = """
+#import common::grid
+
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (i >= N()) {
-        return;
-    }
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
     y[i] = x[i] * x[i] * ALPHA();
 }
 """
@@ -171,7 +171,7 @@ def test_custom_operator_compiles_on_top_of_the_core_registry():
     labels = [s.label for s in compiled.shaders]
     assert labels == ["scaled_square", "map_Add"]
     spec = compiled.shaders[0]
-    assert "x[i] * x[i] * ALPHA()" in spec.template
+    assert "x[i] * x[i] * ALPHA()" in compiled.templates[spec.template]
     assert {p.name: v for p, v in spec.constants} == {"ALPHA": 0.5}
     assert [p.name for p in spec.immediates] == ["N"]
     assert isinstance(compiled.steps[0], Dispatch) and compiled.steps[0].shader == 0

@@ -64,6 +64,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
     return CompiledModel(
         shaders=tuple(state.shaders),
+        templates={key: state.templates[key] for key in dict.fromkeys(s.template for s in state.shaders)},
         operations=tuple(operations),
         tensors=tensors,
         inputs=tuple(graph.inputs),

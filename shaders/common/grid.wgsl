@@ -1,0 +1,29 @@
+#define_import_path common::grid
+
+// How a kernel numbers its workgroups and threads: the one way, for every kernel whose grid the
+// runtime may fold. WebGPU caps each dispatch dimension (maxComputeWorkgroupsPerDimension, 65535
+// by default), so the runtime folds a longer 1-D grid of x workgroups into x' * y with
+// x' * y >= x; a kernel takes its workgroup's flat index from grid_group, never from
+// workgroup_id.x alone. The surplus workgroups of a folded grid see indices past the end, which
+// the kernel's bounds check already covers. z is never folded (kernels use it as a batch axis).
+
+// Threads per workgroup of the kernels that use these helpers; operators/base.py WORKGROUP_SIZE
+// is the same number (PlanCtx.grid counts workgroups with it).
+const WORKGROUP_SIZE: u32 = 256u;
+
+// The builtins an entry point needs: `fn main(wg: Grid)`.
+struct Grid {
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+}
+
+// This workgroup's index in the x-y grid, folded or not.
+fn grid_group(wg: Grid) -> u32 {
+    return wg.wid.y * wg.nwg.x + wg.wid.x;
+}
+
+// This thread's index in a 1-D kernel (one thread per item, WORKGROUP_SIZE per workgroup).
+fn grid_thread(wg: Grid) -> u32 {
+    return grid_group(wg) * WORKGROUP_SIZE + wg.lid;
+}
