@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -123,9 +125,9 @@ def test_folded_grid_of_many_column_blocks(runtime):
     # implicit GEMM must read its column block from the flat (x, y) index. Shrink the limit.
     model = conv_model("Conv", ["n", 4, 20, 20], [16, 4, 3, 3], pads=[1, 1, 1, 1])
     exe = runtime.load_model(compile_model(model, {"n": 2}))
-    exe._max_wg = 3  # white-box: pretend the device allows 3 workgroups per dimension
+    exe.limits = dataclasses.replace(exe.limits, max_workgroups=3)  # pretend the device allows 3 per dimension
     exe.update_dimensions({"n": 3})
-    assert any(c.workgroups[1] > 1 for c in exe._cmds if hasattr(c, "workgroups"))
+    assert any(d.workgroups[1] > 1 for d in exe.dispatch_commands())
     x = randn(3, 4, 20, 20)
     np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
