@@ -10,7 +10,8 @@ The methods a command implements, all called by PlanReplay:
 - `set(kind, index, value)`: patch one symbolic value (kinds as in SymbolicBinding);
 - `settle(replay)`: recompute derived state after patches (fold a grid, write host data);
 - `rebind(replay, grown)`: follow buffers that were reallocated;
-- `encode(backend)`: record the per-run work (one call per run; most of the replay cost).
+- `encode(backend)`: record the per-run work (one call per run; most of the replay cost);
+- `dispatches()`, `param_word(index)`: its kernel launches and where their parameters live.
 
 No wgpu here: backends are reached through the calls in runtime/replay.py's `Backend`.
 """
@@ -84,6 +85,10 @@ class Command:
     def dispatches(self) -> tuple[DispatchCommand, ...]:
         return ()
 
+    def param_word(self, index: int) -> tuple[int, str]:
+        """(position in the replay's parameter memory, type) of parameter `index`."""
+        raise PlanError(f"step {self.index} has no parameter {index}")
+
 
 @replays(Dispatch)
 class DispatchCommand(Command):
@@ -137,6 +142,9 @@ class DispatchCommand(Command):
 
     def dispatches(self) -> tuple[DispatchCommand, ...]:
         return (self,)
+
+    def param_word(self, index: int) -> tuple[int, str]:
+        return self.param_offset + index, self.types[index]
 
 
 @replays(CopyBuffer)

@@ -247,11 +247,10 @@ class PlanReplay:
                 if int(b.target) in self.programs:  # shaders no dispatch uses are never built
                     e.shaders.append(int(b.target))
             elif b.kind == "immediate":
-                cmd = self.commands[int(b.target)]
-                assert isinstance(cmd, DispatchCommand), f"immediate binding on step {b.target}"
+                position, type_ = self.commands[int(b.target)].param_word(b.index)
                 e.params = True
-                pos, src = words[cmd.types[b.index] == "f32"]
-                pos.append(cmd.param_offset + b.index)
+                pos, src = words[type_ == "f32"]
+                pos.append(position)
                 src.append(e.number)
             else:
                 e.commands.append((self.commands[int(b.target)], b.kind, b.index))
