@@ -83,10 +83,11 @@ class Runtime:
         self.limits = dict(self.device.limits)
         chosen = get_transport(transport) if transport is not None else None
         # Immediates (push constants) are the default where the device has them. Measured with
-        # benchmarks/bench_replay.py on lavapipe (200 dispatches, medians of 200): run() ties
-        # (uniform/immediate 0.96-1.03), update_dimensions is ~30% cheaper with immediates
-        # (181 vs 252 µs: no uniform buffer to re-upload), encoding ~14% dearer (6.9 vs 6.0 µs
-        # per dispatch). update_dimensions runs once per generated token, so immediates win.
+        # benchmarks/bench_replay.py on lavapipe (medians of 7 runs x 50): the host side of run()
+        # ties on a 200-dispatch chain (immediate/uniform 1.03) and favours immediates on a
+        # 4-layer GPT-2 block (0.91); update_dimensions is cheaper with immediates (12 vs 50 µs,
+        # 30 vs 42 µs: no uniform buffer to re-upload). Encoding alone is dearer with immediates
+        # (7.0 vs 5.6 µs per dispatch), the whole run() is not: measure run(), not encode().
         self.transport: Transport = chosen or (IMMEDIATE if IMMEDIATE.available(self.features) else UNIFORM)
         if not self.transport.available(self.features):
             raise DeviceError(f"{self.info.summary} cannot use the '{self.transport}' parameter transport "
