@@ -18,10 +18,10 @@ from onnx import helper as h
 import onyxia
 from onyxia.codegen.transport import IMMEDIATE, TRANSPORTS, UNIFORM
 from onyxia.compiler import CompilerPipeline
-from onyxia.errors import DeviceError, DimensionError, InputError, ShaderError
+from onyxia.errors import DeviceError, DimensionError, InputError, PlanError, ShaderError
 from onyxia.ir.shapes import SymDim, numel, parse_dim
 from onyxia.operators import Operator, core_operator_registry
-from onyxia.plan import CompiledModel, Expr, Step
+from onyxia.plan import CompiledModel, Expr, PlannedOp, Step
 from onyxia.runtime import DeviceTensor
 from onyxia.runtime.commands import Command, replays
 from onyxia.runtime.null import NULL_LIMITS, CopyRecord, DispatchRecord, NullBackend, null_executor
@@ -539,3 +539,23 @@ def test_copy_sizes_follow_the_dimensions():
         assert last_run(exe) == last_run(fresh)
         copies = [r for r in last_run(exe) if isinstance(r, CopyRecord)]
         assert copies == ([CopyRecord("x", "t", (n - 1) * 16, 16, 0)] if n > 1 else [])  # empty: skipped
+
+
+@dataclasses.dataclass(frozen=True)
+class Unreplayable(Step, tag="test.unreplayable"):
+    """A step kind with no command class: the runtime must refuse it by name."""
+
+    dst: str
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.dst, True),)
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return ()
+
+
+def test_a_step_kind_without_a_command_is_a_plan_error():
+    compiled = compile_model(encoder_model(), {"batch": 2, "seq": 8})
+    extra = PlannedOp("odd", "Odd", (Unreplayable("y"),))
+    with pytest.raises(PlanError, match=f"step {len(compiled.steps)} is a Unreplayable, which this runtime cannot"):
+        null_executor(dataclasses.replace(compiled, operations=(*compiled.operations, extra)))
