@@ -401,7 +401,7 @@ def test_long_grids_fold_into_two_dimensions_within_the_limit():
             assert (x, y, z) == (rx, ry, rz)
 
 
-def test_device_outputs_feed_back_without_a_copy_into_their_own_buffer():
+def test_device_outputs_are_device_tensors_that_feed_inputs():
     model = make_model([h.make_node("MatMul", ["x", "W"], ["xw"]), h.make_node("Add", ["state", "xw"], ["new_state"])],
                        [("x", np.float32, ["batch", 3]), ("state", np.float32, ["batch", 4])], ["new_state"],
                        {"W": np.ones((3, 4), np.float32)})
