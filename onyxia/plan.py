@@ -18,7 +18,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import ClassVar, Union
 
 import numpy as np
 
@@ -65,37 +65,133 @@ class Binding:
     read_only: bool
 
 
+class Step:
+    """One thing a planned operation does on the device.
+
+    A kind of step is one subclass: it names the tensors it touches, the places where its values
+    may be expressions over dynamic dims, and its plan-file form. The compiler (memory planning,
+    symbolic bindings) and the plan file only talk to steps through these methods; the runtime
+    maps each kind to the command that replays it.
+    """
+
+    tag: ClassVar[str]  # its "t" in the plan file
+    # Written from the host at load time and on dimension changes, not in step order: memory
+    # planning must keep its buffer to itself for the whole run.
+    written_at_load: ClassVar[bool] = False
+    _kinds: ClassVar[dict[str, type[Step]]] = {}
+
+    def __init_subclass__(cls, tag: str | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if tag is not None:
+            cls.tag = tag
+            Step._kinds[tag] = cls
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        """(tensor, written?) for every tensor the step touches, in binding order."""
+        raise NotImplementedError
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        """(binding kind, index, value) for every value the runtime evaluates; the symbolic
+        ones become SymbolicBindings targeting this step."""
+        raise NotImplementedError
+
+    def dispatches(self) -> tuple[Dispatch, ...]:
+        """The kernel launches this step makes (a step that branches may hold several)."""
+        return ()
+
+    def to_json(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, d: dict) -> Step:
+        raise NotImplementedError
+
+    @staticmethod
+    def kind(tag: object) -> type[Step]:
+        """The Step subclass saved as `tag` (load_plan turns the ValueError into a PlanError)."""
+        kind = Step._kinds.get(tag) if isinstance(tag, str) else None
+        if kind is None:
+            raise ValueError(f"unknown step kind {tag!r} (known: {', '.join(sorted(Step._kinds))})")
+        return kind
+
+
 @dataclass(frozen=True)
-class Dispatch:
+class Dispatch(Step, tag="dispatch"):
     shader: int
     bindings: tuple[Binding, ...]
     workgroups: tuple[Expr, Expr, Expr]
     immediates: tuple[Scalar, ...] = ()  # one value per ShaderSpec.immediates entry
 
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return tuple((b.tensor, not b.read_only) for b in self.bindings)
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return (*(("immediate", j, v) for j, v in enumerate(self.immediates)),
+                *(("workgroups", j, v) for j, v in enumerate(self.workgroups)))
+
+    def dispatches(self) -> tuple[Dispatch, ...]:
+        return (self,)
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "shader": self.shader,
+                "bindings": [[b.tensor, b.read_only] for b in self.bindings],
+                "workgroups": _enc(self.workgroups), "immediates": _enc(self.immediates)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Dispatch:
+        return cls(d["shader"], tuple(Binding(t, bool(r)) for t, r in d["bindings"]),
+                   _dec(d["workgroups"]), _dec(d["immediates"]))
+
 
 @dataclass(frozen=True)
-class CopyBuffer:
+class CopyBuffer(Step, tag="copy"):
     src: str
     dst: str
     size: Expr  # bytes
     src_offset: Expr = 0
     dst_offset: Expr = 0
 
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.src, False), (self.dst, True))
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return tuple(("copy", j, v) for j, v in enumerate((self.size, self.src_offset, self.dst_offset)))
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "src": self.src, "dst": self.dst, "size": _enc(self.size),
+                "src_offset": _enc(self.src_offset), "dst_offset": _enc(self.dst_offset)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> CopyBuffer:
+        return cls(d["src"], d["dst"], _dec(d["size"]), _dec(d["src_offset"]), _dec(d["dst_offset"]))
+
 
 @dataclass(frozen=True)
-class WriteBuffer:
+class WriteBuffer(Step, tag="write"):
     """Small host data (e.g. a shape tensor with symbolic entries) written before the steps run.
 
     The executor performs these at load time and again when dimensions change, not on every
     run: the data depends only on dimensions.
     """
 
+    written_at_load: ClassVar[bool] = True
+
     dst: str
     data: tuple[Expr, ...]
     dtype: str  # device scalar type: "i32" | "u32" | "f32"
 
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.dst, True),)
 
-Step = Union[Dispatch, CopyBuffer, WriteBuffer]
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return tuple(("write", j, v) for j, v in enumerate(self.data))
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "dst": self.dst, "data": _enc(self.data), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, d: dict) -> WriteBuffer:
+        return cls(d["dst"], _dec(d["data"]), d["dtype"])
 
 
 @dataclass(frozen=True)
@@ -160,7 +256,7 @@ class CompiledModel:
 
     @property
     def num_dispatches(self) -> int:
-        return sum(isinstance(s, Dispatch) for s in self.steps)
+        return sum(len(s.dispatches()) for s in self.steps)
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -198,26 +294,6 @@ def _dec(v: object) -> object:
     return v
 
 
-def _step_to_json(step: Step) -> dict:
-    if isinstance(step, Dispatch):
-        return {"t": "dispatch", "shader": step.shader,
-                "bindings": [[b.tensor, b.read_only] for b in step.bindings],
-                "workgroups": _enc(step.workgroups), "immediates": _enc(step.immediates)}
-    if isinstance(step, CopyBuffer):
-        return {"t": "copy", "src": step.src, "dst": step.dst, "size": _enc(step.size),
-                "src_offset": _enc(step.src_offset), "dst_offset": _enc(step.dst_offset)}
-    return {"t": "write", "dst": step.dst, "data": _enc(step.data), "dtype": step.dtype}
-
-
-def _step_from_json(d: dict) -> Step:
-    if d["t"] == "dispatch":
-        return Dispatch(d["shader"], tuple(Binding(t, bool(r)) for t, r in d["bindings"]),
-                        _dec(d["workgroups"]), _dec(d["immediates"]))
-    if d["t"] == "copy":
-        return CopyBuffer(d["src"], d["dst"], _dec(d["size"]), _dec(d["src_offset"]), _dec(d["dst_offset"]))
-    return WriteBuffer(d["dst"], _dec(d["data"]), d["dtype"])
-
-
 def save_plan(model: CompiledModel, path: str | Path) -> None:
     arrays: dict[str, np.ndarray] = {}
     tensors = []
@@ -236,7 +312,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
                      "constants": [[p.name, p.type, _enc(v)] for p, v in s.constants],
                      "immediates": [[p.name, p.type] for p in s.immediates]} for s in model.shaders],
         "operations": [{"name": op.name, "op_type": op.op_type, "scratch": list(op.scratch),
-                        "steps": [_step_to_json(s) for s in op.steps]} for op in model.operations],
+                        "steps": [s.to_json() for s in op.steps]} for op in model.operations],
         "tensors": tensors,
         "inputs": list(model.inputs), "outputs": list(model.outputs),
         "symbolic_bindings": [[b.kind, b.target, b.index, str(b.expr)] for b in model.symbolic_bindings],
@@ -286,7 +362,7 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
                    tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),
                    tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"])
         for s in doc["shaders"])
-    operations = tuple(PlannedOp(o["name"], o["op_type"], tuple(_step_from_json(s) for s in o["steps"]),
+    operations = tuple(PlannedOp(o["name"], o["op_type"], tuple(Step.kind(s["t"]).from_json(s) for s in o["steps"]),
                                  tuple(o["scratch"])) for o in doc["operations"])
     tensors = {t["name"]: TensorInfo(t["name"], t["dtype"], _dec(t["shape"]), t["kind"],
                                      arrays[t["data"]] if t["data"] else None, t["alias_of"])

@@ -1,10 +1,10 @@
-"""Render a ShaderSpec into final WGSL for given dimension values and immediates transport.
+"""Render a ShaderSpec into final WGSL for given dimension values and parameter transport.
 
 Kernels read every scalar parameter through an accessor function `NAME()`. The prelude
 generated here defines it either as a baked constant (static params: the WGSL compiler can
 unroll loops over it) or as a read of the `Params` struct (dynamic params), which lives in
-immediates (`var<immediate>`, push constants) or in a uniform buffer at group 1 binding 0.
-The kernel text is identical for both transports.
+immediates (`var<immediate>`, push constants) or in a uniform buffer at group 1 binding 0 (the
+`Transport` object declares it). The kernel text is identical for both transports.
 """
 
 from __future__ import annotations
@@ -13,13 +13,9 @@ import math
 from typing import Mapping
 
 from onyxia.codegen.preprocess import preprocess
+from onyxia.codegen.transport import IMMEDIATE, TRANSPORTS, UNIFORM, Transport
 from onyxia.ir.shapes import SymDim
 from onyxia.plan import ShaderParam, ShaderSpec
-
-IMMEDIATE = "immediate"
-UNIFORM = "uniform"
-TRANSPORTS = (IMMEDIATE, UNIFORM)
-UNIFORM_GROUP = 1  # the bind group holding the params uniform in the fallback transport
 
 
 def literal(value: object, type_: str) -> str:
@@ -47,15 +43,12 @@ def evaluate(value: object, dims: Mapping[str, int]) -> object:
     return value.evaluate(dims) if isinstance(value, SymDim) else value
 
 
-def prelude(spec: ShaderSpec, dims: Mapping[str, int], transport: str) -> str:
+def prelude(spec: ShaderSpec, dims: Mapping[str, int], transport: Transport) -> str:
     lines: list[str] = []
     if spec.immediates:
         fields = " ".join(f"{p.name}: {p.type}," for p in spec.immediates)
         lines.append(f"struct Params {{ {fields} }}")
-        if transport == IMMEDIATE:
-            lines.append("var<immediate> params: Params;")
-        else:
-            lines.append(f"@group({UNIFORM_GROUP}) @binding(0) var<uniform> params: Params;")
+        lines.append(transport.declaration())
         lines += [f"fn {p.name}() -> {p.type} {{ return params.{p.name}; }}" for p in spec.immediates]
     for p, value in spec.constants:
         lines.append(f"fn {p.name}() -> {p.type} {{ return {literal(evaluate(value, dims), p.type)}; }}")
@@ -66,7 +59,7 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
     return {k: evaluate(v, dims) for k, v in spec.defs}
 
 
-def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: str = IMMEDIATE) -> str:
+def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE) -> str:
     """Final WGSL text: the param prelude followed by `template` (the plan's entry for
     spec.template) preprocessed with the spec's defs."""
     body = preprocess(template, resolved_defs(spec, dims), filename=spec.label)
@@ -84,4 +77,5 @@ def param_type(value: object) -> str:
     return "u32"
 
 
-__all__ = ["IMMEDIATE", "UNIFORM", "TRANSPORTS", "ShaderParam", "literal", "param_type", "prelude", "render"]
+__all__ = ["IMMEDIATE", "UNIFORM", "TRANSPORTS", "ShaderParam", "Transport", "literal", "param_type", "prelude",
+           "render"]

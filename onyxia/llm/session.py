@@ -34,7 +34,6 @@ from onyxia.onnx import load_model
 from onyxia.operators import OperatorRegistry, core_operator_registry
 from onyxia.operators.attention import DOMAIN as MS_DOMAIN
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
-from onyxia.plan import Dispatch
 from onyxia.runtime.tensor import DeviceTensor
 
 
@@ -178,8 +177,8 @@ class LlmSession:
         dims = {**self.executor.dims, io.sequence: 1, io.past: self.max_length if self.share_buffer else cached}
         if io.total:
             dims[io.total] = cached + 1
-        return sum(all(d.evaluate(dims) if isinstance(d, SymDim) else d for d in step.workgroups)
-                   for step in self.compiled.steps if isinstance(step, Dispatch))
+        return sum(all(d.evaluate(dims) if isinstance(d, SymDim) else d for d in dispatch.workgroups)
+                   for step in self.compiled.steps for dispatch in step.dispatches())
 
     def reset(self) -> None:
         """Forget the cache: the next forward pass is a prefill."""

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import wgpu
 
+from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transport
 from onyxia.errors import DeviceError
 from onyxia.plan import CompiledModel
+from onyxia.runtime.executor import PlanExecutor
 
 # Features onyxia uses when the adapter has them.
 WANTED_FEATURES = ("immediates", "shader-f16", "timestamp-query", "timestamp-query-inside-passes",
@@ -63,9 +65,8 @@ def select_adapter(choice: str | int | None = None) -> wgpu.GPUAdapter:
 class Runtime:
     """Owns the wgpu device; `load_model` turns a CompiledModel into a PlanExecutor."""
 
-    def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *, transport: str | None = None):
-        from onyxia.codegen.wgsl import IMMEDIATE, TRANSPORTS, UNIFORM
-
+    def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
+                 transport: str | Transport | None = None):
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.features = frozenset(f for f in WANTED_FEATURES if f in self.adapter.features)
@@ -76,25 +77,24 @@ class Runtime:
         except Exception as exc:
             raise DeviceError(f"cannot open a device on {self.info.summary}: {exc}") from exc
         self.limits = dict(self.device.limits)
-        if transport is not None and transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {TRANSPORTS}")
+        chosen = get_transport(transport) if transport is not None else None
         # Immediates (push constants) are the default where the device has them. Measured with
-        # benchmarks/bench_replay.py on lavapipe (200 dispatches, medians of 200): run() ties
-        # (uniform/immediate 0.96-1.03), update_dimensions is ~30% cheaper with immediates
-        # (181 vs 252 µs: no uniform buffer to re-upload), encoding ~14% dearer (6.9 vs 6.0 µs
-        # per dispatch). update_dimensions runs once per generated token, so immediates win.
-        self.transport = transport or (IMMEDIATE if "immediates" in self.features else UNIFORM)
-        if self.transport == IMMEDIATE and "immediates" not in self.features:
-            raise DeviceError(f"{self.info.summary} has no immediates (push constants); use transport='uniform'")
+        # benchmarks/bench_replay.py on lavapipe (medians of 7 runs x 50): the host side of run()
+        # ties on a 200-dispatch chain (immediate/uniform 1.03) and favours immediates on a
+        # 4-layer GPT-2 block (0.91); update_dimensions is cheaper with immediates (12 vs 50 µs,
+        # 30 vs 42 µs: no uniform buffer to re-upload). Encoding alone is dearer with immediates
+        # (7.0 vs 5.6 µs per dispatch), the whole run() is not: measure run(), not encode().
+        self.transport: Transport = chosen or (IMMEDIATE if IMMEDIATE.available(self.features) else UNIFORM)
+        if not self.transport.available(self.features):
+            raise DeviceError(f"{self.info.summary} cannot use the '{self.transport}' parameter transport "
+                              f"(no push constants); use transport='{UNIFORM}'")
 
     @property
     def max_immediate_bytes(self) -> int:
         return int(self.limits.get("max-immediate-size", 0)) if "immediates" in self.features else 0
 
-    def load_model(self, model: CompiledModel, *, transport: str | None = None):
-        from onyxia.runtime.executor import PlanExecutor
-
-        return PlanExecutor(self, model, transport=transport or self.transport)
+    def load_model(self, model: CompiledModel, *, transport: str | Transport | None = None):
+        return PlanExecutor(self, model, transport=get_transport(transport or self.transport))
 
     def describe(self) -> str:
         features = ", ".join(sorted(self.features)) or "none"

@@ -14,7 +14,6 @@ import numpy as np
 import wgpu
 
 from onyxia.errors import DeviceError
-from onyxia.plan import Dispatch
 
 
 @dataclass(frozen=True)
@@ -30,8 +29,8 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
         raise DeviceError(f"{exe.runtime.info.summary} has no timestamp queries; --profile needs them")
     exe.run(feeds)  # writes the inputs and warms up
     device = exe.device
-    dispatches = [(op, s) for op in exe.model.operations for s in op.steps if isinstance(s, Dispatch)]
-    cmds = [c for c in exe._cmds if hasattr(c, "pipeline")]
+    dispatches = [(op, d) for op in exe.model.operations for s in op.steps for d in s.dispatches()]
+    cmds = exe.dispatch_commands()
     count = 2 * len(cmds)
     if not count:
         return []
@@ -41,7 +40,7 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
     for i, cmd in enumerate(cmds):
         cpass = encoder.begin_compute_pass(timestamp_writes={
             "query_set": queries, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
-        exe._encode_dispatch(cpass, cmd)
+        exe.backend.encode_dispatch(cpass, cmd)
         cpass.end()
     encoder.resolve_query_set(queries, 0, count, resolved, 0)
     device.queue.submit([encoder.finish()])

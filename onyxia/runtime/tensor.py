@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import wgpu
 
 from onyxia.ir import dtypes
+
+if TYPE_CHECKING:  # the replay core and the null backend run without wgpu
+    import wgpu
 
 
 @dataclass(frozen=True)
 class DeviceTensor:
-    buffer: wgpu.GPUBuffer
+    buffer: Any  # the backend's buffer (a wgpu.GPUBuffer on a GPU)
     shape: tuple[int, ...]
     dtype: str  # ONNX dtype name
 

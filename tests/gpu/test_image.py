@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from onyxia.errors import OnyxiaError
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -136,20 +135,6 @@ def test_constant_resize_folds(runtime):
         assert not any(s.label.startswith("image") for s in compile_model(model).shaders)
         one = {"x": np.ones(1, np.float32)}
         np.testing.assert_allclose(run_onyxia(runtime, model, one)[0], run_ort(model, one)[0], rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("model,message", [
-    (resize_model(["n", 2, "h", 6], sizes=sizes(3, 4), axes=[2, 3], opset=18, mode="linear", antialias=1),
-     "antialias"),
-    (resize_model(X, scales=scales(1, 1, 2), opset=13, mode="linear"), "entries"),
-    (resize_model(X, scales=scales(1, 1, 2, 2), opset=13, mode="area"), "mode"),
-    (resize_model(X, scales=scales(1, 1, 2, 2), opset=13, dtype=np.uint8, mode="linear"), "float"),
-    (resize_model(X, scales=scales(1, 1, 2, 2), sizes=sizes(1, 2, 3, 4), opset=13), "exactly one"),
-])
-def test_unsupported_resize_fails_clearly(model, message):
-    with pytest.raises(OnyxiaError, match=message) as err:
-        compile_model(model, {"n": 1, "h": 5} if model.graph.input[0].type.tensor_type.shape.dim[0].dim_param else {})
-    assert "resize0" in str(err.value)
 
 
 def grid_model(x_shape, grid_shape, opset: int = 20, **attrs):

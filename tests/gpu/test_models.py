@@ -22,7 +22,7 @@ import pytest
 import onyxia
 from onyxia.operators import core_operator_registry
 from tests.helpers import compile_model, run_ort
-from tests.models import MODELS, ModelCase, shape_chain_nodes
+from tests.models import MODELS, ModelCase
 
 RTOL = ATOL = 1e-4
 _REGISTRY = core_operator_registry()
@@ -96,29 +96,3 @@ def test_inference_session_matches_onnxruntime(runtime, name: str) -> None:
         _assert_close(ours.run(None, feeds), ref.run(None, feeds), names, f"{dims}")
     assert ours.executor.stats.recompiles == 0
     assert len(ours._executors) == 1, "no input value is baked into these plans: one executor"
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_shape_chains_fold_and_views_are_free(name: str, record_property) -> None:
-    compiled, model = _compiled(name), _model(name)
-    chains = shape_chain_nodes(model)
-    if any(n.op_type == "Reshape" for n in model.graph.node):
-        assert chains, "the builders compute reshape shapes from Shape: no such chain found"
-    planned = {op.name: op for op in compiled.operations}
-    assert not chains & set(planned), f"shape computations planned instead of folded: {sorted(chains & set(planned))}"
-    assert "Shape" not in {op.op_type for op in compiled.operations}
-    views = [op.name for op in compiled.operations if op.op_type in VIEW_OPS and op.steps]
-    assert not views, f"view ops should alias their input, not copy: {views}"
-    onnx_nodes = sum(n.op_type != "Constant" for n in model.graph.node)
-    record_property("dispatches", compiled.num_dispatches)
-    record_property("planned_ops", len(compiled.operations))
-    print(f"{name}: {onnx_nodes} ONNX nodes -> {len(compiled.operations)} planned ops, "
-          f"{compiled.num_dispatches} dispatches, {len(compiled.shaders)} shaders")
-    assert 0 < compiled.num_dispatches <= 3 * len(compiled.operations)
-
-
-def test_cnn_availability_is_reported() -> None:
-    """Not a skip: says in the log whether the CNN case ran (it joins CASES once Conv/MaxPool exist)."""
-    missing = [f"{d or 'ai.onnx'}::{op}" for d, op in MODELS["small_cnn"].needs if (d, op) not in _REGISTRY]
-    print("small_cnn: " + (f"left out, {', '.join(missing)} not registered yet" if missing else "included"))
-    assert ("small_cnn" in CASES) == (not missing)

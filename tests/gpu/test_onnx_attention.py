@@ -13,7 +13,6 @@ import pytest
 from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
-from onyxia.errors import OnyxiaError
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -179,20 +178,6 @@ def test_decode_loop_changes_lengths_without_recompiling(runtime):
         past_k, past_v = out["present_key"], out["present_value"]
     assert past_k.shape[2] == 1 + 5 + 3
     assert exe.stats.recompiles == 0
-
-
-@pytest.mark.parametrize("shapes,attrs,message", [
-    ({"Q": (1, 3, 16), "K": (1, 3, 16), "V": (1, 3, 16)}, {}, "q_num_heads and kv_num_heads"),
-    ({"Q": bhsd(1, 3, 2, 8), "K": bhsd(1, 2, 2, 8), "V": bhsd(1, 2, 2, 8)}, {}, "multiple of kv_num_heads"),
-    ({"Q": bhsd(1, 2, 2, 8), "K": bhsd(1, 2, 2, 4), "V": bhsd(1, 2, 2, 8)}, {}, "K head size 4 differs"),
-    ({"Q": bhsd(1, 2, 2, 8), "K": bhsd(1, 2, 2, 8), "V": bhsd(1, 2, 2, 8)}, dict(qk_matmul_output_mode=4),
-     "qk_matmul_output_mode"),
-    ({"Q": bhsd(1, 2, 2, 8), "K": bhsd(1, 2, 2, 8), "V": bhsd(1, 2, 2, 8), "past_key": bhsd(1, 2, 1, 8)}, {},
-     "past_key and past_value"),
-])
-def test_invalid_attention_is_a_clear_error(shapes, attrs, message):
-    with pytest.raises(OnyxiaError, match=f"Attention.*{message}"):
-        compile_model(attention_model(shapes, ("Y",), **attrs))
 
 
 def validation_models() -> list[tuple[object, dict[str, int]]]:

@@ -8,9 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper as h
 
-from onyxia.errors import OnyxiaError
-from onyxia.ir.shapes import SymDim
-from onyxia.operators.window import _out_size
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -145,34 +142,6 @@ def test_constant_pools_fold(runtime):
         assert not any(s.label.startswith("pool") for s in compile_model(model).shaders)
         one = {"x": np.ones(1, np.float32)}
         np.testing.assert_allclose(run_onyxia(runtime, model, one)[0], run_ort(model, one)[0], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("op,attrs,message", [
-    ("MaxPool", {}, "kernel_shape"),
-    ("MaxPool", dict(kernel_shape=[3, 3], strides=[1]), "strides"),
-    ("AveragePool", dict(kernel_shape=[9, 3]), "does not fit"),
-    ("MaxPool", dict(kernel_shape=[3, 3], storage_order=2), "storage_order"),
-])
-def test_bad_pool_attributes_fail_clearly(op, attrs, message):
-    model = make_model([h.make_node(op, ["x"], ["y"], name="pool0", **attrs)], [("x", np.float32, X4)], ["y"])
-    with pytest.raises(OnyxiaError, match=message) as err:
-        compile_model(model)
-    assert "pool0" in str(err.value)
-
-
-@settings(max_examples=200, deadline=None)
-@given(size=st.integers(1, 40), pad_b=st.integers(0, 3), pad_e=st.integers(0, 3), extent=st.integers(1, 6),
-       stride=st.integers(1, 5), ceil=st.booleans())
-def test_symbolic_output_size_agrees_with_integers(size, pad_b, pad_e, extent, stride, ceil):
-    # The ceil-mode correction is written in // and % so that it also holds for a symbolic size.
-    s = SymDim.symbol("s")
-    sym = _out_size(s, pad_b + pad_e, extent, stride, pad_b, ceil)
-    value = sym.evaluate({"s": size}) if isinstance(sym, SymDim) else sym
-    span = size + pad_b + pad_e - extent
-    expect = (-(-span // stride) if ceil else span // stride) + 1
-    if ceil and (expect - 1) * stride >= size + pad_b:
-        expect -= 1
-    assert value == expect == _out_size(size, pad_b + pad_e, extent, stride, pad_b, ceil)
 
 
 def validation_models() -> list[tuple[object, dict[str, int]]]:

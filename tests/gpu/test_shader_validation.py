@@ -648,11 +648,6 @@ def registered_ops() -> list[tuple[str, str]]:
     return sorted(core_operator_registry())
 
 
-def test_every_registered_operator_has_a_builder():
-    missing = [f"{d}::{op}" if d else op for d, op in registered_ops() if (d, op) not in BUILDERS]
-    assert not missing, f"add a BUILDERS row for: {', '.join(missing)}"
-
-
 # Rendered WGSL already validated in this session: many ops share kernels and defs.
 _validated: set[str] = set()
 

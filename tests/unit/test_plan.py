@@ -143,8 +143,8 @@ def test_plan_of_an_older_version_says_to_compile_again(tmp_path):
 
 @pytest.mark.parametrize("corruption", [
     "garbage", "truncated", "empty", "no_plan_json", "bad_json", "wrong_format", "wrong_version",
-    "missing_key", "missing_array", "bad_step", "bad_expression", "bad_npy", "directory", "missing_file",
-    "unknown_template", "bad_templates",
+    "missing_key", "missing_array", "bad_step", "unknown_step", "bad_expression", "bad_npy", "directory",
+    "missing_file", "unknown_template", "bad_templates",
 ])
 def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
     doc, files = _valid_doc(tmp_path)
@@ -161,7 +161,7 @@ def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
         _write_zip(path, {k: v for k, v in files.items() if k != "plan.json"})
     elif corruption == "bad_json":
         _write_zip(path, {**files, "plan.json": b"{not json"})
-    elif corruption in ("wrong_format", "wrong_version", "missing_key", "bad_step", "bad_expression",
+    elif corruption in ("wrong_format", "wrong_version", "missing_key", "bad_step", "unknown_step", "bad_expression",
                         "unknown_template", "bad_templates"):
         if corruption == "unknown_template":
             doc["shaders"][0]["template"] = "no/such.wgsl"
@@ -175,6 +175,8 @@ def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
             del doc["tensors"]
         elif corruption == "bad_step":
             doc["operations"][0]["steps"][0] = {"t": "dispatch"}
+        elif corruption == "unknown_step":
+            doc["operations"][0]["steps"][0]["t"] = "branch"
         else:
             doc["symbolic_bindings"].append(["buffer", "x", 0, "batch ** 2"])
         _write_zip(path, {**files, "plan.json": json.dumps(doc).encode()})
@@ -190,6 +192,8 @@ def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
     with pytest.raises(PlanError) as info:
         load_plan(path)
     assert path.name in str(info.value)
+    if corruption == "unknown_step":
+        assert "unknown step kind 'branch'" in str(info.value)
 
 
 def test_pickled_arrays_are_refused(tmp_path):

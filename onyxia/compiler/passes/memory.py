@@ -11,19 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from onyxia.plan import CopyBuffer, Dispatch, PlannedOp, TensorInfo, WriteBuffer
+from onyxia.plan import PlannedOp, TensorInfo
 
 # Kinds whose buffers the executor may hand to another tensor: the caller never sees them.
 REUSABLE_KINDS = ("intermediate", "scratch")
-
-
-def _uses(step) -> list[tuple[str, bool]]:
-    """(tensor, writes) pairs of one step."""
-    if isinstance(step, Dispatch):
-        return [(b.tensor, not b.read_only) for b in step.bindings]
-    if isinstance(step, CopyBuffer):
-        return [(step.src, False), (step.dst, True)]
-    return [(step.dst, True)]
 
 
 def plan_memory(operations: list[PlannedOp], tensors: dict[str, TensorInfo]) -> tuple[dict[str, TensorInfo], dict]:
@@ -37,11 +28,11 @@ def plan_memory(operations: list[PlannedOp], tensors: dict[str, TensorInfo]) -> 
             pinned.add(t.alias_of)
     steps = [s for op in operations for s in op.steps]
     for i, step in enumerate(steps):
-        for name, _writes in _uses(step):
+        for name, _writes in step.uses():
             r = root.get(name, name)
             first.setdefault(r, i)
             last[r] = i
-            if isinstance(step, WriteBuffer):
+            if step.written_at_load:
                 pinned.add(r)
     candidates = sorted(
         (n for n, t in tensors.items()

@@ -10,17 +10,7 @@ from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
-from onyxia.plan import (
-    CompiledModel,
-    CopyBuffer,
-    Dispatch,
-    PlannedOp,
-    ShaderSpec,
-    Step,
-    SymbolicBinding,
-    TensorInfo,
-    WriteBuffer,
-)
+from onyxia.plan import CompiledModel, PlannedOp, ShaderSpec, Step, SymbolicBinding, TensorInfo
 
 
 def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
@@ -90,12 +80,7 @@ def _referenced(operations: list[PlannedOp]) -> list[str]:
     names: dict[str, None] = {}
     for op in operations:
         for s in op.steps:
-            if isinstance(s, Dispatch):
-                names.update((b.tensor, None) for b in s.bindings)
-            elif isinstance(s, CopyBuffer):
-                names.update({s.src: None, s.dst: None})
-            else:
-                names[s.dst] = None
+            names.update((tensor, None) for tensor, _ in s.uses())
     return list(names)
 
 
@@ -145,17 +130,8 @@ def _symbolic_bindings(steps: list[Step], tensors: dict[str, TensorInfo], shader
             out.append(SymbolicBinding(kind, target, index, value))
 
     for i, s in enumerate(steps):
-        if isinstance(s, Dispatch):
-            for j, v in enumerate(s.immediates):
-                add("immediate", i, j, v)
-            for j, v in enumerate(s.workgroups):
-                add("workgroups", i, j, v)
-        elif isinstance(s, CopyBuffer):
-            for j, v in enumerate((s.size, s.src_offset, s.dst_offset)):
-                add("copy", i, j, v)
-        elif isinstance(s, WriteBuffer):
-            for j, v in enumerate(s.data):
-                add("write", i, j, v)
+        for kind, j, v in s.expressions():
+            add(kind, i, j, v)
     for name, t in tensors.items():
         if t.alias_of is None:
             add("buffer", name, 0, t.nbytes)

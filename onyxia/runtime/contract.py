@@ -1,0 +1,98 @@
+"""The contract between the replay core, its commands and a backend.
+
+Commands (runtime/commands.py) read a few things of the replay and call back into the
+backend; the replay (runtime/replay.py) builds commands and drives a backend. Both sides are
+described here as plain records and protocols, so that neither module imports the other's
+class and backends (wgpu, null) depend on this small surface only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from onyxia.codegen.transport import Transport
+from onyxia.plan import Binding, CompiledModel, Dispatch, ShaderSpec
+
+
+class Command(Protocol):
+    """A replay command as a backend sees it (runtime/commands.py has the classes)."""
+
+    def encode(self, backend: Backend) -> None: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The device limits replay decisions depend on."""
+
+    max_workgroups: int = 65535  # per grid dimension; longer 1-D grids are folded into 2-D
+    max_binding_bytes: int = 1 << 27  # maxStorageBufferBindingSize: the largest buffer
+    max_immediate_bytes: int = 0  # push-constant bytes (0: none; shaders use the uniform buffer)
+
+
+@dataclass(frozen=True)
+class FeedCopy:
+    """A device tensor fed as an input: copied into the input's buffer at the start of a run."""
+
+    src: Any
+    dst: Any
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Readback:
+    """An output read back after a run (`capacity`: its buffer's size, for staging)."""
+
+    name: str
+    buffer: Any
+    nbytes: int
+    capacity: int
+
+
+class Backend(Protocol):
+    """What replay asks of a device. Buffers, layouts, programs and bind groups are opaque."""
+
+    limits: Limits
+
+    # Allocator
+    def alloc(self, label: str, nbytes: int) -> Any: ...
+    def free(self, buffer: Any) -> None: ...
+    def copyin(self, buffer: Any, data: np.ndarray) -> None: ...
+    def copyout(self, buffer: Any, nbytes: int) -> bytes | memoryview: ...
+
+    # Programs: a layout per shader (from its first dispatch's bindings), a program per
+    # (shader, static dims), a bind group per dispatch.
+    def layout(self, spec: ShaderSpec, bindings: Sequence[Binding]) -> Any: ...
+    def program(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> Any: ...
+    def bind(self, layout: Any, buffers: Sequence[Any]) -> Any: ...
+
+    # Parameter memory: `words` holds every dispatch's parameters, the uniform slots first.
+    def prepare(self, commands: Sequence[Command], words: np.ndarray, uniform_words: int) -> None: ...
+    def params_changed(self) -> None: ...
+
+    # One run: feed copies, every command, readback of the requested outputs.
+    def execute(self, commands: Sequence[Command], feeds: Sequence[FeedCopy],
+                readback: Sequence[Readback]) -> list[bytes | memoryview]: ...
+
+    # Per-command work, called back from Command.encode during execute.
+    def dispatch(self, cmd: Any) -> None: ...  # a DispatchCommand
+    def copy(self, cmd: Any) -> None: ...  # a CopyCommand
+
+
+class Replay(Protocol):
+    """What a command reads of the replay that owns it (PlanReplay implements it)."""
+
+    model: CompiledModel
+    dims: dict[str, int]
+    limits: Limits
+    backend: Backend
+    buffers: Mapping[str, Any]
+    shader_transport: Sequence[Transport]
+    param_words: np.ndarray
+
+    def root(self, name: str) -> str: ...
+    def program_for(self, step: Dispatch) -> Any: ...
+    def bind(self, step: Dispatch) -> Any: ...

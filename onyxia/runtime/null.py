@@ -1,0 +1,164 @@
+"""NullBackend: replays a plan without a GPU, for tests of everything but the kernels.
+
+Buffers are host bytearrays; host writes, feed uploads, buffer copies and readback really happen,
+kernels are recorded and never run. Every allocation, free, program build (with its rendered
+WGSL), bind group and encoded command is kept, so memory planning, reallocation, recompiles and
+update_dimensions are testable in tests/unit:
+
+    exe = null_executor(compiled)
+    exe.update_dimensions({"seq": 3})
+    exe.run(feeds)
+    exe.backend.runs[-1]  # [DispatchRecord(...), CopyRecord(...), ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from onyxia.codegen.transport import IMMEDIATE, Transport
+from onyxia.plan import Binding, CompiledModel, ShaderSpec
+from onyxia.runtime.commands import Command, CopyCommand, DispatchCommand
+from onyxia.runtime.contract import FeedCopy, Limits, Readback
+from onyxia.runtime.replay import PlanReplay
+
+# Vulkan guarantees 128 bytes of push constants; most desktop drivers give 256.
+NULL_LIMITS = Limits(max_workgroups=65535, max_binding_bytes=1 << 27, max_immediate_bytes=128)
+
+
+@dataclass(eq=False)
+class NullBuffer:
+    label: str
+    data: bytearray
+    freed: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class NullProgram:
+    label: str
+    code: str  # the rendered WGSL
+    transport: Transport
+
+
+@dataclass(frozen=True)
+class NullBindGroup:
+    buffers: tuple[NullBuffer, ...]
+
+
+@dataclass(frozen=True)
+class DispatchRecord:
+    shader: str  # label
+    workgroups: tuple[int, int, int]
+    params: tuple[int, ...]  # the parameter words as the kernel would read them
+    buffers: tuple[str, ...]  # labels of the bound buffers
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    src: str
+    dst: str
+    size: int
+    src_offset: int
+    dst_offset: int
+
+
+@dataclass
+class NullBackend:
+    limits: Limits = NULL_LIMITS
+    allocations: list[NullBuffer] = field(default_factory=list)  # in order, freed ones included
+    programs: list[NullProgram] = field(default_factory=list)  # every build, recompiles included
+    bind_groups: int = 0
+    param_uploads: int = 0  # params_changed calls (the uniform transport's upload)
+    runs: list[list[DispatchRecord | CopyRecord]] = field(default_factory=list)  # encoded per run
+    words: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint32))
+
+    @property
+    def live(self) -> list[NullBuffer]:
+        return [b for b in self.allocations if not b.freed]
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(b.nbytes for b in self.live)
+
+    # ---- allocator ------------------------------------------------------------------------
+    def alloc(self, label: str, nbytes: int) -> NullBuffer:
+        if nbytes > self.limits.max_binding_bytes:  # what wgpu would refuse
+            raise AssertionError(f"replay allocated {nbytes} bytes for '{label}', over the binding limit")
+        buf = NullBuffer(label, bytearray(nbytes))
+        self.allocations.append(buf)
+        return buf
+
+    def free(self, buffer: NullBuffer) -> None:
+        assert not buffer.freed, f"'{buffer.label}' freed twice"
+        buffer.freed = True
+
+    def copyin(self, buffer: NullBuffer, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).tobytes()
+        assert not buffer.freed and len(raw) <= buffer.nbytes, (buffer.label, len(raw), buffer.nbytes)
+        buffer.data[:len(raw)] = raw
+
+    def copyout(self, buffer: NullBuffer, nbytes: int) -> bytes:
+        assert not buffer.freed and nbytes <= buffer.nbytes, (buffer.label, nbytes, buffer.nbytes)
+        return bytes(buffer.data[:nbytes])
+
+    # ---- programs -------------------------------------------------------------------------
+    def layout(self, spec: ShaderSpec, bindings: Sequence[Binding]) -> tuple[Binding, ...]:
+        return tuple(bindings)
+
+    def program(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> NullProgram:
+        program = NullProgram(spec.label, code, transport)
+        self.programs.append(program)
+        return program
+
+    def bind(self, layout: Any, buffers: Sequence[NullBuffer]) -> NullBindGroup:
+        self.bind_groups += 1
+        return NullBindGroup(tuple(buffers))
+
+    # ---- parameters -----------------------------------------------------------------------
+    def prepare(self, commands: Sequence[Command], words: np.ndarray, uniform_words: int) -> None:
+        self.words = words
+
+    def params_changed(self) -> None:
+        self.param_uploads += 1
+
+    # ---- replay ---------------------------------------------------------------------------
+    def execute(self, commands: Sequence[Command], feeds: Sequence[FeedCopy],
+                readback: Sequence[Readback]) -> list[bytes]:
+        for f in feeds:
+            f.dst.data[:f.nbytes] = f.src.data[:f.nbytes]
+        self._encoded: list[DispatchRecord | CopyRecord] = []
+        for cmd in commands:
+            cmd.encode(self)
+        self.runs.append(self._encoded)
+        return [self.copyout(r.buffer, r.nbytes) for r in readback]
+
+    def dispatch(self, cmd: DispatchCommand) -> None:
+        if not all(cmd.workgroups):
+            return
+        assert all(0 < n <= self.limits.max_workgroups for n in cmd.workgroups), cmd.workgroups
+        assert all(not b.freed for b in cmd.bindings.buffers), "dispatch binds a freed buffer"
+        params = tuple(int(w) for w in np.frombuffer(cmd.params, np.uint32)) if cmd.params is not None else ()
+        self._encoded.append(DispatchRecord(cmd.program.label, cmd.workgroups, params,
+                                            tuple(b.label for b in cmd.bindings.buffers)))
+
+    def copy(self, cmd: CopyCommand) -> None:
+        src, dst = cmd.src_buffer, cmd.dst_buffer
+        assert cmd.src_offset + cmd.size <= src.nbytes and cmd.dst_offset + cmd.size <= dst.nbytes, cmd.step
+        dst.data[cmd.dst_offset:cmd.dst_offset + cmd.size] = src.data[cmd.src_offset:cmd.src_offset + cmd.size]
+        self._encoded.append(CopyRecord(src.label, dst.label, cmd.size, cmd.src_offset, cmd.dst_offset))
+
+
+def null_executor(model: CompiledModel, *, transport: str | Transport = IMMEDIATE,
+                  limits: Limits = NULL_LIMITS) -> PlanReplay:
+    """A PlanReplay of `model` on a fresh NullBackend (no GPU, no kernels run)."""
+    return PlanReplay(model, NullBackend(limits), transport=transport)
+
+
+__all__ = ["CopyRecord", "DispatchRecord", "NULL_LIMITS", "NullBackend", "NullBuffer", "NullProgram", "null_executor"]
