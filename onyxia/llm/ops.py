@@ -35,9 +35,9 @@ class LastToken(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         batch, seq, vocab = ctx.input_shape(0)
-        ctx.device_type(ctx.input_dtype(0), "logits")
+        ctx.compute_type(ctx.input_dtype(0), "logits")
         return [ctx.dispatch("llm/last_token.wgsl", params={"S": seq, "V": vocab},
-                             reads=[ctx.input(0)], writes=[ctx.output(0), ctx.output(1)],
+                             reads={"logits": ctx.input(0)}, writes={"last": ctx.output(0), "token": ctx.output(1)},
                              workgroups=(batch, 1, 1))]
 
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import TensorKind
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
-from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, prefer_literal
+from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import prefer_literal
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -190,8 +190,7 @@ class GroupQueryAttention(Operator):
         row = (heads + 2 * kv_heads) * d if c.packed else kv_heads * d
         k_off = heads * d if c.packed else 0
         v_off = (heads + kv_heads) * d if c.packed else 0
-        rotary_reads = [ctx.input(7), ctx.input(8)] if c.rotary else []
-        rotary_decls = [("cos_cache", "f32"), ("sin_cache", "f32")] if c.rotary else []
+        rotary_reads = {"cos_cache": ctx.input(7), "sin_cache": ctx.input(8)} if c.rotary else {}
         maxpos = ctx.input_shape(7)[0] if c.rotary else 1
         flags = {"ROTARY": True} if c.rotary else {}
         if c.rotary and ctx.attr("rotary_interleaved", 0):
@@ -200,8 +199,8 @@ class GroupQueryAttention(Operator):
 
         # 1. new K/V into present
         present_k, present_v = ctx.output(1), ctx.output(2)
-        reads = [*kv_src, ctx.input(5), ctx.input(6), *rotary_reads]
-        decls = [("key_in", "f32"), ("value_in", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls]
+        reads = {"key_in": kv_src[0], "value_in": kv_src[1], "seqlens": ctx.input(5), "total_len": ctx.input(6),
+                 **rotary_reads}
         kv_defs: dict[str, object] = dict(flags)
         if c.share:
             count = batch * kv_heads * seq * d
@@ -209,27 +208,23 @@ class GroupQueryAttention(Operator):
                 ctx.alias_output(1, 3)
                 ctx.alias_output(2, 4)
             else:
-                nbytes = numel(ctx.output_shape(1)) * 4
+                nbytes = ctx.output_dtype(1).nbytes(numel(ctx.output_shape(1)))
                 steps += [ctx.copy(ctx.input(3), present_k, nbytes), ctx.copy(ctx.input(4), present_v, nbytes)]
         else:
             count = batch * kv_heads * present * d
             kv_defs["FULL"] = True
             if c.has_past:
                 kv_defs["HAS_PAST"] = True
-                reads += [ctx.input(3), ctx.input(4)]
-                decls += [("past_k", "f32"), ("past_v", "f32")]
-        kv_defs["BINDINGS"] = binding_block(decls, [("present_k", "f32"), ("present_v", "f32")])
+                reads |= {"past_k": ctx.input(3), "past_v": ctx.input(4)}
         if not (isinstance(count, int) and count == 0):
             steps.append(ctx.dispatch(
                 "attention/gqa_kv.wgsl", label="gqa_kv", defs=kv_defs, reads=reads,
-                writes=[present_k, present_v], workgroups=ctx.grid(count),
+                writes={"present_k": present_k, "present_v": present_v}, workgroups=ctx.grid(count),
                 params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off}))
 
         # 2. fused attention over present
         att_defs: dict[str, object] = dict(flags)
-        att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)), BINDINGS=binding_block(
-            [("query", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls,
-             ("present_k", "vec4<f32>"), ("present_v", "vec4<f32>")], [("output", "f32")]))
+        att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)))
         if c.causal:
             att_defs["CAUSAL"] = True
         if c.window >= 0:
@@ -240,8 +235,9 @@ class GroupQueryAttention(Operator):
         scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
         steps.append(ctx.dispatch(
             "attention/gqa_attention.wgsl", label="gqa_attention", defs=att_defs,
-            reads=[ctx.input(0), ctx.input(5), ctx.input(6), *rotary_reads, present_k, present_v],
-            writes=[ctx.output(0)], workgroups=(heads, seq, batch),
+            reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
+                   "present_k": Buf(present_k, vector=True), "present_v": Buf(present_v, vector=True)},
+            writes={"output": ctx.output(0)}, workgroups=(heads, seq, batch),
             params={**common, "H": heads, "D4": d // 4, "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                     "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
                     "WINDOW_SIZE": max(c.window, 0)}))
@@ -319,8 +315,9 @@ class RotaryEmbedding(Operator):
         return [ctx.dispatch("attention/rotary.wgsl", label="rotary_embedding", defs=defs,
                              params={"N": n, "S": x[2] if c.bnsh else x[1], "NH": c.heads,
                                      "D": c.head_size, "HALF": c.half, "MAXPOS": ctx.input_shape(2)[0]},
-                             reads=[ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)],
-                             writes=[ctx.output(0)], workgroups=ctx.grid(n))]
+                             reads={"x": ctx.input(0), "position_ids": ctx.input(1), "cos_cache": ctx.input(2),
+                                    "sin_cache": ctx.input(3)},
+                             writes={"y": ctx.output(0)}, workgroups=ctx.grid(n))]
 
 
 def operators() -> list[tuple[Operator, int]]:

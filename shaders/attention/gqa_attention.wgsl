@@ -9,16 +9,14 @@
 // end = past_b + s + 1 (causal) or seqlens_k[b] + 1, clamped to T; start = end - WINDOW
 // when a sliding window is set. Scores are scale * q.k, then softcap * tanh(x / softcap).
 // K and V rows are read as vec4 (head sizes are multiples of 8): D4 = D / 4 vectors per row.
-// Bindings (BINDINGS def): query, seqlens, total_len, [cos_cache, sin_cache], present_k,
-// present_v (both array<vec4<f32>>) | output.
-// Defs: BINDINGS, DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
+// Buffers: query, seqlens, total_len, [cos_cache, sin_cache], present_k, present_v (both read
+// as vec4), output; computed in f32 whatever the storage (fp16 caches are read as fp16).
+// Defs: DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
 // CAUSAL, WINDOW, SOFTCAP.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
 // HALF, MAXPOS.
 #import attention::rope
 #import attention::softmax
-
-#{BINDINGS}
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
@@ -26,12 +24,12 @@ var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
 alias SoftmaxValue = vec4<f32>;
 
 fn softmax_value(kv: u32, key: u32, column: u32) -> vec4<f32> {
-    return present_v[(kv + key) * D4() + column];
+    return present_v_load4((kv + key) * D4() + column);
 }
 
 fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
     for (var e = 0u; e < 4u; e++) {
-        output[orow + 4u * column + e] = value[e];
+        output_store(orow + 4u * column + e, output_t(value[e]));
     }
 }
 
@@ -41,9 +39,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let s = wid.y;
     let b = wid.z;
     let g = h / (H() / KVH());
-    let total_b = u32(max(seqlens[b] + 1, 0));
+    let total_b = u32(max(seqlens_load(b) + 1, 0));
     var past = 0u;
-    if (i32(S()) != total_len[0]) {
+    if (i32(S()) != total_len_load(0u)) {
         past = u32(max(i32(total_b) - i32(S()), 0));
     }
     let pos = past + s;
@@ -62,12 +60,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // The query row, rotated, with the scale folded in.
     let qrow = (b * S() + s) * Q_ROW() + h * D();
     for (var d = lid; d < D(); d += WG) {
-        var q = query[qrow + d];
+        var q = f32(query_load(qrow + d));
 #ifdef ROTARY
         let rp = rope_pair(d, HALF());
         if (rp.rotated) {
             let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
-            q = q * cos_cache[c] + rp.sign * query[qrow + rp.partner] * sin_cache[c];
+            q = q * f32(cos_cache_load(c)) + rp.sign * f32(query_load(qrow + rp.partner)) * f32(sin_cache_load(c));
         }
 #endif
         q_sh[d] = q * SCALE();
@@ -87,7 +85,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let krow = (kv + j) * D4();
             var dot4 = vec4(0.0);
             for (var c = 0u; c < D4(); c++) {
-                dot4 += q4[c] * present_k[krow + c];
+                dot4 += q4[c] * present_k_load4(krow + c);
             }
             var dot = dot4.x + dot4.y + dot4.z + dot4.w;
 #ifdef SOFTCAP

@@ -2,18 +2,9 @@
 // where a tiled GEMM would leave most of its tile idle (few output channels per group or a
 // short reduction). Weight reads are the same for neighbouring threads (same channel), so
 // they are served from cache.
-// Defs: TRANSPOSED, HAS_BIAS. Params: TOTAL (= N * M * P), M and those of conv::window.
+// Buffers: x, w, [bias], y (computed in f32). Defs: TRANSPOSED, HAS_BIAS. Params: TOTAL (= N * M * P), M and those of conv::window.
 #import common::grid
 #import conv::window
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
-#ifdef HAS_BIAS
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-#else
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-#endif
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -27,12 +18,12 @@ fn main(wg: Grid) {
     let m = oc % MG();
     let col = conv_column(n * P() + p, g);
 #ifdef HAS_BIAS
-    var acc = bias[oc];
+    var acc = f32(bias_load(oc));
 #else
     var acc = 0.0;
 #endif
     for (var k = 0u; k < K(); k++) {
         acc += conv_patch(col, k) * conv_weight(g, m, k);
     }
-    y[i] = acc;
+    y_store(i, y_t(acc));
 }

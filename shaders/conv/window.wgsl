@@ -73,16 +73,16 @@ fn conv_patch(col: Column, k: u32) -> f32 {
     if (iz >= ID() || iy >= IH() || ix >= IW()) {
         return 0.0;
     }
-    return x[col.base + c * ISP() + (iz * IH() + iy) * IW() + ix];
+    return f32(x_load(col.base + c * ISP() + (iz * IH() + iy) * IW() + ix));
 }
 
 // Weight of output channel m (within group g) for patch row k.
 fn conv_weight(g: u32, m: u32, k: u32) -> f32 {
 #ifdef TRANSPOSED
     // W is [C, MG, *kernel]
-    return w[((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()];
+    return f32(w_load(((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()));
 #else
     // W is [M, CG, *kernel]: row g * MG + m of a [M, K] matrix
-    return w[(g * MG() + m) * K() + k];
+    return f32(w_load((g * MG() + m) * K() + k));
 #endif
 }

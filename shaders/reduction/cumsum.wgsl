@@ -1,14 +1,16 @@
 // Prefix sums along one axis. A line is the K elements x[base + j * INNER]; LANES threads
 // (reduction::lanes) scan it in chunks of LANES elements: a Hillis-Steele scan in shared memory
 // per chunk plus the running total of the chunks before. A workgroup serves 256 / LANES lines.
-// Defs: T (storage type), LANES, RED_INNER (1), REVERSE (scan from the end), EXCLUSIVE (element j gets the sum
-// of the elements before it). Params: L (lines), K (line length), INNER (element stride).
+// Buffers: src, dst (sums in dst_t). Defs: LANES, RED_INNER (1), REVERSE (scan from the end),
+// EXCLUSIVE (element j gets the sum of the elements before it), ADD (over a and b: `a + b`, or
+// the checked int64 sum). Params: L (lines), K (line length), INNER (element stride).
 #import reduction::lanes
 
-@group(0) @binding(0) var<storage, read> src: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> dst: array<#{T}>;
+var<workgroup> sh: array<dst_t, WORKGROUP_SIZE>;
 
-var<workgroup> sh: array<#{T}, WORKGROUP_SIZE>;
+fn add(a: dst_t, b: dst_t) -> dst_t {
+    return #{ADD};
+}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -18,7 +20,7 @@ fn main(wg: Grid) {
     let lid = ln.slot;
     let base = (line / INNER()) * K() * INNER() + line % INNER();
     let chunks = (K() + LANES - 1u) / LANES;
-    var carry = #{T}(0);
+    var carry = dst_t(0);
     for (var c = 0u; c < chunks; c++) {
         let j = c * LANES + rl;
         let live = j < ln.length;
@@ -27,34 +29,34 @@ fn main(wg: Grid) {
 #else
         let idx = base + j * INNER();
 #endif
-        var v = #{T}(0);
+        var v = dst_t(0);
         if (live) {
-            v = src[idx];
+            v = dst_t(src_load(idx));
         }
         sh[lid] = v;
         // Inclusive scan of this line's chunk; lanes below `s` have no partner at distance s.
         for (var s = 1u; s < LANES; s *= 2u) {
             workgroupBarrier();
-            var add = #{T}(0);
+            var other = dst_t(0);
             if (rl >= s) {
-                add = sh[lid - s];
+                other = sh[lid - s];
             }
             workgroupBarrier();
-            sh[lid] += add;
+            sh[lid] = add(sh[lid], other);
         }
         workgroupBarrier();
 #ifdef EXCLUSIVE
         var out = carry;
         if (rl > 0u) {
-            out += sh[lid - 1u];
+            out = add(out, sh[lid - 1u]);
         }
 #else
-        let out = carry + sh[lid];
+        let out = add(carry, sh[lid]);
 #endif
         if (live) {
-            dst[idx] = out;
+            dst_store(idx, out);
         }
-        carry += sh[lid - rl + LANES - 1u];
+        carry = add(carry, sh[lid - rl + LANES - 1u]);
         workgroupBarrier();  // the next chunk overwrites sh
     }
 }
