@@ -42,7 +42,8 @@ class TerminalProgress:
     with their elapsed time, by a ticker thread: a 1 GB folder must not sit silent.
     """
 
-    def __init__(self, stream: TextIO = sys.stderr, delay: float = 1.0, interval: float = 0.2):
+    def __init__(self, stream: TextIO | None = None, delay: float = 1.0, interval: float = 0.2):
+        stream = sys.stderr if stream is None else stream  # looked up now: tests swap sys.stderr
         self.stream, self.delay, self.interval = stream, delay, interval
         self.enabled = stream.isatty()
         self.phase, self.done, self.total, self.started = "", 0, 1, 0.0
