@@ -13,8 +13,9 @@ or of its tests. This developer script runs in its own environment (shared by th
         [--optimum-python /work/exporters/venv-optimum/bin/python]
 
 For each family it creates a tiny random-weight Hugging Face checkpoint with `transformers`
-(vocabulary 512, hidden 32, MLP 64, 2 layers, 2 query heads and 1 KV head of 16; sliding window 16 for Mistral and Gemma-2/3, so the tests'
-prompts cross it) and a BPE tokenizer.json trained with `tokenizers` on a fixed text, then runs:
+(vocabulary 512, hidden 32, MLP 64, 2 layers, 2 query heads and 1 KV head of 16; sliding window 16
+for Mistral and Gemma-2/3, so the tests' prompts cross it) and a BPE tokenizer.json trained with
+`tokenizers` on a fixed text, then runs:
 
 - onnxruntime-genai's builder (`python -m onnxruntime_genai.models.builder`) for
   {cpu fp32, cpu int4, webgpu fp16, webgpu int4} → tests/data/llm/genai/<family>-<target>-<precision>/

@@ -6,8 +6,14 @@ data) and tokenizer.json.
 kept on the GPU and greedy token choice made there.
 """
 
-from onyxia.llm.config import (DecoderConfig, GenaiConfig, SearchConfig, SlidingWindowConfig, load_genai_config,
-                               load_tokenizer)
+from onyxia.llm.config import (
+    DecoderConfig,
+    GenaiConfig,
+    SearchConfig,
+    SlidingWindowConfig,
+    load_genai_config,
+    load_tokenizer,
+)
 from onyxia.llm.hf_config import load_hf_config, load_model_config
 from onyxia.llm.sampling import SamplingParams
 from onyxia.llm.session import GenerationStats, LlmSession, StepOutput

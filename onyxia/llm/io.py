@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from onyxia.errors import ConfigError
 from onyxia.ir.graph import IrGraph
@@ -76,8 +77,6 @@ def window_capacity(config: GenaiConfig, windows: dict[str, int], max_length: in
 
 def declared_output_shapes(config: GenaiConfig) -> dict[str, Shape]:
     """The output shapes the ONNX file declares (the loader infers outputs; names matter here)."""
-    import onnx
-
     proto = onnx.load(str(config.model_path), load_external_data=False)
     shapes = {}
     for vi in proto.graph.output:
