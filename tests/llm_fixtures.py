@@ -54,7 +54,12 @@ class Fixture:
 GAPS = {
     "sliding_window_cache": "GroupQueryAttention sliding_window_cache = 1 (window-sized KV caches)",
     "qk_norm": "GroupQueryAttention q_norm_weight / k_norm_weight (per-head RMS norm of Q and K)",
-    "accuracy_level_4": "MatMulNBits accuracy_level = 4 (activations quantized to int8 per block)",
+    # accuracy_level 4 itself is implemented and exact for float32 activations; for float16 ones,
+    # onnxruntime rounds every op's output (and GQA's internals) to float16 while onyxia computes
+    # float16 models in f32, and the int8 quantization turns those last-bit differences into
+    # whole int8 steps: logits ~2e-2 apart. Matching needs native float16 (separate work).
+    "fp16_int8": "float16 activations quantized to int8 (MatMulNBits accuracy_level 4) need onnxruntime's "
+                 "per-op float16 rounding",
 }
 
 
@@ -72,8 +77,8 @@ def gaps(fixture: Fixture) -> list[str]:
                 found.add("sliding_window_cache")
             if len(node.input) > 14 and node.input[14]:
                 found.add("qk_norm")
-        if node.op_type == "MatMulNBits" and attrs.get("accuracy_level", 0) == 4:
-            found.add("accuracy_level_4")
+        if node.op_type == "MatMulNBits" and attrs.get("accuracy_level", 0) == 4 and fixture.fp16:
+            found.add("fp16_int8")
     return sorted(found)
 
 

@@ -497,6 +497,9 @@ def _matmul_nbits() -> list[Case]:
                [("a", F32, [1, "n", k])], ["y"], inits, ms=True, extra_dims=[{"n": 1}])
     out += case([h.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain=MS, **attrs)],
                 [("a", F32, ["n", k])], ["y"], inits, ms=True, extra_dims=[{"n": 1}])
+    # accuracy_level 4: int8 activations (quantize_q8 + matmul_nbits_q8 with dot4I8Packed)
+    out += case([h.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain=MS,
+                             accuracy_level=4, **attrs)], [("a", F32, ["n", k])], ["y"], inits, ms=True)
     return out
 
 
