@@ -53,7 +53,6 @@ class Fixture:
 # mark a fixture that uses one as a strict xfail, so the mark must go when the feature lands.
 GAPS = {
     "sliding_window_cache": "GroupQueryAttention sliding_window_cache = 1 (window-sized KV caches)",
-    "qk_norm": "GroupQueryAttention q_norm_weight / k_norm_weight (per-head RMS norm of Q and K)",
     # accuracy_level 4 itself is implemented and exact for float32 activations; for float16 ones,
     # onnxruntime rounds every op's output (and GQA's internals) to float16 while onyxia computes
     # float16 models in f32, and the int8 quantization turns those last-bit differences into
@@ -75,8 +74,6 @@ def gaps(fixture: Fixture) -> list[str]:
         if node.op_type == "GroupQueryAttention":
             if attrs.get("sliding_window_cache", 0) == 1:
                 found.add("sliding_window_cache")
-            if len(node.input) > 14 and node.input[14]:
-                found.add("qk_norm")
         if node.op_type == "MatMulNBits" and attrs.get("accuracy_level", 0) == 4 and fixture.fp16:
             found.add("fp16_int8")
     return sorted(found)
@@ -158,7 +155,7 @@ def explicit_qk_norm(model) -> bool:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         heads, kv_heads = attrs["num_heads"], attrs["kv_num_heads"]
         eps = attrs.pop("qk_norm_epsilon", 1e-6)
-        head = next(numpy_helper.to_array(t).shape[0] for t in graph.initializer if t.name == inputs[14])
+        head = next(int(t.dims[0]) for t in graph.initializer if t.name == inputs[14])
         p = node.name + "/explicit_qk_norm"
         if p + "/split" not in shape_of:
             for name, value in ((p + "/split", [heads * head, kv_heads * head, kv_heads * head]),

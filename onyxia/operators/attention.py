@@ -70,7 +70,7 @@ def _exclusive_input(ctx: PlanCtx, i: int) -> bool:
 # Inputs past the rotary caches that onyxia does not implement yet, with the attributes that
 # would switch on features it does not implement; each is rejected by name.
 _UNSUPPORTED_INPUTS = {9: "position_ids", 10: "attention_bias", 11: "head_sink", 12: "k_scale",
-                       13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight"}
+                       13: "v_scale"}
 _UNSUPPORTED_ATTRS = {"smooth_softmax": 0, "qk_output": 0, "sliding_window_cache": 0}
 
 
@@ -93,6 +93,9 @@ class GqaSpec:
     half: Dim  # rotary dim / 2 (0 without rotary)
     causal: bool
     window: int  # local_window_size, -1 for none
+    qk_norm: bool = False  # per-head RMS norm of Q and K before rotary (inputs 14, 15)
+    q_eps: float = 1e-6
+    k_eps: float = 1e-6
 
 
 class GroupQueryAttention(Operator):
@@ -170,8 +173,18 @@ class GroupQueryAttention(Operator):
         window = int(ctx.attr("local_window_size", -1))
         if window >= 0 and not causal:
             raise ctx.fail("local_window_size needs causal=1")
+        qk_norm = ctx.has_input(14) or ctx.has_input(15)
+        eps = float(ctx.attr("qk_norm_epsilon", 1e-6))
+        if qk_norm:
+            for i in (14, 15):
+                if not ctx.has_input(i):
+                    raise ctx.fail("q_norm_weight and k_norm_weight must both be given", i)
+                if not ctx.input_dtype(i).is_float or not ctx.same_shape(ctx.input_shape(i), (head_size,)):
+                    raise ctx.fail(f"expected a float [head_size] = [{head_size}] weight, got {ctx.input_dtype(i)}"
+                                   f"{shape_str(ctx.input_shape(i))}", i)
         return GqaSpec(dtype, heads, kv_heads, head_size, batch, seq, past, present, packed, has_past, share,
-                       rotary, half, causal, window)
+                       rotary, half, causal, window, qk_norm, float(ctx.attr("q_norm_epsilon", eps)),
+                       float(ctx.attr("k_norm_epsilon", eps)))
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         c = self.spec(ctx)
@@ -203,6 +216,10 @@ class GroupQueryAttention(Operator):
         reads = [*kv_src, ctx.input(5), ctx.input(6), *rotary_reads]
         decls = [("key_in", "f32"), ("value_in", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls]
         kv_defs: dict[str, object] = dict(flags)
+        if c.qk_norm:
+            kv_defs["QK_NORM"] = True
+            reads.append(ctx.input(15))
+            decls.append(("k_norm", "f32"))
         if c.share:
             count = batch * kv_heads * seq * d
             if _exclusive_input(ctx, 3) and _exclusive_input(ctx, 4):
@@ -223,12 +240,16 @@ class GroupQueryAttention(Operator):
             steps.append(ctx.dispatch(
                 "attention/gqa_kv.wgsl", label="gqa_kv", defs=kv_defs, reads=reads,
                 writes=[present_k, present_v], workgroups=ctx.grid(count),
-                params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off}))
+                params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off,
+                        "EPS": c.k_eps}))
 
         # 2. fused attention over present
         att_defs: dict[str, object] = dict(flags)
+        norm_reads, norm_decls = ([ctx.input(14)], [("q_norm", "f32")]) if c.qk_norm else ([], [])
+        if c.qk_norm:
+            att_defs["QK_NORM"] = True
         att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)), BINDINGS=binding_block(
-            [("query", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls,
+            [("query", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls, *norm_decls,
              ("present_k", "vec4<f32>"), ("present_v", "vec4<f32>")], [("output", "f32")]))
         if c.causal:
             att_defs["CAUSAL"] = True
@@ -240,11 +261,11 @@ class GroupQueryAttention(Operator):
         scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
         steps.append(ctx.dispatch(
             "attention/gqa_attention.wgsl", label="gqa_attention", defs=att_defs,
-            reads=[ctx.input(0), ctx.input(5), ctx.input(6), *rotary_reads, present_k, present_v],
+            reads=[ctx.input(0), ctx.input(5), ctx.input(6), *rotary_reads, *norm_reads, present_k, present_v],
             writes=[ctx.output(0)], workgroups=(heads, seq, batch),
             params={**common, "H": heads, "D4": d // 4, "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                     "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
-                    "WINDOW_SIZE": max(c.window, 0)}))
+                    "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps}))
         return steps
 
 

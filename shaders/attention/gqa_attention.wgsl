@@ -11,10 +11,11 @@
 // K and V rows are read as vec4 (head sizes are multiples of 8): D4 = D / 4 vectors per row.
 // Bindings (BINDINGS def): query, seqlens, total_len, [cos_cache, sin_cache], present_k,
 // present_v (both array<vec4<f32>>) | output.
+// QK_NORM: the query row is RMS-normalized over its head (weight q_norm, epsilon EPS) before rotary.
 // Defs: BINDINGS, DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
-// CAUSAL, WINDOW, SOFTCAP.
+// CAUSAL, WINDOW, SOFTCAP, QK_NORM.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
-// HALF, MAXPOS.
+// HALF, MAXPOS, EPS.
 #import attention::rope
 #import attention::softmax
 
@@ -33,6 +34,15 @@ fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
     for (var e = 0u; e < 4u; e++) {
         output[orow + 4u * column + e] = value[e];
     }
+}
+
+// Element e of the query row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
+fn query_at(base: u32, e: u32, inv: f32) -> f32 {
+#ifdef QK_NORM
+    return query[base + e] * inv * q_norm[e];
+#else
+    return query[base + e];
+#endif
 }
 
 @compute @workgroup_size(64)
@@ -59,15 +69,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 #endif
 
-    // The query row, rotated, with the scale folded in.
+    // The query row, [normalized,] rotated, with the scale folded in.
     let qrow = (b * S() + s) * Q_ROW() + h * D();
+    var q_inv = 1.0;
+#ifdef QK_NORM
+    var squares = 0.0;
     for (var d = lid; d < D(); d += WG) {
-        var q = query[qrow + d];
+        let x = query[qrow + d];
+        squares += x * x;
+    }
+    q_inv = 1.0 / sqrt(reduce_sum(lid, squares) / f32(D()) + EPS());
+#endif
+    for (var d = lid; d < D(); d += WG) {
+        var q = query_at(qrow, d, q_inv);
 #ifdef ROTARY
         let rp = rope_pair(d, HALF());
         if (rp.rotated) {
             let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
-            q = q * cos_cache[c] + rp.sign * query[qrow + rp.partner] * sin_cache[c];
+            q = q * cos_cache[c] + rp.sign * query_at(qrow, rp.partner, q_inv) * sin_cache[c];
         }
 #endif
         q_sh[d] = q * SCALE();

@@ -43,7 +43,7 @@ def params(fixtures, blocking=tuple(GAPS)):
 
 # Features without which the folder does not compile at all (a float16 int4 folder runs, with
 # logits ~2e-2 off: only the exact comparison fails).
-NOT_COMPILING = ("sliding_window_cache", "qk_norm")
+NOT_COMPILING = ("sliding_window_cache",)
 
 
 @pytest.mark.parametrize("fixture", params(FIXTURES))

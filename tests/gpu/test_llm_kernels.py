@@ -1,5 +1,8 @@
 """Kernel features today's LLM exporters rely on, one operator at a time, against onnxruntime.
 
+- GroupQueryAttention q_norm_weight / k_norm_weight (inputs 14, 15; Qwen3 for WebGPU): a per-head
+  RMS norm of Q and K before rotary. onnxruntime's CPU kernel rejects them; the oracle is the same
+  computation with the norms explicit (SimplifiedLayerNormalization over head_size) before a plain GQA.
 - MatMulNBits `accuracy_level = 4` (onnxruntime-genai's int4 models): onnxruntime quantizes the
   activation per block of block_size to int8 (scale = max|a| / 127, round to nearest even) before
   the integer product; both the dot4I8Packed and the plain-arithmetic kernel must equal it.
@@ -21,6 +24,57 @@ from tests.helpers import compile_model, make_model, run_ort
 pytestmark = pytest.mark.gpu
 MS = {"com.microsoft": 1}
 QH, KVH, HEAD = 4, 2, 16
+QH, KVH, HEAD = 4, 2, 16
+
+
+def qk_norm_models(eps: float) -> tuple[object, object]:
+    """(GQA with q/k-norm inputs, the same with explicit norms) on packed QKV, rotary inside GQA."""
+    rng = np.random.default_rng(11)
+    angles = rng.random((64, HEAD // 2)).astype(np.float32) * 3
+    inits = {"cos": np.cos(angles), "sin": np.sin(angles),
+             "q_w": (1 + 0.3 * rng.standard_normal(HEAD)).astype(np.float32),
+             "k_w": (1 + 0.3 * rng.standard_normal(HEAD)).astype(np.float32)}
+    width = (QH + 2 * KVH) * HEAD
+    inputs = [("qkv", np.float32, [1, "S", width]), ("pk", np.float32, [1, KVH, "P", HEAD]),
+              ("pv", np.float32, [1, KVH, "P", HEAD]), ("sl", np.int32, [1]), ("tl", np.int32, [])]
+    attrs = dict(domain="com.microsoft", num_heads=QH, kv_num_heads=KVH, do_rotary=1)
+    fused = helper.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "sl", "tl", "cos", "sin", "", "", "",
+                                                     "", "", "q_w", "k_w"], ["o", "prk", "prv"],
+                             qk_norm_epsilon=eps, **attrs)
+    shapes = {"split": np.array([QH * HEAD, KVH * HEAD, KVH * HEAD], np.int64),
+              "qs": np.array([0, 0, QH, HEAD], np.int64), "ks": np.array([0, 0, KVH, HEAD], np.int64),
+              "flat": np.array([0, 0, -1], np.int64)}
+    explicit = [helper.make_node("Split", ["qkv", "split"], ["q", "k", "v"], axis=-1)]
+    for x, w, s in (("q", "q_w", "qs"), ("k", "k_w", "ks")):
+        explicit += [helper.make_node("Reshape", [x, s], [x + "4"]),
+                     helper.make_node("SimplifiedLayerNormalization", [x + "4", w], [x + "n"], axis=-1,
+                                      epsilon=eps, stash_type=1),
+                     helper.make_node("Reshape", [x + "n", "flat"], [x + "f"])]
+    explicit.append(helper.make_node("GroupQueryAttention", ["qf", "kf", "v", "pk", "pv", "sl", "tl", "cos", "sin"],
+                                     ["o", "prk", "prv"], **attrs))
+    outs = ["o", "prk", "prv"]
+    return (make_model([fused], inputs, outs, inits, extra_opsets=MS),
+            make_model(explicit, inputs, outs, {**inits, **shapes}, extra_opsets=MS))
+
+
+def test_gqa_qk_norm_matches_explicit_norms(runtime):
+    eps = 1e-6
+    fused, explicit = qk_norm_models(eps)
+    exe = runtime.load_model(compile_model(fused, {"S": 6, "P": 0}))
+    rng = np.random.default_rng(2)
+    past = ref_past = (np.zeros((1, KVH, 0, HEAD), np.float32),) * 2
+    total = 0
+    for step in range(4):
+        seq = 6 if step == 0 else 1
+        exe.update_dimensions({"S": seq, "P": total})
+        total += seq
+        f = {"qkv": rng.standard_normal((1, seq, (QH + 2 * KVH) * HEAD), dtype=np.float32) * 3,
+             "sl": np.array([total - 1], np.int32), "tl": np.array(total, np.int32)}
+        ref = run_ort(explicit, {**f, "pk": ref_past[0], "pv": ref_past[1]})
+        ours = exe.run({**f, "pk": past[0], "pv": past[1]})
+        np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+        np.testing.assert_allclose(ours["prk"], ref[1], rtol=1e-5, atol=1e-5, err_msg=f"step {step} key")
+        past, ref_past = (ours["prk"], ours["prv"]), (ref[1], ref[2])
 
 
 def int4_matmul(k: int, n: int, block: int, accuracy: int, zero_points: bool, seed: int = 0) -> object:

@@ -402,6 +402,12 @@ def _gqa() -> list[Case]:
     packed = [("qkv", F32, [1, "n", (heads + 2 * kv) * d]), *ins[3:]]
     out += case([h.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "seqlens", "total"], outs, domain=MS,
                              num_heads=heads, kv_num_heads=kv)], packed, outs, ms=True, dims=dims)
+    # q/k-norm inside GQA (Qwen3 for WebGPU), with rotary
+    norms = {**cache, "qn_w": _vals(F32, (d,)), "kn_w": _vals(F32, (d,), 1)}
+    out += case([h.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "seqlens", "total", "cos", "sin",
+                                                     "", "", "", "", "", "qn_w", "kn_w"], outs, domain=MS,
+                             num_heads=heads, kv_num_heads=kv, do_rotary=1, qk_norm_epsilon=1e-6)],
+                packed, outs, norms, ms=True, dims=dims)
     for c in out:
         c.static_variants = ((), ("n", "past"))
     return out
