@@ -52,7 +52,12 @@ class Fixture:
 # Exporter conventions onyxia does not implement yet (issue 8), found in each folder's graph. Tests
 # mark a fixture that uses one as a strict xfail, so the mark must go when the feature lands.
 GAPS = {
-    "sliding_window_cache": "GroupQueryAttention sliding_window_cache = 1 (window-sized KV caches)",
+    # Window-sized caches are exact in float32 (1e-6) and generate the same 48 tokens in int4,
+    # but onnxruntime's windowed GQA differs from onyxia's by float rounding (~5e-7 in the cached
+    # keys), and now and then that moves an int8 activation level: logits ~1e-2 apart for the
+    # steps that key stays in the window.
+    "window_int8": "window-sized KV caches with int8 activations: rounding-level key differences "
+                   "move int8 levels (tokens equal, logits ~1e-2 at some steps)",
     # accuracy_level 4 itself is implemented and exact for float32 activations; for float16 ones,
     # onnxruntime rounds every op's output (and GQA's internals) to float16 while onyxia computes
     # float16 models in f32, and the int8 quantization turns those last-bit differences into
@@ -71,12 +76,15 @@ def gaps(fixture: Fixture) -> list[str]:
                                           else "onnx/model.onnx")), load_external_data=False)
     for node in model.graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "GroupQueryAttention":
-            if attrs.get("sliding_window_cache", 0) == 1:
-                found.add("sliding_window_cache")
-        if node.op_type == "MatMulNBits" and attrs.get("accuracy_level", 0) == 4 and fixture.fp16:
-            found.add("fp16_int8")
-    return sorted(found)
+        if node.op_type == "GroupQueryAttention" and attrs.get("sliding_window_cache", 0) == 1:
+            found.add("window")
+        if node.op_type == "MatMulNBits" and attrs.get("accuracy_level", 0) == 4:
+            found.add("int8")
+    if "int8" in found and fixture.fp16:
+        found.add("fp16_int8")
+    if "int8" in found and "window" in found:
+        found.add("window_int8")
+    return sorted(found & set(GAPS))
 
 
 def fixtures() -> list[Fixture]:

@@ -8,8 +8,10 @@
 //   otherwise (shared buffer, present already holds past): one thread per new element.
 // Bindings (BINDINGS def): key_in, value_in (both the packed QKV buffer when packed), seqlens,
 // total_len, [cos_cache, sin_cache], [past_k, past_v] | present_k, present_v.
+// WINDOWED (window-sized cache): the new rows go to a scratch [B, KVH, S, D] bound as present_k/_v;
+// gqa_window.wgsl assembles the window from past and them.
 // QK_NORM: the new key is RMS-normalized over its head (weight k_norm, epsilon EPS) before rotary.
-// Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM. Params: N (threads), S, T (present
+// Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED. Params: N (threads), S, T (present
 // rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
 // (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows), EPS.
 #import common::grid
@@ -69,10 +71,14 @@ fn main(wg: Grid) {
 #else
     let s = s_new;
     let t = past + s;
+#ifdef WINDOWED
+    let dst = (bh * S() + s) * D() + d;  // the step's own rows (present_k/_v bind a scratch here)
+#else
     if (t >= T()) {
         return;  // beyond the cache capacity: onnxruntime rejects this; never write out of bounds
     }
     let dst = (bh * T() + t) * D() + d;
+#endif
 #endif
     let row = (b * S() + s) * ROW() + h * D();
     let kbase = row + K_OFF();

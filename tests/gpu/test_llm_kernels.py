@@ -1,5 +1,10 @@
 """Kernel features today's LLM exporters rely on, one operator at a time, against onnxruntime.
 
+- GroupQueryAttention `sliding_window_cache = 1` (Gemma-2/3, Mistral for CPU): past and present are
+  window-sized caches of capacity C >= local_window_size W. After a step that brings the absolute
+  token count to T = seqlens_k + 1, rows [0, L(T)) of present hold positions T - L .. T - 1 with
+  L(T) = T if T <= C else T - G * ceil((T - C) / G), G = C - W + 1 (onnxruntime's contrib-op docs).
+  Prompts shorter and longer than C, then decode steps past the window.
 - GroupQueryAttention q_norm_weight / k_norm_weight (inputs 14, 15; Qwen3 for WebGPU): a per-head
   RMS norm of Q and K before rotary. onnxruntime's CPU kernel rejects them; the oracle is the same
   computation with the norms explicit (SimplifiedLayerNormalization over head_size) before a plain GQA.
@@ -9,6 +14,8 @@
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -25,6 +32,59 @@ pytestmark = pytest.mark.gpu
 MS = {"com.microsoft": 1}
 QH, KVH, HEAD = 4, 2, 16
 QH, KVH, HEAD = 4, 2, 16
+
+
+def resident(total: int, capacity: int, window: int) -> int:
+    if total <= capacity:
+        return total
+    g = capacity - window + 1
+    return total - g * math.ceil((total - capacity) / g)
+
+
+def sliding_gqa(capacity: int, window: int, rotary: bool) -> object:
+    names = ["q", "k", "v", "pk", "pv", "sl", "tl"]
+    inputs = [("q", np.float32, [1, "S", QH * HEAD]), ("k", np.float32, [1, "S", KVH * HEAD]),
+              ("v", np.float32, [1, "S", KVH * HEAD]), ("pk", np.float32, [1, KVH, capacity, HEAD]),
+              ("pv", np.float32, [1, KVH, capacity, HEAD]), ("sl", np.int32, [1]), ("tl", np.int32, [])]
+    inits, attrs = {}, {}
+    if rotary:
+        angles = np.random.default_rng(5).random((128, HEAD // 2)).astype(np.float32) * 3
+        inits = {"cos": np.cos(angles), "sin": np.sin(angles)}
+        names += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    node = helper.make_node("GroupQueryAttention", names, ["o", "prk", "prv"], domain="com.microsoft",
+                            num_heads=QH, kv_num_heads=KVH, local_window_size=window, sliding_window_cache=1,
+                            softcap=2.0, **attrs)
+    return make_model([node], inputs, ["o", "prk", "prv"], inits, extra_opsets=MS)
+
+
+@pytest.mark.parametrize("prompt", [5, 13, 30])
+@pytest.mark.parametrize("capacity,window,rotary", [(8, 8, True), (12, 8, False), (20, 8, True)])
+def test_gqa_sliding_window_cache(runtime, prompt, capacity, window, rotary):
+    model = sliding_gqa(capacity, window, rotary)
+    exe = runtime.load_model(compile_model(model, {"S": prompt}))
+    rng = np.random.default_rng(prompt * 100 + capacity)
+    zeros = np.zeros((1, KVH, capacity, HEAD), np.float32)
+    ours_past, ort_past = (zeros, zeros), (zeros, zeros)
+    total = 0
+    for step in range(window + 6):  # decode well past the window and through several compactions
+        seq = prompt if step == 0 else 1
+        total += seq
+        exe.update_dimensions({"S": seq})
+        f = {"q": rng.standard_normal((1, seq, QH * HEAD), dtype=np.float32),
+             "k": rng.standard_normal((1, seq, KVH * HEAD), dtype=np.float32),
+             "v": rng.standard_normal((1, seq, KVH * HEAD), dtype=np.float32),
+             "sl": np.array([total - 1], np.int32), "tl": np.array(total, np.int32)}
+        ref = run_ort(model, {**f, "pk": ort_past[0], "pv": ort_past[1]})
+        ours = exe.run({**f, "pk": ours_past[0], "pv": ours_past[1]})
+        np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"step {step} output")
+        rows = resident(total, capacity, window)
+        for name, r in zip(("prk", "prv"), ref[1:]):
+            assert ours[name].shape == r.shape == (1, KVH, capacity, HEAD)
+            np.testing.assert_allclose(ours[name][:, :, :rows], r[:, :, :rows], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"step {step} {name} (resident rows {rows})")
+        ours_past, ort_past = (ours["prk"], ours["prv"]), (ref[1], ref[2])
+    assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
 
 
 def qk_norm_models(eps: float) -> tuple[object, object]:

@@ -410,6 +410,11 @@ def _gqa() -> list[Case]:
                 packed, outs, norms, ms=True, dims=dims)
     for c in out:
         c.static_variants = ((), ("n", "past"))
+    # window-sized caches (sliding_window_cache = 1): capacity 8 >= window 4
+    windowed = [*ins[:3], ("pk", F32, [1, kv, 8, d]), ("pv", F32, [1, kv, 8, d]), *ins[5:]]
+    out += case([h.make_node("GroupQueryAttention", [*names, "cos", "sin"], outs, domain=MS, num_heads=heads,
+                             kv_num_heads=kv, do_rotary=1, local_window_size=4, sliding_window_cache=1)],
+                windowed, outs, cache, ms=True, dims={"n": 3})
     return out
 
 
