@@ -264,16 +264,40 @@ def build_big(dest: Path) -> None:
             print(f"{out}: {'ok' if ok else 'FAILED ' + why}", flush=True)
 
 
+def build_gemma270m_shape(dest: Path) -> None:
+    """Gemma-3-270m's tied 262144 x 640 embedding (671 MB in fp32, over WebGPU's 128 MiB binding
+    limit) on one layer, exported for cpu fp32; not committed. Gemma-1's builder path stands in
+    for Gemma-3's, which onnxruntime-genai 0.18 cannot export under transformers 5."""
+    family = Family("gemma270m", "GemmaConfig", {})
+    gemma = next(f for f in families(hidden=640, layers=1, intermediate=2048, vocab=262144) if f.name == "gemma")
+    family.config = {**gemma.config,
+                     "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                     "max_position_embeddings": 512}
+    family.embed_std = 0.05
+    with tempfile.TemporaryDirectory(prefix="onyxia-llm-gemma270m-") as tmp:
+        hf_dir = Path(tmp) / "hf"
+        make_checkpoint(family, hf_dir, weight_scale=0.05)
+        dest.mkdir(parents=True, exist_ok=True)
+        out = dest / "gemma270m-shape-cpu-fp32"
+        shutil.rmtree(out, ignore_errors=True)
+        ok, why = genai_export(hf_dir, out, "cpu", "fp32", Path(tmp) / "cache", dest / "build.log")
+        print(f"{out}: {'ok' if ok else 'FAILED ' + why}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="build only this family (repeatable)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder ({OUT_DIR})")
     parser.add_argument("--big", type=Path, help="write the ~30M-parameter benchmark folders here instead")
+    parser.add_argument("--gemma270m", type=Path, help="write a Gemma-3-270m-shaped (tied 262144 x 640) folder here")
     parser.add_argument("--optimum-python", default="/work/exporters/venv-optimum/bin/python",
                         help="python of an environment with optimum-cli (transformers < 4.58)")
     args = parser.parse_args()
     if args.big:
         build_big(args.big)
+        return
+    if args.gemma270m:
+        build_gemma270m_shape(args.gemma270m)
         return
     manifest = build_all(args.only, args.out, args.optimum_python)
     path = args.out / "MANIFEST.json"
