@@ -8,13 +8,13 @@
 // Bindings (BINDINGS def): new_k, new_v, seqlens, total_len, past_k, past_v | present_k, present_v.
 // Params: N (threads), S, C (capacity), KVH, D, WINDOW_SIZE.
 #import attention::window
+#import common::grid
 
 #{BINDINGS}
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
     if (i >= N()) {
         return;
     }

@@ -11,6 +11,7 @@
 // Defs: BINDINGS (qa, sa, b, scales, [zp], [bias] | y), B_BYTES, ZP_PACKED / ZP_FLOAT / ZP_BYTES,
 // HAS_BIAS, PLAIN_DOT. Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW.
 #import quantized::nbits
+#import common::grid
 
 #{BINDINGS}
 
@@ -33,13 +34,13 @@ fn dot4(x: u32, y: u32) -> i32 {
 #endif
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let lid = wg.lid;
     let col = lid / LANES;
     let lane = lid % LANES;
-    let n = (wid.y * nwg.x + wid.x) * COLS + col;
-    let m0 = wid.z * ROWS;
+    let n = grid_group(wg) * COLS + col;
+    let m0 = wg.wid.z * ROWS;
     let a_words = NBLK() * BLOCK() / 4u;  // int8 words per row of qa (K padded to whole blocks)
     var acc: array<f32, ROWS>;
     if (n < N()) {
