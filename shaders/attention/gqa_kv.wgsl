@@ -7,13 +7,25 @@
 //        rows outside the new range copy past (PAST rows, if HAS_PAST) or become 0.
 //   otherwise (shared buffer, present already holds past): one thread per new element.
 // Buffers: key_in, value_in (both the packed QKV buffer when packed), seqlens, total_len,
-// [cos_cache, sin_cache], [past_k, past_v], present_k, present_v; values computed in f32 and
-// stored in the cache's dtype (fp16 caches stay fp16).
-// Defs: FULL, HAS_PAST, ROTARY, INTERLEAVED. Params: N (threads), S, T (present
+// [cos_cache, sin_cache], [k_norm], [past_k, past_v], present_k, present_v; values computed in
+// f32 and stored in the cache's dtype (fp16 caches stay fp16).
+// WINDOWED (window-sized cache): the new rows go to a scratch [B, KVH, S, D] bound as present_k/_v;
+// gqa_window.wgsl assembles the window from past and them.
+// QK_NORM: the new key is RMS-normalized over its head (weight k_norm, epsilon EPS) before rotary.
+// Defs: FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED. Params: N (threads), S, T (present
 // rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
-// (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows).
+// (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows), EPS.
 #import common::grid
 #import attention::rope
+
+// Element e of the new key row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
+fn key_at(base: u32, e: u32, inv: f32) -> f32 {
+#ifdef QK_NORM
+    return f32(key_in_load(base + e)) * inv * f32(k_norm_load(e));
+#else
+    return f32(key_in_load(base + e));
+#endif
+}
 
 // Where batch b's new rows start in the cache (i32 math: seqlens_k may be anything).
 fn past_len(b: u32) -> u32 {
@@ -58,18 +70,32 @@ fn main(wg: Grid) {
 #else
     let s = s_new;
     let t = past + s;
+#ifdef WINDOWED
+    let dst = (bh * S() + s) * D() + d;  // the step's own rows (present_k/_v bind a scratch here)
+#else
     if (t >= T()) {
         return;  // beyond the cache capacity: onnxruntime rejects this; never write out of bounds
     }
     let dst = (bh * T() + t) * D() + d;
 #endif
+#endif
     let row = (b * S() + s) * ROW() + h * D();
-    var k = f32(key_in_load(row + K_OFF() + d));
+    let kbase = row + K_OFF();
+    var inv = 1.0;
+#ifdef QK_NORM
+    var squares = 0.0;
+    for (var e = 0u; e < D(); e++) {
+        let x = f32(key_in_load(kbase + e));
+        squares += x * x;
+    }
+    inv = 1.0 / sqrt(squares / f32(D()) + EPS());
+#endif
+    var k = key_at(kbase, d, inv);
 #ifdef ROTARY
     let rp = rope_pair(d, HALF());
     if (rp.rotated) {
         let c = min(t, MAXPOS() - 1u) * HALF() + rp.col;
-        k = k * f32(cos_cache_load(c)) + rp.sign * f32(key_in_load(row + K_OFF() + rp.partner)) * f32(sin_cache_load(c));
+        k = k * f32(cos_cache_load(c)) + rp.sign * key_at(kbase, rp.partner, inv) * f32(sin_cache_load(c));
     }
 #endif
     present_k_store(dst, present_k_t(k));

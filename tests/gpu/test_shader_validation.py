@@ -402,8 +402,19 @@ def _gqa() -> list[Case]:
     packed = [("qkv", F32, [1, "n", (heads + 2 * kv) * d]), *ins[3:]]
     out += case([h.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "seqlens", "total"], outs, domain=MS,
                              num_heads=heads, kv_num_heads=kv)], packed, outs, ms=True, dims=dims)
+    # q/k-norm inside GQA (Qwen3 for WebGPU), with rotary
+    norms = {**cache, "qn_w": _vals(F32, (d,)), "kn_w": _vals(F32, (d,), 1)}
+    out += case([h.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "seqlens", "total", "cos", "sin",
+                                                     "", "", "", "", "", "qn_w", "kn_w"], outs, domain=MS,
+                             num_heads=heads, kv_num_heads=kv, do_rotary=1, qk_norm_epsilon=1e-6)],
+                packed, outs, norms, ms=True, dims=dims)
     for c in out:
         c.static_variants = ((), ("n", "past"))
+    # window-sized caches (sliding_window_cache = 1): capacity 8 >= window 4
+    windowed = [*ins[:3], ("pk", F32, [1, kv, 8, d]), ("pv", F32, [1, kv, 8, d]), *ins[5:]]
+    out += case([h.make_node("GroupQueryAttention", [*names, "cos", "sin"], outs, domain=MS, num_heads=heads,
+                             kv_num_heads=kv, do_rotary=1, local_window_size=4, sliding_window_cache=1)],
+                windowed, outs, cache, ms=True, dims={"n": 3})
     return out
 
 
@@ -497,6 +508,9 @@ def _matmul_nbits() -> list[Case]:
                [("a", F32, [1, "n", k])], ["y"], inits, ms=True, extra_dims=[{"n": 1}])
     out += case([h.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain=MS, **attrs)],
                 [("a", F32, ["n", k])], ["y"], inits, ms=True, extra_dims=[{"n": 1}])
+    # accuracy_level 4: int8 activations (quantize_q8 + matmul_nbits_q8 with dot4I8Packed)
+    out += case([h.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain=MS,
+                             accuracy_level=4, **attrs)], [("a", F32, ["n", k])], ["y"], inits, ms=True)
     return out
 
 
