@@ -56,7 +56,8 @@ MINIFLOATS = {
     "e4m3fnuz": Minifloat(4, 3, 8, 0x7F, "0x80u", "0x80u", fnuz=True),
     "e5m2": Minifloat(5, 2, 15, 0x7B, "s | 0x7cu", "s | 0x7eu", inf_code=0x7C),
     "e5m2fnuz": Minifloat(5, 2, 16, 0x7F, "0x80u", "0x80u", fnuz=True),
-    "e2m1": Minifloat(2, 1, 1, 0x7, "s | 0x7u", "0x8u"),  # no NaN/Inf: overflow saturates, NaN -> -0
+    # No NaN/Inf: overflow saturates; NaN becomes a zero of the opposite sign (as ml_dtypes does)
+    "e2m1": Minifloat(2, 1, 1, 0x7, "s | 0x7u", "s ^ 0x8u"),
 }
 
 

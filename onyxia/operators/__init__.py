@@ -18,6 +18,7 @@ from onyxia.operators import (
     normalization,
     onnx_attention,
     pooling,
+    quantize_linear,
     quantized,
     reduction,
     resize,
@@ -30,7 +31,8 @@ from onyxia.operators.registry import OperatorRegistry
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
-                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused)
+                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
+                    quantize_linear)
 
 
 def core_operator_registry() -> OperatorRegistry:

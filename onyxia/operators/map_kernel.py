@@ -31,13 +31,15 @@ def operand(ctx: PlanCtx, i: int, compute: str | None = None, shape: Shape | Non
 
 def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output: str | None = None,
                  params: Mapping[str, Any] | None = None, label: str | None = None, body: str = "",
-                 raw_output: bool = False, reports: str | None = None) -> list[Step]:
+                 raw_output: bool = False, reports: str | None = None,
+                 index: tuple[dict, str] | None = None) -> list[Step]:
     """One dispatch computing `expr` over `operands` (named x0, x1, ...) broadcast to the shape
     of output 0, written to `output` (default: output 0 itself) in its dtype: the value is
     rounded or wrapped once, when stored. `body` holds statements run after the loads (fused
     chains define their intermediate values there). With `raw_output` the expression gives the
     output's storage code (a u32) itself. `reports`: the expression may call onyxia_report()
-    (the checked int64 arithmetic), meaning this."""
+    (the checked int64 arithmetic), meaning this. `index`: (params, code) defining idx_x0, ...
+    from the flat output index i, instead of NumPy broadcasting."""
     out_shape = ctx.output_shape(0)
     n = numel(out_shape)
     if isinstance(n, int) and n == 0:
@@ -45,7 +47,7 @@ def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output
     out = output or ctx.output(0)
     ctx.compute_type(ctx.tensor_dtype(out), "output")
     names = [f"x{k}" for k in range(len(operands))]
-    index_params, index_code = strided_index_params(out_shape, [o.shape for o in operands], names)
+    index_params, index_code = index or strided_index_params(out_shape, [o.shape for o in operands], names)
     defs = {
         "INDEX": index_code, "EXPR": expr,
         "LOADS": "\n    ".join([f"let x{k} = {o.compute}(in{k}_load(idx_x{k}));" for k, o in enumerate(operands)]

@@ -654,6 +654,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "InstanceNormalization"): _from("test_normalization_extra", "InstanceNormalization"),
     ("", "LpNormalization"): _from("test_normalization_extra", "LpNormalization"),
     ("", "MeanVarianceNormalization"): _from("test_normalization_extra", "MeanVarianceNormalization"),
+    **{(d, op): _from("test_storage", op) for d in ("", MS) for op in ("QuantizeLinear", "DequantizeLinear")},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

@@ -82,3 +82,49 @@ def test_shaders_differing_only_in_storage_are_distinct():
     assert len({s.shader for s in compiled.steps}) == 2
     assert [tuple(b.dtype for b in s.buffers) for s in compiled.shaders] == [("float16", "float32"),
                                                                               ("float32", "float16")]
+
+
+def test_status_word_is_read_with_the_outputs_and_names_the_node():
+    """A kernel's report (here set by hand: the null backend runs no kernels) fails the run that
+    reads outputs back, naming the node, and is cleared; a run reading nothing leaves it set."""
+    from onyxia.errors import ComputeError
+    from onyxia.plan import STATUS_TENSOR
+    from onyxia.runtime.null import null_executor
+
+    model = make_model([h.make_node("Add", ["a", "b"], ["y"], name="big_add")],
+                       [("a", np.int64, [2]), ("b", np.int64, [2])], ["y"])
+    compiled = compile_model(model)
+    assert compiled.sites == (("big_add", "Add", "an int64 result is outside the int32 range the GPU computes "
+                                                 "int64 in"),)
+    assert compiled.tensors[STATUS_TENSOR].kind == "status"
+    exe = null_executor(compiled)
+    feeds = {"a": np.array([1, 2], np.int64), "b": np.array([3, 4], np.int64)}
+    exe.run(feeds)
+    status = exe.buffers[STATUS_TENSOR]
+    status.data[:4] = (1).to_bytes(4, "little")
+    exe.run(feeds, outputs=[], device_outputs=["y"])  # nothing read back: no drain, the word stays
+    with pytest.raises(ComputeError, match="node 'big_add' \\(Add\\): an int64 result"):
+        exe.run(feeds)
+    assert bytes(status.data[:4]) == bytes(4)
+    exe.run(feeds)
+
+
+def test_plans_without_int64_arithmetic_have_no_status_word():
+    from onyxia.plan import STATUS_TENSOR
+
+    model = make_model([h.make_node("Add", ["a", "a"], ["y"])], [("a", np.int32, [2])], ["y"])
+    compiled = compile_model(model)
+    assert STATUS_TENSOR not in compiled.tensors and compiled.sites == ()
+
+
+def test_plan_files_keep_buffers_and_report_sites(tmp_path):
+    from onyxia.plan import CompiledModel
+
+    nodes = [h.make_node("Cast", ["x"], ["f"], to=17, saturate=0), h.make_node("Cast", ["i"], ["j"], to=7)]
+    model = make_model(nodes, [("x", np.float16, [5]), ("i", np.float32, [3])], ["f", "j"], opset=21)
+    compiled = compile_model(model)
+    compiled.save(tmp_path / "m.onyxia")
+    loaded = CompiledModel.load(tmp_path / "m.onyxia")
+    assert loaded.shaders == compiled.shaders and loaded.sites == compiled.sites
+    assert any(b.raw for s in loaded.shaders for b in s.buffers)  # the non-saturating float8 cast
+    assert loaded.tensors["f"].storage == "e4m3fn" and loaded.tensors["f"].nbytes == 8
