@@ -216,6 +216,16 @@ class IrGraph:
     def ancestors(self, nid: NodeId) -> set[NodeId]:
         return nx.ancestors(self._g, nid)
 
+    def input_sources(self, tid: TensorId) -> frozenset[TensorId]:
+        """The graph inputs tensor `tid` is computed from (itself, if it is one)."""
+        if tid in self.inputs:
+            return frozenset((tid,))
+        src = self._producer.get(tid)
+        if src is None:
+            return frozenset()
+        nodes = nx.ancestors(self._g, src) | {src}
+        return frozenset(t for n in nodes for t in self.node(n).inputs if t in self.inputs)
+
     def live_nodes(self) -> set[NodeId]:
         """Nodes that (transitively) produce a graph output."""
         live: set[NodeId] = set()

@@ -9,6 +9,7 @@ from onyxia.operators import (
     conv,
     conversion,
     elementwise,
+    functions,
     fused,
     image,
     indexing,
@@ -30,7 +31,8 @@ from onyxia.operators.registry import OperatorRegistry
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
-                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused)
+                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
+                    functions)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -104,7 +104,8 @@ class InferenceCtx:
             name = self.node.inputs[i] if self.has_input(i) else ""
             raise ValueRequiredError(
                 f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
-                node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "")
+                node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "",
+                sources=self.graph.input_sources(name) if name else frozenset())
         return value
 
     def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:

@@ -537,7 +537,8 @@ def _from(module: str, *ops: str) -> Builder:
         import importlib
 
         models = importlib.import_module(f"tests.gpu.{module}").validation_models()
-        cases = [Case(m, d) for m, d in models if not ops or any(n.op_type in ops for n in m.graph.node)]
+        cases = [Case(m, d, ((), tuple(d)) if d else ((),)) for m, d in models
+                 if not ops or any(n.op_type in ops for n in m.graph.node)]
         assert cases, f"{module}.validation_models() has no model using {ops}"
         return cases
     return build
@@ -640,6 +641,10 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "InstanceNormalization"): _from("test_normalization_extra", "InstanceNormalization"),
     ("", "LpNormalization"): _from("test_normalization_extra", "LpNormalization"),
     ("", "MeanVarianceNormalization"): _from("test_normalization_extra", "MeanVarianceNormalization"),
+    **{(d, op): _from("test_functions", op) for d, op in (
+        ("", "NegativeLogLikelihoodLoss"), ("", "SoftmaxCrossEntropyLoss"), ("", "HannWindow"), ("", "HammingWindow"),
+        ("", "BlackmanWindow"), ("", "CenterCropPad"), ("", "RotaryEmbedding"), ("", "SwiGLU"),
+        ("ai.onnx.preview", "FlexAttention"))},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

@@ -90,20 +90,24 @@ class ShapeInferencePass(Pass):
     def run(self, graph: IrGraph, compile_ctx: CompileContext) -> bool:
         check_supported(graph, compile_ctx.registry)
         for nid in graph.topological_order():
-            node = graph.node(nid)
-            op = resolve_operator(graph, compile_ctx.registry, node)
-            assert op is not None
-            ctx = InferenceCtx(graph, node, compile_ctx)
-            try:
-                results = op.infer(ctx)
-            except OnyxiaError:
-                raise
-            except Exception as exc:
-                raise ctx.fail(f"inference failed: {type(exc).__name__}: {exc}") from exc
-            if len(results) < len(node.outputs):
-                raise ctx.fail(f"inferred {len(results)} outputs, the node has {len(node.outputs)}")
-            for out, (dtype, shape) in zip(node.outputs, results):
-                t = graph.tensor(out)
-                t.dtype, t.shape = dtype, tuple(shape)
-            fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
+            infer_node(graph, compile_ctx, graph.node(nid))
         return True
+
+
+def infer_node(graph: IrGraph, compile_ctx: CompileContext, node: Node) -> None:
+    """Record the dtype and shape of `node`'s outputs (its inputs' must be known); fold small values."""
+    op = resolve_operator(graph, compile_ctx.registry, node)
+    assert op is not None, "check_supported ran first"
+    ctx = InferenceCtx(graph, node, compile_ctx)
+    try:
+        results = op.infer(ctx)
+    except OnyxiaError:
+        raise
+    except Exception as exc:
+        raise ctx.fail(f"inference failed: {type(exc).__name__}: {exc}") from exc
+    if len(results) < len(node.outputs):
+        raise ctx.fail(f"inferred {len(results)} outputs, the node has {len(node.outputs)}")
+    for out, (dtype, shape) in zip(node.outputs, results):
+        t = graph.tensor(out)
+        t.dtype, t.shape = dtype, tuple(shape)
+    fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
