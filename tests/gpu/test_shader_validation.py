@@ -558,6 +558,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "Cast"): _cast,
     **{("", op): binary(op, F32, I64, I32) for op in ("Add", "Sub", "Mul", "Div")},
     ("", "Pow"): binary("Pow", F32),
+    ("", "PRelu"): binary("PRelu", F32, I64, I32, U32),
     ("", "Mod"): _mod,
     ("", "BitShift"): _bitshift,
     **{("", op): binary(op, I32, U8, I64) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
