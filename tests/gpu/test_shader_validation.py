@@ -196,6 +196,15 @@ def _cumsum() -> list[Case]:
     return out
 
 
+def _cumprod() -> list[Case]:
+    out = []
+    for dt in (F32, I32):
+        for attrs in ({}, {"exclusive": 1, "reverse": 1}):
+            out += case([h.make_node("CumProd", ["x", "axis"], ["y"], **attrs)], [("x", dt, ["n", 5])], ["y"],
+                        {"axis": np.array(1, I64)}, opset=26)
+    return out
+
+
 def _matmul() -> list[Case]:
     out = []
     # M = n: decode (n = 1) and prefill shapes, batched, broadcast batch, a long K, 1-D operands.
@@ -574,6 +583,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "ArgMax"): arg_reduce("ArgMax"),
     ("", "ArgMin"): arg_reduce("ArgMin"),
     ("", "CumSum"): _cumsum,
+    ("", "CumProd"): _cumprod,
     ("", "Softmax"): softmax("Softmax"),
     ("", "LogSoftmax"): softmax("LogSoftmax"),
     ("", "LayerNormalization"): _layer_norm,
