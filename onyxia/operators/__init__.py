@@ -11,6 +11,7 @@ from onyxia.operators import (
     elementwise,
     functions,
     fused,
+    generators,
     image,
     indexing,
     layout,
@@ -32,7 +33,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    functions)
+                    functions, generators)
 
 
 def core_operator_registry() -> OperatorRegistry:

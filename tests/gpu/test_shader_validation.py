@@ -656,6 +656,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         ("", "NegativeLogLikelihoodLoss"), ("", "SoftmaxCrossEntropyLoss"), ("", "HannWindow"), ("", "HammingWindow"),
         ("", "BlackmanWindow"), ("", "CenterCropPad"), ("", "RotaryEmbedding"), ("", "SwiGLU"),
         ("ai.onnx.preview", "FlexAttention"))},
+    **{("", op): _from("test_generators", op) for op in (
+        "EyeLike", "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "BitCast")},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 
