@@ -22,6 +22,9 @@ from onyxia.ir.shapes import Shape
 
 TensorId = str
 NodeId = int
+# node.meta key: {domain: opset version} a node was written for when it differs from the
+# graph's (nodes spliced in from a decomposition written against one opset).
+OPSETS_META = "opsets"
 
 
 class TensorKind(enum.Enum):
@@ -107,6 +110,13 @@ class IrGraph:
 
     def __len__(self) -> int:
         return self._g.number_of_nodes()
+
+    def opset_of(self, node: Node) -> int:
+        """The opset version `node` is interpreted at: its own (OPSETS_META), else the graph's."""
+        own = node.meta.get(OPSETS_META)
+        if own and node.domain in own:
+            return own[node.domain]
+        return self.opsets.get(node.domain, 1)
 
     def producer(self, tid: TensorId) -> NodeId | None:
         return self._producer.get(tid)

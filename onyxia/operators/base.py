@@ -62,7 +62,7 @@ class InferenceCtx:
 
     @property
     def opset(self) -> int:
-        return self.graph.opsets.get(self.node.domain, 1)
+        return self.graph.opset_of(self.node)
 
     @property
     def num_inputs(self) -> int:

@@ -1,4 +1,4 @@
-"""Ops that run as their ONNX function body: one table, one class.
+"""Ops that run as a body of other ops: one class, FunctionOp, registered from tables.
 
 The ONNX spec defines many ops as functions of other ops (a fixed body, or a context-dependent
 one built from the input types: NegativeLogLikelihoodLoss, RotaryEmbedding, ...). Where onyxia
@@ -6,19 +6,29 @@ has no kernel of its own for such an op, it registers a `FunctionOp` for it and
 FunctionExpansionPass (compiler/passes/expansion.py) replaces each of its nodes by the body that
 onnx builds for it, before shape inference; every op of the body then plans as usual.
 
-The body comes from onnx itself (`onnx.inliner` with the op's schema), never from onyxia. An op
-joins the table when every op its body uses is supported; LinearAttention's body, for one,
-needs Scan and is not listed. A FunctionOp is registered from the first opset version whose
-schema has a body.
+That body comes from onnx itself (`onnx.inliner` with the op's schema), never from onyxia. An op
+joins EXPANDED when every op its body uses is supported; LinearAttention's body, for one,
+needs Scan and is not listed. Such a FunctionOp is registered from the first opset version
+whose schema has a body.
+
+Ops the spec does not define as functions can still be exact compositions of supported ops
+(the quantized ops: integer products, then a requantization): a FunctionOp built with a
+`decompose` function gives that body itself, as ONNX nodes written against a fixed opset
+(operators/qlinear.py). The same pass splices them in, so constants fold through the body.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
+import onnx
 import onnx.defs
 
+from onyxia.errors import ShapeInferenceError
 from onyxia.ir.dtypes import DType
+from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Shape
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
 from onyxia.plan import Step
@@ -58,14 +68,51 @@ def first_body_version(domain: str, op_type: str) -> int:
     return min(versions)
 
 
+@dataclass(frozen=True)
+class Call:
+    """A node as a decomposition sees it: its inputs' dtypes and shapes (None where absent)."""
+
+    node: Node
+    dtypes: tuple[DType | None, ...]
+    shapes: tuple[Shape | None, ...]
+
+    def has(self, i: int) -> bool:
+        return i < len(self.dtypes) and self.dtypes[i] is not None
+
+    def input(self, i: int) -> str:
+        return self.node.inputs[i] or ""
+
+    def output(self, i: int = 0) -> str:
+        return self.node.outputs[i]
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.node.attributes.get(name, default)
+
+    def fail(self, message: str, input: int | None = None) -> ShapeInferenceError:
+        return ShapeInferenceError(message, node=self.node.name, op_type=self.node.op_type, input_index=input)
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """A body of ONNX nodes reading the node's inputs and writing its outputs (other tensor
+    names are the body's own), interpreted at `opsets` whatever the model imports."""
+
+    nodes: Sequence[onnx.NodeProto]
+    opsets: dict[str, int]
+
+
+Decompose = Callable[[Call], Decomposition]
+
+
 class FunctionOp(Operator):
-    """An op without a kernel: FunctionExpansionPass replaces its nodes by their function body.
+    """An op without a kernel: FunctionExpansionPass replaces its nodes by their body, the
+    one `decompose` builds or else the ONNX schema's function.
 
     Reaching `infer` means the pass did not run (a pipeline built without it).
     """
 
-    def __init__(self, domain: str, op_type: str):
-        self.domain, self.op_type = domain, op_type
+    def __init__(self, domain: str, op_type: str, decompose: Decompose | None = None):
+        self.domain, self.op_type, self.decompose = domain, op_type, decompose
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         raise ctx.fail("runs as its ONNX function body, which FunctionExpansionPass inserts before shape "
@@ -80,4 +127,4 @@ def operators() -> list[tuple[Operator, int]]:
     return [(FunctionOp(domain, op), first_body_version(domain, op)) for domain, op in EXPANDED]
 
 
-__all__ = ["EXPANDED", "FunctionOp", "operators"]
+__all__ = ["EXPANDED", "Call", "Decompose", "Decomposition", "FunctionOp", "operators"]

@@ -15,9 +15,9 @@ from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.compiler.passes.inference import check_supported, infer_node, resolve_operator
 from onyxia.errors import ShapeInferenceError, UnsupportedOperatorError
 from onyxia.ir import dtypes
-from onyxia.ir.graph import IrGraph, Node, TensorDef, TensorKind
+from onyxia.ir.graph import OPSETS_META, IrGraph, Node, TensorDef, TensorKind
 from onyxia.onnx import node_attributes
-from onyxia.operators.functions import FunctionOp
+from onyxia.operators.functions import Call, FunctionOp
 
 
 class FunctionExpansionPass(Pass):
@@ -26,9 +26,11 @@ class FunctionExpansionPass(Pass):
 
     1. infers the dtypes and shapes of what the node reads (its ancestors, in topological order:
        context-dependent bodies such as NegativeLogLikelihoodLoss's depend on the input types);
-    2. asks onnx for the body: a one-node model with those input types goes through
-       `onnx.inliner.inline_selected_functions` with the op's schema function, which also
-       substitutes attributes and inlines graph attributes (FlexAttention's score_mod);
+    2. gets the body: the op's own decomposition (nodes written against a fixed opset, which
+       the spliced nodes keep in their meta), or else onnx's: a one-node model with those input
+       types goes through `onnx.inliner.inline_selected_functions` with the op's schema
+       function, which also substitutes attributes and inlines graph attributes
+       (FlexAttention's score_mod);
     3. splices the body in place of the node: its nodes are named `<node>/<body node>` and its
        internal tensors `<node>/<tensor>`, so errors still name the node the model had; domains
        the body imports and the graph does not join the graph's opsets;
@@ -62,7 +64,15 @@ class FunctionExpansionPass(Pass):
         return isinstance(resolve_operator(graph, ctx.registry, node), FunctionOp)
 
     def _expand(self, graph: IrGraph, ctx: CompileContext, node: Node) -> None:
-        body = self._body(graph, ctx, node)
+        op = resolve_operator(graph, ctx.registry, node)
+        assert isinstance(op, FunctionOp)
+        if op.decompose is not None:
+            own = op.decompose(self._call(graph, node))
+            body = onnx.helper.make_model(onnx.helper.make_graph(list(own.nodes), "decomposition", [], []),
+                                          opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in own.opsets.items()])
+            opsets = dict(own.opsets)
+        else:
+            body, opsets = self._body(graph, ctx, node), {}
         graph.remove_node(node.id)
         rename: dict[str, str] = {}
         outer = {t for t in (*node.inputs, *node.outputs) if t}
@@ -86,6 +96,8 @@ class FunctionExpansionPass(Pass):
             outputs = [name_of(t) or graph.fresh_name(f"{label}/absent_output_{k}") for k, t in enumerate(proto.output)]
             added.append(graph.add_node(proto.op_type, [name_of(t) for t in proto.input], outputs,
                                         node_attributes(proto, label), domain=_domain(proto.domain), name=label))
+            if opsets:  # a decomposition's nodes keep the opset they were written for
+                graph.node(added[-1]).meta[OPSETS_META] = opsets
         for opset in body.opset_import:
             graph.opsets.setdefault(_domain(opset.domain), int(opset.version))
         missing: dict[tuple[str, str], list[str]] = {}
@@ -101,6 +113,16 @@ class FunctionExpansionPass(Pass):
                 self._expand(graph, ctx, sub)
             else:
                 infer_node(graph, ctx, sub)
+
+    @staticmethod
+    def _call(graph: IrGraph, node: Node) -> Call:
+        tensors = [graph.tensor(t) if t else None for t in node.inputs]
+        for i, t in enumerate(tensors):
+            if t is not None and (t.dtype is None or t.shape is None):
+                raise ShapeInferenceError(f"type of input {i} ('{t.name}') is not known", node=node.name,
+                                          op_type=node.op_type)
+        return Call(node, tuple(t.dtype if t else None for t in tensors),
+                    tuple(t.shape if t else None for t in tensors))
 
     @staticmethod
     def _body(graph: IrGraph, ctx: CompileContext, node: Node) -> onnx.ModelProto:
