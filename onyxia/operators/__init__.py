@@ -20,6 +20,7 @@ from onyxia.operators import (
     normalization,
     onnx_attention,
     pooling,
+    qlinear,
     quantized,
     reduction,
     resize,
@@ -33,7 +34,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    functions, generators)
+                    functions, generators, qlinear)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -217,8 +217,9 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
     squeeze-excite convolutions over a pooled 1x1 map)."""
     has_bias = ctx.has_input(2)
+    device = ctx.device_type(ctx.input_dtype(0), "input 0")
     return plan_product(ctx, Product(
-        ctx.input(1), ctx.input(0), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"), m=spec.maps, n=numel(spec.window.out), k=spec.channels,
+        ctx.input(1), ctx.input(0), ctx.output(0), device, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
         c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else ()))
 

@@ -658,6 +658,11 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         ("ai.onnx.preview", "FlexAttention"))},
     **{("", op): _from("test_generators", op) for op in (
         "EyeLike", "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "BitCast")},
+    **{(d, op): _from("test_qlinear", op) for d, op in (
+        ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "ConvInteger"), ("", "QLinearConv"),
+        ("", "DynamicQuantizeLinear"), (MS, "QLinearConv"), (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"),
+        (MS, "QGemm"), (MS, "QLinearAdd"), (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"),
+        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 
