@@ -270,6 +270,37 @@ def test_qlinear_concat_within_one_step_of_ort(runtime):
     check_within_one(runtime, model, {"x1": qvalues(rng, U8, (2, 3)), "x2": qvalues(rng, U8, (2, 5))})
 
 
+# ---- QuantizeLinear / DequantizeLinear --------------------------------------------------------------
+
+@PROPERTY
+@given(dtype=st.sampled_from([U8, I8, np.uint16, np.int16]), per_axis=st.sampled_from([None, 0, 1, -1]),
+       seed=st.integers(0, 2**16))
+def test_quantize_dequantize_match_ort(runtime, dtype, per_axis, seed):
+    rng = np.random.default_rng(seed)
+    shape = (3, 4, 5)
+    axis = per_axis if per_axis is not None else 1
+    n = shape[axis]
+    scale = (rng.random(n if per_axis is not None else ()) * 0.1 + 0.01).astype(np.float32)
+    zp = qvalues(rng, dtype, scale.shape) // 4  # keep most values inside the range
+    inits = {"s": scale, "z": zp}
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=axis),
+             h.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=axis)]
+    model = make_model(nodes, [("x", np.float32, list(shape))], ["q", "d"], inits, opset=21)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x.reshape(-1)[:6] = [0.5, 1.5, -0.5, -2.5, 1e9, -1e9]  # halves round to even; saturation
+    check_exact(runtime, model, {"x": x * scale.max()})
+
+
+def test_blocked_dequantize_matches_ort(runtime):
+    rng = np.random.default_rng(13)
+    w = qvalues(rng, I8, (6, 8))
+    scale = (rng.random((6, 2)) * 0.1).astype(np.float32)
+    zp = qvalues(rng, I8, (6, 2)) // 8
+    model = make_model([h.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], axis=1, block_size=4)],
+                       [("w", I8, [6, 8])], ["y"], {"s": scale, "z": zp}, opset=21)
+    check_exact(runtime, model, {"w": w})
+
+
 # ---- errors --------------------------------------------------------------------------------------
 
 def test_channels_last_is_refused_naming_node_and_attribute():
@@ -305,6 +336,10 @@ def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
     for domain in ("", MS):
         models.append((make_model([h.make_node("QLinearConv", q_conv, ["y"], domain=domain)],
                                   [("x", U8, ["m", 3, 5, 5])], ["y"], conv_inits, extra_opsets={MS: 1}), m))
+    models.append((make_model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+                               h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
+                              [("x", np.float32, ["m", 4])], ["y"], {"s": np.full(4, 0.1, np.float32),
+                                                                     "z": np.full(4, 3, U8)}, opset=21), m))
     models.append((make_model([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
                               [("x", np.float32, ["m", 4])], ["y", "s", "z"], opset=11), m))
     prod = {"b": qvalues(rng, I8, (8, 3)), "as": scalar(0.1, np.float32), "bs": scalar(0.1, np.float32),

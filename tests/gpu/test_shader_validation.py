@@ -660,7 +660,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         "EyeLike", "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "BitCast")},
     **{(d, op): _from("test_qlinear", op) for d, op in (
         ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "ConvInteger"), ("", "QLinearConv"),
-        ("", "DynamicQuantizeLinear"), (MS, "QLinearConv"), (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"),
+        ("", "DynamicQuantizeLinear"), ("", "QuantizeLinear"), ("", "DequantizeLinear"), (MS, "QLinearConv"),
+        (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"),
         (MS, "QGemm"), (MS, "QLinearAdd"), (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"),
         (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
 }
