@@ -219,7 +219,8 @@ def qgemm(call: Call) -> Decomposition:
     type when y_zp is given (as onnxruntime decides), else float."""
     _quantized(call, 0, 2, 3, 5, 8)
     b = Body(call)
-    a, w = b.centered(0, 2), b.centered(3, 5)
+    # B's zero point is per column of op(B): per row of B itself when B is transposed
+    a, w = b.centered(0, 2), b.centered(3, 5, b.per_row if call.attr("transB", 0) else None)
     if call.attr("transA", 0):
         a = b.op("Transpose", a, perm=[1, 0])
     if call.attr("transB", 0):
@@ -261,6 +262,23 @@ def _binary(op_type: str) -> Callable[[Call], Decomposition]:
         b.quantize(value, 6, 7, call.output(), call.dtypes[0].name)
         return b.done()
     return build
+
+
+def qlinear_softmax(call: Call) -> Decomposition:
+    """QLinearSoftmax(X, X_scale, x_zp?, y_scale, y_zp; axis, opset) (com.microsoft): softmax of the
+    dequantized input, over `axis` (opset >= 13) or over the dims from `axis` on (before 13)."""
+    _quantized(call, 0, 2, 4)
+    b = Body(call)
+    rank = len(call.shapes[0])
+    axis = int(call.attr("axis", -1 if int(call.attr("opset", 13)) >= 13 else 1)) % max(rank, 1)
+    x = b.dequantize(0, 1, 2)
+    if int(call.attr("opset", 13)) >= 13:
+        y = b.op("Softmax", x, axis=axis)
+    else:  # coerced to [N, D] at `axis`, as Softmax-1..12 does
+        flat = b.op("Flatten", x, axis=axis)
+        y = b.op("Reshape", b.op("Softmax", flat, axis=1), b.op("Shape", x))
+    b.quantize(y, 3, 4, call.output(), call.dtypes[0].name)
+    return b.done()
 
 
 def _pool(op_type: str, attrs: tuple[str, ...]) -> Callable[[Call], Decomposition]:
@@ -380,6 +398,7 @@ def operators() -> list[tuple[Operator, int]]:
                                                                      "kernel_shape", "pads", "strides"))), 1),
         (FunctionOp(MS, "QLinearGlobalAveragePool", _pool("GlobalAveragePool", ())), 1),
         (FunctionOp(MS, "QLinearConcat", qlinear_concat), 1),
+        (FunctionOp(MS, "QLinearSoftmax", qlinear_softmax), 1),
     ]
     return ops
 

@@ -202,7 +202,8 @@ def test_qgemm_matches_ort(runtime, quantized_out, trans):
     m, k, n = 5, 16, 7
     a_shape, b_shape = ((k, m) if trans[0] else (m, k)), ((n, k) if trans[1] else (k, n))
     inits = {"as": scalar(0.02, np.float32), "azp": scalar(100, U8), "b": qvalues(rng, I8, b_shape),
-             "bs": scalar(0.01, np.float32), "bzp": scalar(0, I8), "c": rng.integers(-500, 500, n).astype(np.int32)}
+             "bs": (rng.random(n) * 0.02 + 0.005).astype(np.float32), "bzp": np.zeros(n, I8),  # per column
+             "c": rng.integers(-500, 500, n).astype(np.int32)}
     inputs = ["a", "as", "azp", "b", "bs", "bzp", "c"]
     if quantized_out:
         inits |= {"ys": scalar(0.05, np.float32), "yzp": scalar(128, U8)}
@@ -237,7 +238,9 @@ def test_qlinear_binary_within_one_step_of_ort(runtime, op, dtype, broadcast, se
     check_within_one(runtime, model, {"a": qvalues(rng, dtype, (3, 4)), "b": qvalues(rng, dtype, b_shape)})
 
 
-@pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})])
+@pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}),
+                                      ("QLinearSoftmax", {"axis": -1, "opset": 13}),
+                                      ("QLinearSoftmax", {"axis": 1, "opset": 12})])
 @pytest.mark.parametrize("dtype", [U8, I8])
 def test_qlinear_unary_within_one_step_of_ort(runtime, op, attrs, dtype):
     rng = np.random.default_rng(10)
@@ -357,7 +360,7 @@ def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
                                 ("b", U8, [4])], elem), m))
     unary = {"xs": scalar(0.1, np.float32), "xzp": scalar(3, U8), "ys": scalar(0.2, np.float32),
              "yzp": scalar(5, U8)}
-    for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.2}),
+    for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.2}), ("QLinearSoftmax", {"axis": -1}),
                       ("QLinearAveragePool", {"kernel_shape": [2, 2]}), ("QLinearGlobalAveragePool", {})):
         models.append((ms_model(op, ["x", "xs", "xzp", "ys", "yzp"], [("x", U8, ["m", 2, 4, 4])], unary, **attrs), m))
     concat = {"ys": scalar(0.1, np.float32), "yzp": scalar(128, U8), "s1": scalar(0.05, np.float32),

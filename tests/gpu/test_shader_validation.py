@@ -661,8 +661,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     **{(d, op): _from("test_qlinear", op) for d, op in (
         ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "ConvInteger"), ("", "QLinearConv"),
         ("", "DynamicQuantizeLinear"), ("", "QuantizeLinear"), ("", "DequantizeLinear"), (MS, "QLinearConv"),
-        (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"),
-        (MS, "QGemm"), (MS, "QLinearAdd"), (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"),
+        (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"), (MS, "QGemm"), (MS, "QLinearAdd"),
+        (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"),
         (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
