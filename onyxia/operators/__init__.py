@@ -8,6 +8,7 @@ from onyxia.operators import (
     attention,
     conv,
     conversion,
+    decomposed,
     elementwise,
     functions,
     fused,
@@ -34,7 +35,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    functions, generators, qlinear)
+                    functions, generators, qlinear, decomposed)
 
 
 def core_operator_registry() -> OperatorRegistry:

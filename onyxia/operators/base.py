@@ -46,6 +46,11 @@ class Operator:
     def plan(self, ctx: PlanCtx) -> list[Step]:
         raise NotImplementedError
 
+    def runs_as_function(self, node: Node) -> bool:
+        """Whether FunctionExpansionPass replaces `node` by the op's function body instead of
+        planning it (FunctionOp: always; an op with a kernel: for attribute values it lacks)."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.domain + '::' if self.domain else ''}{self.op_type})"
 

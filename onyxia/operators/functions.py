@@ -23,10 +23,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import onnx
 import onnx.defs
+import onnx.numpy_helper
 
-from onyxia.errors import ShapeInferenceError
+from onyxia.errors import ShapeInferenceError, ValueRequiredError
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Shape
@@ -75,6 +77,7 @@ class Call:
     node: Node
     dtypes: tuple[DType | None, ...]
     shapes: tuple[Shape | None, ...]
+    values: tuple[np.ndarray | None, ...]  # constant inputs (initializers, folded values)
 
     def has(self, i: int) -> bool:
         return i < len(self.dtypes) and self.dtypes[i] is not None
@@ -87,6 +90,16 @@ class Call:
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attributes.get(name, default)
+
+    def require_value(self, i: int, what: str) -> np.ndarray:
+        """Input i's value; else a ValueRequiredError (FunctionExpansionPass adds the graph inputs it
+        depends on, so that InferenceSession can specialize on their fed values)."""
+        value = self.values[i] if i < len(self.values) else None
+        if value is None or value.dtype == object:
+            raise ValueRequiredError(f"{what} must be a constant (an initializer or computable at compile time)",
+                                     node=self.node.name, op_type=self.node.op_type, input_index=i,
+                                     tensor=self.input(i))
+        return value
 
     def fail(self, message: str, input: int | None = None) -> ShapeInferenceError:
         return ShapeInferenceError(message, node=self.node.name, op_type=self.node.op_type, input_index=input)
@@ -104,6 +117,26 @@ class Decomposition:
 Decompose = Callable[[Call], Decomposition]
 
 
+class BodyBuilder:
+    """Collects a decomposition's nodes; internal tensors get short names (the pass prefixes them)."""
+
+    def __init__(self, call: Call, opsets: dict[str, int]):
+        self.call, self.opsets = call, opsets
+        self.nodes: list[onnx.NodeProto] = []
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: Any) -> str:
+        """Append a node with one output (named `out`, or a fresh name) and return that name."""
+        name = out or f"t{len(self.nodes)}"
+        self.nodes.append(onnx.helper.make_node(op_type, list(inputs), [name], **attrs))
+        return name
+
+    def const(self, value: Any, dtype: Any = np.int64) -> str:
+        return self.op("Constant", value=onnx.numpy_helper.from_array(np.asarray(value, dtype)))
+
+    def done(self) -> Decomposition:
+        return Decomposition(self.nodes, self.opsets)
+
+
 class FunctionOp(Operator):
     """An op without a kernel: FunctionExpansionPass replaces its nodes by their body, the
     one `decompose` builds or else the ONNX schema's function.
@@ -113,6 +146,9 @@ class FunctionOp(Operator):
 
     def __init__(self, domain: str, op_type: str, decompose: Decompose | None = None):
         self.domain, self.op_type, self.decompose = domain, op_type, decompose
+
+    def runs_as_function(self, node: Node) -> bool:
+        return True
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         raise ctx.fail("runs as its ONNX function body, which FunctionExpansionPass inserts before shape "
@@ -127,4 +163,4 @@ def operators() -> list[tuple[Operator, int]]:
     return [(FunctionOp(domain, op), first_body_version(domain, op)) for domain, op in EXPANDED]
 
 
-__all__ = ["EXPANDED", "Call", "Decompose", "Decomposition", "FunctionOp", "operators"]
+__all__ = ["EXPANDED", "BodyBuilder", "Call", "Decompose", "Decomposition", "FunctionOp", "operators"]

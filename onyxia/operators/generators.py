@@ -1,4 +1,5 @@
-"""Tensors made from a shape rather than from values: EyeLike and the random generators.
+"""Tensors made from a shape rather than from values: EyeLike, the random generators and
+MelWeightMatrix (a constant: computed on the host).
 
 All of them plan one dispatch of the shared map kernel (map_kernel.py) with no operand to read
 (Bernoulli reads its probabilities): the expression computes each element from its flat index
@@ -147,9 +148,65 @@ class RandomOp(Operator):
                             else "random_uniform")
 
 
+# ---- MelWeightMatrix ----------------------------------------------------------------------
+
+def mel_weight_matrix(mel_bins: int, dft_length: int, sample_rate: int, lower: float, upper: float) -> np.ndarray:
+    """[dft_length // 2 + 1, mel_bins] triangular filters (peak 1) between edges equally spaced on
+    the mel scale 2595 * log10(1 + f / 700), each edge rounded down to a DFT bin, as onnx and
+    onnxruntime compute them."""
+    mel_low = 2595 * np.log1p(lower / 700) / np.log(10)
+    mel_high = 2595 * np.log1p(upper / 700) / np.log(10)
+    mels = np.arange(mel_bins + 2) * ((mel_high - mel_low) / (mel_bins + 2)) + mel_low
+    edges = (((dft_length + 1) * (700 * np.expm1(mels / 2595 * np.log(10)))) // sample_rate).astype(np.int64)
+    left, center, right = edges[:-2], edges[1:-1], edges[2:]
+    j = np.arange(dft_length // 2 + 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise = np.where(center > left, (j - left) / (center - left), 1.0)
+        fall = (right - j) / (right - center)
+    out = np.where((j >= left) & (j <= center), rise, 0.0)
+    return np.where((j >= center) & (j < right), fall, out)
+
+
+class MelWeightMatrix(Operator):
+    """MelWeightMatrix (opset 17): all five inputs must be known at compile time (InferenceSession
+    specializes on fed values), so the matrix is always a folded constant."""
+
+    op_type = "MelWeightMatrix"
+
+    def args(self, ctx: InferenceCtx) -> tuple[int, int, int, float, float]:
+        names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+        values = [np.asarray(ctx.require_value(i, name)).reshape(-1) for i, name in enumerate(names)]
+        for i, (name, v) in enumerate(zip(names, values)):
+            if v.size != 1:
+                raise ctx.fail(f"{name} must be a scalar, got {v.size} values", i)
+        mel, dft, rate = (int(v[0]) for v in values[:3])
+        if mel < 1 or dft < 1 or rate < 1:
+            raise ctx.fail(f"num_mel_bins {mel}, dft_length {dft} and sample_rate {rate} must be positive")
+        return mel, dft, rate, float(values[3][0]), float(values[4][0])
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        mel, dft, *_ = self.args(ctx)
+        return [(_output_datatype(ctx), (dft // 2 + 1, mel))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        return [ctx.cast_output(mel_weight_matrix(*self.args(ctx)))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        raise AssertionError("MelWeightMatrix always folds")
+
+
+def _output_datatype(ctx: InferenceCtx) -> DType:
+    value = ctx.attr("output_datatype", 1)
+    try:
+        return dtypes.from_onnx(int(value))
+    except Exception as exc:
+        raise ctx.fail(f"attribute 'output_datatype' = {value}: {exc}") from None
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(EyeLike(), 9), *[(RandomOp(name, row), 15 if row.bernoulli else 1) for name, row in RANDOM_OPS.items()]]
+    return [(EyeLike(), 9), (MelWeightMatrix(), 17),
+            *[(RandomOp(name, row), 15 if row.bernoulli else 1) for name, row in RANDOM_OPS.items()]]
 
 
-__all__ = ["EyeLike", "RANDOM_OPS", "RandomOp", "operators", "pcg_hash"]
+__all__ = ["EyeLike", "MelWeightMatrix", "RANDOM_OPS", "RandomOp", "mel_weight_matrix", "operators", "pcg_hash"]

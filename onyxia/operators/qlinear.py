@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onyxia.operators.base import Operator
-from onyxia.operators.functions import Call, Decomposition, FunctionOp
+from onyxia.operators.functions import BodyBuilder, Call, Decomposition, FunctionOp
 
 MS = "com.microsoft"
 OPSET = {"": 21}  # the opset every body here is written against
@@ -36,20 +36,11 @@ _QUANTIZED = tuple(_RANGE)
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
-class Body:
-    """The nodes of one decomposition; internal tensors get short names (the pass prefixes them)."""
+class Body(BodyBuilder):
+    """A decomposition's nodes plus the quantization steps every op here shares."""
 
     def __init__(self, call: Call):
-        self.call = call
-        self.nodes: list[onnx.NodeProto] = []
-
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: Any) -> str:
-        name = out or f"t{len(self.nodes)}"
-        self.nodes.append(helper.make_node(op_type, list(inputs), [name], **attrs))
-        return name
-
-    def const(self, value: Any, dtype: Any = np.int64) -> str:
-        return self.op("Constant", value=onnx.numpy_helper.from_array(np.asarray(value, dtype)))
+        super().__init__(call, OPSET)
 
     def to_float(self, name: str) -> str:
         return self.op("Cast", name, to=TensorProto.FLOAT)
@@ -96,9 +87,6 @@ class Body:
         """QuantizeLinear's formula: saturate(round(value / scale) + zero point)."""
         dtype = dtype or (self.call.dtypes[zp].name if zp is not None and self.call.has(zp) else "uint8")
         return self.saturate(self.op("Div", value, self.input_float(scale)), zp, dtype, out)
-
-    def done(self) -> Decomposition:
-        return Decomposition(self.nodes, OPSET)
 
 
 def _quantized(call: Call, *inputs: int) -> None:

@@ -664,6 +664,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"), (MS, "QGemm"), (MS, "QLinearAdd"),
         (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"),
         (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
+    **{("", op): _from("test_small_ops", op) for op in (
+        "ReverseSequence", "TensorScatter", "LRN", "Col2Im", "Det", "Multinomial", "MelWeightMatrix")},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.compiler.passes.inference import check_supported, infer_node, resolve_operator
-from onyxia.errors import ShapeInferenceError, UnsupportedOperatorError
+from onyxia.errors import ShapeInferenceError, UnsupportedOperatorError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import OPSETS_META, IrGraph, Node, TensorDef, TensorKind
 from onyxia.onnx import node_attributes
@@ -21,8 +21,9 @@ from onyxia.operators.functions import Call, FunctionOp
 
 
 class FunctionExpansionPass(Pass):
-    """Inference stage, before shape inference. For every node whose operator is a FunctionOp
-    (operators/functions.py):
+    """Inference stage, before shape inference. For every node whose operator runs as a function
+    (`Operator.runs_as_function`: a FunctionOp, operators/functions.py, or an op whose kernel
+    lacks the attribute values of this node, such as LayerNormalization's stash_type):
 
     1. infers the dtypes and shapes of what the node reads (its ancestors, in topological order:
        context-dependent bodies such as NegativeLogLikelihoodLoss's depend on the input types);
@@ -61,13 +62,17 @@ class FunctionExpansionPass(Pass):
 
     @staticmethod
     def _is_function(graph: IrGraph, ctx: CompileContext, node: Node) -> bool:
-        return isinstance(resolve_operator(graph, ctx.registry, node), FunctionOp)
+        op = resolve_operator(graph, ctx.registry, node)
+        return op is not None and op.runs_as_function(node)
 
     def _expand(self, graph: IrGraph, ctx: CompileContext, node: Node) -> None:
         op = resolve_operator(graph, ctx.registry, node)
-        assert isinstance(op, FunctionOp)
-        if op.decompose is not None:
-            own = op.decompose(self._call(graph, node))
+        if isinstance(op, FunctionOp) and op.decompose is not None:
+            try:
+                own = op.decompose(self._call(graph, node))
+            except ValueRequiredError as exc:
+                exc.sources = graph.input_sources(exc.tensor)
+                raise
             body = onnx.helper.make_model(onnx.helper.make_graph(list(own.nodes), "decomposition", [], []),
                                           opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in own.opsets.items()])
             opsets = dict(own.opsets)
@@ -122,7 +127,7 @@ class FunctionExpansionPass(Pass):
                 raise ShapeInferenceError(f"type of input {i} ('{t.name}') is not known", node=node.name,
                                           op_type=node.op_type)
         return Call(node, tuple(t.dtype if t else None for t in tensors),
-                    tuple(t.shape if t else None for t in tensors))
+                    tuple(t.shape if t else None for t in tensors), tuple(t.value if t else None for t in tensors))
 
     @staticmethod
     def _body(graph: IrGraph, ctx: CompileContext, node: Node) -> onnx.ModelProto:
@@ -166,6 +171,7 @@ class FunctionExpansionPass(Pass):
         except Exception as exc:
             raise fail(str(exc).strip()) from exc
         ids = [(d, op) for d, op in ctx.registry if isinstance(ctx.registry.get(op, d), FunctionOp)]
+        ids.append((node.domain, node.op_type))  # an op with a kernel may run its body too (below)
         try:
             body = onnx.inliner.inline_selected_functions(model, ids, inline_schema_functions=True)
         except Exception as exc:
