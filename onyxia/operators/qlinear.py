@@ -14,8 +14,8 @@ onnxruntime computes those in fixed point (QLinearAdd's SIMD kernels) results ma
 it by one unit in the last place.
 
 QuantizeLinear/DequantizeLinear (ai.onnx) are here only as a stand-in for the native elementwise
-rows of the storage work (8/16-bit integers, per tensor, per axis, blocked). Their com.microsoft
-twins, which the quantization tools emit only when asked (UseQDQContribOps), are not supported.
+rows of the storage work (8/16-bit integers, per tensor, per axis, blocked), and so are their
+com.microsoft twins, which the quantization tools emit when asked (UseQDQContribOps).
 """
 
 from __future__ import annotations
@@ -374,6 +374,8 @@ def operators() -> list[tuple[Operator, int]]:
         (FunctionOp("", "DynamicQuantizeLinear", dynamic_quantize_linear), 11),
         (FunctionOp("", "QuantizeLinear", quantize_linear), 10),
         (FunctionOp("", "DequantizeLinear", dequantize_linear), 10),
+        (FunctionOp(MS, "QuantizeLinear", quantize_linear), 1),  # what UseQDQContribOps emits
+        (FunctionOp(MS, "DequantizeLinear", dequantize_linear), 1),
         (FunctionOp(MS, "QLinearConv", qlinear_conv), 1),
         (FunctionOp(MS, "MatMulIntegerToFloat", matmul_integer_to_float), 1),
         (FunctionOp(MS, "DynamicQuantizeMatMul", dynamic_quantize_matmul), 1),

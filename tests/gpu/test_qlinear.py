@@ -294,6 +294,15 @@ def test_quantize_dequantize_match_ort(runtime, dtype, per_axis, seed):
     check_exact(runtime, model, {"x": x * scale.max()})
 
 
+def test_contrib_quantize_dequantize_match_ort(runtime):
+    rng = np.random.default_rng(14)
+    inits = {"s": (rng.random(4) * 0.1 + 0.01).astype(np.float32), "z": qvalues(rng, U8, (4,))}
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain=MS, axis=1),
+             h.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], domain=MS, axis=1)]
+    model = make_model(nodes, [("x", np.float32, [3, 4])], ["q", "d"], inits, extra_opsets={MS: 1})
+    check_exact(runtime, model, {"x": (rng.standard_normal((3, 4)) * 5).astype(np.float32)})
+
+
 def test_blocked_dequantize_matches_ort(runtime):
     rng = np.random.default_rng(13)
     w = qvalues(rng, I8, (6, 8))
@@ -343,6 +352,10 @@ def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
                                h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
                               [("x", np.float32, ["m", 4])], ["y"], {"s": np.full(4, 0.1, np.float32),
                                                                      "z": np.full(4, 3, U8)}, opset=21), m))
+    models.append((make_model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain=MS),
+                               h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], domain=MS)],
+                              [("x", np.float32, ["m", 4])], ["y"], {"s": scalar(0.1, np.float32), "z": scalar(3, U8)},
+                              extra_opsets={MS: 1}), m))
     models.append((make_model([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
                               [("x", np.float32, ["m", 4])], ["y", "s", "z"], opset=11), m))
     prod = {"b": qvalues(rng, I8, (8, 3)), "as": scalar(0.1, np.float32), "bs": scalar(0.1, np.float32),

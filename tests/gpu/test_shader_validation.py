@@ -663,7 +663,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         ("", "DynamicQuantizeLinear"), ("", "QuantizeLinear"), ("", "DequantizeLinear"), (MS, "QLinearConv"),
         (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"), (MS, "QGemm"), (MS, "QLinearAdd"),
         (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"),
-        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
+        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"), (MS, "QuantizeLinear"),
+        (MS, "DequantizeLinear"))},
     **{("", op): _from("test_small_ops", op) for op in (
         "ReverseSequence", "TensorScatter", "LRN", "Col2Im", "Det", "Multinomial", "MelWeightMatrix")},
 }
