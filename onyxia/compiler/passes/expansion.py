@@ -1,4 +1,5 @@
-"""FunctionExpansionPass: ops that run as their ONNX function body are replaced by it."""
+"""FunctionExpansionPass: ops that run as a body of other ops (their ONNX function body, or an
+exact decomposition onyxia writes) are replaced by it before shape inference."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class FunctionExpansionPass(Pass):
     4. handles the body's own nodes in order: a FunctionOp is expanded in turn
        (SoftmaxCrossEntropyLoss calls NegativeLogLikelihoodLoss), any other is inferred, and an op
        the registry lacks fails at once, listing the body nodes that need it.
-    A graph without FunctionOps is left alone at the cost of one scan.
+    A graph without such nodes is left alone at the cost of one scan.
     """
 
     name = "function-expansion"
@@ -145,7 +146,7 @@ class FunctionExpansionPass(Pass):
                 raise fail(f"type of input {i} ('{t}') is not known")
             inputs.append(onnx.helper.make_tensor_value_info(t, tensor.dtype.onnx, [str(d) if not isinstance(d, int)
                                                                                     else d for d in tensor.shape]))
-        version = graph.opsets.get(node.domain, 1)
+        version = graph.opset_of(node)
         try:
             schema = onnx.defs.get_schema(node.op_type, version, node.domain)
             attrs = [_attribute_proto(k, v, schema) for k, v in node.attributes.items()]
@@ -162,10 +163,12 @@ class FunctionExpansionPass(Pass):
             onnx.helper.make_graph([proto], "expand", inputs,
                                    [onnx.helper.make_tensor_value_info(t, onnx.TensorProto.UNDEFINED, None)
                                     for t in node.outputs]),
-            opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in sorted(graph.opsets.items())])
+            opset_imports=[onnx.helper.make_opsetid(d, version if d == node.domain else v)
+                           for d, v in sorted(graph.opsets.items())])
         try:  # what the node gives must fit the schema before onnx builds a body from it
             checker = onnx.checker.C.CheckerContext()
-            checker.ir_version, checker.opset_imports = model.ir_version, dict(graph.opsets)
+            checker.ir_version = model.ir_version
+            checker.opset_imports = {o.domain: o.version for o in model.opset_import}
             onnx.checker.check_node(proto, checker)
             onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
         except Exception as exc:
