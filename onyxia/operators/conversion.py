@@ -122,7 +122,8 @@ class BitCast(Operator):
     """Reinterpret each element's bits as another type of the same width (opset 26).
 
     Every element is one 32-bit word on the device, so narrow types go through their raw bits:
-    an int8 -1 read as uint8 is 255, a float16 is repacked to its 16 bits first.
+    an int8 -1 read as uint8 is 255, a float16 is repacked to its 16 bits first. A float16
+    result that is a NaN keeps being NaN but not its payload bits (float16 lives in f32 words).
     """
 
     op_type = "BitCast"
