@@ -8,8 +8,11 @@ from onyxia.operators import (
     attention,
     conv,
     conversion,
+    decomposed,
     elementwise,
+    functions,
     fused,
+    generators,
     image,
     indexing,
     layout,
@@ -18,6 +21,7 @@ from onyxia.operators import (
     normalization,
     onnx_attention,
     pooling,
+    qlinear,
     quantized,
     reduction,
     resize,
@@ -30,7 +34,8 @@ from onyxia.operators.registry import OperatorRegistry
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
-                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused)
+                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
+                    functions, generators, qlinear, decomposed)
 
 
 def core_operator_registry() -> OperatorRegistry:
