@@ -165,3 +165,9 @@ def _add_constant(graph: IrGraph, name: str, node: onnx.NodeProto, attrs: dict[s
     if out in graph.tensors:
         raise ModelLoadError(f"tensor '{out}' is produced twice (Constant node '{name}')")
     graph.add_tensor(TensorDef(out, dtypes.from_numpy(array.dtype), tuple(array.shape), TensorKind.WEIGHT, array))
+
+
+def node_attributes(node: onnx.NodeProto, node_name: str) -> dict[str, Any]:
+    """A NodeProto's attributes as the IR keeps them (strings decoded, tensors as arrays); for
+    passes that splice ONNX nodes into a graph (FunctionExpansionPass)."""
+    return {a.name: _attribute(a, node_name) for a in node.attribute}

@@ -22,6 +22,9 @@ from onyxia.ir.shapes import Shape
 
 TensorId = str
 NodeId = int
+# node.meta key: {domain: opset version} a node was written for when it differs from the
+# graph's (nodes spliced in from a decomposition written against one opset).
+OPSETS_META = "opsets"
 
 
 class TensorKind(enum.Enum):
@@ -107,6 +110,13 @@ class IrGraph:
 
     def __len__(self) -> int:
         return self._g.number_of_nodes()
+
+    def opset_of(self, node: Node) -> int:
+        """The opset version `node` is interpreted at: its own (OPSETS_META), else the graph's."""
+        own = node.meta.get(OPSETS_META)
+        if own and node.domain in own:
+            return own[node.domain]
+        return self.opsets.get(node.domain, 1)
 
     def producer(self, tid: TensorId) -> NodeId | None:
         return self._producer.get(tid)
@@ -215,6 +225,16 @@ class IrGraph:
 
     def ancestors(self, nid: NodeId) -> set[NodeId]:
         return nx.ancestors(self._g, nid)
+
+    def input_sources(self, tid: TensorId) -> frozenset[TensorId]:
+        """The graph inputs tensor `tid` is computed from (itself, if it is one)."""
+        if tid in self.inputs:
+            return frozenset((tid,))
+        src = self._producer.get(tid)
+        if src is None:
+            return frozenset()
+        nodes = nx.ancestors(self._g, src) | {src}
+        return frozenset(t for n in nodes for t in self.node(n).inputs if t in self.inputs)
 
     def live_nodes(self) -> set[NodeId]:
         """Nodes that (transitively) produce a graph output."""

@@ -8,8 +8,11 @@ from onyxia.operators import (
     attention,
     conv,
     conversion,
+    decomposed,
     elementwise,
+    functions,
     fused,
+    generators,
     image,
     indexing,
     layout,
@@ -18,6 +21,7 @@ from onyxia.operators import (
     normalization,
     onnx_attention,
     pooling,
+    qlinear,
     quantize_linear,
     quantized,
     reduction,
@@ -32,7 +36,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    quantize_linear)
+                    functions, generators, qlinear, decomposed, quantize_linear)
 
 
 def core_operator_registry() -> OperatorRegistry:

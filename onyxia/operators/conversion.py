@@ -1,4 +1,4 @@
-"""Type conversion: Cast, CastLike.
+"""Type conversion: Cast, CastLike, BitCast.
 
 A cast between dtypes whose device bytes already agree for every value (int32 → int64, int8 →
 uint8, bool → uint8, ...) is a view: no steps. Anything else is one elementwise map: the value
@@ -122,6 +122,41 @@ class CastLike(Cast):
         return ctx.input_dtype(1)
 
 
+class BitCast(Operator):
+    """Reinterpret each element's bits as another type of the same width (opset 26).
+
+    Device bytes are the ONNX raw bytes for every device dtype of the same width (int64 aside,
+    whose same-width partners float64 and uint64 have no device storage): a view, no steps, and
+    every bit (NaN payloads included) stays where it was.
+    """
+
+    op_type = "BitCast"
+
+    def target(self, ctx: InferenceCtx) -> DType:
+        try:
+            return dtypes.from_onnx(int(ctx.attr("to")))
+        except Exception as exc:
+            raise ctx.fail(f"attribute 'to': {exc}") from None
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        src, dst = ctx.input_dtype(0), self.target(ctx)
+        if src.numpy.itemsize != dst.numpy.itemsize or src.name == "string" or dst.name == "string":
+            raise ctx.fail(f"attribute 'to' = {dst} must have the bit width of the input's {src}")
+        return [(dst, ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        value = ctx.input_value(0)
+        if value is None or value.dtype == object:
+            return None
+        return [np.ascontiguousarray(value).view(self.target(ctx).numpy)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        src, dst = ctx.input_dtype(0), self.target(ctx)
+        ctx.compute_type(src, "input")
+        ctx.compute_type(dst, "output")
+        return ctx.alias_output(0, 0)
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Cast(), 1), (CastLike(), 15)]
+    return [(Cast(), 1), (CastLike(), 15), (BitCast(), 26)]

@@ -103,10 +103,12 @@ def strided_code(shape: Shape, operands: Mapping[str, tuple[Sequence[Dim], Dim]]
 
 def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x: str, y: str, count: Dim,
                     idx: str | None = None, fill: object = None, fill_buffer: str | None = None,
-                    label: str | None = None) -> list[Step]:
+                    label: str | None = None, scatter: bool = False) -> list[Step]:
     """One gather.wgsl dispatch over `count` output elements (none when statically empty).
 
-    `index` is WGSL computing `src` and `dst` (and `inside` when a fill applies) from `i`.
+    `index` is WGSL computing `src` (and `inside` when a fill applies) from `i`: y[i] = x[src],
+    a thread writing whole words of y. With `scatter` it computes `dst` too: y[dst] = x[src]
+    (element stores, atomic ones for packed dtypes).
     """
     if is_zero(count):
         return []
@@ -124,9 +126,11 @@ def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x
         reads["fill_value"] = Buf(fill_buffer, raw=True)
     elif fill is not None:
         all_params["FILL"] = fill_code(ctx, fill, dtype)
+    if scatter:
+        defs["SCATTER"] = True
     return [ctx.dispatch(GATHER, label=label or f"gather_{ctx.node.op_type}", defs=defs, params=all_params,
-                         reads=reads, writes={"y": Buf(y, whole_words=True, raw=True)},
-                         workgroups=ctx.unit_grid(count, y))]
+                         reads=reads, writes={"y": Buf(y, whole_words=not scatter, raw=True)},
+                         workgroups=ctx.grid(count) if scatter else ctx.unit_grid(count, y))]
 
 
 def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], src_offset: Dim = 0, *,

@@ -2,7 +2,8 @@
 // where a tiled GEMM would leave most of its tile idle (few output channels per group or a
 // short reduction). Weight reads are the same for neighbouring threads (same channel), so
 // they are served from cache.
-// Buffers: x, w, [bias], y (computed in f32). Defs: TRANSPOSED, HAS_BIAS. Params: TOTAL (= N * M * P), M and those of conv::window.
+// Buffers: x, w, [bias], y. Defs: T (the compute type: f32, or i32 for integer convolutions), TRANSPOSED, HAS_BIAS. Params: TOTAL
+// (= N * M * P), M and those of conv::window.
 #import common::grid
 #import conv::window
 
@@ -18,9 +19,9 @@ fn main(wg: Grid) {
     let m = oc % MG();
     let col = conv_column(n * P() + p, g);
 #ifdef HAS_BIAS
-    var acc = f32(bias_load(oc));
+    var acc = #{T}(bias_load(oc));
 #else
-    var acc = 0.0;
+    var acc = #{T}(0);
 #endif
     for (var k = 0u; k < K(); k++) {
         acc += conv_patch(col, k) * conv_weight(g, m, k);

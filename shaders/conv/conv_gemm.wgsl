@@ -4,33 +4,34 @@
 // the output's spatial axis, so the stores coalesce.
 // Every thread gathers the same column in every slice (TN divides 256), so its output position
 // is decoded once, not per element.
-// Buffers: x, w, [bias], y (computed in f32). Defs: RM, RN, TRANSPOSED, HAS_BIAS. Params: M, ROW_BLOCKS and those of conv::window.
+// Buffers: x, w, [bias], y. Defs: T (the compute type: f32 or i32), RM, RN, TRANSPOSED, HAS_BIAS. Params: M, ROW_BLOCKS and those of
+// conv::window.
 #import common::grid
 #import matmul::tile
 #import conv::window
 
-alias TileValue = f32;
+alias TileValue = #{T};
 
 struct TileSource {
     g: u32,       // the group
     col: Column,  // this thread's column, n0 + lid % TN: the n of every tile_b call it makes
 }
 
-fn tile_a(src: TileSource, m: u32, k: u32) -> f32 {
+fn tile_a(src: TileSource, m: u32, k: u32) -> #{T} {
     if (m < MG() && k < K()) {
         return conv_weight(src.g, m, k);
     }
-    return 0.0;
+    return #{T}(0);
 }
 
-fn tile_b(src: TileSource, k: u32, n: u32) -> f32 {
+fn tile_b(src: TileSource, k: u32, n: u32) -> #{T} {
     if (k < K()) {
         return conv_patch(src.col, k);
     }
-    return 0.0;
+    return #{T}(0);
 }
 
-fn tile_mac(acc: f32, a: f32, b: f32) -> f32 {
+fn tile_mac(acc: #{T}, a: #{T}, b: #{T}) -> #{T} {
     return acc + a * b;
 }
 
@@ -50,9 +51,9 @@ fn main(wg: Grid, @builtin(local_invocation_id) tid: vec3<u32>) {
         }
         let oc = g * MG() + gm;
 #ifdef HAS_BIAS
-        let b = f32(bias_load(oc));
+        let b = #{T}(bias_load(oc));
 #else
-        let b = 0.0;
+        let b = #{T}(0);
 #endif
         for (var q = 0u; q < RN; q++) {
             let gn = n0 + tid.x + 16u * q;

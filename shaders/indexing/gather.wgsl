@@ -1,6 +1,7 @@
 // Data movement by index arithmetic: y[i] = x[src(i)] for every flat index i < N().
 // Transpose, Slice, Expand, Tile, Pad, Trilu, Gather, GatherElements and GatherND all use it;
-// only the generated INDEX code differs (see onyxia/operators/indexing.py).
+// only the generated INDEX code differs (see onyxia/operators/indexing.py). With SCATTER the
+// INDEX code also computes `dst` and a thread moves y[dst] = x[src] (TensorScatter).
 // Buffers: x, [idx (the i32 indices INDEX may read)], [fill_value], y. x, y and fill_value move
 // storage codes (raw), so every dtype copies bit-exactly; y is written whole words at a time.
 // Defs: INDEX (WGSL computing `src` from i and, with MASKED, `inside`); MASKED (where `inside`
@@ -10,6 +11,15 @@
 #import common::grid
 #import indexing::index
 
+#ifdef SCATTER
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
+    #{INDEX}
+    y_store(dst, x_load(src));
+}
+#else
 fn value(i: u32) -> y_t {
     #{INDEX}
 #ifdef MASKED
@@ -38,3 +48,4 @@ fn main(wg: Grid) {
     }
     y_store_unit(u, v);
 }
+#endif

@@ -196,6 +196,15 @@ def _cumsum() -> list[Case]:
     return out
 
 
+def _cumprod() -> list[Case]:
+    out = []
+    for dt in (F32, I32):
+        for attrs in ({}, {"exclusive": 1, "reverse": 1}):
+            out += case([h.make_node("CumProd", ["x", "axis"], ["y"], **attrs)], [("x", dt, ["n", 5])], ["y"],
+                        {"axis": np.array(1, I64)}, opset=26)
+    return out
+
+
 def _matmul() -> list[Case]:
     out = []
     # M = n: decode (n = 1) and prefill shapes, batched, broadcast batch, a long K, 1-D operands.
@@ -551,7 +560,8 @@ def _from(module: str, *ops: str) -> Builder:
         import importlib
 
         models = importlib.import_module(f"tests.gpu.{module}").validation_models()
-        cases = [Case(m, d) for m, d in models if not ops or any(n.op_type in ops for n in m.graph.node)]
+        cases = [Case(m, d, ((), tuple(d)) if d else ((),)) for m, d in models
+                 if not ops or any(n.op_type in ops for n in m.graph.node)]
         assert cases, f"{module}.validation_models() has no model using {ops}"
         return cases
     return build
@@ -571,6 +581,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "Cast"): _cast,
     **{("", op): binary(op, F32, I64, I32) for op in ("Add", "Sub", "Mul", "Div")},
     ("", "Pow"): binary("Pow", F32),
+    ("", "PRelu"): binary("PRelu", F32, I64, I32, U32),
     ("", "Mod"): _mod,
     ("", "BitShift"): _bitshift,
     **{("", op): binary(op, I32, U8, I64) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
@@ -586,6 +597,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "ArgMax"): arg_reduce("ArgMax"),
     ("", "ArgMin"): arg_reduce("ArgMin"),
     ("", "CumSum"): _cumsum,
+    ("", "CumProd"): _cumprod,
     ("", "Softmax"): softmax("Softmax"),
     ("", "LogSoftmax"): softmax("LogSoftmax"),
     ("", "LayerNormalization"): _layer_norm,
@@ -654,6 +666,20 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "InstanceNormalization"): _from("test_normalization_extra", "InstanceNormalization"),
     ("", "LpNormalization"): _from("test_normalization_extra", "LpNormalization"),
     ("", "MeanVarianceNormalization"): _from("test_normalization_extra", "MeanVarianceNormalization"),
+    **{(d, op): _from("test_functions", op) for d, op in (
+        ("", "NegativeLogLikelihoodLoss"), ("", "SoftmaxCrossEntropyLoss"), ("", "HannWindow"), ("", "HammingWindow"),
+        ("", "BlackmanWindow"), ("", "CenterCropPad"), ("", "RotaryEmbedding"), ("", "SwiGLU"),
+        ("ai.onnx.preview", "FlexAttention"))},
+    **{("", op): _from("test_generators", op) for op in (
+        "EyeLike", "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "BitCast")},
+    **{(d, op): _from("test_qlinear", op) for d, op in (
+        ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "ConvInteger"), ("", "QLinearConv"),
+        ("", "DynamicQuantizeLinear"), (MS, "QLinearConv"),
+        (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"), (MS, "QGemm"), (MS, "QLinearAdd"),
+        (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"),
+        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
+    **{("", op): _from("test_small_ops", op) for op in (
+        "ReverseSequence", "TensorScatter", "LRN", "Col2Im", "Det", "Multinomial", "MelWeightMatrix")},
     **{(d, op): _from("test_storage", op) for d in ("", MS) for op in ("QuantizeLinear", "DequantizeLinear")},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.

@@ -1,6 +1,7 @@
 """Built-in passes, one per file."""
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
+from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
@@ -13,6 +14,6 @@ def default_optimization_passes() -> list:
     return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), ElementwiseFusionPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass",
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]

@@ -7,7 +7,7 @@ import numpy as np
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError, UnsupportedOperatorError
 from onyxia.ir.dim_env import DimEnv
-from onyxia.ir.graph import IrGraph, Node
+from onyxia.ir.graph import OPSETS_META, IrGraph, Node
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator
 from onyxia.operators.registry import OperatorRegistry
@@ -18,7 +18,9 @@ PROPAGATE_MAX_ELEMENTS = 4096
 
 
 def resolve_operator(graph: IrGraph, registry: OperatorRegistry, node: Node) -> Operator | None:
-    return registry.get(node.op_type, node.domain, graph.opsets.get(node.domain))
+    # A domain the model does not import resolves to the newest version (None).
+    opset = node.meta.get(OPSETS_META, {}).get(node.domain, graph.opsets.get(node.domain))
+    return registry.get(node.op_type, node.domain, opset)
 
 
 def check_supported(graph: IrGraph, registry: OperatorRegistry) -> None:
@@ -90,20 +92,24 @@ class ShapeInferencePass(Pass):
     def run(self, graph: IrGraph, compile_ctx: CompileContext) -> bool:
         check_supported(graph, compile_ctx.registry)
         for nid in graph.topological_order():
-            node = graph.node(nid)
-            op = resolve_operator(graph, compile_ctx.registry, node)
-            assert op is not None
-            ctx = InferenceCtx(graph, node, compile_ctx)
-            try:
-                results = op.infer(ctx)
-            except OnyxiaError:
-                raise
-            except Exception as exc:
-                raise ctx.fail(f"inference failed: {type(exc).__name__}: {exc}") from exc
-            if len(results) < len(node.outputs):
-                raise ctx.fail(f"inferred {len(results)} outputs, the node has {len(node.outputs)}")
-            for out, (dtype, shape) in zip(node.outputs, results):
-                t = graph.tensor(out)
-                t.dtype, t.shape = dtype, tuple(shape)
-            fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
+            infer_node(graph, compile_ctx, graph.node(nid))
         return True
+
+
+def infer_node(graph: IrGraph, compile_ctx: CompileContext, node: Node) -> None:
+    """Record the dtype and shape of `node`'s outputs (its inputs' must be known); fold small values."""
+    op = resolve_operator(graph, compile_ctx.registry, node)
+    assert op is not None, "check_supported ran first"
+    ctx = InferenceCtx(graph, node, compile_ctx)
+    try:
+        results = op.infer(ctx)
+    except OnyxiaError:
+        raise
+    except Exception as exc:
+        raise ctx.fail(f"inference failed: {type(exc).__name__}: {exc}") from exc
+    if len(results) < len(node.outputs):
+        raise ctx.fail(f"inferred {len(results)} outputs, the node has {len(node.outputs)}")
+    for out, (dtype, shape) in zip(node.outputs, results):
+        t = graph.tensor(out)
+        t.dtype, t.shape = dtype, tuple(shape)
+    fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
