@@ -34,6 +34,7 @@ from onyxia.ir.graph import TensorKind
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
+from onyxia.operators.indexing import copy_elements
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -247,8 +248,9 @@ class GroupQueryAttention(Operator):
                 ctx.alias_output(1, 3)
                 ctx.alias_output(2, 4)
             else:
-                nbytes = ctx.output_dtype(1).nbytes(numel(ctx.output_shape(1)))
-                steps += [ctx.copy(ctx.input(3), present_k, nbytes), ctx.copy(ctx.input(4), present_v, nbytes)]
+                count = numel(ctx.output_shape(1))
+                steps += copy_elements(ctx, ctx.input(3), present_k, count) + copy_elements(ctx, ctx.input(4),
+                                                                                            present_v, count)
         else:
             count = batch * kv_heads * present * d
             kv_defs["FULL"] = True

@@ -141,6 +141,26 @@ def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], sr
                            label="strided_copy")
 
 
+def copy_elements(ctx: PlanCtx, src: str, dst: str, count: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> list[Step]:
+    """dst[dst_offset:][:count] = src[src_offset:][:count], in elements of the tensors' dtype.
+
+    A CopyBuffer where the bytes allow it (WebGPU copies whole words: word-sized dtypes, or
+    packed ones whose counts and offsets are static multiples of a word's elements); otherwise a
+    gather.wgsl copy that moves the storage codes (element stores merged into their words).
+    """
+    if is_zero(count):
+        return []
+    dtype = ctx.tensor_dtype(src)
+    per = dtype.per_word if dtype.packed else 1
+    if per == 1:
+        return [ctx.copy(src, dst, count * 4, src_offset * 4, dst_offset * 4)]
+    if all(isinstance(v, int) and v % per == 0 for v in (count, src_offset, dst_offset)):
+        return [ctx.copy(src, dst, count // per * 4, src_offset // per * 4, dst_offset // per * 4)]
+    params: dict[str, object] = {"SRC_OFF": (src_offset, "u32"), "DST_OFF": (dst_offset, "u32")}
+    return dispatch_gather(ctx, "let src = SRC_OFF() + i;\n    let dst = DST_OFF() + i;", params, x=src, y=dst,
+                           count=count, label="copy_elements", scatter=True)
+
+
 def index_values(ctx: FoldCtx, i: int) -> np.ndarray | None:
     """A numeric index input as int64, or None when unknown or symbolic."""
     value = ctx.input_value(i)

@@ -306,3 +306,44 @@ def validation_models() -> list[tuple[object, dict[str, int]]]:
                                extra_opsets={"com.microsoft": 1} if domain else None)
             out.append((model, {"n": 3}))
     return out
+
+
+class _CopyInto(onyxia.Operator):
+    """Test op: y = base with y[dst:dst+n] = x[src:src+n] (flat), through copy_elements."""
+
+    op_type, domain = "CopyInto", "test.storage"
+
+    def infer(self, ctx):
+        return [(ctx.input_dtype(1), ctx.input_shape(1))]
+
+    def plan(self, ctx):
+        from onyxia.operators.indexing import copy_elements
+        src, dst, n = (int(ctx.attr(k)) for k in ("src", "dst", "n"))
+        base = numel_of(ctx.input_shape(1))
+        return (copy_elements(ctx, ctx.input(1), ctx.output(0), base)
+                + copy_elements(ctx, ctx.input(0), ctx.output(0), n, src, dst))
+
+
+def numel_of(shape) -> int:
+    return int(np.prod(shape))
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "int8", "int4", "bool"])
+@pytest.mark.parametrize("src,dst,n", [(0, 0, 8), (3, 5, 7), (8, 16, 8), (1, 2, 1)])
+def test_copy_elements_at_any_offset(runtime, name, src, dst, n):
+    """Word-aligned copies are CopyBuffers; others a kernel merging elements into their words."""
+    dtype = dtypes.from_name(name)
+    rng = np.random.default_rng(6)
+    x, base = _values(dtype, (24,), rng), _values(dtype, (32,), rng)
+    model = make_model([h.make_node("CopyInto", ["x", "base"], ["y"], domain="test.storage", src=src, dst=dst, n=n)],
+                       [("x", dtype.numpy, [24]), ("base", dtype.numpy, [32])], ["y"],
+                       extra_opsets={"test.storage": 1})
+    registry = onyxia.core_operator_registry().register(_CopyInto(), 1)
+    compiled = onyxia.CompilerPipeline(registry).compile(onyxia.load_model(model), {})
+    copies = sum(type(s).__name__ == "CopyBuffer" for s in compiled.steps)
+    aligned = all(v % (dtype.per_word if dtype.packed else 1) == 0 for v in (src, dst, n))
+    assert copies == (2 if aligned else 1)
+    y = runtime.load_model(compiled).run({"x": x, "base": base})["y"]
+    want = base.copy()
+    want[dst:dst + n] = x[src:src + n]
+    assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), want.view(np.uint8))
