@@ -141,7 +141,13 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        return broadcast_shapes(shapes, self.fail, self.same_dim)
+        return broadcast_shapes(shapes, self.fail, self.same_dim, self.show_dim)
+
+    def show_dim(self, d: Dim) -> str:
+        """A dim for an error message: a symbolic one with its value for the dims given, which is
+        what made two expressions differ ("(x + 1) // 2 = 3")."""
+        value = self.env.value(d) if isinstance(d, SymDim) else None
+        return str(d) if value is None else f"{d} = {value}"
 
     def same_dim(self, a: Dim, b: Dim) -> bool:
         """Whether dims `a` and `b` are one dim: every shape check comparing dims uses this.

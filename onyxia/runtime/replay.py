@@ -27,7 +27,7 @@ from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transpor
 from onyxia.codegen.wgsl import render
 from onyxia.errors import DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
-from onyxia.ir.shapes import SymDim, compile_dim
+from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
 from onyxia.plan import CompiledModel, Dispatch
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
@@ -259,7 +259,10 @@ class PlanReplay:
             if fa(new) != fb(new):
                 what = f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal" if isinstance(b, SymDim) \
                     else f"dimension {a} = {fa(new)} must be {b}"
-                raise DimensionError(f"{what}: node '{node}' needs them equal (they were when the model was compiled)")
+                # The symbols' values too: an expression's value alone does not say which feed broke it.
+                given = ", ".join(f"{s}={new[s]}" for s in sorted(dim_symbols(a) | dim_symbols(b)))
+                raise DimensionError(f"{what} (with {given}): node '{node}' needs them equal "
+                                     "(they were when the model was compiled)")
         affected = [self._exprs[i] for i in sorted({i for s in changed for i in self._by_symbol.get(s, ())})]
         # A shader baking a changed static dim is rebuilt (once, though it may bake several values).
         rebuild = {index for e in affected for index in e.shaders}

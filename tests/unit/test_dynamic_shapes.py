@@ -65,3 +65,19 @@ def test_symbolic_axes_or_steps_ask_for_the_symbols_sizes(op):
     with pytest.raises(ValueRequiredError, match="must be constant integers, got \\['n - 1'\\]") as info:
         _compile(model, {"n": 2})
     assert info.value.node == "node" and info.value.symbols == {"n"}
+
+
+def test_cli_compile_names_the_made_up_dims_it_needs(capsys):
+    """`onyxia compile` on a paddle2onnx 0.x classifier (x: [-1, 3, "?", "?"])."""
+    from pathlib import Path
+
+    from onyxia import cli
+
+    path = str(Path(__file__).resolve().parent.parent / "data" / "paddle" / "text_cls.legacy_dims.onnx")
+    assert cli.main(["compile", path, "--dim", "x_dim0=1"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("onyxia: error: "), err
+    assert "'x_dim2' (input 'x'), 'x_dim3' (input 'x') are not given" in err[0]
+    assert "the model's dimensions: x_dim0, x_dim2, x_dim3" in err[0]
+    assert cli.main(["compile", path, "--dim", "x_dim0=1", "--dim", "x_dim2=48", "--dim", "x_dim3=192"]) == 0
+    assert "x_dim2=48" in capsys.readouterr().out
