@@ -259,9 +259,11 @@ class PlanReplay:
             if fa(new) != fb(new):
                 what = f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal" if isinstance(b, SymDim) \
                     else f"dimension {a} = {fa(new)} must be {b}"
-                # The symbols' values too: an expression's value alone does not say which feed broke it.
-                given = ", ".join(f"{s}={new[s]}" for s in sorted(dim_symbols(a) | dim_symbols(b)))
-                raise DimensionError(f"{what} (with {given}): node '{node}' needs them equal "
+                # The symbols' values too, unless shown already: an expression's value alone does
+                # not say which feed broke it.
+                hidden = sorted((dim_symbols(a) | dim_symbols(b)) - {str(x) for x in (a, b)})
+                given = f" (with {', '.join(f'{s}={new[s]}' for s in hidden)})" if hidden else ""
+                raise DimensionError(f"{what}{given}: node '{node}' needs them equal "
                                      "(they were when the model was compiled)")
         affected = [self._exprs[i] for i in sorted({i for s in changed for i in self._by_symbol.get(s, ())})]
         # A shader baking a changed static dim is rebuilt (once, though it may bake several values).
