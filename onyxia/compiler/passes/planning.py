@@ -10,7 +10,7 @@ from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
-from onyxia.plan import CompiledModel, PlannedOp, ShaderSpec, Step, SymbolicBinding, TensorInfo
+from onyxia.plan import CompiledModel, PlannedOp, ShaderSpec, Step, SymbolicBinding, TensorInfo, walk_steps
 
 
 def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
@@ -49,7 +49,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     if prelude:
         operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
     tensors, memory = plan_memory(operations, tensors)
-    steps = [s for op in operations for s in op.steps]
+    steps = walk_steps([s for op in operations for s in op.steps])
     bindings = _symbolic_bindings(steps, tensors, state.shaders, ctx.static)
     weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
     return CompiledModel(
@@ -63,6 +63,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
         dims=dict(ctx.dims),
         static_symbols=ctx.static,
         constraints=tuple(ctx.constraints.values()),
+        data_symbols=dict(ctx.data_symbols),
         metadata={
             "name": graph.name,
             "opsets": dict(graph.opsets),
