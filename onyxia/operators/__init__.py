@@ -8,6 +8,7 @@ from onyxia.operators import (
     attention,
     conv,
     conversion,
+    datadep,
     elementwise,
     fused,
     image,
@@ -24,13 +25,15 @@ from onyxia.operators import (
     scatter,
     selection,
     shape,
+    unique_nms,
 )
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
-                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused)
+                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
+                    datadep, unique_nms)
 
 
 def core_operator_registry() -> OperatorRegistry:
