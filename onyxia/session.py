@@ -64,7 +64,9 @@ _MAX_SPECIALIZATIONS = 8  # executors kept per session for different baked input
 
 
 def _graph_input_sources(graph, tensor: str) -> set[str]:
-    """The graph inputs `tensor` is computed from (itself, if it is one)."""
+    """The graph inputs `tensor` is computed from (itself, if it is one), through subgraphs: a
+    tensor of an If branch or a loop body is computed from what its nodes read."""
+    producers = {out: node for g in (graph, *graph.all_subgraphs()) for node in g.nodes for out in node.outputs}
     seen, stack, found = set(), [tensor], set()
     while stack:
         name = stack.pop()
@@ -74,9 +76,9 @@ def _graph_input_sources(graph, tensor: str) -> set[str]:
         if name in graph.inputs:
             found.add(name)
             continue
-        producer = graph.producer(name)
-        if producer is not None:
-            stack.extend(t for t in graph.node(producer).inputs if t is not None)
+        node = producers.get(name)
+        if node is not None:
+            stack.extend(t for t in (*node.inputs, *node.implicit_inputs) if t is not None)
     return found
 
 

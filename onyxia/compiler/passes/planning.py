@@ -21,29 +21,9 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     4. Records a SymbolicBinding for every expression over dynamic dimensions.
     """
     state = PlanState(graph, ctx)
-    live = graph.live_nodes()
-    operations: list[PlannedOp] = []
-    folded = ctx.folded_nodes
-    planned_nodes = 0
-    for nid in graph.topological_order():
-        node = graph.node(nid)
-        if nid not in live:
-            continue
-        if all(graph.tensor(o).value is not None for o in node.outputs):
-            folded += 1
-            continue
-        op = resolve_operator(graph, ctx.registry, node)
-        assert op is not None
-        scratch_before = set(state.scratch)
-        try:
-            steps = op.plan(PlanCtx(graph, node, state))
-        except OnyxiaError:
-            raise
-        except Exception as exc:
-            raise PlanError(f"{node.describe()}: planning failed: {type(exc).__name__}: {exc}") from exc
-        planned_nodes += 1
-        scratch = tuple(n for n in state.scratch if n not in scratch_before)
-        operations.append(PlannedOp(node.name, node.op_type, tuple(steps), scratch))
+    state.subgraph_planner = lambda sub: _plan_subgraph(sub, ctx, state)
+    operations, planned_nodes, folded = _plan_nodes(graph, ctx, state)
+    folded += ctx.folded_nodes
 
     tensors, prelude = _tensor_table(graph, state, operations)
     if prelude:
@@ -77,6 +57,42 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     )
 
 
+def _plan_nodes(graph: IrGraph, ctx: CompileContext, state: PlanState) -> tuple[list[PlannedOp], int, int]:
+    """(operations, planned nodes, folded nodes) of `graph`'s live nodes in topological order."""
+    live = graph.live_nodes()
+    operations: list[PlannedOp] = []
+    folded = planned_nodes = 0
+    for nid in graph.topological_order():
+        node = graph.node(nid)
+        if nid not in live:
+            continue
+        if all(graph.tensor(o).value is not None for o in node.outputs):
+            folded += 1
+            continue
+        op = resolve_operator(graph, ctx.registry, node)
+        assert op is not None
+        scratch_before = set(state.scratch)
+        try:
+            steps = op.plan(PlanCtx(graph, node, state))
+        except OnyxiaError:
+            raise
+        except Exception as exc:
+            raise PlanError(f"{node.describe()}: planning failed: {type(exc).__name__}: {exc}") from exc
+        planned_nodes += 1
+        scratch = tuple(n for n in state.scratch if n not in scratch_before)
+        operations.append(PlannedOp(node.name, node.op_type, tuple(steps), scratch))
+    return operations, planned_nodes, folded
+
+
+def _plan_subgraph(graph: IrGraph, ctx: CompileContext, state: PlanState) -> list[Step]:
+    """The steps of a subgraph (an If branch, a loop body), for the op that owns it; its tensors
+    join the plan's tensor table."""
+    for sub in (graph, *graph.all_subgraphs()):
+        state.subgraph_tensors.update(sub.tensors)
+    operations, _, _ = _plan_nodes(graph, ctx, state)
+    return [s for op in operations for s in op.steps]
+
+
 def _referenced(operations: list[PlannedOp]) -> list[str]:
     names: dict[str, None] = {}
     for op in operations:
@@ -98,7 +114,7 @@ def _tensor_table(graph: IrGraph, state: PlanState,
             dtype, shape = state.scratch[name]
             tensors[name] = TensorInfo(name, dtype, shape, "scratch")
             continue
-        t = graph.tensor(name)
+        t = state.subgraph_tensors.get(name) or graph.tensor(name)
         if t.dtype is None or t.shape is None:
             raise PlanError(f"tensor '{name}' has no inferred dtype/shape")
         try:
@@ -106,6 +122,8 @@ def _tensor_table(graph: IrGraph, state: PlanState,
         except UnsupportedDtypeError:
             raise
         kind = "output" if name in graph.outputs else t.kind.value
+        if name in state.subgraph_tensors and kind in ("input", "output"):
+            kind = "intermediate"  # a subgraph's parameters and results: buffers the copies fill
         alias = state.aliases.get(name)
         while alias in state.aliases:  # collapse chains: Reshape of a Reshape
             alias = state.aliases[alias]
