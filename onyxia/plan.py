@@ -293,18 +293,20 @@ class SliceCopy:
 class LoopStep(Step, tag="loop"):
     """Loop and Scan: the runtime replays `body` on the host, up to `trip_count` times.
 
-    Each iteration: stop if `cond` (a bool tensor) reads back false — a GPU sync per iteration,
-    made only when the condition is not known to stay true; copy the iteration number into
-    `counter` (an int32 scalar, from an index table the runtime keeps: no kernel), run the
-    `enter` copies (scan-input slices), the body, then the `leave` copies (scan-output slices,
-    carried state). Copy offsets are recorded as each iteration is encoded, so a body without a
-    readback costs no sync at all: the iterations go into the run's one submission. After the
-    loop, the data symbol `iterations` (if any) is set to the number of iterations that ran.
+    Before the loop, a false `first` (a bool tensor read back; None: true) skips it. Each
+    iteration copies the iteration number into `counter` (an int32 scalar, from an index table
+    the runtime keeps: no kernel), runs the `enter` copies (scan-input slices), the body, then the
+    `leave` copies (scan-output slices, carried state); then a false `cond` (the body's condition,
+    read back: one GPU sync per iteration, made only when the condition is not known to stay
+    true) ends the loop. Copy offsets are recorded as each iteration is encoded, so a loop
+    without readbacks costs no sync at all: its iterations go into the run's one submission.
+    After the loop the data symbol `iterations` (if any) is set to the number that ran.
     """
 
     body: tuple[Step, ...]
     trip_count: Expr
     cond: str | None = None
+    first: str | None = None
     counter: str | None = None
     enter: tuple[SliceCopy, ...] = ()
     leave: tuple[SliceCopy, ...] = ()
@@ -313,7 +315,7 @@ class LoopStep(Step, tag="loop"):
 
     def uses(self) -> tuple[tuple[str, bool], ...]:
         copies = [u for c in (*self.enter, *self.leave) for u in ((c.src, False), (c.dst, True))]
-        own = [(t, w) for t, w in ((self.cond, False), (self.counter, True)) if t is not None]
+        own = [(t, w) for t, w in ((self.cond, False), (self.first, False), (self.counter, True)) if t is not None]
         return (*own, *copies, *_nested_uses(self.body))
 
     def expressions(self) -> tuple[tuple[str, int, object], ...]:
@@ -327,14 +329,14 @@ class LoopStep(Step, tag="loop"):
         def copies(cs: tuple[SliceCopy, ...]) -> list:
             return [[c.src, c.dst, *(_enc(v) for v in c.values())] for c in cs]
         return {"t": self.tag, "body": [s.to_json() for s in self.body], "trip_count": _enc(self.trip_count),
-                "cond": self.cond, "counter": self.counter, "enter": copies(self.enter),
+                "cond": self.cond, "first": self.first, "counter": self.counter, "enter": copies(self.enter),
                 "leave": copies(self.leave), "iterations": self.iterations, "label": self.label}
 
     @classmethod
     def from_json(cls, d: dict) -> LoopStep:
         def copies(rows: list) -> tuple[SliceCopy, ...]:
             return tuple(SliceCopy(r[0], r[1], *(_dec(v) for v in r[2:])) for r in rows)
-        return cls(_steps(d["body"]), _dec(d["trip_count"]), d["cond"], d["counter"], copies(d["enter"]),
+        return cls(_steps(d["body"]), _dec(d["trip_count"]), d["cond"], d["first"], d["counter"], copies(d["enter"]),
                    copies(d["leave"]), d["iterations"], d["label"])
 
 

@@ -6,6 +6,7 @@ Each category module (elementwise, shape, indexing, ...) exposes `operators()`, 
 
 from onyxia.operators import (
     attention,
+    control,
     conv,
     conversion,
     datadep,
@@ -33,7 +34,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    datadep, unique_nms)
+                    datadep, unique_nms, control)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -119,14 +119,14 @@ class LoopCommand(Command):
     """Loop/Scan on the host: the body's commands encoded once per iteration."""
 
     __slots__ = ("step", "replay", "body", "values", "copies", "buffers", "cond", "counter", "table",
-                 "table_size", "device_sync", "_copy")
+                 "table_size", "device_sync", "_copy", "first")
 
     def __init__(self, step: LoopStep, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
         self.step, self.replay = step, replay
         self.copies = (*step.enter, *step.leave)
         self.values = [0] * (1 + 5 * len(self.copies))
-        self.device_sync = step.cond is not None or step.iterations is not None
+        self.device_sync = step.cond is not None or step.first is not None or step.iterations is not None
         self.table: Any = None  # int32 0, 1, 2, ...: the counter's source (copied, no kernel)
         self.table_size = 0
         self._copy = _RangeCopy()
@@ -144,7 +144,7 @@ class LoopCommand(Command):
     def rebind(self, replay: Replay, grown: set[str]) -> None:
         def buf(name: str | None) -> Any:
             return None if name is None else replay.buffers[replay.root(name)]
-        self.cond, self.counter = buf(self.step.cond), buf(self.step.counter)
+        self.cond, self.first, self.counter = buf(self.step.cond), buf(self.step.first), buf(self.step.counter)
         self.buffers = [(buf(c.src), buf(c.dst)) for c in self.copies]
 
     def _ensure_table(self, count: int) -> None:
@@ -171,16 +171,15 @@ class LoopCommand(Command):
         if not synced and trip > MAX_LOOP_ITERATIONS:
             raise InputError(f"Loop '{self.step.label}' would run {trip} iterations, over the host loop's limit "
                              f"of {MAX_LOOP_ITERATIONS}")
+        if self.first is not None and not _scalar(backend.sync_read(self.first, 4), dtypes.BOOL):
+            trip = 0
         self._ensure_table(min(trip, 64) if synced else trip)
         i = 0
         while i < trip:
-            if synced:
-                if not _scalar(backend.sync_read(self.cond, 4), dtypes.BOOL):
-                    break
-                if i >= MAX_LOOP_ITERATIONS:
-                    raise InputError(f"Loop '{self.step.label}' ran {i} iterations without its condition turning "
-                                     "false; stopped at the host loop's limit")
-                self._ensure_table(i + 1)
+            if i >= MAX_LOOP_ITERATIONS:
+                raise InputError(f"Loop '{self.step.label}' ran {i} iterations without its condition turning "
+                                 "false; stopped at the host loop's limit")
+            self._ensure_table(i + 1)  # grows only between synced iterations
             if self.step.counter is not None:
                 self._copy_range(backend, self.table, 4 * i, self.counter, 0, 4)
             self._copies(backend, i, 0, len(self.step.enter))
@@ -188,6 +187,8 @@ class LoopCommand(Command):
                 cmd.encode(backend)
             self._copies(backend, i, len(self.step.enter), len(self.copies))
             i += 1
+            if synced and i < trip and not _scalar(backend.sync_read(self.cond, 4), dtypes.BOOL):
+                break
         if self.step.iterations is not None:
             self.replay.set_data_symbol(self.step.iterations, i)
 

@@ -14,7 +14,7 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.errors import DimensionError, InputError
 from onyxia.operators import Operator, core_operator_registry
-from onyxia.plan import CompiledModel, ReadSymbol
+from onyxia.plan import BranchStep, CompiledModel, LoopStep, ReadSymbol
 from onyxia.runtime.null import CopyRecord, DispatchRecord, null_executor
 from tests.helpers import compile_model, make_model
 
@@ -134,3 +134,74 @@ def test_compiled_model_data_symbols_default_empty():
     model = make_model([h.make_node("Neg", ["x"], ["y"])], [("x", np.float32, (4,))], ["y"])
     compiled = compile_model(model)
     assert compiled.data_symbols == {} and dataclasses.replace(compiled).data_symbols == {}
+
+
+# ---- BranchStep and LoopStep -----------------------------------------------------------------
+
+def labels(exe) -> list[str]:
+    return [r.shader for r in exe.backend.runs[-1] if isinstance(r, DispatchRecord)]
+
+
+def test_a_branch_encodes_the_arm_its_condition_reads():
+    from tests.control_models import if_model
+
+    exe = null_executor(compile_model(if_model()))
+    feeds = {"x": np.ones(3, np.float32), "y": np.ones(3, np.float32)}
+    # Greater never runs on the null backend: its output buffer holds what was put there.
+    cond = exe.buffers[exe.root(next(s.cond for s in exe.model.steps if isinstance(s, BranchStep)))]
+    for value, arm in ((1, ["map_Greater", "map_Add"]), (0, ["map_Greater", "map_Mul", "map_Neg"])):
+        cond.data[:4] = np.array([value], np.uint32).tobytes()
+        exe.run({**feeds, "s": np.zeros(1, np.float32)})
+        assert labels(exe) == arm
+    assert exe.backend.syncs == 2
+
+
+def test_a_static_loop_encodes_its_body_per_iteration_without_syncs():
+    from tests.control_models import counting_loop
+
+    exe = null_executor(compile_model(counting_loop(m=4)))
+    out = exe.run({"x": np.ones(3, np.float32), "a0": np.full(3, 7, np.float32)})
+    assert labels(exe).count("map_Add") == 4 and exe.backend.syncs == 0
+    counter = [r for r in exe.backend.runs[-1] if isinstance(r, CopyRecord) and r.src.endswith("iteration-index")]
+    assert [r.src_offset for r in counter] == [0, 4, 8, 12]  # the iteration number, copied per iteration
+    carried = [(r.src, r.dst) for r in exe.backend.runs[-1] if isinstance(r, CopyRecord) and "acc" in r.src + r.dst]
+    assert carried == [("a0", "acc")] + [("acc2", "acc")] * 4 + [("acc", "af")]  # in, per iteration, out
+    assert out["scan"].shape == (4, 3)
+
+
+def test_a_scan_trip_count_follows_update_dimensions():
+    from tests.control_models import scan_model
+
+    exe = null_executor(compile_model(scan_model("t"), {"t": 3}))
+    for t in (3, 7, 1):
+        exe.update_dimensions({"t": t})
+        x = np.arange(4 * t, dtype=np.float32).reshape(t, 4)
+        exe.run({"s0": np.zeros(4, np.float32), "m0": np.zeros(4, np.float32), "x": x})
+        slices = [r for r in exe.backend.runs[-1] if isinstance(r, CopyRecord) and r.src == "x"]
+        assert [r.src_offset for r in slices] == [16 * i for i in range(t)]  # x[i] for i < t, 16 bytes each
+    assert exe.stats.recompiles == 0 and exe.backend.syncs == 0
+
+
+def test_a_loop_with_a_device_condition_reads_it_each_iteration():
+    from tests.control_models import counting_loop
+
+    compiled = compile_model(counting_loop(m=10, while_limit=5.0))
+    exe = null_executor(compiled)
+    (loop,) = [s for s in compiled.steps if isinstance(s, LoopStep)]
+    cond = exe.buffers[exe.root(loop.cond)]
+    cond.data[:4] = np.array([1], np.uint32).tobytes()  # stays true: Less never runs here
+    out = exe.run({"x": np.ones(3, np.float32), "a0": np.zeros(3, np.float32)})
+    assert exe.backend.syncs == 9 and out["scan"].shape == (10, 3)  # read after each iteration but the last
+    cond.data[:4] = np.array([0], np.uint32).tobytes()  # false: one iteration
+    out = exe.run({"x": np.ones(3, np.float32), "a0": np.zeros(3, np.float32)})
+    assert out["scan"].shape == (1, 3) and exe.dims[loop.iterations] == 1
+
+
+def test_control_flow_plans_save_and_load(tmp_path):
+    from tests.control_models import counting_loop, if_model, scan_model
+
+    for model, dims in ((if_model(), {}), (counting_loop(m_input=True), {}), (scan_model("t", in_axis=1), {"t": 2})):
+        compiled = compile_model(model, dims)
+        compiled.save(tmp_path / "p.onyxia")
+        loaded = CompiledModel.load(tmp_path / "p.onyxia")
+        assert loaded.steps == compiled.steps and loaded.symbolic_bindings == compiled.symbolic_bindings
