@@ -21,6 +21,7 @@ from onyxia.operators import (
     onnx_attention,
     pooling,
     quantized,
+    recurrent,
     reduction,
     resize,
     scatter,
@@ -34,7 +35,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    datadep, unique_nms, control)
+                    datadep, unique_nms, control, recurrent)
 
 
 def core_operator_registry() -> OperatorRegistry:
