@@ -152,10 +152,9 @@ def test_symbolic_sequence_length_follows_update_dimensions(runtime):
 
 def test_errors_name_node_and_attribute():
     with pytest.raises(ShapeInferenceError, match="node 'rec' \\(LSTM\\): attribute 'direction' must be"):
+        spec = [("X", np.float32, [2, 1, 3]), ("W", np.float32, [1, 8, 3]), ("R", np.float32, [1, 8, 2])]
         compile_model(make_model([h.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=2, direction="up",
-                                              name="rec")], [("X", np.float32, [2, 1, 3]),
-                                                             ("W", np.float32, [1, 8, 3]), ("R", np.float32, [1, 8, 2])],
-                                 ["Y"]))
+                                              name="rec")], spec, ["Y"]))
     with pytest.raises(ShapeInferenceError, match="attribute 'activations': unknown function 'Gelu'"):
         compile_model(rnn_model("RNN", seq=2, batch=1, inputs=3, hidden=2, activations=["Gelu"]))
     with pytest.raises(ShapeInferenceError, match="node 'rec' \\(GRU\\) input 2: R must be \\[1, 6, 2\\]"):
