@@ -60,8 +60,12 @@ def load_model(source: ModelSource) -> IrGraph:
     for vi in proto.graph.input:
         if vi.name in graph.tensors:  # an input with a default value (initializer): a weight
             continue
-        dtype, shape = _value_info(vi, f"input '{vi.name}'")
-        graph.add_tensor(TensorDef(vi.name, dtype, shape, TensorKind.INPUT))
+        container = _container(vi, f"input '{vi.name}'")
+        if container is not None:  # a sequence or optional: its elements come with the feed
+            graph.add_tensor(TensorDef(vi.name, container[1], None, TensorKind.INPUT, container=container[0]))
+        else:
+            dtype, shape = _value_info(vi, f"input '{vi.name}'")
+            graph.add_tensor(TensorDef(vi.name, dtype, shape, TensorKind.INPUT))
         graph.inputs.append(vi.name)
 
     names = _Names.of(proto.graph)
@@ -80,6 +84,8 @@ def load_model(source: ModelSource) -> IrGraph:
         t = graph.tensors.get(vi.name)
         if t is not None and t.kind is TensorKind.INTERMEDIATE:
             t.kind = TensorKind.OUTPUT
+        if t is not None and t.container is None:
+            t.container = (_container(vi, f"output '{vi.name}'") or (None,))[0]
     if not graph.outputs:
         raise ModelLoadError("the model declares no graph outputs")
     graph.validate()
@@ -240,7 +246,9 @@ def _subgraph(proto: onnx.GraphProto, parent: IrGraph, names: _Names, outer: dic
                                  TensorKind.WEIGHT, _to_array(init, what)))
     for vi in proto.input:  # formal parameters: the op (If, Loop, Scan) gives their types
         dtype, shape = _formal_type(vi, f"{label} input '{vi.name}'")
-        sub.add_tensor(TensorDef(define(vi.name), dtype, shape, TensorKind.INPUT))
+        container = _container(vi, f"{label} input '{vi.name}'")
+        sub.add_tensor(TensorDef(define(vi.name), dtype, shape, TensorKind.INPUT,
+                                 container=container[0] if container else None))
         sub.inputs.append(scope[vi.name])
     for index, np_node in enumerate(proto.node):
         name = names.node(f"{label}/{np_node.name or f'{np_node.op_type}_{index}'}")
@@ -254,6 +262,21 @@ def _subgraph(proto: onnx.GraphProto, parent: IrGraph, names: _Names, outer: dic
         sub.add_node(np_node.op_type, inputs, outputs, attrs, domain=_domain(np_node.domain), name=name)
     sub.outputs = [scope.get(vi.name, vi.name) for vi in proto.output]
     return sub
+
+
+def _container(vi: onnx.ValueInfoProto, what: str) -> tuple[str, dtypes.DType | None] | None:
+    """("sequence" | "optional", element dtype if declared) for a non-tensor value, else None."""
+    kind = vi.type.WhichOneof("value")
+    if kind not in ("sequence_type", "optional_type"):
+        if kind not in (None, "tensor_type"):
+            raise ModelLoadError(f"{what} is a {kind.replace('_type', '')}; onyxia takes tensors, sequences and "
+                                 "optionals")
+        return None
+    inner = getattr(vi.type, kind).elem_type
+    while inner.WhichOneof("value") in ("sequence_type", "optional_type"):
+        inner = getattr(inner, inner.WhichOneof("value")).elem_type
+    elem = inner.tensor_type.elem_type if inner.WhichOneof("value") == "tensor_type" else 0
+    return kind.removesuffix("_type"), (_dtype(elem, what) if elem else None)
 
 
 def _formal_type(vi: onnx.ValueInfoProto, what: str) -> tuple[dtypes.DType | None, tuple[Dim, ...] | None]:

@@ -40,6 +40,10 @@ class TensorDef:
     # Initializer, Constant, or folded value. May be an object array holding SymDims when a
     # shape computation folds over symbolic dimensions (Shape → Gather → Concat → Reshape).
     value: np.ndarray | None = None
+    # "sequence" or "optional" for a value that is not a tensor (a graph input or output, a
+    # subgraph parameter); dtype is then the element type, if known. The compiler lowers these
+    # to their element tensors before shape inference (SequenceLoweringPass).
+    container: str | None = None
 
     @property
     def is_symbolic_value(self) -> bool:
@@ -147,6 +151,14 @@ class IrGraph:
 
     def __len__(self) -> int:
         return self._g.number_of_nodes()
+
+    def has_node(self, nid: NodeId) -> bool:
+        return self._g.has_node(nid)
+
+    @property
+    def next_node_id(self) -> NodeId:
+        """The id the next added node gets (ids only grow: nodes added since are those >= it)."""
+        return self._next_id
 
     def producer(self, tid: TensorId) -> NodeId | None:
         return self._producer.get(tid)
@@ -332,6 +344,63 @@ class IrGraph:
             for tid, v in vals.items():
                 g.tensors[tid].value = v
         return dup
+
+    def inline(self, sub: IrGraph, inputs: dict[TensorId, TensorId], prefix: str) -> dict[TensorId, TensorId]:
+        """Copy `sub`'s nodes into this graph (an If branch taken, a loop iteration unrolled).
+
+        `inputs` maps sub's formal inputs to this graph's tensors; sub's own tensors get fresh
+        names under `prefix`, its weights come along, and what it reads from enclosing graphs
+        is read as is. Nested subgraphs are copied with their references renamed. Returns sub's
+        outputs as this graph's tensors.
+        """
+        names: dict[TensorId, TensorId] = dict(inputs)
+        for tid, t in sub.tensors.items():
+            if tid in names:
+                continue
+            names[tid] = self.fresh_name(f"{prefix}/{tid}")
+            if t.value is not None:
+                self.add_tensor(TensorDef(names[tid], t.dtype, t.shape, TensorKind.WEIGHT, t.value, t.container))
+        for node in sub.topological_nodes():
+            attrs = {}
+            for key, value in node.attributes.items():
+                if isinstance(value, IrGraph):
+                    value = value.clone(self, names)
+                elif isinstance(value, list) and value and all(isinstance(v, IrGraph) for v in value):
+                    value = [v.clone(self, names) for v in value]
+                attrs[key] = value
+            outs = [names.get(t, t) for t in node.outputs]
+            nid = self.add_node(node.op_type, [names.get(t, t) if t is not None else None for t in node.inputs], outs,
+                                attrs, domain=node.domain, name=self._fresh_node_name(f"{prefix}/{node.name}"))
+            self.node(nid).meta.update(node.meta)
+            for old, new in zip(node.outputs, outs):
+                src = sub.tensors.get(old)
+                if src is not None and src.container:
+                    self.tensors[new].container = src.container
+        return {t: names.get(t, t) for t in sub.outputs}
+
+    def clone(self, parent: IrGraph, renames: dict[TensorId, TensorId]) -> IrGraph:
+        """A copy of this subgraph under `parent`, reading `renames[t]` where it read `t`."""
+        saved, self.parent = self.parent, None
+        try:
+            dup = copy.deepcopy(self)
+        finally:
+            self.parent = saved
+        dup.parent = parent
+        for old in dup.free_tensors():
+            if old in renames and renames[old] != old:
+                dup.rename_outer(old, renames[old])
+        return dup
+
+    def topological_nodes(self) -> list[Node]:
+        return [self.node(n) for n in self.topological_order()]
+
+    def _fresh_node_name(self, hint: str) -> str:
+        taken = {n.name for n in self.nodes}
+        name, k = hint, 1
+        while name in taken:
+            k += 1
+            name = f"{hint}~{k}"
+        return name
 
     def all_subgraphs(self) -> list[IrGraph]:
         """Every subgraph nested in this graph, depth first in node order."""

@@ -26,6 +26,7 @@ from onyxia.operators import (
     resize,
     scatter,
     selection,
+    sequences,
     shape,
     unique_nms,
 )
@@ -35,7 +36,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    datadep, unique_nms, control, recurrent)
+                    datadep, unique_nms, control, recurrent, sequences)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -338,6 +338,65 @@ class Scan(Operator):
         return steps + after
 
 
+class Scan8(Operator):
+    """Scan-8: a leading batch axis on the states and scan inputs ([B, T, ...], scanned along
+    axis 1, `directions` per scan input) and optional sequence_lens first (every sequence must
+    run its full length T). Planned as a LoopStep over the batch holding one over the steps."""
+
+    op_type = "Scan"
+
+    def _layout(self, ctx: InferenceCtx) -> tuple[IrGraph, int, int, int]:
+        body = _graph(ctx, "body")
+        m = int(ctx.attr("num_scan_inputs"))
+        n = len(ctx.node.inputs) - 1 - m
+        k = len(ctx.node.outputs) - n
+        if m < 1 or n < 0 or k < 0 or len(body.inputs) != n + m or len(body.outputs) != n + k:
+            raise ctx.fail(f"attribute 'body' ({len(body.inputs)} inputs, {len(body.outputs)} outputs) does not fit "
+                           f"{n} states and num_scan_inputs={m} with {len(ctx.node.outputs)} outputs")
+        if ctx.has_input(0):
+            lens = ctx.input_value(0)
+            length = ctx.input_shape(1 + n)[1]
+            if lens is None or not isinstance(length, int) or np.any(np.asarray(lens) != length):
+                raise ctx.fail("sequence_lens shorter than the scan inputs are not supported (every sequence must "
+                               "run its full length)", 0)
+        return body, n, m, k
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        body, n, m, k = self._layout(ctx)
+        batch, length = ctx.input_shape(1 + n)[0], ctx.input_shape(1 + n)[1]
+        state = [(ctx.input_dtype(1 + i), ctx.input_shape(1 + i)[1:]) for i in range(n)]
+        slices = [(ctx.input_dtype(1 + n + j), ctx.input_shape(1 + n + j)[2:]) for j in range(m)]
+        types = ctx.infer_subgraph("body", [*state, *slices])
+        return [*((t, (batch, *s)) for t, s in types[:n]), *((t, (batch, length, *s)) for t, s in types[n:])]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        body, n, m, k = self._layout(ctx)
+        batch, length = ctx.input_shape(1 + n)[0], ctx.input_shape(1 + n)[1]
+        reverse = _flags(ctx, "directions", m)
+        outer_enter, outer_leave, enter, leave = [], [], [], []
+        for i in range(n):
+            size = nbytes(ctx.input_shape(1 + i)[1:])
+            outer_enter.append(SliceCopy(ctx.input(1 + i), body.inputs[i], size, 0, size))
+            outer_leave.append(SliceCopy(body.inputs[i], ctx.output(i), size, 0, 0, 0, size))
+        for j in range(m):
+            shape = ctx.input_shape(1 + n + j)
+            per_batch = ctx.scratch(numel(shape[1:]), ctx.input_dtype(1 + n + j).name, f"scan_input_{j}")
+            outer_enter.append(SliceCopy(ctx.input(1 + n + j), per_batch, nbytes(shape[1:]), 0, nbytes(shape[1:])))
+            size = nbytes(shape[2:])
+            enter.append(SliceCopy(per_batch, body.inputs[n + j], size, (length - 1) * size if reverse[j] else 0,
+                                   -size if reverse[j] else size))
+        for j in range(k):
+            shape = ctx.output_shape(n + j)
+            per_batch = ctx.scratch(numel(shape[1:]), ctx.output_dtype(n + j).name, f"scan_output_{j}")
+            leave.append(SliceCopy(body.outputs[n + j], per_batch, nbytes(shape[2:]), dst_stride=nbytes(shape[2:])))
+            outer_leave.append(SliceCopy(per_batch, ctx.output(n + j), nbytes(shape[1:]), dst_stride=nbytes(shape[1:])))
+        leave += carried_copies(ctx, body.outputs[:n], body.inputs[:n],
+                                [(ctx.input_dtype(1 + i), ctx.input_shape(1 + i)[1:]) for i in range(n)])
+        inner = LoopStep(tuple(ctx.plan_subgraph("body")), length, enter=tuple(enter), leave=tuple(leave),
+                         label=ctx.node.name)
+        return [LoopStep((inner,), batch, enter=tuple(outer_enter), leave=tuple(outer_leave), label=ctx.node.name)]
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(If(), 1), (Loop(), 1), (Scan(), 9)]
+    return [(If(), 1), (Loop(), 1), (Scan8(), 8), (Scan(), 9)]

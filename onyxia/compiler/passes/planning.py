@@ -52,6 +52,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
             "folded_nodes": folded,
             "weight_bytes": weight_bytes,
             "memory": memory,
+            **({"containers": ctx.containers} if ctx.containers else {}),
             **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
         },
     )
