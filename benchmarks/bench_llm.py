@@ -1,14 +1,17 @@
 """LLM decoding speed: onyxia's LlmSession vs onnxruntime (CPU), side by side in one run.
 
-Run: python benchmarks/bench_llm.py [--prompt 64] [--new 64] [--int4] [--repeat 3] [--model-dir DIR]
+Run: python benchmarks/bench_llm.py [--prompt 64] [--new 64] [--int4] [--repeat 3] [--model-dir DIR ...]
 
 Builds a Llama-style decoder of ~32M parameters with random weights (tests/llm_models.py:
 hidden 512, 8 layers, 8 heads / 4 KV heads, MLP 1408, vocabulary 8000) in onnxruntime-genai's
-layout, unless --model-dir points at a folder in that layout. Then, for both engines:
+layout, unless --model-dir points at folders (several may be given: one table each, in one run;
+e.g. the ~30M-parameter webgpu-fp16 and cpu-int4 folders `tools/build_llm_fixtures.py --big DIR`
+exports with onnxruntime-genai's builder). Then, for both engines:
 - prefill: seconds to run the prompt and produce the first token (median of --repeat runs);
 - decode: tokens per second over the following --new - 1 single-token steps, greedy.
-onnxruntime runs a plain session loop feeding present → past (numpy, argmax on the host), as
-onnxruntime-genai drives a decoder on CPU. Ratios are onyxia over onnxruntime for speed (> 1:
+The reference is onnxruntime-genai on its CPU provider when it is installed (greedy, its own KV
+cache handling); otherwise a plain onnxruntime session loop feeding present → past (numpy, argmax
+on the host), as onnxruntime-genai drives a decoder on CPU. Ratios are onyxia over onnxruntime for speed (> 1:
 onyxia is faster) and onnxruntime over onyxia for prefill time (> 1: onyxia is faster). Also
 printed: dispatches per decode step and whether both engines chose the same tokens. On lavapipe
 the "GPU" is the same CPU, so the ratios say little about a real GPU.
@@ -58,22 +61,50 @@ def time_onnxruntime(ref: OrtDecoder, prompt: list[int], new: int, repeat: int) 
     return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
 
 
+def time_genai(model_dir: Path, prompt: list[int], new: int, repeat: int) -> tuple[float, float, list[int]]:
+    """onnxruntime-genai on its CPU provider (the folder's provider options cleared)."""
+    import onnxruntime_genai as og
+
+    config = og.Config(str(model_dir))
+    config.clear_providers()
+    model = og.Model(config)
+    prefill, speed, tokens = [], [], []
+    for _ in range(repeat + 1):
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + new, do_sample=False)
+        generator = og.Generator(model, params)
+        start = time.perf_counter()
+        generator.append_tokens(prompt)
+        generator.generate_next_token()
+        first = time.perf_counter()
+        tokens = [int(generator.get_next_tokens()[0])]
+        while not generator.is_done():
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        end = time.perf_counter()
+        prefill.append(first - start)
+        speed.append((len(tokens) - 1) / (end - first))
+    return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt", type=int, default=64, help="prompt tokens (64)")
     parser.add_argument("--new", type=int, default=64, help="tokens to generate (64)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine (3)")
     parser.add_argument("--int4", action="store_true", help="int4 weights (MatMulNBits, GatherBlockQuantized)")
-    parser.add_argument("--model-dir", type=Path, help="an existing model folder instead of building one")
+    parser.add_argument("--model-dir", type=Path, action="append",
+                        help="an existing model folder instead of building one (repeatable)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="onyxia-bench-llm-") as tmp:
-        model_dir = args.model_dir
-        if model_dir is None:
+        model_dirs = args.model_dir
+        if not model_dirs:
             start = time.perf_counter()
-            model_dir = build_decoder(BENCH_SPEC.with_(int4=args.int4), Path(tmp) / "decoder")
+            model_dirs = [build_decoder(BENCH_SPEC.with_(int4=args.int4), Path(tmp) / "decoder")]
             print(f"built the decoder in {time.perf_counter() - start:.1f} s")
-        run(model_dir, args)
+        for model_dir in model_dirs:
+            run(model_dir, args)
 
 
 def run(model_dir: Path, args: argparse.Namespace) -> None:
@@ -88,14 +119,21 @@ def run(model_dir: Path, args: argparse.Namespace) -> None:
     new = min(args.new, session.max_length - len(prompt))
 
     o_prefill, o_speed, o_tokens = time_onyxia(session, prompt, new, args.repeat)
-    r_prefill, r_speed, r_tokens = time_onnxruntime(OrtDecoder(model_dir), prompt, new, args.repeat)
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        reference = "onnxruntime"
+        r_prefill, r_speed, r_tokens = time_onnxruntime(OrtDecoder(model_dir), prompt, new, args.repeat)
+    else:
+        reference = "genai (CPU)"
+        r_prefill, r_speed, r_tokens = time_genai(model_dir, prompt, new, args.repeat)
 
     print(f"\nprompt {len(prompt)} tokens, {new} new tokens, median of {args.repeat} runs")
-    print(f"{'':24}{'onyxia':>14}{'onnxruntime':>14}{'ratio':>10}")
+    print(f"{'':24}{'onyxia':>14}{reference:>14}{'ratio':>10}")
     print(f"{'prefill (ms)':24}{o_prefill * 1e3:14.1f}{r_prefill * 1e3:14.1f}{r_prefill / o_prefill:9.2f}x")
     print(f"{'decode (tokens/s)':24}{o_speed:14.1f}{r_speed:14.1f}{o_speed / r_speed:9.2f}x")
     print(f"dispatches per decode step: {session.dispatches_per_step}; "
-          f"same tokens as onnxruntime: {o_tokens == r_tokens}")
+          f"same tokens as {reference}: {o_tokens == r_tokens}")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,12 @@ STRING_REASON = "string tensors have no GPU representation"
 FLOAT64_REASON = "float64 has no GPU representation (device storage is 32-bit words, by design)"
 
 
+# Seeded random ops: any generator other than numpy's draws other numbers (ONNX fixes none).
+RANDOM_OPS = frozenset("Bernoulli RandomUniform RandomNormal RandomUniformLike RandomNormalLike Multinomial".split())
+RANDOM_REASON = ("random values: onyxia's counter-based generator is not numpy's (the distribution is tested in "
+                 "tests/gpu/test_generators.py)")
+
+
 LOW_PRECISION_REASON = ("8-bit and smaller float/int formats (float8*, float4, int4/uint4, int2/uint2) and bfloat16 "
                         "have no GPU representation (device storage is 32-bit words)")
 
@@ -338,6 +344,8 @@ def reason(info: CaseInfo, result: dict[str, Any]) -> str:
             return dtype_reason({"DOUBLE": "float64", "STRING": "string"}.get(m.group(1), m.group(1).lower()))
         return f"the model does not load: {_generic(detail.split(': ', 1)[-1])}"
     if kind == "mismatch":
+        if op in RANDOM_OPS and key == "values":
+            return RANDOM_REASON
         return f"wrong {key} vs the onnx reference (rtol/atol of the case): {op}"
     if kind == "onyxia" and key == "ShapeInferenceError":  # the message is the reason, minus the node's name
         message = re.sub(r"^node '[^']*' \([^)]*\)( input \d+)?: ", "", result["detail"])

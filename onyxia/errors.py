@@ -32,12 +32,14 @@ class ValueRequiredError(ShapeInferenceError):
     """Inference needs the value of `tensor` (a shape, axes, pads...) and it is not a constant.
 
     InferenceSession handles this by specializing on the fed values of the graph inputs the
-    tensor depends on; a plain compile reports it as is.
+    tensor depends on (`sources`, found in the graph being compiled: the tensor may be one a
+    pass created); a plain compile reports it as is.
     """
 
-    def __init__(self, message: str, *, tensor: str, **kw):
+    def __init__(self, message: str, *, tensor: str, sources: frozenset[str] = frozenset(), **kw):
         super().__init__(message, **kw)
         self.tensor = tensor
+        self.sources = sources
 
 
 class UnsupportedOperatorError(OnyxiaError):

@@ -183,6 +183,18 @@ def _add_constant(graph: IrGraph, name: str, node: onnx.NodeProto, attrs: dict[s
     graph.add_tensor(TensorDef(out, dtypes.from_numpy(array.dtype), tuple(array.shape), TensorKind.WEIGHT, array))
 
 
+def node_attributes(node: onnx.NodeProto, node_name: str, graph: IrGraph | None = None,
+                    scope: dict[str, str] | None = None) -> dict[str, Any]:
+    """A NodeProto's attributes as the IR keeps them (strings decoded, tensors as arrays, graphs
+    as subgraphs of `graph` reading its tensors, `scope` mapping renamed ones); for passes that
+    splice ONNX nodes into a graph (FunctionExpansionPass)."""
+    if graph is None:
+        return {a.name: _attribute(a, node_name) for a in node.attribute}
+    names = _Names({*graph.tensors, *(t for g in graph.all_subgraphs() for t in g.tensors)},
+                   {n.name for n in graph.nodes})
+    return _node_attributes(node, node_name, graph, names, dict(scope or {}))
+
+
 # ---- subgraphs (If branches, Loop and Scan bodies) ---------------------------------------------
 
 class _Names:
@@ -234,6 +246,7 @@ def _subgraph(proto: onnx.GraphProto, parent: IrGraph, names: _Names, outer: dic
     """A GraphProto attribute as an IrGraph whose parent is `parent`: it reads the enclosing
     graphs' tensors by name (`outer` maps the ONNX names of those renamed to their IR names)."""
     sub = IrGraph(label, parent.opsets, parent=parent)
+    sub.source = proto
     scope = dict(outer)
 
     def define(t: str) -> str:

@@ -210,7 +210,7 @@ class InferenceSession:
             try:
                 compiled = self._pipeline().compile(graph, dims, self._static)
             except ValueRequiredError as exc:
-                sources = _graph_input_sources(graph, exc.tensor) - set(self._value_inputs)
+                sources = (exc.sources or _graph_input_sources(graph, exc.tensor)) - set(self._value_inputs)
                 if not sources:
                     raise
                 self._value_inputs = tuple(sorted({*self._value_inputs, *sources}))

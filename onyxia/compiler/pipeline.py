@@ -11,6 +11,7 @@ from onyxia.compiler.context import CompileContext
 from onyxia.compiler.pass_api import Pass, PassResult, Stage
 from onyxia.compiler.passes import (
     ConstantFoldingPass,
+    FunctionExpansionPass,
     SequenceLoweringPass,
     ShapeInferencePass,
     SymbolicResolutionPass,
@@ -47,7 +48,8 @@ class CompilerPipeline:
 
     def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
         self.registry = registry
-        self._passes: list[Pass] = [SymbolicResolutionPass(), SequenceLoweringPass(), ShapeInferencePass(),
+        self._passes: list[Pass] = [SymbolicResolutionPass(), FunctionExpansionPass(), SequenceLoweringPass(),
+                                    ShapeInferencePass(),
                                     ConstantFoldingPass()]
         if optimize:
             for p in default_optimization_passes():

@@ -22,6 +22,9 @@ from onyxia.ir.shapes import Shape
 
 TensorId = str
 NodeId = int
+# node.meta key: {domain: opset version} a node was written for when it differs from the
+# graph's (nodes spliced in from a decomposition written against one opset).
+OPSETS_META = "opsets"
 
 
 class TensorKind(enum.Enum):
@@ -85,6 +88,9 @@ class IrGraph:
     def __init__(self, name: str = "graph", opsets: dict[str, int] | None = None, parent: IrGraph | None = None):
         self.name = name
         self.parent = parent
+        # What a subgraph was loaded from (an onnx GraphProto), for passes that hand its node
+        # back to onnx (FunctionExpansionPass); the IR never reads it.
+        self.source: object = None
         self.opsets: dict[str, int] = dict(opsets or {"": 21})
         self.tensors: dict[TensorId, TensorDef] = {}
         self.inputs: list[TensorId] = []
@@ -159,6 +165,13 @@ class IrGraph:
     def next_node_id(self) -> NodeId:
         """The id the next added node gets (ids only grow: nodes added since are those >= it)."""
         return self._next_id
+
+    def opset_of(self, node: Node) -> int:
+        """The opset version `node` is interpreted at: its own (OPSETS_META), else the graph's."""
+        own = node.meta.get(OPSETS_META)
+        if own and node.domain in own:
+            return own[node.domain]
+        return self.opsets.get(node.domain, 1)
 
     def producer(self, tid: TensorId) -> NodeId | None:
         return self._producer.get(tid)
@@ -287,6 +300,32 @@ class IrGraph:
 
     def ancestors(self, nid: NodeId) -> set[NodeId]:
         return nx.ancestors(self._g, nid)
+
+    def input_sources(self, tid: TensorId) -> frozenset[TensorId]:
+        """The graph inputs tensor `tid` is computed from (itself, if it is one). In a subgraph,
+        the top-level graph's inputs reached through what it reads from enclosing graphs (its
+        own formal inputs are not graph inputs)."""
+        if self.parent is not None:
+            found: set[TensorId] = set()
+            seen, stack = set(), [tid]
+            while stack:
+                name = stack.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                if name not in self.tensors:
+                    found |= self.parent.input_sources(name)
+                elif name in self._producer:
+                    node = self.node(self._producer[name])
+                    stack.extend(t for t in (*node.inputs, *node.implicit_inputs) if t)
+            return frozenset(found)
+        if tid in self.inputs:
+            return frozenset((tid,))
+        src = self._producer.get(tid)
+        if src is None:
+            return frozenset()
+        nodes = nx.ancestors(self._g, src) | {src}
+        return frozenset(t for n in nodes for t in self.node(n).inputs if t in self.inputs)
 
     def live_nodes(self) -> set[NodeId]:
         """Nodes that (transitively) produce a graph output."""

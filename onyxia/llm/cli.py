@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
+from typing import TextIO
 
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "generate", help="generate text with a decoder-only LLM (onnxruntime-genai folder)",
+        "generate", help="generate text with a decoder-only LLM (onnxruntime-genai or Optimum folder)",
         description="Stream generated text to stdout, then print the prefill time and decode speed "
-                    "to stderr. MODEL_DIR holds genai_config.json, the ONNX decoder and tokenizer.json.")
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="folder in onnxruntime-genai's layout")
+                    "to stderr. MODEL_DIR holds genai_config.json (onnxruntime-genai's builder) or "
+                    "config.json (optimum-cli export onnx), the ONNX decoder and tokenizer.json.")
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="folder in onnxruntime-genai's or Optimum's layout")
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate at most (128)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T",
@@ -24,10 +28,68 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (1.0: off)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="random seed for sampling")
     p.add_argument("--max-length", type=int, default=None, metavar="L",
-                   help="prompt + generated tokens at most (default: genai_config search.max_length)")
+                   help="prompt + generated tokens at most; the KV cache is sized for it (default: "
+                        "genai_config search.max_length, else the model's context length)")
     p.add_argument("--adapter", help="adapter index or name substring (default: best; or ONYXIA_ADAPTER)")
     p.set_defaults(func=run_generate)
     return p
+
+
+class TerminalProgress:
+    """Draws `phase [####....] done/total  3.1 s` on a terminal once a phase has run for `delay` s.
+
+    Phases without intermediate steps (reading the model, uploading weights) are still shown,
+    with their elapsed time, by a ticker thread: a 1 GB folder must not sit silent.
+    """
+
+    def __init__(self, stream: TextIO | None = None, delay: float = 1.0, interval: float = 0.2):
+        stream = sys.stderr if stream is None else stream  # looked up now: tests swap sys.stderr
+        self.stream, self.delay, self.interval = stream, delay, interval
+        self.enabled = stream.isatty()
+        self.phase, self.done, self.total, self.started = "", 0, 1, 0.0
+        self.drawn = False
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True) if self.enabled else None
+        if self.thread:
+            self.thread.start()
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        with self.lock:
+            if phase != self.phase:
+                self.phase, self.started = phase, time.perf_counter()
+            self.done, self.total = done, max(total, 1)
+            self._draw()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(self.interval):
+            with self.lock:
+                self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled or not self.phase:
+            return
+        elapsed = time.perf_counter() - self.started
+        if elapsed < self.delay or self.done >= self.total:
+            if self.drawn and self.done >= self.total:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self.drawn = False
+            return
+        width = 24
+        filled = width * self.done // self.total
+        steps = f" {self.done}/{self.total}" if self.total > 1 else ""
+        self.stream.write(f"\r\033[K{self.phase:<18} [{'#' * filled}{'.' * (width - filled)}]{steps}  {elapsed:.1f} s")
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.lock:
+            if self.drawn:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self.drawn = False
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -35,7 +97,11 @@ def run_generate(args: argparse.Namespace) -> int:
     from onyxia.runtime import Runtime
 
     runtime = Runtime(args.adapter) if getattr(args, "adapter", None) else None
-    session = LlmSession(args.model_dir, max_length=args.max_length, runtime=runtime)
+    progress = TerminalProgress()
+    try:
+        session = LlmSession(args.model_dir, max_length=args.max_length, runtime=runtime, progress=progress)
+    finally:
+        progress.close()
     out = sys.stdout
     for piece in session.stream_text(args.prompt, args.max_new_tokens, temperature=args.temperature,
                                      top_k=args.top_k, top_p=args.top_p, seed=args.seed):

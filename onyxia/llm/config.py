@@ -31,6 +31,16 @@ class SearchConfig:
 
 
 @dataclass(frozen=True)
+class SlidingWindowConfig:
+    """genai_config.json `model.decoder.sliding_window`: local attention over the last tokens."""
+
+    window_size: int
+    layers: tuple[int, ...] = ()
+    cache_slack: int = 0  # positions kept beyond the window (0: the runtime chooses)
+    slide_key_value_cache: bool = False
+
+
+@dataclass(frozen=True)
 class DecoderConfig:
     """genai_config.json `model.decoder`: the ONNX file and its input/output names."""
 
@@ -48,6 +58,7 @@ class DecoderConfig:
     logits: str = "logits"
     present_key_names: str = "present.%d.key"
     present_value_names: str = "present.%d.value"
+    sliding_window: SlidingWindowConfig | None = None
 
     def past_names(self, layer: int) -> tuple[str, str]:
         return self.past_key_names % layer, self.past_value_names % layer
@@ -122,8 +133,8 @@ def load_genai_config(model_dir: str | Path) -> GenaiConfig:
     if path.is_dir() or not path.name.endswith(".json"):
         path = path / CONFIG_FILE
     if not path.is_file():
-        raise ConfigError(f"{path}: not found (a model folder needs genai_config.json, "
-                          "as onnxruntime-genai's model builder writes it)")
+        raise ConfigError(f"{path}: not found (an LLM folder needs genai_config.json, as onnxruntime-genai's "
+                          "model builder writes it, or config.json with model.onnx, as Optimum exports it)")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -151,6 +162,7 @@ def load_genai_config(model_dir: str | Path) -> GenaiConfig:
         logits=outputs.get("logits", str, "logits"),
         present_key_names=_pattern(outputs, "present_key_names", "present.%d.key"),
         present_value_names=_pattern(outputs, "present_value_names", "present.%d.value"),
+        sliding_window=_sliding_window(dec),
     )
     eos = model.get("eos_token_id", (int, list))
     eos_ids = tuple(eos) if isinstance(eos, list) else (eos,)
@@ -179,6 +191,20 @@ def load_genai_config(model_dir: str | Path) -> GenaiConfig:
     if not cfg.model_path.is_file():
         raise dec.error(f"names '{decoder.filename}', which does not exist in {path.parent}", "filename")
     return cfg
+
+
+def _sliding_window(dec: _Reader) -> SlidingWindowConfig | None:
+    if dec.data.get("sliding_window") is None:
+        return None
+    sw = dec.child("sliding_window")
+    layers = sw.get("layers", list, [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers):
+        raise sw.error(f"must be a list of layer indices, got {layers!r}", "layers")
+    slack = sw.get("cache_slack", int, 0)
+    if slack < 0:
+        raise sw.error(f"must be >= 0, got {slack}", "cache_slack")
+    return SlidingWindowConfig(window_size=sw.get("window_size", int, positive=True), layers=tuple(layers),
+                               cache_slack=slack, slide_key_value_cache=sw.get("slide_key_value_cache", bool, False))
 
 
 def _pattern(reader: _Reader, key: str, default: str) -> str:

@@ -12,6 +12,10 @@ Cache layouts (genai_config.json search.past_present_share_buffer):
   false: past holds the `past` tokens seen so far and present `past + new` — a growing cache.
   true:  past and present are both `max_length` long; attention writes only the new positions
          (onnxruntime's GroupQueryAttention semantics: present length = max(past, total)).
+  A layer whose GroupQueryAttention has sliding_window_cache = 1 keeps a window-sized cache
+  instead (past and present `window_capacity` rows, the operator evicts), whatever the above.
+
+Folders: onnxruntime-genai's (genai_config.json) or Optimum's (config.json; names from the graph).
 """
 
 from __future__ import annotations
@@ -19,15 +23,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from onyxia.compiler import CompilerPipeline
 from onyxia.errors import ConfigError, DimensionError, InputError
-from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import SymDim
-from onyxia.llm.config import GenaiConfig, load_genai_config, load_tokenizer
+from onyxia.llm.config import GenaiConfig, load_tokenizer
+from onyxia.llm.hf_config import load_model_config
+from onyxia.llm.io import DecoderIO, bind_decoder_io, write_fixed_dims
 from onyxia.llm.ops import LAST_LOGITS, NEXT_TOKEN, add_last_token_head, register_llm_operators
 from onyxia.llm.sampling import Sampler, SamplingParams
 from onyxia.onnx import load_model
@@ -58,21 +63,6 @@ class GenerationStats:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class _DecoderIO:
-    """The decoder's feeds and dimension symbols, checked against genai_config.json."""
-
-    input_ids: str
-    mask: str | None  # attention_mask, when the model takes one
-    positions: str | None  # position_ids, when the model takes them
-    kv: tuple[tuple[str, str], ...]  # (past, present) per layer, keys then values
-    dtypes: dict[str, np.dtype]  # numpy dtype of each fed input
-    batch: str | None  # symbols; batch is None when the model fixes it to 1
-    sequence: str
-    total: str | None
-    past: str
-
-
 @dataclass
 class _Cache:
     # Per past input: the present DeviceTensor of the previous step, or None before a prefill.
@@ -93,20 +83,27 @@ class LlmSession:
     registry: operators to compile with (default: the core registry); the session adds its own.
     prefill_length: longest prompt that runs without growing buffers (default: max_length);
         a longer prompt still runs, reallocating once.
+    progress: `progress(phase, done, total)` as setup moves through its phases ("reading model",
+        "compiling" pass by pass, "uploading weights"); the CLI draws it on a terminal.
     """
 
     def __init__(self, model_dir: str | Path, max_length: int | None = None, *, runtime=None,
-                 registry: OperatorRegistry | None = None, prefill_length: int | None = None):
+                 registry: OperatorRegistry | None = None, prefill_length: int | None = None,
+                 progress: Callable[[str, int, int], None] | None = None):
+        report = progress or (lambda phase, done, total: None)
         self.model_dir = Path(model_dir)
-        self.config: GenaiConfig = load_genai_config(self.model_dir)
+        self.config: GenaiConfig = load_model_config(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.max_length = self._max_length(max_length)
         # Prefills up to this many tokens run without growing any buffer.
         self.prefill_length = min(prefill_length or self.max_length, self.max_length)
         self.share_buffer = self.config.search.past_present_share_buffer
 
+        report("reading model", 0, 1)
         graph = load_model(self.config.model_path)
-        self.io = _decoder_io(graph, self.config)
+        report("reading model", 1, 1)
+        self.io: DecoderIO = bind_decoder_io(graph, self.config, self.max_length)
+        write_fixed_dims(graph, self.io)
         if self.share_buffer:
             # GroupQueryAttention cannot tell the layouts apart from the graph (onnxruntime
             # compares buffer pointers); onyxia's kernel takes it as a node attribute.
@@ -117,20 +114,27 @@ class LlmSession:
         registry = register_llm_operators(registry or core_operator_registry())
         # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
         io = self.io
-        capacity = {io.sequence: self.prefill_length, io.past: self.max_length}
+        capacity = {io.sequence: self.prefill_length}
+        if io.past:
+            capacity[io.past] = self.max_length
         if io.total:
             capacity[io.total] = self.max_length
         if io.batch:
             capacity[io.batch] = 1
         start = time.perf_counter()
-        self.compiled = CompilerPipeline(registry).compile(graph, capacity, static=[io.batch] if io.batch else [])
+        report("compiling", 0, 1)
+        self.compiled = CompilerPipeline(registry).compile(
+            graph, capacity, static=[io.batch] if io.batch else [],
+            progress=lambda record, done, total: report("compiling", done, total))
         self.compile_seconds = time.perf_counter() - start
         if runtime is None:
             from onyxia.runtime import Runtime
 
             runtime = Runtime()
         self.runtime = runtime
+        report("uploading weights", 0, 1)
         self.executor = runtime.load_model(self.compiled)
+        report("uploading weights", 1, 1)
         self._check_cache_layout()
         self.stats = GenerationStats()
         self.reset()
@@ -152,7 +156,7 @@ class LlmSession:
         if not self.share_buffer:
             return
         for past, present in self.io.kv:
-            if tensors[present].shape != tensors[past].shape:
+            if past not in self.io.windowed and tensors[present].shape != tensors[past].shape:
                 raise ConfigError(
                     f"{self.config.path}: search.past_present_share_buffer is true, but the compiled "
                     f"'{present}' has shape {[str(d) for d in tensors[present].shape]}, not past's "
@@ -174,7 +178,9 @@ class LlmSession:
     def dispatches_per_step(self) -> int:
         """Dispatches a decode step runs (kernels whose grid is empty at one token are skipped)."""
         io, cached = self.io, self.max_length // 2
-        dims = {**self.executor.dims, io.sequence: 1, io.past: self.max_length if self.share_buffer else cached}
+        dims = {**self.executor.dims, io.sequence: 1}
+        if io.past:
+            dims[io.past] = self.max_length if self.share_buffer else cached
         if io.total:
             dims[io.total] = cached + 1
         return sum(all(d.evaluate(dims) if isinstance(d, SymDim) else d for d in dispatch.workgroups)
@@ -188,7 +194,7 @@ class LlmSession:
         value = self._cache.feeds[past]
         if value is not None:
             return value
-        if self.share_buffer:
+        if self.share_buffer or past in self.io.windowed:
             # The buffer as it is: attention never reads positions past the current length.
             return self.executor.device_tensor(past)
         return np.zeros(self.executor.input_shape(past), self.io.dtypes[past])  # 0 rows: no upload
@@ -216,7 +222,9 @@ class LlmSession:
         if total > self.max_length:
             raise DimensionError(f"{total} tokens exceed max_length {self.max_length} "
                                  f"({past_len} cached + {n} new)")
-        dims = {io.sequence: n, io.past: self.max_length if self.share_buffer else past_len}
+        dims = {io.sequence: n}
+        if io.past:
+            dims[io.past] = self.max_length if self.share_buffer else past_len
         if io.total:
             dims[io.total] = total
         self.executor.update_dimensions(dims)
@@ -293,47 +301,3 @@ class LlmSession:
     def __repr__(self) -> str:
         return (f"LlmSession({str(self.model_dir)!r}, type={self.config.type}, max_length={self.max_length}, "
                 f"{self.dispatches_per_step} dispatches per step)")
-
-
-def _decoder_io(graph: IrGraph, config: GenaiConfig) -> _DecoderIO:
-    """Every name genai_config.json gives exists in the model; read the dimension symbols."""
-    dec, model = config.decoder, config.model_path.name
-    past = [n for layer in range(dec.num_hidden_layers) for n in dec.past_names(layer)]
-    present = [n for layer in range(dec.num_hidden_layers) for n in dec.present_names(layer)]
-    # genai treats an attention_mask or position_ids the model does not take as absent.
-    mask = dec.attention_mask if dec.attention_mask in graph.inputs else None
-    positions = dec.position_ids if dec.position_ids in graph.inputs else None
-    expected = [dec.input_ids, *past]
-    missing = [n for n in expected if n not in graph.inputs]
-    if missing:
-        raise ConfigError(f"{config.path} names model inputs {missing} that {model} does not have "
-                          f"(its inputs: {', '.join(graph.inputs)})")
-    unknown = [n for n in graph.inputs if n not in (*expected, mask, positions)]
-    if unknown:
-        raise ConfigError(f"{model} has inputs {unknown} that {config.path} does not describe "
-                          "(model.decoder.inputs)")
-    missing = [n for n in (dec.logits, *present) if n not in graph.outputs]
-    if missing:
-        raise ConfigError(f"{config.path} names model outputs {missing} that {model} does not have "
-                          f"(its outputs: {', '.join(graph.outputs)})")
-
-    def symbol(tensor: str, axis: int, what: str, allow_one: bool = False) -> str | None:
-        shape = graph.tensor(tensor).shape or ()
-        if axis >= len(shape):
-            raise ConfigError(f"{model} input '{tensor}' has rank {len(shape)}; expected {what} at axis {axis}")
-        d = shape[axis]
-        if isinstance(d, SymDim) and str(d) in d.symbols:  # a bare symbol, not an expression
-            return str(d)
-        if allow_one and d == 1:
-            return None
-        raise ConfigError(f"{model} input '{tensor}' axis {axis} ({what}) is {d}; it must be a dimension "
-                          "symbol so one plan serves the prefill and every decode step")
-
-    fed = [dec.input_ids, *(n for n in (mask, positions) if n), *past]
-    return _DecoderIO(
-        input_ids=dec.input_ids, mask=mask, positions=positions, kv=tuple(zip(past, present)),
-        dtypes={n: graph.tensor(n).dtype.numpy for n in fed},  # type: ignore[union-attr]
-        batch=symbol(dec.input_ids, 0, "batch", allow_one=True),
-        sequence=symbol(dec.input_ids, 1, "sequence length"),  # type: ignore[arg-type]
-        total=symbol(mask, 1, "total sequence length") if mask else None,
-        past=symbol(past[0], 2, "past sequence length"))  # type: ignore[arg-type]

@@ -10,8 +10,11 @@ from onyxia.operators import (
     conv,
     conversion,
     datadep,
+    decomposed,
     elementwise,
+    functions,
     fused,
+    generators,
     image,
     indexing,
     layout,
@@ -20,6 +23,7 @@ from onyxia.operators import (
     normalization,
     onnx_attention,
     pooling,
+    qlinear,
     quantized,
     recurrent,
     reduction,
@@ -36,7 +40,7 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    datadep, unique_nms, control, recurrent, sequences)
+                    functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences)
 
 
 def core_operator_registry() -> OperatorRegistry:

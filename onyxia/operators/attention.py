@@ -13,6 +13,11 @@ the same buffer; a graph cannot say so, hence the rule below):
                 [seqlens_k + 1 - S, seqlens_k + 1) (0 for the first prompt). When past_key is a
                 graph input read by nothing else, present aliases its buffer (zero copy: feed
                 the present DeviceTensor back as past); otherwise past is copied first.
+  window        sliding_window_cache = 1 (Gemma-2/3, Mistral exported for CPU): past and present
+                hold C rows (past's static dim 2, C >= local_window_size W); after T tokens rows
+                [0, L(T)) hold the last L(T) positions (shaders/attention/window.wgsl). The
+                step's rows go to a scratch, attention reads past and scratch, and a third
+                kernel writes present (its own buffer: compaction moves rows down).
 The shared layout is used when the node has the onyxia attribute
 `past_present_share_buffer = 1` (the name of com.microsoft.Attention's attribute; set it on
 the loaded IrGraph, onnxruntime rejects it in GQA), or when total_sequence_length is a
@@ -70,8 +75,8 @@ def _exclusive_input(ctx: PlanCtx, i: int) -> bool:
 # Inputs past the rotary caches that onyxia does not implement yet, with the attributes that
 # would switch on features it does not implement; each is rejected by name.
 _UNSUPPORTED_INPUTS = {9: "position_ids", 10: "attention_bias", 11: "head_sink", 12: "k_scale",
-                       13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight"}
-_UNSUPPORTED_ATTRS = {"smooth_softmax": 0, "qk_output": 0, "sliding_window_cache": 0}
+                       13: "v_scale"}
+_UNSUPPORTED_ATTRS = {"smooth_softmax": 0, "qk_output": 0}
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,10 @@ class GqaSpec:
     half: Dim  # rotary dim / 2 (0 without rotary)
     causal: bool
     window: int  # local_window_size, -1 for none
+    windowed: bool = False  # sliding_window_cache = 1: past and present are window-sized (past rows)
+    qk_norm: bool = False  # per-head RMS norm of Q and K before rotary (inputs 14, 15)
+    q_eps: float = 1e-6
+    k_eps: float = 1e-6
 
 
 class GroupQueryAttention(Operator):
@@ -161,17 +170,37 @@ class GroupQueryAttention(Operator):
                 raise ctx.fail("do_rotary=1 needs the cos_cache and sin_cache inputs", 7)
             half = _rotary_half(ctx, 7, 8, head_size)
 
-        share = bool(ctx.attr(SHARE_BUFFER_ATTR, 0)) and has_past
-        total = ctx.input_value(6)
-        if total is not None and total.dtype != object and isinstance(past, int):
-            share = has_past and int(total.reshape(-1)[0]) <= past  # onnxruntime: max(total, past)
-        present: Dim = past if share else past + seq
         causal = bool(ctx.attr("causal", 1))
         window = int(ctx.attr("local_window_size", -1))
         if window >= 0 and not causal:
             raise ctx.fail("local_window_size needs causal=1")
+        windowed = bool(ctx.attr("sliding_window_cache", 0))
+        share = bool(ctx.attr(SHARE_BUFFER_ATTR, 0)) and has_past
+        total = ctx.input_value(6)
+        if total is not None and total.dtype != object and isinstance(past, int):
+            share = has_past and int(total.reshape(-1)[0]) <= past  # onnxruntime: max(total, past)
+        if windowed:
+            # The cache capacity C (past's rows) is fixed: present has C rows too.
+            if not has_past or window <= 0:
+                raise ctx.fail("sliding_window_cache = 1 needs past_key/past_value and local_window_size > 0")
+            past = prefer_literal(past, ctx.input_shape(4)[2])
+            if not isinstance(past, int) or past < window:
+                raise ctx.fail(f"sliding_window_cache = 1 needs a static cache capacity (past_key dim 2) of at "
+                               f"least local_window_size {window}, got {past}", 3)
+            share = False
+        present: Dim = past if share or windowed else past + seq
+        qk_norm = ctx.has_input(14) or ctx.has_input(15)
+        eps = float(ctx.attr("qk_norm_epsilon", 1e-6))
+        if qk_norm:
+            for i in (14, 15):
+                if not ctx.has_input(i):
+                    raise ctx.fail("q_norm_weight and k_norm_weight must both be given", i)
+                if not ctx.input_dtype(i).is_float or not ctx.same_shape(ctx.input_shape(i), (head_size,)):
+                    raise ctx.fail(f"expected a float [head_size] = [{head_size}] weight, got {ctx.input_dtype(i)}"
+                                   f"{shape_str(ctx.input_shape(i))}", i)
         return GqaSpec(dtype, heads, kv_heads, head_size, batch, seq, past, present, packed, has_past, share,
-                       rotary, half, causal, window)
+                       rotary, half, causal, window, windowed, qk_norm, float(ctx.attr("q_norm_epsilon", eps)),
+                       float(ctx.attr("k_norm_epsilon", eps)))
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         c = self.spec(ctx)
@@ -203,7 +232,16 @@ class GroupQueryAttention(Operator):
         reads = [*kv_src, ctx.input(5), ctx.input(6), *rotary_reads]
         decls = [("key_in", "f32"), ("value_in", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls]
         kv_defs: dict[str, object] = dict(flags)
-        if c.share:
+        if c.qk_norm:
+            kv_defs["QK_NORM"] = True
+            reads.append(ctx.input(15))
+            decls.append(("k_norm", "f32"))
+        if c.windowed:
+            # The step's rows go to a scratch first: present can hold fewer rows than the step reads.
+            count = batch * kv_heads * seq * d
+            present_k, present_v = ctx.scratch(count, hint="new_k"), ctx.scratch(count, hint="new_v")
+            kv_defs["WINDOWED"] = True
+        elif c.share:
             count = batch * kv_heads * seq * d
             if _exclusive_input(ctx, 3) and _exclusive_input(ctx, 4):
                 ctx.alias_output(1, 3)
@@ -223,13 +261,24 @@ class GroupQueryAttention(Operator):
             steps.append(ctx.dispatch(
                 "attention/gqa_kv.wgsl", label="gqa_kv", defs=kv_defs, reads=reads,
                 writes=[present_k, present_v], workgroups=ctx.grid(count),
-                params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off}))
+                params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off,
+                        "EPS": c.k_eps}))
 
         # 2. fused attention over present
         att_defs: dict[str, object] = dict(flags)
+        norm_reads, norm_decls = ([ctx.input(14)], [("q_norm", "f32")]) if c.qk_norm else ([], [])
+        if c.qk_norm:
+            att_defs["QK_NORM"] = True
+        kv_reads = [present_k, present_v]
+        kv_decls = [("present_k", "vec4<f32>"), ("present_v", "vec4<f32>")]
+        if c.windowed:
+            att_defs["WINDOWED"] = True
+            kv_reads = [ctx.input(3), ctx.input(4), present_k, present_v]
+            kv_decls = [("past_k", "vec4<f32>"), ("past_v", "vec4<f32>"), ("new_k", "vec4<f32>"),
+                        ("new_v", "vec4<f32>")]
         att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)), BINDINGS=binding_block(
-            [("query", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls,
-             ("present_k", "vec4<f32>"), ("present_v", "vec4<f32>")], [("output", "f32")]))
+            [("query", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls, *norm_decls, *kv_decls],
+            [("output", "f32")]))
         if c.causal:
             att_defs["CAUSAL"] = True
         if c.window >= 0:
@@ -240,11 +289,22 @@ class GroupQueryAttention(Operator):
         scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
         steps.append(ctx.dispatch(
             "attention/gqa_attention.wgsl", label="gqa_attention", defs=att_defs,
-            reads=[ctx.input(0), ctx.input(5), ctx.input(6), *rotary_reads, present_k, present_v],
+            reads=[ctx.input(0), ctx.input(5), ctx.input(6), *rotary_reads, *norm_reads, *kv_reads],
             writes=[ctx.output(0)], workgroups=(heads, seq, batch),
             params={**common, "H": heads, "D4": d // 4, "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                     "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
-                    "WINDOW_SIZE": max(c.window, 0)}))
+                    "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}))
+        if c.windowed:
+            # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
+            count = batch * kv_heads * c.past * d
+            steps.append(ctx.dispatch(
+                "attention/gqa_window.wgsl", label="gqa_window",
+                defs={"BINDINGS": binding_block([("new_k", "f32"), ("new_v", "f32"), ("seqlens", "i32"),
+                                                 ("total_len", "i32"), ("past_k", "f32"), ("past_v", "f32")],
+                                                [("present_k", "f32"), ("present_v", "f32")])},
+                reads=[present_k, present_v, ctx.input(5), ctx.input(6), ctx.input(3), ctx.input(4)],
+                writes=[ctx.output(1), ctx.output(2)], workgroups=ctx.grid(count),
+                params={"N": count, "S": seq, "C": c.past, "KVH": kv_heads, "D": d, "WINDOW_SIZE": c.window}))
         return steps
 
 

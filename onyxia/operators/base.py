@@ -46,6 +46,11 @@ class Operator:
     def plan(self, ctx: PlanCtx) -> list[Step]:
         raise NotImplementedError
 
+    def runs_as_function(self, node: Node) -> bool:
+        """Whether FunctionExpansionPass replaces `node` by the op's function body instead of
+        planning it (FunctionOp: always; an op with a kernel: for attribute values it lacks)."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.domain + '::' if self.domain else ''}{self.op_type})"
 
@@ -83,7 +88,7 @@ class InferenceCtx:
 
     @property
     def opset(self) -> int:
-        return self.graph.opsets.get(self.node.domain, 1)
+        return self.graph.opset_of(self.node)
 
     @property
     def num_inputs(self) -> int:
@@ -125,7 +130,8 @@ class InferenceCtx:
             name = self.node.inputs[i] if self.has_input(i) else ""
             raise ValueRequiredError(
                 f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
-                node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "")
+                node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "",
+                sources=self.graph.input_sources(name) if name else frozenset())
         return value
 
     def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:

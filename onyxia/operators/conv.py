@@ -80,8 +80,11 @@ class Conv(Operator):
         if len(w) != len(x) or not all(_is_int(d) for d in w):
             raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
         for i in (0, 1, 2):
-            if ctx.has_input(i) and not ctx.input_dtype(i).is_float:
+            # int32: the integer convolutions ConvInteger/QLinearConv decompose to (i32 kernels)
+            if ctx.has_input(i) and not (ctx.input_dtype(i).is_float or ctx.input_dtype(i).name == "int32"):
                 raise ctx.fail(f"expects float tensors, got {ctx.input_dtype(i)}", i)
+            if ctx.has_input(i) and ctx.input_dtype(i).is_float != ctx.input_dtype(0).is_float:
+                raise ctx.fail(f"dtype {ctx.input_dtype(i)} does not match input 0's {ctx.input_dtype(0)}", i)
         group = int(ctx.attr("group", 1))
         kernel = tuple(w[2:])
         if tuple(int_list(ctx, "kernel_shape", len(kernel), 0)) not in (kernel, (0,) * len(kernel)):
@@ -214,14 +217,15 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
     squeeze-excite convolutions over a pooled 1x1 map)."""
     has_bias = ctx.has_input(2)
+    device = ctx.device_type(ctx.input_dtype(0), "input 0")
     return plan_product(ctx, Product(
-        ctx.input(1), ctx.input(0), ctx.output(0), "f32", m=spec.maps, n=numel(spec.window.out), k=spec.channels,
+        ctx.input(1), ctx.input(0), ctx.output(0), device, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
         c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else ()))
 
 
 def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
-    ctx.device_type(ctx.input_dtype(0), "input 0")
+    device = ctx.device_type(ctx.input_dtype(0), "input 0")
     win = spec.window
     p = numel(win.out)
     ncols = spec.batch * p
@@ -233,7 +237,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols}
     has_bias = ctx.has_input(2)
-    defs: dict[str, object] = {"TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
+    defs: dict[str, object] = {"T": device, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
     reads = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if has_bias else [])
     if spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K:
         total = spec.batch * spec.maps * p

@@ -1,4 +1,4 @@
-"""Type conversion: Cast, CastLike.
+"""Type conversion: Cast, CastLike, BitCast.
 
 A cast between dtypes that share a device representation and whose values all fit (int32 →
 int64, uint8 → int32, bool → uint8, float16 → float32, ...) is a view: no steps. Anything else
@@ -94,6 +94,65 @@ class CastLike(Cast):
         return ctx.input_dtype(1)
 
 
+def _bits_expr(src: DType) -> str:
+    """x0 (src's compute type) as its raw bits in the low bytes of a u32."""
+    width = src.numpy.itemsize * 8
+    if src.name == "float16":
+        return "(pack2x16float(vec2<f32>(x0, 0.0)) & 0xffffu)"
+    if width == 32:
+        return "bitcast<u32>(x0)"
+    return f"(bitcast<u32>(x0) & {hex((1 << width) - 1)}u)"
+
+
+def _from_bits_expr(dst: DType, bits: str) -> str:
+    """Raw bits (a u32 expression) as a value of dst's device type."""
+    width = dst.numpy.itemsize * 8
+    if dst.name == "float16":
+        return f"unpack2x16float({bits}).x"
+    if dst.is_bool:
+        return f"select(0u, 1u, {bits} != 0u)"
+    if width == 32:
+        return f"bitcast<{dst.device}>({bits})"
+    if dst.device == "i32":  # sign-extend the narrow value
+        return f"(bitcast<i32>({bits}) << {32 - width}u) >> {32 - width}u"
+    return bits
+
+
+class BitCast(Operator):
+    """Reinterpret each element's bits as another type of the same width (opset 26).
+
+    Every element is one 32-bit word on the device, so narrow types go through their raw bits:
+    an int8 -1 read as uint8 is 255, a float16 is repacked to its 16 bits first. A float16
+    result that is a NaN keeps being NaN but not its payload bits (float16 lives in f32 words).
+    """
+
+    op_type = "BitCast"
+
+    def target(self, ctx: InferenceCtx) -> DType:
+        try:
+            return dtypes.from_onnx(int(ctx.attr("to")))
+        except Exception as exc:
+            raise ctx.fail(f"attribute 'to': {exc}") from None
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        src, dst = ctx.input_dtype(0), self.target(ctx)
+        if src.numpy.itemsize != dst.numpy.itemsize or src.name == "string" or dst.name == "string":
+            raise ctx.fail(f"attribute 'to' = {dst} must have the bit width of the input's {src}")
+        return [(dst, ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        value = ctx.input_value(0)
+        if value is None or value.dtype == object:
+            return None
+        return [np.ascontiguousarray(value).view(self.target(ctx).numpy)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        src, dst = ctx.input_dtype(0), self.target(ctx)
+        ctx.device_type(src, "input")
+        ctx.device_type(dst, "output")
+        return plan_map(ctx, _from_bits_expr(dst, _bits_expr(src)), [0], label="bitcast")
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Cast(), 1), (CastLike(), 15)]
+    return [(Cast(), 1), (CastLike(), 15), (BitCast(), 26)]

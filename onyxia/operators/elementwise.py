@@ -370,6 +370,9 @@ BINARY_OPS: dict[str, Row] = {
     "Mul": Row(numeric("x0 * x1"), np.multiply),
     "Div": Row(numeric("x0 / x1"), div),
     "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, power, exponent=True),
+    # slope broadcasts to X (unidirectionally: the output keeps X's shape in valid models)
+    "PRelu": Row({FLOAT: "select(x0, x1 * x0, x0 < 0.0)", INT: "select(x0, x1 * x0, x0 < 0i)", UINT: "x0"},
+                 lambda x, slope: np.where(x < 0, x * slope, x)),
     "Mod": Row(lambda fmod: _MOD[fmod], lambda a, b, fmod: np.fmod(a, b) if fmod else np.mod(a, b),
                since=10, attrs={"fmod": 0}),
     "BitShift": Row(lambda direction: _SHIFT[direction], shift, since=11, attrs={"direction": REQUIRED}),

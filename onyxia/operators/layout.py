@@ -1,5 +1,5 @@
-"""Layout operators: Transpose, Expand, Tile, Pad (one gather.wgsl dispatch each, see
-indexing.py), Concat and Split (one dispatch per MAX_PARTS inputs/outputs)."""
+"""Layout operators: Transpose, Expand, Tile, Pad, ReverseSequence (one gather.wgsl dispatch each,
+see indexing.py), Concat and Split (one dispatch per MAX_PARTS inputs/outputs)."""
 
 from __future__ import annotations
 
@@ -345,6 +345,57 @@ class Pad(Operator):
                                fill_buffer=fill_tensor if masked else None, label="pad")
 
 
+class ReverseSequence(Operator):
+    """Reverse the first sequence_lens[b] steps of each batch entry along the time axis (axes 0
+    and 1, either order); the steps after them are copied. One gather reading the lengths."""
+
+    op_type = "ReverseSequence"
+
+    def axes(self, ctx: InferenceCtx) -> tuple[int, int]:
+        batch, time = int(ctx.attr("batch_axis", 1)), int(ctx.attr("time_axis", 0))
+        if {batch, time} != {0, 1}:
+            raise ctx.fail(f"attributes 'batch_axis' = {batch} and 'time_axis' = {time} must be 0 and 1")
+        return batch, time
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        shape = ctx.input_shape(0)
+        if len(shape) < 2:
+            raise ctx.fail(f"input must have rank >= 2, got {len(shape)}", 0)
+        batch, _ = self.axes(ctx)
+        if not ctx.input_dtype(1).is_integer or not ctx.same_shape(ctx.input_shape(1), (shape[batch],)):
+            raise ctx.fail(f"sequence_lens must be integers of shape [{shape[batch]}], got "
+                           f"{ctx.input_dtype(1)}{list(ctx.input_shape(1))}", 1)
+        return [(ctx.input_dtype(0), shape)]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        x, lens = ctx.input_value(0), ctx.input_value(1)
+        if x is None or lens is None or x.dtype == object:
+            return None
+        batch, time = self.axes(ctx)
+        out = x.copy()
+        for b, n in enumerate(np.asarray(lens, np.int64)):
+            index = [slice(None)] * x.ndim
+            index[batch], index[time] = b, slice(0, int(n))
+            out[tuple(index)] = np.flip(x[tuple(index)], axis=0)
+        return [out]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        shape = ctx.input_shape(0)
+        batch, _ = self.axes(ctx)
+        inner = numel(shape[2:])
+        # a0, a1: the coordinates on axes 0 and 1; the time one is mirrored below its length
+        b, t = ("a0", "a1") if batch == 0 else ("a1", "a0")
+        code = (f"let inner = i % INNER(); let r = i / INNER(); let a1 = r % D1(); let a0 = r / D1();\n"
+                f"    let n = u32(clamp(idx[{b}], 0, i32(TIME())));\n"
+                f"    let t = select({t}, n - 1u - {t}, {t} < n);\n"
+                f"    let src = ({'a0 * D1() + t' if batch == 0 else 't * D1() + a1'}) * INNER() + inner;\n"
+                "    let dst = i;")
+        params = {"INNER": inner, "D1": shape[1], "TIME": shape[1 - batch]}
+        return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
+                               count=numel(shape), label="reverse_sequence")
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Transpose(), 1), (Expand(), 8), (Tile(), 6), (Concat(), 1), (Split(), 1), (Pad(), 1)]
+    return [(Transpose(), 1), (Expand(), 8), (Tile(), 6), (Concat(), 1), (Split(), 1), (Pad(), 1),
+            (ReverseSequence(), 10)]

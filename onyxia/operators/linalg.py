@@ -1,4 +1,4 @@
-"""Linear-algebra operators: Einsum.
+"""Linear-algebra operators: Einsum, Det.
 
 An equation is parsed into labels: letters, plus one label per ellipsis dim (broadcast NumPy-
 style across operands, right-aligned). Two plans:
@@ -252,6 +252,45 @@ class Einsum(Operator):
                              workgroups=ctx.grid(count))]
 
 
+MAX_DET = 32  # matrix size Det's one-thread-per-matrix kernel takes (about N^3 / 3 steps each)
+
+
+class Det(Operator):
+    """Det of [*, N, N] float matrices (shaders/linalg/det.wgsl): LU with partial pivoting, as
+    onnxruntime does; N must be static and at most MAX_DET."""
+
+    op_type = "Det"
+
+    def size(self, ctx: InferenceCtx) -> int:
+        shape = ctx.input_shape(0)
+        if len(shape) < 2 or not ctx.same_dim(shape[-1], shape[-2]):
+            raise ctx.fail(f"expects square matrices [*, N, N], got {list(shape)}", 0)
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        n = shape[-1] if isinstance(shape[-1], int) else shape[-2]
+        if not isinstance(n, int) or not 1 <= n <= MAX_DET:
+            raise ctx.fail(f"matrix size {n} must be static and at most {MAX_DET} (one thread per matrix)", 0)
+        return n
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        self.size(ctx)
+        return [(ctx.input_dtype(0), tuple(ctx.input_shape(0)[:-2]))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        x = ctx.input_value(0)
+        if x is None or x.dtype == object:
+            return None
+        return [ctx.cast_output(np.linalg.det(x.astype(np.float64)))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        n = self.size(ctx)
+        count = numel(ctx.input_shape(0)[:-2])
+        ty = ctx.device_type(ctx.input_dtype(0), "input")
+        defs = {"N": n, "BINDINGS": binding_block([("x", ty)], [("y", ty)])}
+        return [ctx.dispatch("linalg/det.wgsl", label="det", defs=defs, params={"COUNT": count},
+                             reads=[ctx.input(0)], writes=[ctx.output(0)], workgroups=ctx.grid(count))]
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Einsum(), 12)]
+    return [(Einsum(), 12), (Det(), 11)]

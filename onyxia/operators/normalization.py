@@ -18,6 +18,7 @@ import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
+from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.reduction import lanes_for, split_axes, walk_code
@@ -146,10 +147,15 @@ def _broadcasts_as_suffix(ctx: InferenceCtx, shape: Shape, target: Shape) -> boo
 class LayerNorm(Operator):
     """LayerNormalization, SimplifiedLayerNormalization (RMSNorm) and the com.microsoft
     SkipLayerNormalization / SkipSimplifiedLayerNormalization. Statistics are computed in f32
-    (stash_type 1) whatever the input type; optional outputs are written only when present."""
+    (stash_type 1) whatever the input type; optional outputs are written only when present.
+    LayerNormalization with another stash_type runs as its ONNX function body, which computes
+    the statistics in that type (float64 is then refused like any float64 tensor)."""
 
     def __init__(self, op_type: str, row: NormRow, domain: str = ""):
         self.op_type, self.row, self.domain = op_type, row, domain
+
+    def runs_as_function(self, node: Node) -> bool:
+        return node.op_type == "LayerNormalization" and not node.domain and node.attributes.get("stash_type", 1) != 1
 
     def roles_in(self, ctx: InferenceCtx) -> dict[str, int]:
         return {role: i for i, role in enumerate(self.row.inputs) if ctx.has_input(i)}

@@ -12,6 +12,13 @@ Semantics (onnxruntime contrib docs): w[n, k] = (q[n, k] - zero_point) * scale w
 and zero point per block of `block_size` along K; the default zero point is 8 (2^(bits-1));
 zero points are uint8 (two 4-bit values per byte, low nibble first, rows padded to whole
 bytes) or floats of the scales' type.
+
+MatMulNBits `accuracy_level = 4` (what onnxruntime-genai's builder writes for int4 models) makes
+onnxruntime quantize the activation to int8 per block of `block_size` (scale = max|a| / 127) and
+take integer dot products with the 4-bit weights; its results differ from an f32-activation
+product by ~1e-2 relative, enough to change greedy tokens. onyxia does the same
+(shaders/quantized/quantize_q8.wgsl, then matmul_nbits_q8.wgsl with dot4I8Packed, or plain
+byte products with `MatMulNBits(packed_dot=False)`). Levels 0-3 keep f32 activations.
 """
 
 from __future__ import annotations
@@ -81,10 +88,16 @@ class NBitsSpec:
 
 
 class MatMulNBits(Operator):
-    """y = a @ dequant(B)^T (+ bias) with 4-bit block-quantized B [N, n_blocks, block_size / 2]."""
+    """y = a @ dequant(B)^T (+ bias) with 4-bit block-quantized B [N, n_blocks, block_size / 2].
+
+    packed_dot: accuracy_level 4 uses WGSL's dot4I8Packed (False: byte-by-byte products).
+    """
 
     op_type = "MatMulNBits"
     domain = DOMAIN
+
+    def __init__(self, packed_dot: bool = True):
+        self.packed_dot = packed_dot
 
     def spec(self, ctx: InferenceCtx) -> NBitsSpec:
         block = _check_bits_and_block(ctx)
@@ -143,6 +156,8 @@ class MatMulNBits(Operator):
             defs["B_BYTES"] = True
         if k % 8:
             defs["K_TAIL"] = True
+        if int(ctx.attr("accuracy_level", 0)) == 4:
+            return self._plan_int8(ctx, c, m, defs, reads, decls)
         gemv_defs = {**defs, "BINDINGS": binding_block([("a", "vec4<f32>" if k % 8 == 0 else "f32"), *decls],
                                                        [("y", "f32")])}
         defs["BINDINGS"] = binding_block([("a", "f32"), *decls], [("y", "f32")])
@@ -159,6 +174,31 @@ class MatMulNBits(Operator):
                                       params=params, reads=reads, writes=[ctx.output(0)],
                                       workgroups=(ceil_div(n, 64) * (1 - small), ceil_div(m, 64), 1)))
         return steps
+
+    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: list[str],
+                   decls: list[tuple[str, str]]) -> list[Step]:
+        """accuracy_level 4: quantize a per block to int8, then integer dots with the weights."""
+        if c.block > 256:
+            raise ctx.fail(f"accuracy_level 4 with block_size {c.block} is not supported by onyxia (at most 256)")
+        qa = ctx.scratch(m * c.nblk * c.block // 4, "uint32", "qa")
+        sa = ctx.scratch(m * c.nblk, "float32", "sa")
+        quantize = ctx.dispatch(
+            "quantized/quantize_q8.wgsl", label="quantize_q8",
+            defs={"BINDINGS": binding_block([("a", "f32")], [("qa", "u32"), ("sa", "f32")]),
+                  **({"HALF": True} if c.dtype.name == "float16" else {})},
+            params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
+            reads=[ctx.input(0)], writes=[qa, sa], workgroups=(c.nblk, m, 1))
+        q8_defs = {k: v for k, v in defs.items() if k not in ("K_TAIL", "BINDINGS")}
+        if not self.packed_dot:
+            q8_defs["PLAIN_DOT"] = True
+        q8_defs["BINDINGS"] = binding_block([("qa", "u32"), ("sa", "f32"), *decls], [("y", "f32")])
+        matmul = ctx.dispatch(
+            "quantized/matmul_nbits_q8.wgsl", label="matmul_nbits_q8", defs=q8_defs,
+            params={"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
+                    "ZP_ROW": c.zp_row},
+            reads=[qa, sa, *reads[1:]], writes=[ctx.output(0)],
+            workgroups=(ceil_div(c.n, 8), 1, ceil_div(m, GEMV_MAX_ROWS)))
+        return [quantize, matmul]
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------

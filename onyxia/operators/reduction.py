@@ -1,4 +1,4 @@
-"""Reductions: the Reduce* family (one table row per op), ArgMax/ArgMin and CumSum.
+"""Reductions: the Reduce* family (one table row per op), ArgMax/ArgMin and CumSum/CumProd.
 
 All reductions share one kernel, shaders/reduction/reduce.wgsl. The input's axes are split into
 kept and reduced ones; adjacent axes of the same kind are merged (the input is contiguous), so
@@ -301,16 +301,31 @@ class ArgReduce(Operator):
         return plan_reduce(ctx, {axis}, defs, f"reduce_{self.op_type}")
 
 
-# ---- CumSum -------------------------------------------------------------------------------
+# ---- CumSum / CumProd -----------------------------------------------------------------------
 
-class CumSum(Operator):
-    """Inclusive (or exclusive) prefix sums along a constant axis, optionally reversed.
+@dataclass(frozen=True)
+class ScanRow:
+    """A prefix scan: the WGSL operator combining two values, its identity, numpy's scan."""
+
+    op: str
+    identity: int
+    fold: Callable[..., np.ndarray]
+    since: int
+
+
+SCAN_OPS = {"CumSum": ScanRow("+", 0, np.cumsum, 11), "CumProd": ScanRow("*", 1, np.cumprod, 26)}
+
+
+class CumulativeScan(Operator):
+    """CumSum / CumProd: inclusive (or exclusive) prefix scans along a constant axis, optionally
+    reversed.
 
     shaders/reduction/cumsum.wgsl: LANES threads per line scan it in chunks of LANES
-    elements (Hillis-Steele in shared memory) and carry the running total between chunks.
+    elements (Hillis-Steele in shared memory) and carry the running result between chunks.
     """
 
-    op_type = "CumSum"
+    def __init__(self, op_type: str, row: ScanRow):
+        self.op_type, self.row = op_type, row
 
     def axis_of(self, ctx: InferenceCtx, rank: int) -> int:
         value = np.asarray(ctx.require_value(1, "axis")).reshape(-1)
@@ -320,22 +335,23 @@ class CumSum(Operator):
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         if ctx.input_dtype(0).is_bool:
-            raise ctx.fail("CumSum does not accept bool input", 0)
+            raise ctx.fail(f"{self.op_type} does not accept bool input", 0)
         shape = ctx.input_shape(0)
         self.axis_of(ctx, len(shape))
         return [(ctx.input_dtype(0), shape)]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         x = ctx.input_value(0)
-        if x is None:
+        if x is None or (x.dtype == object and self.row.op != "+"):
             return None
         axis = self.axis_of(ctx, x.ndim)
         reverse, exclusive = bool(ctx.attr("reverse", 0)), bool(ctx.attr("exclusive", 0))
         v = np.flip(x, axis) if reverse else x
-        out = np.cumsum(v, axis=axis, dtype=None if x.dtype == object else x.dtype)
-        if exclusive:  # shift by one along the axis, a zero first
+        out = self.row.fold(v, axis=axis, dtype=None if x.dtype == object else x.dtype)
+        if exclusive:  # shift by one along the axis, the identity first
             moved = np.moveaxis(out, axis, 0)
-            out = np.moveaxis(np.concatenate([np.zeros_like(moved[:1]), moved[:-1]]), 0, axis)
+            first = np.full_like(moved[:1], self.row.identity)
+            out = np.moveaxis(np.concatenate([first, moved[:-1]]), 0, axis)
         out = np.flip(out, axis) if reverse else out
         return [np.asarray(out, dtype=object) if x.dtype == object else ctx.cast_output(out)]
 
@@ -348,10 +364,11 @@ class CumSum(Operator):
             return []
         lanes = lanes_for(lines, k, True)
         defs: dict[str, object] = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes, "RED_INNER": 1,
+                                   "OP": self.row.op, "IDENTITY": self.row.identity,
                                    "REVERSE": bool(ctx.attr("reverse", 0)), "EXCLUSIVE": bool(ctx.attr("exclusive", 0))}
-        return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params={"L": lines, "K": k, "INNER": inner},
-                             reads=[ctx.input(0)], writes=[ctx.output(0)],
-                             workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes))]
+        return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs,
+                             params={"L": lines, "K": k, "INNER": inner}, reads=[ctx.input(0)],
+                             writes=[ctx.output(0)], workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes))]
 
 
 def operators() -> list[tuple[Operator, int]]:
@@ -361,5 +378,5 @@ def operators() -> list[tuple[Operator, int]]:
     for name, row in REDUCE_OPS.items():
         ops += [(Reduce(name, row, axes_input=False), 1), (Reduce(name, row, axes_input=True), row.axes_input_since)]
     ops += [(ArgReduce(name), 1) for name in ARG_OPS]
-    ops.append((CumSum(), 11))
+    ops += [(CumulativeScan(name, row), row.since) for name, row in SCAN_OPS.items()]
     return ops

@@ -1,4 +1,4 @@
-"""The Scatter family: ScatterND, ScatterElements and the deprecated Scatter.
+"""The Scatter family: ScatterND, ScatterElements and the deprecated Scatter; TensorScatter.
 
 The output starts as a copy of the data (a strided copy); one kernel then writes the updates,
 combining them with the existing values by the `reduction` attribute.
@@ -14,7 +14,14 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_zero
-from onyxia.operators.indexing import index_values, nd_layout, nd_offset_code, plan_strided_copy, strided_code
+from onyxia.operators.indexing import (
+    dispatch_gather,
+    index_values,
+    nd_layout,
+    nd_offset_code,
+    plan_strided_copy,
+    strided_code,
+)
 from onyxia.plan import Step
 
 # reduction attribute → (WGSL over the current value a and the update v, numpy ufunc for folding)
@@ -139,6 +146,67 @@ class Scatter(ScatterElements):
     op_type = "Scatter"
 
 
+class TensorScatter(Operator):
+    """TensorScatter (opset 24): a KV-cache write. present = past_cache with `update` written
+    along `axis` from write_indices[b] (0 without them), wrapping at the cache length in
+    "circular" mode. A copy of the cache, then one gather.wgsl dispatch over the update whose
+    destination index is computed (positions past the cache's end, undefined in linear mode,
+    are clamped to it)."""
+
+    op_type = "TensorScatter"
+
+    def layout(self, ctx: InferenceCtx) -> tuple[int, str]:
+        cache, update = ctx.input_shape(0), ctx.input_shape(1)
+        axis = ctx.axis(int(ctx.attr("axis", -2)), len(cache))
+        if axis == 0:
+            raise ctx.fail("attribute 'axis' must not be the batch axis 0")
+        mode = ctx.attr("mode", "linear")
+        if mode not in ("linear", "circular"):
+            raise ctx.fail(f"attribute 'mode' = '{mode}' is not 'linear' or 'circular'")
+        if len(update) != len(cache) or not all(ctx.same_dim(u, c) for a, (u, c) in enumerate(zip(update, cache))
+                                                if a != axis):
+            raise ctx.fail(f"update {shape_str(update)} must match the cache {shape_str(cache)} except on axis "
+                           f"{axis}", 1)
+        if ctx.has_input(2) and not ctx.input_dtype(2).is_integer:
+            raise ctx.fail(f"write_indices must be integers, got {ctx.input_dtype(2)}", 2)
+        if ctx.input_dtype(1) != ctx.input_dtype(0):
+            raise ctx.fail(f"update has dtype {ctx.input_dtype(1)}, the cache {ctx.input_dtype(0)}", 1)
+        return axis, mode
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        self.layout(ctx)
+        return [(ctx.input_dtype(0), ctx.input_shape(0))]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        cache, update = ctx.input_value(0), ctx.input_value(1)
+        starts = index_values(ctx, 2) if ctx.has_input(2) else np.zeros(cache.shape[0] if cache is not None else 0,
+                                                                          np.int64)
+        if cache is None or update is None or starts is None or cache.dtype == object:
+            return None
+        axis, mode = self.layout(ctx)
+        out, length = cache.copy(), cache.shape[axis]
+        for prefix in np.ndindex(*cache.shape[:axis]):
+            for s in range(update.shape[axis]):
+                pos = int(starts[prefix[0]]) + s
+                out[(*prefix, pos % length if mode == "circular" else min(pos, length - 1))] = update[(*prefix, s)]
+        return [out]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        axis, mode = self.layout(ctx)
+        cache, update = ctx.input_shape(0), ctx.input_shape(1)
+        steps = plan_strided_copy(ctx, cache, contiguous_strides(cache))
+        start = "u32(max(idx[b], 0))" if ctx.has_input(2) else "0u"
+        where = "pos % LEN()" if mode == "circular" else "min(pos, LEN() - 1u)"
+        code = ("let inner = i % INNER(); let t = i / INNER(); let s = t % SEQ(); let outer = t / SEQ();\n"
+                f"    let b = outer / PREFIX();\n    let pos = {start} + s;\n"
+                f"    let src = i;\n    let dst = (outer * LEN() + {where}) * INNER() + inner;")
+        params = {"INNER": numel(cache[axis + 1:]), "SEQ": update[axis], "PREFIX": numel(cache[1:axis]),
+                  "LEN": cache[axis]}
+        return steps + dispatch_gather(ctx, code, params, x=ctx.input(1), y=ctx.output(0),
+                                       idx=ctx.input(2) if ctx.has_input(2) else None, count=numel(update),
+                                       label="tensor_scatter")
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(ScatterND(), 11), (ScatterElements(), 11), (Scatter(), 9)]
+    return [(ScatterND(), 11), (ScatterElements(), 11), (Scatter(), 9), (TensorScatter(), 24)]

@@ -11,12 +11,17 @@
 // K and V rows are read as vec4 (head sizes are multiples of 8): D4 = D / 4 vectors per row.
 // Bindings (BINDINGS def): query, seqlens, total_len, [cos_cache, sin_cache], present_k,
 // present_v (both array<vec4<f32>>) | output.
+// WINDOWED (window-sized cache, sliding_window_cache = 1): keys come from past_k/_v (capacity C,
+// positions P - L(P) .. P - 1, see attention::window) and from this step's rows new_k/_v (S per
+// head) instead of present_k/_v; the window keeps every visible key resident.
+// QK_NORM: the query row is RMS-normalized over its head (weight q_norm, epsilon EPS) before rotary.
 // Defs: BINDINGS, DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
-// CAUSAL, WINDOW, SOFTCAP.
+// CAUSAL, WINDOW, SOFTCAP, QK_NORM, WINDOWED.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
-// HALF, MAXPOS.
+// HALF, MAXPOS, EPS, C.
 #import attention::rope
 #import attention::softmax
+#import attention::window
 
 #{BINDINGS}
 
@@ -25,14 +30,48 @@ var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
 
 alias SoftmaxValue = vec4<f32>;
 
+// Where key/value position j lives: set per workgroup (var<private>) in main.
+var<private> kv_base: u32;  // first row of this KV head in present (or past, when WINDOWED)
+var<private> new_base: u32;  // WINDOWED: first row of this KV head in new_k / new_v
+var<private> win_past: u32;  // WINDOWED: positions cached before this step (P)
+var<private> win_shift: u32;  // WINDOWED: P - L(P), the position of past row 0
+
+fn key4(j: u32, c: u32) -> vec4<f32> {
+#ifdef WINDOWED
+    if (j >= win_past) {
+        return new_k[(new_base + j - win_past) * D4() + c];
+    }
+    return past_k[(kv_base + j - win_shift) * D4() + c];
+#else
+    return present_k[(kv_base + j) * D4() + c];
+#endif
+}
+
+// (softmax_start's `values` offset is unused: key positions map through kv_base and friends)
 fn softmax_value(kv: u32, key: u32, column: u32) -> vec4<f32> {
-    return present_v[(kv + key) * D4() + column];
+#ifdef WINDOWED
+    if (key >= win_past) {
+        return new_v[(new_base + key - win_past) * D4() + column];
+    }
+    return past_v[(kv_base + key - win_shift) * D4() + column];
+#else
+    return present_v[(kv_base + key) * D4() + column];
+#endif
 }
 
 fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
     for (var e = 0u; e < 4u; e++) {
         output[orow + 4u * column + e] = value[e];
     }
+}
+
+// Element e of the query row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
+fn query_at(base: u32, e: u32, inv: f32) -> f32 {
+#ifdef QK_NORM
+    return query[base + e] * inv * q_norm[e];
+#else
+    return query[base + e];
+#endif
 }
 
 @compute @workgroup_size(64)
@@ -47,10 +86,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         past = u32(max(i32(total_b) - i32(S()), 0));
     }
     let pos = past + s;
+#ifdef WINDOWED
+    let end = pos + 1u;  // causal (onnxruntime requires it with a window)
+#else
 #ifdef CAUSAL
     let end = min(pos + 1u, T());
 #else
     let end = min(total_b, T());
+#endif
 #endif
     var start = 0u;
 #ifdef WINDOW
@@ -59,15 +102,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 #endif
 
-    // The query row, rotated, with the scale folded in.
+    // The query row, [normalized,] rotated, with the scale folded in.
     let qrow = (b * S() + s) * Q_ROW() + h * D();
+    var q_inv = 1.0;
+#ifdef QK_NORM
+    var squares = 0.0;
     for (var d = lid; d < D(); d += WG) {
-        var q = query[qrow + d];
+        let x = query[qrow + d];
+        squares += x * x;
+    }
+    q_inv = 1.0 / sqrt(reduce_sum(lid, squares) / f32(D()) + EPS());
+#endif
+    for (var d = lid; d < D(); d += WG) {
+        var q = query_at(qrow, d, q_inv);
 #ifdef ROTARY
         let rp = rope_pair(d, HALF());
         if (rp.rotated) {
             let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
-            q = q * cos_cache[c] + rp.sign * query[qrow + rp.partner] * sin_cache[c];
+            q = q * cos_cache[c] + rp.sign * query_at(qrow, rp.partner, q_inv) * sin_cache[c];
         }
 #endif
         q_sh[d] = q * SCALE();
@@ -78,16 +130,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
 
-    let kv = (b * KVH() + g) * T();
-    var st = softmax_start(kv, D4());
+#ifdef WINDOWED
+    kv_base = (b * KVH() + g) * C();
+    new_base = (b * KVH() + g) * S();
+    win_past = past;
+    win_shift = past - resident(past, C(), WINDOW_SIZE());
+#else
+    kv_base = (b * KVH() + g) * T();
+#endif
+    var st = softmax_start(0u, D4());
     for (var c0 = start; c0 < end; c0 += WG) {
         let j = c0 + lid;
         var score = NEG;
         if (j < end) {
-            let krow = (kv + j) * D4();
             var dot4 = vec4(0.0);
             for (var c = 0u; c < D4(); c++) {
-                dot4 += q4[c] * present_k[krow + c];
+                dot4 += q4[c] * key4(j, c);
             }
             var dot = dot4.x + dot4.y + dot4.z + dot4.w;
 #ifdef SOFTCAP

@@ -8,13 +8,25 @@
 //   otherwise (shared buffer, present already holds past): one thread per new element.
 // Bindings (BINDINGS def): key_in, value_in (both the packed QKV buffer when packed), seqlens,
 // total_len, [cos_cache, sin_cache], [past_k, past_v] | present_k, present_v.
-// Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED. Params: N (threads), S, T (present
+// WINDOWED (window-sized cache): the new rows go to a scratch [B, KVH, S, D] bound as present_k/_v;
+// gqa_window.wgsl assembles the window from past and them.
+// QK_NORM: the new key is RMS-normalized over its head (weight k_norm, epsilon EPS) before rotary.
+// Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED. Params: N (threads), S, T (present
 // rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
-// (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows).
+// (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows), EPS.
 #import common::grid
 #import attention::rope
 
 #{BINDINGS}
+
+// Element e of the new key row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
+fn key_at(base: u32, e: u32, inv: f32) -> f32 {
+#ifdef QK_NORM
+    return key_in[base + e] * inv * k_norm[e];
+#else
+    return key_in[base + e];
+#endif
+}
 
 // Where batch b's new rows start in the cache (i32 math: seqlens_k may be anything).
 fn past_len(b: u32) -> u32 {
@@ -59,18 +71,32 @@ fn main(wg: Grid) {
 #else
     let s = s_new;
     let t = past + s;
+#ifdef WINDOWED
+    let dst = (bh * S() + s) * D() + d;  // the step's own rows (present_k/_v bind a scratch here)
+#else
     if (t >= T()) {
         return;  // beyond the cache capacity: onnxruntime rejects this; never write out of bounds
     }
     let dst = (bh * T() + t) * D() + d;
 #endif
+#endif
     let row = (b * S() + s) * ROW() + h * D();
-    var k = key_in[row + K_OFF() + d];
+    let kbase = row + K_OFF();
+    var inv = 1.0;
+#ifdef QK_NORM
+    var squares = 0.0;
+    for (var e = 0u; e < D(); e++) {
+        let x = key_in[kbase + e];
+        squares += x * x;
+    }
+    inv = 1.0 / sqrt(squares / f32(D()) + EPS());
+#endif
+    var k = key_at(kbase, d, inv);
 #ifdef ROTARY
     let rp = rope_pair(d, HALF());
     if (rp.rotated) {
         let c = min(t, MAXPOS() - 1u) * HALF() + rp.col;
-        k = k * cos_cache[c] + rp.sign * key_in[row + K_OFF() + rp.partner] * sin_cache[c];
+        k = k * cos_cache[c] + rp.sign * key_at(kbase, rp.partner, inv) * sin_cache[c];
     }
 #endif
     present_k[dst] = k;

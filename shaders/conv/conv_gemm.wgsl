@@ -4,39 +4,40 @@
 // the output's spatial axis, so the stores coalesce.
 // Every thread gathers the same column in every slice (TN divides 256), so its output position
 // is decoded once, not per element.
-// Defs: RM, RN, TRANSPOSED, HAS_BIAS. Params: M, ROW_BLOCKS and those of conv::window.
+// Defs: T (f32 or i32), RM, RN, TRANSPOSED, HAS_BIAS. Params: M, ROW_BLOCKS and those of
+// conv::window.
 #import common::grid
 #import matmul::tile
 #import conv::window
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(0) var<storage, read> x: array<#{T}>;
+@group(0) @binding(1) var<storage, read> w: array<#{T}>;
 #ifdef HAS_BIAS
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<#{T}>;
+@group(0) @binding(3) var<storage, read_write> y: array<#{T}>;
 #else
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
 #endif
 
-alias TileValue = f32;
+alias TileValue = #{T};
 
 struct TileSource {
     g: u32,       // the group
     col: Column,  // this thread's column, n0 + lid % TN: the n of every tile_b call it makes
 }
 
-fn tile_a(src: TileSource, m: u32, k: u32) -> f32 {
+fn tile_a(src: TileSource, m: u32, k: u32) -> #{T} {
     if (m < MG() && k < K()) {
         return conv_weight(src.g, m, k);
     }
-    return 0.0;
+    return #{T}(0);
 }
 
-fn tile_b(src: TileSource, k: u32, n: u32) -> f32 {
+fn tile_b(src: TileSource, k: u32, n: u32) -> #{T} {
     if (k < K()) {
         return conv_patch(src.col, k);
     }
-    return 0.0;
+    return #{T}(0);
 }
 
 @compute @workgroup_size(16, 16)
@@ -57,7 +58,7 @@ fn main(wg: Grid, @builtin(local_invocation_id) tid: vec3<u32>) {
 #ifdef HAS_BIAS
         let b = bias[oc];
 #else
-        let b = 0.0;
+        let b = #{T}(0);
 #endif
         for (var q = 0u; q < RN; q++) {
             let gn = n0 + tid.x + 16u * q;

@@ -1,6 +1,7 @@
 #define_import_path conv::window
 
-// Patch addressing shared by the convolution kernels (the importer declares `x` and `w`).
+// Patch addressing shared by the convolution kernels (the importer declares `x` and `w` of
+// element type T: f32, or i32 for the integer convolutions of ConvInteger / QLinearConv).
 // Every spatial rank is 3-D here (z, y, x; leading unit axes for 1-D and 2-D). An output
 // column j = n * P + p is batch n and output position p; a patch row k = c * KS + tap is
 // input channel c of the group and kernel tap (kd, kh, kw).
@@ -41,7 +42,7 @@ fn conv_column(j: u32, g: u32) -> Column {
 }
 
 // Element k of the column's patch; 0 in the padding (and, transposed, between strides).
-fn conv_patch(col: Column, k: u32) -> f32 {
+fn conv_patch(col: Column, k: u32) -> #{T} {
     let c = k / KS();
     let r = k % KS();
     let kw = r % KW();
@@ -53,13 +54,13 @@ fn conv_patch(col: Column, k: u32) -> f32 {
     let yn = col.y - i32(kh * DH());
     let xn = col.x - i32(kw * DW());
     if (zn < 0 || yn < 0 || xn < 0) {
-        return 0.0;
+        return #{T}(0);
     }
     let zu = u32(zn);
     let yu = u32(yn);
     let xu = u32(xn);
     if (zu % SD() != 0u || yu % SH() != 0u || xu % SW() != 0u) {
-        return 0.0;
+        return #{T}(0);
     }
     let iz = zu / SD();
     let iy = yu / SH();
@@ -71,13 +72,13 @@ fn conv_patch(col: Column, k: u32) -> f32 {
     let ix = u32(col.x + i32(kw * DW()));
 #endif
     if (iz >= ID() || iy >= IH() || ix >= IW()) {
-        return 0.0;
+        return #{T}(0);
     }
     return x[col.base + c * ISP() + (iz * IH() + iy) * IW() + ix];
 }
 
 // Weight of output channel m (within group g) for patch row k.
-fn conv_weight(g: u32, m: u32, k: u32) -> f32 {
+fn conv_weight(g: u32, m: u32, k: u32) -> #{T} {
 #ifdef TRANSPOSED
     // W is [C, MG, *kernel]
     return w[((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()];

@@ -1,8 +1,10 @@
-// Prefix sums along one axis. A line is the K elements x[base + j * INNER]; LANES threads
-// (reduction::lanes) scan it in chunks of LANES elements: a Hillis-Steele scan in shared memory
-// per chunk plus the running total of the chunks before. A workgroup serves 256 / LANES lines.
-// Defs: T (storage type), LANES, RED_INNER (1), REVERSE (scan from the end), EXCLUSIVE (element j gets the sum
-// of the elements before it). Params: L (lines), K (line length), INNER (element stride).
+// Prefix sums along one axis (products with OP "*" and IDENTITY 1: CumProd). A line is the K
+// elements x[base + j * INNER]; LANES threads (reduction::lanes) scan it in chunks of LANES
+// elements: a Hillis-Steele scan in shared memory per chunk plus the running total of the
+// chunks before. A workgroup serves 256 / LANES lines.
+// Defs: T (storage type), OP (+ or *) and its IDENTITY (0 or 1), LANES, RED_INNER (1), REVERSE
+// (scan from the end), EXCLUSIVE (element j combines the elements before it; the first gets
+// IDENTITY). Params: L (lines), K (line length), INNER (element stride).
 #import reduction::lanes
 
 @group(0) @binding(0) var<storage, read> src: array<#{T}>;
@@ -18,7 +20,7 @@ fn main(wg: Grid) {
     let lid = ln.slot;
     let base = (line / INNER()) * K() * INNER() + line % INNER();
     let chunks = (K() + LANES - 1u) / LANES;
-    var carry = #{T}(0);
+    var carry = #{T}(#{IDENTITY});
     for (var c = 0u; c < chunks; c++) {
         let j = c * LANES + rl;
         let live = j < ln.length;
@@ -27,7 +29,7 @@ fn main(wg: Grid) {
 #else
         let idx = base + j * INNER();
 #endif
-        var v = #{T}(0);
+        var v = #{T}(#{IDENTITY});
         if (live) {
             v = src[idx];
         }
@@ -35,26 +37,26 @@ fn main(wg: Grid) {
         // Inclusive scan of this line's chunk; lanes below `s` have no partner at distance s.
         for (var s = 1u; s < LANES; s *= 2u) {
             workgroupBarrier();
-            var add = #{T}(0);
+            var add = #{T}(#{IDENTITY});
             if (rl >= s) {
                 add = sh[lid - s];
             }
             workgroupBarrier();
-            sh[lid] += add;
+            sh[lid] = sh[lid] #{OP} add;
         }
         workgroupBarrier();
 #ifdef EXCLUSIVE
         var out = carry;
         if (rl > 0u) {
-            out += sh[lid - 1u];
+            out = out #{OP} sh[lid - 1u];
         }
 #else
-        let out = carry + sh[lid];
+        let out = carry #{OP} sh[lid];
 #endif
         if (live) {
             dst[idx] = out;
         }
-        carry += sh[lid - rl + LANES - 1u];
+        carry = carry #{OP} sh[lid - rl + LANES - 1u];
         workgroupBarrier();  // the next chunk overwrites sh
     }
 }

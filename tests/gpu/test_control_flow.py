@@ -186,8 +186,28 @@ def validation_models() -> list:
                                      else_branch=h.make_graph([h.make_node("Abs", ["x"], ["e"])], "e", [], [vi("e")]))],
                         [("x", np.float32, ["n"]), ("c", np.bool_, [])], ["o"]), {"n": 3}),
             (scan_model("n", in_axis=1, out_axis=1), {"n": 3}),
+            (linear_attention_model(), {}),
             (make_model([h.make_node("Loop", ["M", "", "v0"], ["v", "sc"], body=h.make_graph(
                 [h.make_node("Neg", ["v"], ["v2"]), h.make_node("Less", ["v2", "z"], ["c2"])], "b",
                 [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("v", shape=["n"])],
                 [vi("c2", TP.BOOL, []), vi("v2"), vi("v2")]))],
                 [("v0", np.float32, ["n"]), ("M", np.int64, []), ("z", np.float32, [])], ["v", "sc"]), {"n": 3})]
+
+
+def linear_attention_model(rule: str = "linear"):
+    shapes = [("q", np.float32, [1, 3, 8]), ("k", np.float32, [1, 3, 8]), ("v", np.float32, [1, 3, 8])]
+    node = h.make_node("LinearAttention", ["q", "k", "v"], ["y", "state"], q_num_heads=2, kv_num_heads=2,
+                       update_rule=rule)
+    return make_model([node], shapes, ["y", "state"], opset=27)
+
+
+def test_linear_attention_runs_as_its_function_body_with_a_scan(runtime):
+    """LinearAttention's ONNX function body scans the sequence (Scan): expanded, then planned as
+    a LoopStep. onnxruntime has no kernel for it: onnx.reference is the oracle."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = linear_attention_model()
+    compiled = compile_model(model)
+    assert any(isinstance(s, LoopStep) for s in compiled.steps)
+    feeds = {n: f32(1, 3, 8) for n in ("q", "k", "v")}
+    assert_close(run_onyxia(runtime, model, feeds), ReferenceEvaluator(model).run(None, feeds))

@@ -1,4 +1,5 @@
-"""Reduce*, ArgMax/ArgMin and CumSum on the GPU against onnxruntime (and against folding)."""
+"""Reduce*, ArgMax/ArgMin and CumSum/CumProd on the GPU against onnxruntime or onnx.reference (CumProd,
+opset 26) and against folding."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper as h
+from onnx.reference import ReferenceEvaluator
 
 from onyxia.operators.reduction import REDUCE_OPS
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
@@ -135,6 +137,30 @@ def test_cumsum_long_symbolic_lines_and_ints(runtime, exclusive, reverse):
     assert_matches_ort(runtime, model, {"x": x}, {"b": 2, "n": 1300}, rtol=0, atol=0)
 
 
+def cumprod_model(axis: int, shape, dtype, **attrs):
+    return make_model([h.make_node("CumProd", ["x", "axis"], ["y"], **attrs)], [("x", dtype, shape)], ["y"],
+                      {"axis": np.array(axis, np.int64)}, opset=26)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_cumprod_matches_reference(runtime, axis, exclusive, reverse, dtype):
+    x = (RNG.uniform(0.5, 1.5, SHAPE) if dtype == np.float32 else RNG.integers(-3, 4, SHAPE)).astype(dtype)
+    model = cumprod_model(axis, SHAPE, dtype, exclusive=exclusive, reverse=reverse)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = run_onyxia(runtime, model, {"x": x})
+    assert got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_cumprod_long_symbolic_lines(runtime):
+    x = np.where(RNG.random((2, 1300)) < 0.5, -1, 1).astype(np.int64)  # signs: exact over many chunks
+    model = cumprod_model(1, ["b", "n"], np.int64, exclusive=1)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(run_onyxia(runtime, model, {"x": x}, {"b": 2, "n": 1300})[0], expected)
+
+
 # ---- folding agrees with the GPU ----------------------------------------------------------
 
 def folded_vs_gpu(runtime, nodes, x, extra_inits):
@@ -157,6 +183,19 @@ def test_folding_matches_gpu(runtime):
                                                                          select_last_index=1)]
     nodes += [h.make_node("CumSum", ["x", "ax"], ["cs"], exclusive=1, reverse=1)]
     folded_vs_gpu(runtime, nodes, X * 0.5, axes)
+
+
+def test_cumprod_folding_matches_gpu(runtime):
+    nodes = [h.make_node("CumProd", ["x", "ax"], ["cp"], exclusive=1, reverse=1),
+             h.make_node("CumProd", ["x", "ax0"], ["cp0"])]
+    x = RNG.uniform(0.5, 1.5, SHAPE).astype(np.float32)
+    gpu = run_onyxia(runtime, make_model(nodes, [("x", x.dtype, x.shape)], ["cp", "cp0"], {
+        "ax": np.array(1, np.int64), "ax0": np.array(0, np.int64)}, opset=26), {"x": x})
+    folded_model = make_model(nodes, [], ["cp", "cp0"], {"x": x, "ax": np.array(1, np.int64),
+                                                         "ax0": np.array(0, np.int64)}, opset=26)
+    assert compile_model(folded_model).num_dispatches == 0
+    for a, b in zip(gpu, run_onyxia(runtime, folded_model, {})):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 # ---- property test ------------------------------------------------------------------------

@@ -196,6 +196,15 @@ def _cumsum() -> list[Case]:
     return out
 
 
+def _cumprod() -> list[Case]:
+    out = []
+    for dt in (F32, I32):
+        for attrs in ({}, {"exclusive": 1, "reverse": 1}):
+            out += case([h.make_node("CumProd", ["x", "axis"], ["y"], **attrs)], [("x", dt, ["n", 5])], ["y"],
+                        {"axis": np.array(1, I64)}, opset=26)
+    return out
+
+
 def _matmul() -> list[Case]:
     out = []
     # M = n: decode (n = 1) and prefill shapes, batched, broadcast batch, a long K, 1-D operands.
@@ -402,8 +411,19 @@ def _gqa() -> list[Case]:
     packed = [("qkv", F32, [1, "n", (heads + 2 * kv) * d]), *ins[3:]]
     out += case([h.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "seqlens", "total"], outs, domain=MS,
                              num_heads=heads, kv_num_heads=kv)], packed, outs, ms=True, dims=dims)
+    # q/k-norm inside GQA (Qwen3 for WebGPU), with rotary
+    norms = {**cache, "qn_w": _vals(F32, (d,)), "kn_w": _vals(F32, (d,), 1)}
+    out += case([h.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "seqlens", "total", "cos", "sin",
+                                                     "", "", "", "", "", "qn_w", "kn_w"], outs, domain=MS,
+                             num_heads=heads, kv_num_heads=kv, do_rotary=1, qk_norm_epsilon=1e-6)],
+                packed, outs, norms, ms=True, dims=dims)
     for c in out:
         c.static_variants = ((), ("n", "past"))
+    # window-sized caches (sliding_window_cache = 1): capacity 8 >= window 4
+    windowed = [*ins[:3], ("pk", F32, [1, kv, 8, d]), ("pv", F32, [1, kv, 8, d]), *ins[5:]]
+    out += case([h.make_node("GroupQueryAttention", [*names, "cos", "sin"], outs, domain=MS, num_heads=heads,
+                             kv_num_heads=kv, do_rotary=1, local_window_size=4, sliding_window_cache=1)],
+                windowed, outs, cache, ms=True, dims={"n": 3})
     return out
 
 
@@ -497,6 +517,9 @@ def _matmul_nbits() -> list[Case]:
                [("a", F32, [1, "n", k])], ["y"], inits, ms=True, extra_dims=[{"n": 1}])
     out += case([h.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain=MS, **attrs)],
                 [("a", F32, ["n", k])], ["y"], inits, ms=True, extra_dims=[{"n": 1}])
+    # accuracy_level 4: int8 activations (quantize_q8 + matmul_nbits_q8 with dot4I8Packed)
+    out += case([h.make_node("MatMulNBits", ["a", "B", "scales", "zp", "", "bias"], ["y"], domain=MS,
+                             accuracy_level=4, **attrs)], [("a", F32, ["n", k])], ["y"], inits, ms=True)
     return out
 
 
@@ -537,7 +560,8 @@ def _from(module: str, *ops: str) -> Builder:
         import importlib
 
         models = importlib.import_module(f"tests.gpu.{module}").validation_models()
-        cases = [Case(m, d) for m, d in models if not ops or any(n.op_type in ops for n in m.graph.node)]
+        cases = [Case(m, d, ((), tuple(d)) if d else ((),)) for m, d in models
+                 if not ops or any(n.op_type in ops for n in m.graph.node)]
         assert cases, f"{module}.validation_models() has no model using {ops}"
         return cases
     return build
@@ -557,6 +581,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "Cast"): _cast,
     **{("", op): binary(op, F32, I64, I32) for op in ("Add", "Sub", "Mul", "Div")},
     ("", "Pow"): binary("Pow", F32),
+    ("", "PRelu"): binary("PRelu", F32, I64, I32, U32),
     ("", "Mod"): _mod,
     ("", "BitShift"): _bitshift,
     **{("", op): binary(op, I32, U8, I64) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
@@ -572,6 +597,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "ArgMax"): arg_reduce("ArgMax"),
     ("", "ArgMin"): arg_reduce("ArgMin"),
     ("", "CumSum"): _cumsum,
+    ("", "CumProd"): _cumprod,
     ("", "Softmax"): softmax("Softmax"),
     ("", "LogSoftmax"): softmax("LogSoftmax"),
     ("", "LayerNormalization"): _layer_norm,
@@ -621,6 +647,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "If"): _from("test_control_flow", "If"),
     ("", "Loop"): _from("test_control_flow", "Loop"),
     ("", "Scan"): _from("test_control_flow", "Scan"),
+    ("", "LinearAttention"): _from("test_control_flow", "LinearAttention"),
     ("", "RNN"): _from("test_recurrent", "RNN"),
     ("", "GRU"): _from("test_recurrent", "GRU"),
     ("", "LSTM"): _from("test_recurrent", "LSTM"),
@@ -662,6 +689,21 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "InstanceNormalization"): _from("test_normalization_extra", "InstanceNormalization"),
     ("", "LpNormalization"): _from("test_normalization_extra", "LpNormalization"),
     ("", "MeanVarianceNormalization"): _from("test_normalization_extra", "MeanVarianceNormalization"),
+    **{(d, op): _from("test_functions", op) for d, op in (
+        ("", "NegativeLogLikelihoodLoss"), ("", "SoftmaxCrossEntropyLoss"), ("", "HannWindow"), ("", "HammingWindow"),
+        ("", "BlackmanWindow"), ("", "CenterCropPad"), ("", "RotaryEmbedding"), ("", "SwiGLU"),
+        ("ai.onnx.preview", "FlexAttention"))},
+    **{("", op): _from("test_generators", op) for op in (
+        "EyeLike", "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "BitCast")},
+    **{(d, op): _from("test_qlinear", op) for d, op in (
+        ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "ConvInteger"), ("", "QLinearConv"),
+        ("", "DynamicQuantizeLinear"), ("", "QuantizeLinear"), ("", "DequantizeLinear"), (MS, "QLinearConv"),
+        (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"), (MS, "QGemm"), (MS, "QLinearAdd"),
+        (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"),
+        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"), (MS, "QuantizeLinear"),
+        (MS, "DequantizeLinear"))},
+    **{("", op): _from("test_small_ops", op) for op in (
+        "ReverseSequence", "TensorScatter", "LRN", "Col2Im", "Det", "Multinomial", "MelWeightMatrix")},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

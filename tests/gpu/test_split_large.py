@@ -12,7 +12,14 @@ from onnx import helper
 
 from tests.gpu.test_quantized import MS, nbits_model, pack_nibbles
 from tests.helpers import make_model, run_ort
-from tests.unit.test_split_large import compiled, decoder_model, gemm_model, split_pipeline, unfolded_split
+from tests.unit.test_split_large import (
+    compiled,
+    decoder_model,
+    gemm_model,
+    genai_tied_model,
+    split_pipeline,
+    unfolded_split,
+)
 
 
 def boundary_ids(rows: int, piece: int, count: int, rng) -> np.ndarray:
@@ -49,6 +56,20 @@ def test_decoder_embedding_and_lm_head(runtime, tied):
         ids = boundary_ids(300, 60, count, rng) if count >= 13 else rng.integers(-300, 300, count)
         return {"ids": ids.reshape(dims["B"], dims["S"]).astype(np.int64)}
     check_dims(runtime, model, plan, feeds, [first, {"B": 2, "S": 8}, {"B": 1, "S": 1}])
+
+
+def test_genai_tied_table_gathered_from_column_pieces(runtime):
+    """Gather(Transpose(W)) + MatMul(x, W): each piece gathers columns of the MatMul's piece."""
+    rng = np.random.default_rng(11)
+    model = genai_tied_model(rng)
+    first = {"B": 1, "S": 3}
+    plan = split_pipeline().compile(unfolded_split(model, first)[0], first)
+
+    def feeds(dims):  # 300 columns in pieces of 64
+        count = dims["B"] * dims["S"]
+        ids = boundary_ids(300, 64, count, rng) if count >= 15 else rng.integers(-300, 300, count)
+        return {"ids": ids.reshape(dims["B"], dims["S"]).astype(np.int64)}
+    check_dims(runtime, model, plan, feeds, [first, {"B": 2, "S": 9}, {"B": 1, "S": 1}])
 
 
 @pytest.mark.parametrize("trans_b,c", [(False, "row"), (True, "full"), (True, "scalar"), (False, None)])

@@ -143,7 +143,7 @@ def unfolded_split(model, dims, limit: int = LIMIT) -> tuple[IrGraph, SplitRepor
 def test_tied_lm_head_drops_the_transpose():
     graph, report = unfolded_split(decoder_model(np.random.default_rng(3), tied=True), {"B": 1, "S": 2})
     assert report.split == {"embed_tokens": ["embed"], "lm_head": ["embed_t"]}
-    assert "Transpose" not in {n.op_type for n in graph.nodes}
+    assert "tie" not in {n.name for n in graph.nodes}  # (each gathered piece has its own small Transpose)
     pieces = [t for t in graph.tensors.values() if t.name.startswith("embed/T/cols_")]
     assert len(pieces) == 5 and all(t.shape[0] == 16 and t.value.size * 4 <= LIMIT for t in pieces)
     np.testing.assert_array_equal(np.concatenate([t.value for t in pieces], axis=1),
@@ -227,3 +227,30 @@ def test_matmul_nbits_after_packing_is_left_with_a_reason():
 def test_limit_must_hold_an_element():
     with pytest.raises(ValueError, match="max_binding_bytes"):
         SplitLargeTensorsPass(2)
+
+
+def genai_tied_model(rng, *, vocab: int = 300, hidden: int = 16):
+    """onnxruntime-genai's tied layout: lm_head MatMul(x, W [hidden, vocab]), embedding Gather(Transpose(W))."""
+    inits = {"W": rng.standard_normal((hidden, vocab)).astype(np.float32)}
+    nodes = [helper.make_node("Transpose", ["W"], ["table"], perm=[1, 0], name="embed_t"),
+             helper.make_node("Gather", ["table", "ids"], ["h"], name="embed_tokens"),
+             helper.make_node("Relu", ["h"], ["r"], name="act"),
+             helper.make_node("MatMul", ["r", "W"], ["logits"], name="lm_head")]
+    return make_model(nodes, [("ids", np.int64, ["B", "S"])], ["logits"], inits)
+
+
+@pytest.mark.parametrize("layout", ["gather_E_matmul_ET", "genai_gather_WT_matmul_W"])
+def test_tied_table_is_stored_once(layout):
+    """A table over the limit is never folded (FOLD_MAX_ELEMENTS < 128 MiB of f32), so its Transpose
+    is still there when the pass runs: both readers share the MatMul's column pieces."""
+    rng = np.random.default_rng(7)
+    model = decoder_model(rng, tied=True) if layout == "gather_E_matmul_ET" else genai_tied_model(rng)
+    dims = {"B": 1, "S": 2}
+    graph, report = unfolded_split(model, dims)
+    assert set(report.split) == {"embed_tokens", "lm_head"} and not report.skipped
+    uploaded = weights(split_pipeline().compile(graph, dims))
+    prefix = "embed/T/cols_" if layout == "gather_E_matmul_ET" else "W/cols_"
+    pieces = {n: b for n, b in uploaded.items() if n.startswith(prefix)}
+    assert sum(pieces.values()) == 300 * 16 * 4  # the table, once
+    assert not [n for n in uploaded if "rows_" in n]  # no second, row-cut copy
+    assert max(uploaded.values()) <= LIMIT

@@ -1,6 +1,7 @@
 """Built-in passes, one per file."""
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
+from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
@@ -16,7 +17,7 @@ def default_optimization_passes() -> list:
     return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), PackNBitsWeightsPass(), ElementwiseFusionPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "PackNBitsWeightsPass",
-           "SequenceLoweringPass",
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
+           "PackNBitsWeightsPass", "SequenceLoweringPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]

@@ -10,7 +10,7 @@ from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError, UnsupportedOperatorError
 from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.dtypes import DType
-from onyxia.ir.graph import IrGraph, Node
+from onyxia.ir.graph import OPSETS_META, IrGraph, Node
 from onyxia.ir.shapes import Shape, SymDim
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator
 from onyxia.operators.registry import OperatorRegistry
@@ -21,7 +21,9 @@ PROPAGATE_MAX_ELEMENTS = 4096
 
 
 def resolve_operator(graph: IrGraph, registry: OperatorRegistry, node: Node) -> Operator | None:
-    return registry.get(node.op_type, node.domain, graph.opsets.get(node.domain))
+    # A domain the model does not import resolves to the newest version (None).
+    opset = node.meta.get(OPSETS_META, {}).get(node.domain, graph.opsets.get(node.domain))
+    return registry.get(node.op_type, node.domain, opset)
 
 
 def check_supported(graph: IrGraph, registry: OperatorRegistry) -> None:

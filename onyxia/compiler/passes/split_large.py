@@ -109,6 +109,10 @@ class SplitLargeTensorsPass(Pass):
        the chain drops the other pieces' lanes and the kernels clamp (Gather) or zero
        (GatherBlockQuantized) any index, so C-1 Wheres replace a masked sum's C Wheres, C Clips
        and Sum, rows are copied exactly, and an index >= V clamps / zeroes as unsplit.
+       A tied table is stored once: when the gathered table is also a MatMul's B through a
+       Transpose (Gather(E) with MatMul(x, Transpose(E)), or Gather(Transpose(W)) with
+       MatMul(x, W), onnxruntime-genai's builder), each piece gathers from the MatMul's column
+       piece along axis 1 and a Transpose puts the few gathered rows back: no second copy.
     3. MatMulNBits: B, scales, zero points and bias in row pieces along N (attribute N per piece),
        Concat on the last axis. GatherBlockQuantized: data / scales / zero points by rows as in 2.
     4. Anything else over the limit stays (the runtime raises its DeviceError), with the reason in
@@ -193,11 +197,11 @@ class SplitLargeTensorsPass(Pass):
         return None
 
     def _select_rows(self, graph: IrGraph, node: Node, rw: _Rewrite, n_rows: int, row_bytes: int,
-                     gather: Callable[[_Rewrite, tuple[int, int], str], str]) -> None:
+                     gather: Callable[[_Rewrite, tuple[int, int], str], str], align: int = 1) -> None:
         """Rule 2's index plumbing around gather(rw, (first row, stop row), piece index)."""
         idx = node.inputs[1]
         dtype, idx_rank = graph.tensor(idx).dtype.numpy, len(graph.tensor(idx).shape)
-        rows = chunk_ranges(n_rows, self.limit // row_bytes)
+        rows = chunk_ranges(n_rows, self.limit // row_bytes, align)
         norm = rw.emit("Where", [rw.emit("Less", [idx, rw.ints(0, dtype)], "negative"),
                                  rw.emit("Add", [idx, rw.ints(n_rows, dtype)], "wrapped"), idx], "index")
         trailing = list(range(idx_rank, len(rw.out.shape)))  # so the index broadcasts over a row
@@ -213,8 +217,11 @@ class SplitLargeTensorsPass(Pass):
             acc = rw.emit("Where", [below, gathered[c], acc], f"select_{rows[c][0]}", final=c == 0)
 
     def _gather(self, graph: IrGraph, node: Node, begin: Callable[..., _Rewrite]) -> str | None:
-        data = graph.tensor(node.inputs[0]).value
         axis = node.attributes.get("gather_axis" if node.domain == MS else "axis", 0)
+        if (tied := _tied_columns(graph, node, self.limit)) is not None and int(axis) == 0:
+            self._gather_columns(graph, node, begin, *tied)
+            return None
+        data = graph.tensor(node.inputs[0]).value
         if data is None or data.ndim == 0 or int(axis) % data.ndim != 0:
             return "the large constant is not the data gathered along axis 0"
         found = self._by_rows(graph, node, data.shape[0])
@@ -229,6 +236,21 @@ class SplitLargeTensorsPass(Pass):
             return rw.emit(node.op_type, ins, key, attrs, domain=node.domain)
         self._select_rows(graph, node, begin(), data.shape[0], row_bytes, gather)
         return None
+
+    def _gather_columns(self, graph: IrGraph, node: Node, begin: Callable[..., _Rewrite], source: str, tag: str,
+                        columns: np.ndarray, drop: NodeId | None) -> None:
+        """Rule 2 over a tied table: gathered rows are columns of `columns` ([K, V], the MatMul's B),
+        whose pieces the MatMul rule makes under the same names."""
+        k, n = columns.shape
+        rw = begin(drop=drop)
+        rank = len(graph.tensor(node.inputs[1]).shape)
+
+        def gather(rw: _Rewrite, cols: tuple[int, int], idx: str) -> str:
+            key = "cols_{}_{}".format(*cols)
+            piece = rw.piece(source, tag + key, columns[:, cols[0]:cols[1]])
+            picked = rw.emit("Gather", [piece, idx], f"{key}/gather", {"axis": 1})  # [K, *idx]
+            return rw.emit("Transpose", [picked], key, {"perm": [*range(1, rank + 1), 0]})
+        self._select_rows(graph, node, rw, n, k * 4, gather, COLUMN_ALIGN)
 
     def _by_rows(self, graph: IrGraph, node: Node, n: int) -> tuple[dict, int] | str:
         """({input index: value} of the inputs cut by rows, the most bytes per row) or a reason."""
@@ -259,6 +281,37 @@ class SplitLargeTensorsPass(Pass):
         return None
 
 
+def _tied_columns(graph: IrGraph, node: Node, limit: int) -> tuple[str, str, np.ndarray, NodeId | None] | None:
+    """For a float Gather whose table a MatMul also reads through a Transpose: (the MatMul's
+    piece source, its key prefix, the [K, V] matrix it cuts into column pieces, the Transpose to
+    drop), so the Gather reuses those pieces; None otherwise (or when the MatMul would cut K)."""
+    if node.op_type != "Gather" or node.domain != "":
+        return None
+
+    def transpose2d(nid: NodeId) -> bool:
+        t = graph.node(nid)
+        return t.op_type == "Transpose" and t.domain == "" and list(t.attributes.get("perm", [1, 0])) == [1, 0]
+
+    def read_by_matmul(tid: str) -> bool:
+        return any(graph.node(c).op_type == "MatMul" and graph.node(c).inputs[1] == tid for c in graph.consumers(tid))
+
+    data = node.inputs[0]
+    found = None
+    nid = graph.producer(data)
+    if nid is not None and transpose2d(nid):  # Gather(Transpose(W)), MatMul(x, W)
+        source = graph.node(nid).inputs[0]
+        w = graph.tensor(source).value
+        if w is not None and w.ndim == 2 and w.dtype != object and read_by_matmul(source):
+            found = (source, "", w, nid)
+    elif (e := graph.tensor(data).value) is not None and e.ndim == 2 and e.dtype != object:
+        for c in graph.consumers(data):  # Gather(E), MatMul(x, Transpose(E))
+            if transpose2d(c) and read_by_matmul(graph.node(c).outputs[0]):
+                found = (data, "T/", e.T, None)
+    if found is None or found[2].shape[0] * 4 > limit:
+        return None
+    return found
+
+
 def _nbytes(value: np.ndarray, node: Node) -> int:
     """Device bytes of a constant input of `node`."""
     if node.domain == MS and value.dtype == np.uint8:
@@ -272,11 +325,13 @@ def _constant(graph: IrGraph, tid: str) -> tuple[np.ndarray | None, NodeId | Non
     A Transpose of a weight too big to fold (a tied lm_head reusing the embedding) counts: its
     pieces are transposed on the host, and the Transpose goes once nothing else reads it.
     """
-    if (value := graph.tensor(tid).value) is not None:
-        return value, None
+    # A folded Transpose counts too, so that its pieces are named after the table it transposes
+    # (a Gather of that table shares them: rule 2's tied case).
     nid = graph.producer(tid)
     if nid is not None and (p := graph.node(nid)).op_type == "Transpose" and p.domain == "":
         src = graph.tensor(p.inputs[0]).value
         if src is not None and src.dtype != object:
             return np.transpose(src, p.attributes.get("perm")), nid
+    if (value := graph.tensor(tid).value) is not None:
+        return value, None
     return None, None

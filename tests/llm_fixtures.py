@@ -1,0 +1,214 @@
+"""The exporter-built LLM folders under tests/data/llm/ and their oracles.
+
+tools/build_llm_fixtures.py writes the folders (onnxruntime-genai's builder, Optimum) and
+MANIFEST.json. The oracle runs live, on the CPU:
+
+- genai folders: onnxruntime-genai itself (`Config.clear_providers()`: its CPU provider), greedy;
+  the logits of the last position before each token come from `Generator.get_logits()`.
+- Optimum folders: a plain onnxruntime session loop feeding present → past, as transformers
+  drives such a model (position ids = the absolute positions, an all-ones mask).
+- Folders whose GroupQueryAttention takes q_norm_weight / k_norm_weight (Qwen3 for WebGPU):
+  onnxruntime's CPU kernel does not implement them, so onnxruntime-genai runs a copy of the
+  folder whose graph makes the per-head RMS norms explicit (Split → Reshape →
+  SimplifiedLayerNormalization over head_size → Reshape → Concat) in front of a plain GQA.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parent / "data" / "llm"
+MANIFEST = DATA / "MANIFEST.json"
+# Longer than the fixtures' sliding window (16 tokens), so Gemma-2/3 and Mistral prompts cross it.
+PROMPT = ("The river ran past the old stone mill, and the children counted the boats that came down "
+          "with the morning light while rain fell on the roofs of the town")
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str  # e.g. "genai/gemma2-cpu-fp32"
+    exporter: str
+    family: str
+    target: str
+    precision: str
+
+    @property
+    def path(self) -> Path:
+        return DATA / self.name
+
+    @property
+    def is_genai(self) -> bool:
+        return self.name.startswith("genai/")
+
+    @property
+    def fp16(self) -> bool:
+        return self.target == "webgpu"  # -e webgpu writes fp16 I/O (and fp16 scales for int4)
+
+
+# Exporter conventions onyxia does not implement yet (issue 8), found in each folder's graph. Tests
+# mark a fixture that uses one as a strict xfail, so the mark must go when the feature lands.
+GAPS = {
+    # Window-sized caches are exact in float32 (1e-6) and generate the same 48 tokens in int4,
+    # but onnxruntime's windowed GQA differs from onyxia's by float rounding (~5e-7 in the cached
+    # keys), and now and then that moves an int8 activation level: logits ~1e-2 apart for the
+    # steps that key stays in the window.
+    "window_int8": "window-sized KV caches with int8 activations: rounding-level key differences "
+                   "move int8 levels (tokens equal, logits ~1e-2 at some steps)",
+    # accuracy_level 4 itself is implemented and exact for float32 activations; for float16 ones,
+    # onnxruntime rounds every op's output (and GQA's internals) to float16 while onyxia computes
+    # float16 models in f32, and the int8 quantization turns those last-bit differences into
+    # whole int8 steps: logits ~2e-2 apart. Matching needs native float16 (separate work).
+    "fp16_int8": "float16 activations quantized to int8 (MatMulNBits accuracy_level 4) need onnxruntime's "
+                 "per-op float16 rounding",
+}
+
+
+def gaps(fixture: Fixture) -> list[str]:
+    """The GAPS keys `fixture`'s decoder uses."""
+    import onnx
+
+    found = set()
+    model = onnx.load(str(fixture.path / ("model.onnx" if (fixture.path / "model.onnx").is_file()
+                                          else "onnx/model.onnx")), load_external_data=False)
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "GroupQueryAttention" and attrs.get("sliding_window_cache", 0) == 1:
+            found.add("window")
+        if node.op_type == "MatMulNBits" and attrs.get("accuracy_level", 0) == 4:
+            found.add("int8")
+    if "int8" in found and fixture.fp16:
+        found.add("fp16_int8")
+    if "int8" in found and "window" in found:
+        found.add("window_int8")
+    return sorted(found & set(GAPS))
+
+
+def fixtures() -> list[Fixture]:
+    """Every folder the exporters produced (failed exports are recorded, not written)."""
+    manifest = json.loads(MANIFEST.read_text())
+    return [Fixture(name, f["exporter"], f["family"], f["target"], f["precision"])
+            for name, f in sorted(manifest["folders"].items()) if f["ok"]]
+
+
+def genai_greedy(folder: Path, prompt: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
+    """onnxruntime-genai on its CPU provider: `steps` greedy tokens and the logits before each."""
+    import onnxruntime_genai as og
+
+    config = og.Config(str(folder))
+    config.clear_providers()
+    model = og.Model(config)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + steps, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    tokens, logits = [], []
+    while not generator.is_done():
+        logits.append(np.array(generator.get_logits())[0, -1].astype(np.float32))
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens, logits
+
+
+def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "model.onnx"
+               ) -> tuple[list[int], list[np.ndarray]]:
+    """A plain onnxruntime session loop over an Optimum decoder, present fed back as past."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(folder / model_file), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    outputs = [o.name for o in session.get_outputs()]
+    dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+    past = {}
+    for name, info in inputs.items():
+        if name.startswith("past_key_values."):
+            shape = [0 if isinstance(d, str) and "past" in d else (1 if isinstance(d, str) else d) for d in info.shape]
+            past[name] = np.zeros(shape, dtype[info.type])
+    ids, total, tokens, logits = list(prompt), 0, [], []
+    for _ in range(steps):
+        n = len(ids)
+        feeds = {"input_ids": np.array([ids], np.int64), **past}
+        if "attention_mask" in inputs:
+            feeds["attention_mask"] = np.ones((1, total + n), np.int64)
+        if "position_ids" in inputs:
+            feeds["position_ids"] = np.arange(total, total + n, dtype=np.int64)[None]
+        result = dict(zip(outputs, session.run(outputs, feeds)))
+        last = result["logits"][0, -1].astype(np.float32)
+        logits.append(last)
+        past = {name.replace("present.", "past_key_values."): value
+                for name, value in result.items() if name.startswith("present.")}
+        total += n
+        ids = [int(np.argmax(last))]
+        tokens.append(ids[0])
+    return tokens, logits
+
+
+def explicit_qk_norm(model) -> bool:
+    """Rewrite GQA nodes with q/k-norm inputs (14, 15) into explicit norms + a plain GQA, in place."""
+    from onnx import helper, numpy_helper
+
+    graph, changed = model.graph, False
+    nodes = list(graph.node)
+    del graph.node[:]
+    shape_of = {}
+    for node in nodes:
+        inputs = list(node.input) + [""] * (16 - len(node.input))
+        if node.op_type != "GroupQueryAttention" or not inputs[14]:
+            graph.node.append(node)
+            continue
+        changed = True
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        heads, kv_heads = attrs["num_heads"], attrs["kv_num_heads"]
+        eps = attrs.pop("qk_norm_epsilon", 1e-6)
+        head = next(int(t.dims[0]) for t in graph.initializer if t.name == inputs[14])
+        p = node.name + "/explicit_qk_norm"
+        if p + "/split" not in shape_of:
+            for name, value in ((p + "/split", [heads * head, kv_heads * head, kv_heads * head]),
+                                (p + "/q_shape", [0, 0, heads, head]), (p + "/k_shape", [0, 0, kv_heads, head]),
+                                (p + "/flat", [0, 0, -1])):
+                graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
+            shape_of[p + "/split"] = True
+        if inputs[1]:  # separate q, k, v
+            q, k, v = inputs[0], inputs[1], inputs[2]
+        else:
+            q, k, v = p + "/q", p + "/k", p + "/v"
+            graph.node.append(helper.make_node("Split", [inputs[0], p + "/split"], [q, k, v], axis=-1))
+        normed = []
+        for x, weight, shape in ((q, inputs[14], p + "/q_shape"), (k, inputs[15], p + "/k_shape")):
+            graph.node.append(helper.make_node("Reshape", [x, shape], [x + "/heads"]))
+            graph.node.append(helper.make_node("SimplifiedLayerNormalization", [x + "/heads", weight],
+                                               [x + "/normed"], axis=-1, epsilon=eps, stash_type=1))
+            graph.node.append(helper.make_node("Reshape", [x + "/normed", p + "/flat"], [x + "/flat"]))
+            normed.append(x + "/flat")
+        new_inputs = [normed[0], normed[1], v] + inputs[3:14]
+        while new_inputs and not new_inputs[-1]:
+            new_inputs.pop()
+        graph.node.append(helper.make_node("GroupQueryAttention", new_inputs, list(node.output), name=node.name,
+                                           domain="com.microsoft", **attrs))
+    return changed
+
+
+def reference_folder(fixture: Fixture, scratch: Path) -> Path:
+    """The folder the oracle runs: the fixture itself, or a copy with explicit q/k norms."""
+    import shutil
+
+    import onnx
+
+    model = onnx.load(str(fixture.path / "model.onnx"), load_external_data=False)
+    if not explicit_qk_norm(model):
+        return fixture.path
+    folder = scratch / fixture.name.replace("/", "-")
+    if not folder.exists():
+        shutil.copytree(fixture.path, folder)
+        onnx.save(model, str(folder / "model.onnx"))  # the external data file is shared, unchanged
+    return folder
+
+
+def reference(fixture: Fixture, prompt: list[int], steps: int, scratch: Path
+              ) -> tuple[list[int], list[np.ndarray]]:
+    if fixture.is_genai:
+        return genai_greedy(reference_folder(fixture, scratch), prompt, steps)
+    return ort_greedy(fixture.path, prompt, steps)
