@@ -39,7 +39,8 @@ def plan_compaction(ctx: PlanCtx, x: str, x_type: str, n: Dim, live: Dim, coords
     flag_step = ctx.dispatch(COMPACT, label="compact_flags", defs={
         "FLAGS": True, "T": x_type, "BINDINGS": binding_block([("x", x_type)], [("flags", "i32")])},
         params={"N": n, "LIVE": live}, reads=[x], writes=[flags], workgroups=ctx.grid(n))
-    scan = ctx.dispatch("reduction/cumsum.wgsl", defs={"T": "i32", "LANES": lanes, "RED_INNER": 1, "EXCLUSIVE": True},
+    scan = ctx.dispatch("reduction/cumsum.wgsl", defs={"T": "i32", "OP": "+", "IDENTITY": 0, "LANES": lanes,
+                                                       "RED_INNER": 1, "EXCLUSIVE": True},
                         params={"L": 1, "K": n, "INNER": 1}, reads=[flags], writes=[pos],
                         workgroups=ctx.grid(1, WORKGROUP_SIZE // lanes))
     scatter = ctx.dispatch(COMPACT, label="compact_scatter", defs={
