@@ -39,7 +39,8 @@ from tests.helpers import make_model  # noqa: E402
 def topk(kind: str):
     x = ("x", np.float32, (4, 256))
     if kind == "constant":
-        return make_model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [x], ["v", "i"], {"k": np.array([8], np.int64)})
+        return make_model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [x], ["v", "i"],
+                          {"k": np.array([8], np.int64)})
     if kind == "fed":
         return make_model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [x, ("k", np.int64, (1,))], ["v", "i"])
     # computed: k = ReduceMax(int(x > 0.99)) + 8, known only on the device

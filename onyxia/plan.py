@@ -221,7 +221,7 @@ class ReadSymbol(Step, tag="read_symbol"):
     before it computed (NonZero's number of hits, TopK's fed k, a Loop's trip count).
 
     The runtime submits the work encoded so far, waits for it and reads the 4 bytes back (a GPU
-    sync: on lavapipe ~80 µs plus draining the queue), then patches every value that depends on
+    sync: 0.25-0.7 ms on lavapipe, benchmarks/bench_host_control.py), then patches every value that depends on
     the symbol before it encodes the steps after this one. When `tensor` is a graph input the
     value comes from the host feed instead, with no sync. A value outside [0, limit] is an
     InputError naming the tensor.

@@ -3,7 +3,7 @@
 These are the only commands that may stop a run in the middle: a value the GPU computed decides
 what is encoded next (a count, a condition). They call `backend.sync_read`, which submits the
 work encoded so far, waits, reads a few bytes back and lets encoding go on; on lavapipe one such
-sync costs ~80 µs plus draining the queue. A plan without these steps (an LLM's decode step)
+sync costs 0.25-0.7 ms (benchmarks/bench_host_control.py). A plan without these steps (an LLM's decode step)
 never pays it: PlanReplay only takes the slower readback path when a command here is present.
 
 A LoopStep whose condition is not read back (Scan, a Loop whose condition stays true, the RNN
