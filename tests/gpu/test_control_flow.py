@@ -211,3 +211,20 @@ def test_linear_attention_runs_as_its_function_body_with_a_scan(runtime):
     assert any(isinstance(s, LoopStep) for s in compiled.steps)
     feeds = {n: f32(1, 3, 8) for n in ("q", "k", "v")}
     assert_close(run_onyxia(runtime, model, feeds), ReferenceEvaluator(model).run(None, feeds))
+
+
+def test_subgraphs_reading_a_fused_chain_keep_its_intermediate(runtime):
+    """A branch and a loop body read `b`, the middle of an elementwise chain the fusion pass
+    merges: the implicit reads keep `b` materialized."""
+    then = h.make_graph([h.make_node("Neg", ["b"], ["t"])], "then", [], [vi("t")])
+    orelse = h.make_graph([h.make_node("Abs", ["b"], ["e"])], "else", [], [vi("e")])
+    body = h.make_graph([h.make_node("Add", ["acc", "b"], ["acc2"]), h.make_node("Identity", ["c"], ["c2"])], "body",
+                        [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("acc", shape=[4])],
+                        [vi("c2", TP.BOOL, []), vi("acc2")])
+    nodes = [h.make_node("Relu", ["x"], ["a"]), h.make_node("Sigmoid", ["a"], ["b"]), h.make_node("Exp", ["b"], ["c"]),
+             h.make_node("If", ["cond"], ["o"], then_branch=then, else_branch=orelse),
+             h.make_node("Loop", ["M", "", "x"], ["l"], body=body)]
+    model = make_model(nodes, [("x", np.float32, [4]), ("cond", np.bool_, [])], ["c", "o", "l"],
+                       {"M": np.array(3, np.int64)})
+    exe = runtime.load_model(compile_model(model))
+    runs_like_ort(exe, model, [{"x": f32(4), "cond": np.array(c)} for c in (True, False)])
