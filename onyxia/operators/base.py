@@ -8,7 +8,7 @@ value, and `plan` for nodes that still need to run on the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -57,13 +57,34 @@ class Operator:
 
 # ---- inference ----------------------------------------------------------------------------
 
+class SubgraphInference(Protocol):
+    """What the compiler lends an operator owning subgraphs (If, Loop, Scan) during inference."""
+
+    def infer(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
+        """Give `graph`'s inputs these types, infer (and fold) its nodes; its outputs' types."""
+        ...
+
+
 class InferenceCtx:
     """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
 
-    def __init__(self, graph: IrGraph, node: Node, env: DimEnv):
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphInference | None = None):
         self.graph = graph
         self.node = node
         self.env = env
+        self.subgraphs = subgraphs
+
+    def infer_subgraph(self, attr: str, inputs: Sequence[tuple[DType, Shape]] = ()) -> list[tuple[DType, Shape]]:
+        """The output types of the subgraph in attribute `attr`, its inputs typed `inputs`."""
+        graph = self.attr(attr)
+        if not isinstance(graph, IrGraph):
+            raise self.fail(f"attribute '{attr}' must be a graph")
+        if self.subgraphs is None:
+            raise self.fail("this node has subgraphs; infer it with the compiler's ShapeInferencePass")
+        if len(inputs) != len(graph.inputs):
+            raise self.fail(f"attribute '{attr}': the subgraph takes {len(graph.inputs)} inputs, the node gives "
+                            f"it {len(inputs)}")
+        return self.subgraphs.infer(graph, inputs)
 
     @property
     def opset(self) -> int:
@@ -226,6 +247,10 @@ class PlanState:
     aliases: dict[str, str] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     # The plan's template table: key -> WGSL with imports inlined. A shader file's key is its path.
     templates: dict[str, str] = field(default_factory=dict)
+    # Plans a subgraph's nodes into steps (set by the compiler's planning); their tensors are
+    # recorded here for the tensor table.
+    subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
+    subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
 
     def template(self, path: str) -> str:
         """The key of the shader file `path`'s template, read once."""
@@ -256,6 +281,12 @@ class PlanCtx(InferenceCtx):
     def __init__(self, graph: IrGraph, node: Node, state: PlanState):
         super().__init__(graph, node, state.env)
         self.state = state
+
+    def plan_subgraph(self, attr: str) -> list[Step]:
+        """The steps of the subgraph in attribute `attr` (its live, unfolded nodes)."""
+        graph = self.attr(attr)
+        assert isinstance(graph, IrGraph) and self.state.subgraph_planner is not None
+        return self.state.subgraph_planner(graph)
 
     # buffers
     def input(self, i: int) -> str:

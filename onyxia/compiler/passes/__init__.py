@@ -7,6 +7,7 @@ from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.pack_nbits import PackNBitsWeightsPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
+from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
 
@@ -17,6 +18,6 @@ def default_optimization_passes() -> list:
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
-           "PackNBitsWeightsPass",
+           "PackNBitsWeightsPass", "SequenceLoweringPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]
