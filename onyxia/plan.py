@@ -18,7 +18,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import ClassVar, Sequence, Union
 
 import numpy as np
 
@@ -121,7 +121,12 @@ class Step:
         raise NotImplementedError
 
     def dispatches(self) -> tuple[Dispatch, ...]:
-        """The kernel launches this step makes (a step that branches may hold several)."""
+        """The kernel launches this step makes itself (not those of steps nested in it)."""
+        return ()
+
+    def children(self) -> tuple[Step, ...]:
+        """Steps nested in this one (a branch's arms, a loop's body), in replay order; they
+        come right after it in `walk_steps` and in the flat step indices of SymbolicBindings."""
         return ()
 
     def to_json(self) -> dict:
@@ -219,6 +224,151 @@ class WriteBuffer(Step, tag="write"):
         return cls(d["dst"], _dec(d["data"]), d["dtype"])
 
 
+def walk_steps(steps: Sequence[Step]) -> list[Step]:
+    """Every step in pre-order: each step, then the steps nested in it. A step's flat index in
+    this list is what SymbolicBindings and the runtime's commands use."""
+    out: list[Step] = []
+    for s in steps:
+        out.append(s)
+        kids = s.children()
+        if kids:
+            out.extend(walk_steps(kids))
+    return out
+
+
+def _nested_uses(steps: Sequence[Step]) -> list[tuple[str, bool]]:
+    return [u for s in steps for u in s.uses()]
+
+
+@dataclass(frozen=True)
+class ReadSymbol(Step, tag="read_symbol"):
+    """Sets the data-dependent symbol `symbol` to element 0 of `tensor`, a count the steps
+    before it computed (NonZero's number of hits, TopK's fed k, a Loop's trip count).
+
+    The runtime submits the work encoded so far, waits for it and reads the 4 bytes back (a GPU
+    sync: 0.25-0.7 ms on lavapipe, benchmarks/bench_host_control.py), then patches every value that depends on
+    the symbol before it encodes the steps after this one. When `tensor` is a graph input the
+    value comes from the host feed instead, with no sync. A value outside [0, limit] is an
+    InputError naming the tensor.
+    """
+
+    tensor: str
+    symbol: str
+    limit: Expr | None = None  # the largest valid value (None: unbounded)
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.tensor, False),)
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return (("read", 0, self.limit),) if self.limit is not None else ()
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "tensor": self.tensor, "symbol": self.symbol, "limit": _enc(self.limit)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ReadSymbol:
+        return cls(d["tensor"], d["symbol"], _dec(d["limit"]))
+
+
+@dataclass(frozen=True)
+class BranchStep(Step, tag="branch"):
+    """An If whose condition is only known on the device: the runtime reads the bool `cond`
+    back (a GPU sync, as ReadSymbol) and replays `then` or `orelse`."""
+
+    cond: str
+    then: tuple[Step, ...]
+    orelse: tuple[Step, ...]
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.cond, False), *_nested_uses(self.then), *_nested_uses(self.orelse))
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return ()
+
+    def children(self) -> tuple[Step, ...]:
+        return (*self.then, *self.orelse)
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "cond": self.cond, "then": [s.to_json() for s in self.then],
+                "orelse": [s.to_json() for s in self.orelse]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> BranchStep:
+        return cls(d["cond"], _steps(d["then"]), _steps(d["orelse"]))
+
+
+@dataclass(frozen=True)
+class SliceCopy:
+    """A copy inside a loop whose byte offsets move with the iteration i:
+    src[src_offset + i * src_stride : +size] -> dst[dst_offset + i * dst_stride : +size]."""
+
+    src: str
+    dst: str
+    size: Expr
+    src_offset: Expr = 0
+    src_stride: Expr = 0
+    dst_offset: Expr = 0
+    dst_stride: Expr = 0
+
+    def values(self) -> tuple[Expr, ...]:
+        return (self.size, self.src_offset, self.src_stride, self.dst_offset, self.dst_stride)
+
+
+@dataclass(frozen=True)
+class LoopStep(Step, tag="loop"):
+    """Loop and Scan: the runtime replays `body` on the host, up to `trip_count` times.
+
+    Before the loop, a false `first` (a bool tensor read back; None: true) skips it. Each
+    iteration copies the iteration number into `counter` (an int32 scalar, from an index table
+    the runtime keeps: no kernel), runs the `enter` copies (scan-input slices), the body, then the
+    `leave` copies (scan-output slices, carried state); then a false `cond` (the body's condition,
+    read back: one GPU sync per iteration, made only when the condition is not known to stay
+    true) ends the loop. Copy offsets are recorded as each iteration is encoded, so a loop
+    without readbacks costs no sync at all: its iterations go into the run's one submission.
+    After the loop the data symbol `iterations` (if any) is set to the number that ran.
+    """
+
+    body: tuple[Step, ...]
+    trip_count: Expr
+    cond: str | None = None
+    first: str | None = None
+    counter: str | None = None
+    enter: tuple[SliceCopy, ...] = ()
+    leave: tuple[SliceCopy, ...] = ()
+    iterations: str | None = None
+    label: str = ""  # the node, for errors
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        copies = [u for c in (*self.enter, *self.leave) for u in ((c.src, False), (c.dst, True))]
+        own = [(t, w) for t, w in ((self.cond, False), (self.first, False), (self.counter, True)) if t is not None]
+        return (*own, *copies, *_nested_uses(self.body))
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        values = (self.trip_count, *(v for c in (*self.enter, *self.leave) for v in c.values()))
+        return tuple(("loop", j, v) for j, v in enumerate(values))
+
+    def children(self) -> tuple[Step, ...]:
+        return self.body
+
+    def to_json(self) -> dict:
+        def copies(cs: tuple[SliceCopy, ...]) -> list:
+            return [[c.src, c.dst, *(_enc(v) for v in c.values())] for c in cs]
+        return {"t": self.tag, "body": [s.to_json() for s in self.body], "trip_count": _enc(self.trip_count),
+                "cond": self.cond, "first": self.first, "counter": self.counter, "enter": copies(self.enter),
+                "leave": copies(self.leave), "iterations": self.iterations, "label": self.label}
+
+    @classmethod
+    def from_json(cls, d: dict) -> LoopStep:
+        def copies(rows: list) -> tuple[SliceCopy, ...]:
+            return tuple(SliceCopy(r[0], r[1], *(_dec(v) for v in r[2:])) for r in rows)
+        return cls(_steps(d["body"]), _dec(d["trip_count"]), d["cond"], d["first"], d["counter"], copies(d["enter"]),
+                   copies(d["leave"]), d["iterations"], d["label"])
+
+
+def _steps(rows: list) -> tuple[Step, ...]:
+    return tuple(Step.kind(r["t"]).from_json(r) for r in rows)
+
+
 @dataclass(frozen=True)
 class PlannedOp:
     name: str  # the node name
@@ -283,10 +433,15 @@ class CompiledModel:
     # Report sites (node, op type, what it detected): site k (from 1) is what a nonzero status
     # word k means. Empty when no kernel reports (then the plan has no status tensor).
     sites: tuple[tuple[str, str, str], ...] = ()
+    # Data-dependent symbols (NonZero's count, a fed TopK k, a Loop's trip count): set by
+    # ReadSymbol/LoopStep during a run, never by the caller. Each maps to the capacity its
+    # buffers are sized for (an expression over the other dims; None: grown when exceeded).
+    data_symbols: dict[str, Expr | None] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[Step]:
-        return [s for op in self.operations for s in op.steps]
+        """Every step, nested ones included, in pre-order (walk_steps): the flat indices."""
+        return walk_steps([s for op in self.operations for s in op.steps])
 
     @property
     def num_dispatches(self) -> int:
@@ -357,6 +512,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "metadata": model.metadata,
         "constraints": [[str(a), str(b), node] for a, b, node in model.constraints],
         "sites": [list(site) for site in model.sites],
+        "data_symbols": {k: _enc(v) for k, v in model.data_symbols.items()},
     }
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("plan.json", json.dumps(doc))
@@ -410,6 +566,7 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
     bindings = tuple(SymbolicBinding(k, tgt, i, parse_dim(e)) for k, tgt, i, e in doc["symbolic_bindings"])
     constraints = tuple((parse_dim(a), parse_dim(b), node) for a, b, node in doc.get("constraints", []))
     sites = tuple((str(node), str(op), str(what)) for node, op, what in doc["sites"])
+    data_symbols = {k: _dec(v) for k, v in doc.get("data_symbols", {}).items()}
     return CompiledModel(shaders, templates, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
                          bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"],
-                         constraints, sites)
+                         constraints, sites, data_symbols)

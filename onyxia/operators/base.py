@@ -8,7 +8,7 @@ value, and `plan` for nodes that still need to run on the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -79,13 +79,34 @@ class Operator:
 
 # ---- inference ----------------------------------------------------------------------------
 
+class SubgraphInference(Protocol):
+    """What the compiler lends an operator owning subgraphs (If, Loop, Scan) during inference."""
+
+    def infer(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
+        """Give `graph`'s inputs these types, infer (and fold) its nodes; its outputs' types."""
+        ...
+
+
 class InferenceCtx:
     """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
 
-    def __init__(self, graph: IrGraph, node: Node, env: DimEnv):
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphInference | None = None):
         self.graph = graph
         self.node = node
         self.env = env
+        self.subgraphs = subgraphs
+
+    def infer_subgraph(self, attr: str, inputs: Sequence[tuple[DType, Shape]] = ()) -> list[tuple[DType, Shape]]:
+        """The output types of the subgraph in attribute `attr`, its inputs typed `inputs`."""
+        graph = self.attr(attr)
+        if not isinstance(graph, IrGraph):
+            raise self.fail(f"attribute '{attr}' must be a graph")
+        if self.subgraphs is None:
+            raise self.fail("this node has subgraphs; infer it with the compiler's ShapeInferencePass")
+        if len(inputs) != len(graph.inputs):
+            raise self.fail(f"attribute '{attr}': the subgraph takes {len(graph.inputs)} inputs, the node gives "
+                            f"it {len(inputs)}")
+        return self.subgraphs.infer(graph, inputs)
 
     @property
     def opset(self) -> int:
@@ -101,6 +122,19 @@ class InferenceCtx:
     def fail(self, message: str, input: int | None = None) -> ShapeInferenceError:
         """An error naming this node, its op type and (optionally) the input at fault."""
         return ShapeInferenceError(message, node=self.node.name, op_type=self.node.op_type, input_index=input)
+
+    def require_ints(self, values: Sequence[Dim], what: str, input: int | None = None) -> list[int]:
+        """`values` as plain ints. Symbolic ones (a Slice step or Squeeze axis computed from a
+        dim) raise a ValueRequiredError naming their symbols: symbolic inference cannot decide
+        here, so InferenceSession compiles for the feed's real sizes of those symbols."""
+        symbolic = [v for v in values if isinstance(v, SymDim)]
+        if symbolic:
+            name = self.node.inputs[input] if input is not None and self.has_input(input) else ""
+            raise ValueRequiredError(
+                f"{what} must be constant integers, got {[str(v) for v in values]}",
+                node=self.node.name, op_type=self.node.op_type, input_index=input, tensor=name or "",
+                symbols=frozenset(s for v in symbolic for s in v.symbols))
+        return [int(v) for v in values]
 
     def input_tensor(self, i: int) -> TensorDef:
         if not self.has_input(i):
@@ -129,10 +163,11 @@ class InferenceCtx:
         value = self.input_value(i)
         if value is None:
             name = self.node.inputs[i] if self.has_input(i) else ""
+            sources, symbols = self.graph.value_sources(name) if name else (frozenset(), frozenset())
             raise ValueRequiredError(
                 f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
                 node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "",
-                sources=self.graph.input_sources(name) if name else frozenset())
+                sources=sources, symbols=symbols)
         return value
 
     def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:
@@ -149,7 +184,13 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        return broadcast_shapes(shapes, self.fail, self.same_dim)
+        return broadcast_shapes(shapes, self.fail, self.same_dim, self.show_dim)
+
+    def show_dim(self, d: Dim) -> str:
+        """A dim for an error message: a symbolic one with its value for the dims given, which is
+        what made two expressions differ ("(x + 1) // 2 = 3")."""
+        value = self.env.value(d) if isinstance(d, SymDim) else None
+        return str(d) if value is None else f"{d} = {value}"
 
     def same_dim(self, a: Dim, b: Dim) -> bool:
         """Whether dims `a` and `b` are one dim: every shape check comparing dims uses this.
@@ -231,6 +272,10 @@ class PlanState:
     # Report sites: (node, op type, what went wrong) of every dispatch that may report an error
     # through the status word; a site's number is its position + 1.
     sites: list[tuple[str, str, str]] = field(default_factory=list)
+    # Plans a subgraph's nodes into steps (set by the compiler's planning); their tensors are
+    # recorded here for the tensor table.
+    subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
+    subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
 
     def template(self, path: str) -> str:
         """The key of the shader file `path`'s template, read once."""
@@ -262,6 +307,12 @@ class PlanCtx(InferenceCtx):
         super().__init__(graph, node, state.env)
         self.state = state
 
+    def plan_subgraph(self, attr: str) -> list[Step]:
+        """The steps of the subgraph in attribute `attr` (its live, unfolded nodes)."""
+        graph = self.attr(attr)
+        assert isinstance(graph, IrGraph) and self.state.subgraph_planner is not None
+        return self.state.subgraph_planner(graph)
+
     # buffers
     def input(self, i: int) -> str:
         return self.input_tensor(i).name
@@ -292,7 +343,7 @@ class PlanCtx(InferenceCtx):
         """The dtype of a graph tensor or of one of the plan's scratch buffers."""
         if name in self.state.scratch:
             return dtypes.from_name(self.state.scratch[name][0])
-        dtype = self.graph.tensor(name).dtype
+        dtype = (self.state.subgraph_tensors.get(name) or self.graph.tensor(name)).dtype
         assert dtype is not None, f"tensor '{name}' has no dtype"
         return dtype
 

@@ -61,6 +61,7 @@ def command_for(step: Step, index: int, replay: Replay) -> Command:
 class Command:
     __slots__ = ("index",)
     per_run = True  # False: work done at load and on dimension changes only (host writes)
+    device_sync = False  # True: encoding it may read a value back from the GPU (runtime/control.py)
 
     def __init__(self, step: Step, index: int, replay: Replay) -> None:
         self.index = index

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from onyxia.codegen.transport import Transport
-from onyxia.plan import Binding, CompiledModel, Dispatch, ShaderSpec
+from onyxia.plan import Binding, CompiledModel, Dispatch, ShaderSpec, Step
 
 
 class Command(Protocol):
@@ -80,7 +80,10 @@ class Backend(Protocol):
 
     # Per-command work, called back from Command.encode during execute.
     def dispatch(self, cmd: Any) -> None: ...  # a DispatchCommand
-    def copy(self, cmd: Any) -> None: ...  # a CopyCommand
+    def copy(self, cmd: Any) -> None: ...  # a CopyCommand (or anything with its buffer/offset/size fields)
+    # Host control flow (ReadSymbol, BranchStep, LoopStep): submit what is encoded so far, wait
+    # for it, read `nbytes` of `buffer` back, and go on encoding the rest of the run.
+    def sync_read(self, buffer: Any, nbytes: int) -> bytes | memoryview: ...
 
 
 class Replay(Protocol):
@@ -97,3 +100,5 @@ class Replay(Protocol):
     def root(self, name: str) -> str: ...
     def program_for(self, step: Dispatch) -> Any: ...
     def bind(self, step: Dispatch) -> Any: ...
+    def build(self, step: Step) -> Any: ...  # the command of a nested step (a branch arm, a loop body)
+    def set_data_symbol(self, name: str, value: int) -> None: ...

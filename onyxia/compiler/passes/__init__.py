@@ -6,6 +6,7 @@ from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
+from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
 
@@ -15,5 +16,6 @@ def default_optimization_passes() -> list:
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
+           "SequenceLoweringPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]
