@@ -19,6 +19,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
+from onyxia.ir.provenance import value_sources
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
 from onyxia.operators.common import broadcast_shapes
 from onyxia.plan import (
@@ -163,7 +164,7 @@ class InferenceCtx:
         value = self.input_value(i)
         if value is None:
             name = self.node.inputs[i] if self.has_input(i) else ""
-            sources, symbols = self.graph.value_sources(name) if name else (frozenset(), frozenset())
+            sources, symbols = value_sources(self.graph, name) if name else (frozenset(), frozenset())
             raise ValueRequiredError(
                 f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
                 node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "",

@@ -17,6 +17,7 @@ from onyxia.compiler.passes.inference import check_supported, infer_node, resolv
 from onyxia.errors import ShapeInferenceError, UnsupportedOperatorError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import OPSETS_META, IrGraph, Node, TensorDef, TensorKind
+from onyxia.ir.provenance import value_sources
 from onyxia.onnx import node_attributes
 from onyxia.operators.functions import Call, FunctionOp
 
@@ -72,7 +73,7 @@ class FunctionExpansionPass(Pass):
             try:
                 own = op.decompose(self._call(graph, node))
             except ValueRequiredError as exc:
-                exc.sources, exc.symbols = graph.value_sources(exc.tensor)
+                exc.sources, exc.symbols = value_sources(graph, exc.tensor)
                 raise
             body = onnx.helper.make_model(onnx.helper.make_graph(list(own.nodes), "decomposition", [], []),
                                           opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in own.opsets.items()])
