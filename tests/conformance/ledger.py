@@ -334,18 +334,6 @@ LEDGER: dict[str, list[str]] = {
         r"^test_dft_rfft_opset19_cpu$",
     ],
     # 9 cases
-    'LinearAttention: onnx could not build the function body: /project/onnx/inliner/inliner.cc:418: GetType: Assertion `false` failed: Type unknown for': [
-        r"^test_linear_attention_delta_cpu$",
-        r"^test_linear_attention_explicit_scale_cpu$",
-        r"^test_linear_attention_fp16_cpu$",
-        r"^test_linear_attention_gated_cpu$",
-        r"^test_linear_attention_gated_delta_cpu$",
-        r"^test_linear_attention_gated_delta_beta_scalar_cpu$",
-        r"^test_linear_attention_gated_delta_gqa_cpu$",
-        r"^test_linear_attention_gated_delta_mqa_cpu$",
-        r"^test_linear_attention_gated_per_head_decay_cpu$",
-    ],
-    # 9 cases
     'not implemented yet: ImageDecoder': [
         r"^test_image_decoder_decode_bmp_rgb_cpu$",
         r"^test_image_decoder_decode_jpeg2k_rgb_cpu$",
