@@ -32,6 +32,7 @@ from onyxia.operators import (
     selection,
     sequences,
     shape,
+    spectral,
     unique_nms,
 )
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
@@ -40,7 +41,8 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences)
+                    functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences,
+                    spectral)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -668,6 +668,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "Unique"): _from("test_datadep", "Unique"),
     ("", "NonMaxSuppression"): _from("test_datadep", "NonMaxSuppression"),
     ("", "Einsum"): _from("test_linalg"),
+    ("", "DFT"): _from("test_spectral", "DFT"),
+    ("", "STFT"): _from("test_spectral", "STFT"),
     ("", "Conv"): _from("test_conv", "Conv"),
     ("", "ConvTranspose"): _from("test_conv", "ConvTranspose"),
     ("", "CausalConvWithState"): _from("test_conv", "CausalConvWithState"),
