@@ -1,14 +1,18 @@
 """ONNX → IrGraph.
 
 Reads a path, bytes or ModelProto (external data included), records the opset of each domain,
-turns dim_param strings into symbols (dim_value into ints, absent dims into fresh symbols) and
-initializers and Constant nodes into valued weight tensors. Problems in the file surface as
+turns dim_param strings into symbols (dim_value into ints) and
+initializers and Constant nodes into valued weight tensors. A dim the model leaves unnamed —
+absent, an empty or "?" dim_param, or a negative dim_value (paddle2onnx and older converters write
+-1 for "dynamic") — becomes a fresh symbol named after its input and axis (`x_dim0`), bound from the
+feed by InferenceSession or given with `--dim x_dim0=N`. Problems in the file surface as
 ModelLoadError naming the element at fault, never as a protobuf traceback.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,7 @@ def load_model(source: ModelSource) -> IrGraph:
         graph.add_tensor(TensorDef(init.name, _dtype(init.data_type, f"initializer '{init.name}'"),
                                    tuple(int(d) for d in init.dims), TensorKind.WEIGHT,
                                    _to_array(init, f"initializer '{init.name}'")))
+    taken = _dim_param_names(proto.graph.input)
     for vi in proto.graph.input:
         if vi.name in graph.tensors:  # an input with a default value (initializer): a weight
             continue
@@ -64,7 +69,7 @@ def load_model(source: ModelSource) -> IrGraph:
         if container is not None:  # a sequence or optional: its elements come with the feed
             graph.add_tensor(TensorDef(vi.name, container[1], None, TensorKind.INPUT, container=container[0]))
         else:
-            dtype, shape = _value_info(vi, f"input '{vi.name}'")
+            dtype, shape = _value_info(vi, f"input '{vi.name}'", taken)
             graph.add_tensor(TensorDef(vi.name, dtype, shape, TensorKind.INPUT))
         graph.inputs.append(vi.name)
 
@@ -117,30 +122,56 @@ def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
         raise ModelLoadError(f"{what}: cannot decode tensor data ({exc})") from exc
 
 
-def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[dtypes.DType, tuple[Dim, ...]]:
+# dim_params that mean "unknown" rather than naming a dim: paddle2onnx writes "?" on every
+# unknown axis (x: [-1, 3, "?", "?"]), so treating it as one shared name would force h == w.
+_ANONYMOUS_DIM_PARAMS = frozenset({"", "?"})
+
+
+def _dim_param_names(inputs) -> set[str]:
+    """Every dim_param text the inputs use, so fresh names cannot collide with one."""
+    return {d.dim_param.strip() for vi in inputs if vi.type.HasField("tensor_type")
+            for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+
+
+def _value_info(vi: onnx.ValueInfoProto, what: str,
+                taken: set[str]) -> tuple[dtypes.DType, tuple[Dim, ...]]:
     if not vi.type.HasField("tensor_type"):
         raise ModelLoadError(f"{what} is not a tensor (sequence/map/optional types are not supported)")
     tt = vi.type.tensor_type
     dtype = _dtype(tt.elem_type, what)
     if not tt.HasField("shape"):
         raise ModelLoadError(f"{what} has no shape; give it a rank in the model")
-    return dtype, _shape(vi, what)
+    return dtype, _shape(vi, what, taken)
 
 
-def _shape(vi: onnx.ValueInfoProto, what: str) -> tuple[Dim, ...]:
+def _shape(vi: onnx.ValueInfoProto, what: str, taken: set[str] | None = None) -> tuple[Dim, ...]:
+    """Dims of a declared shape; `taken`: dim names already used, so fresh ones avoid them."""
+    taken = set() if taken is None else taken
     tt = vi.type.tensor_type
     shape: list[Dim] = []
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             shape.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param.strip():
+        elif d.HasField("dim_param") and d.dim_param.strip() not in _ANONYMOUS_DIM_PARAMS:
             try:
                 shape.append(parse_dim(d.dim_param))
             except OnyxiaError as exc:
                 raise ModelLoadError(f"{what} dim {i}: {exc}") from None
-        else:  # no name in the model: make one the user can bind with --dim
-            shape.append(SymDim.symbol(f"{vi.name}_dim{i}"))
+        else:  # dynamic but unnamed: make a name the user can bind with --dim
+            shape.append(SymDim.symbol(_fresh_dim_name(vi.name, i, taken)))
     return tuple(shape)
+
+
+def _fresh_dim_name(tensor: str, axis: int, taken: set[str]) -> str:
+    """`<input>_dim<axis>`, made an identifier (so it reads back from a plan inside an expression
+    and is typed as-is after --dim) and unique among the model's dim names."""
+    base = re.sub(r"\W", "_", tensor)
+    base = base if re.match(r"[A-Za-z_]", base) else f"input_{base}"
+    name, n = f"{base}_dim{axis}", 1
+    while name in taken:
+        name, n = f"{base}_dim{axis}_{n}", n + 1
+    taken.add(name)
+    return name
 
 
 def _attribute(attr: onnx.AttributeProto, node_name: str) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from onyxia.compiler import CompilerPipeline, Stage
-from onyxia.errors import InputError, ValueRequiredError
+from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import Dim, SymDim
@@ -101,6 +101,7 @@ class InferenceSession:
         self._executor = None
         self._executors: dict[tuple, Any] = {}  # one per combination of baked input values
         self._value_inputs: tuple[str, ...] = ()  # graph inputs whose fed values are baked in
+        self._size_symbols: tuple[str, ...] = ()  # symbols whose fed sizes are baked in
         self._containers: dict[str, str] = {}
         if isinstance(model, CompiledModel):
             self._graph = None
@@ -134,12 +135,16 @@ class InferenceSession:
         placeholder = {s: self._fixed_dims.get(s, 1) for s in symbols}
         if self._containers:  # the structure fed decides the outputs
             return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]
+        stand_ins = symbols - self._fixed_dims.keys()
         pipeline = self._pipeline()
         try:
-            graph = pipeline.run_passes(self._graph, placeholder, until=Stage.INFERENCE,
-                                        placeholders=symbols - self._fixed_dims.keys())
-        except ValueRequiredError:
-            # Shapes depend on input values: known after the first run (see _compile_for).
+            graph = pipeline.run_passes(self._graph, placeholder, until=Stage.INFERENCE, placeholders=stand_ins)
+        except ShapeInferenceError as exc:
+            # Shapes depend on input values, or symbolic inference cannot decide without real
+            # sizes (a model valid for some inputs only): the first run infers with the feed's
+            # shapes (see _compile_for) and reports what is wrong for them, if anything is.
+            if not isinstance(exc, ValueRequiredError) and not stand_ins:
+                raise
             return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]
         assert pipeline.context is not None
         sequences = pipeline.context.containers.get("structure", {})
@@ -181,39 +186,60 @@ class InferenceSession:
         result = executor.run(feeds, leaves)
         return [_assemble(containers.get(n, n), result) for n in names]
 
-    # ---- compilation, specialized on input values where shapes depend on them -------------
+    # ---- compilation, specialized on input values / sizes where shapes depend on them -----
+    def _key(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> tuple:
+        """What a compiled plan is specialized on: baked input values, fed structures, baked sizes."""
+        values = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
+        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in _elements(self._containers,
+                                                                                               feeds))
+        return values + structure + tuple((s, dims.get(s)) for s in self._size_symbols)
+
     def _executor_for(self, feeds: Mapping[str, Any]):
-        key = self._key(feeds)
-        executor = self._executors.get(key)
+        dims = {**bind_dims(self._input_shapes, feeds), **self._fixed_dims}
+        executor = self._executors.get(self._key(feeds, dims))
         if executor is not None:
             self._executor = executor
             return executor
-        compiled = self._compiled if self._graph is None else self._compile_for(feeds)
+        compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
         if self._runtime is None:
             self._runtime = Runtime()
         assert compiled is not None
         executor = self._runtime.load_model(compiled, transport=self._transport)
-        key = self._key(feeds)
         if len(self._executors) >= _MAX_SPECIALIZATIONS:
             self._executors.pop(next(iter(self._executors)))
-        self._executors[key] = self._executor = executor
+        # The key again: compiling may have found more inputs or sizes to specialize on.
+        self._executors[self._key(feeds, dims)] = self._executor = executor
         return executor
 
-    def _compile_for(self, feeds: Mapping[str, Any]) -> CompiledModel:
-        """Compile; when inference needs the value of a tensor computed from graph inputs (a
-        Reshape shape, Reduce axes, Slice starts fed at run time), bake those inputs' fed
-        values into the plan and compile again. Later calls with other values recompile."""
+    def _compile_for(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> CompiledModel:
+        """Compile; when inference needs a value it cannot compute symbolically, specialize:
+
+        - a value computed from graph inputs' *values* (a Reshape shape, Reduce axes, Slice starts
+          fed at run time): bake those inputs' fed values into the plan;
+        - a value computed from input *sizes* in a way symbolic dims cannot follow (a Resize size
+          from Shape through float math, as exporters write `interpolate(scale_factor=...)`): bake
+          the feed's real sizes of those symbols, leaving the others dynamic.
+
+        Then compile again. Later calls with other values or sizes compile another plan (a few
+        are kept); calls that only change the remaining symbols update dimensions in place.
+        """
         while True:
-            graph = self._specialized_graph(feeds)
+            graph = self._specialized_graph(feeds, dims)
             shapes = {n: graph.tensor(n).shape for n in graph.inputs}
-            dims = {**bind_dims(shapes, feeds), **self._fixed_dims}
+            baked = set(self._size_symbols)  # no longer symbols of the specialized graph
+            given = {k: v for k, v in {**bind_dims(shapes, feeds), **self._fixed_dims}.items() if k not in baked}
             try:
-                compiled = self._pipeline().compile(graph, dims, self._static)
+                compiled = self._pipeline().compile(graph, given, [s for s in self._static if s not in baked])
             except ValueRequiredError as exc:
-                sources = (exc.sources or _graph_input_sources(graph, exc.tensor)) - set(self._value_inputs)
-                if not sources:
+                sources, symbols = set(exc.sources), set(exc.symbols)
+                if not sources and not symbols:
+                    sources = _graph_input_sources(graph, exc.tensor)
+                sources -= set(self._value_inputs)
+                symbols = {s for s in symbols - set(self._size_symbols) if s in dims}
+                if not sources and not symbols:
                     raise
                 self._value_inputs = tuple(sorted({*self._value_inputs, *sources}))
+                self._size_symbols = tuple(sorted({*self._size_symbols, *symbols}))
                 continue
             if any(a.type == "tensor(unknown)" for a in self._outputs):
                 containers = compiled.metadata.get("containers", {}).get("structure", {})
@@ -223,16 +249,9 @@ class InferenceSession:
                                  for a in self._outputs]
             return compiled
 
-    def _key(self, feeds: Mapping[str, Any]) -> tuple:
-        """What a compiled plan is specialized on: baked input values, fed structures."""
-        values = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
-        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in _elements(self._containers,
-                                                                                               feeds))
-        return values + structure
-
-    def _specialized_graph(self, feeds: Mapping[str, Any]):
+    def _specialized_graph(self, feeds: Mapping[str, Any], dims: Mapping[str, int]):
         assert self._graph is not None
-        if not self._value_inputs and not self._containers:
+        if not self._value_inputs and not self._containers and not self._size_symbols:
             return self._graph
         graph = self._graph.copy()
         for name in self._containers:
@@ -242,6 +261,10 @@ class InferenceSession:
             t.value = np.asarray(feeds[name])
             t.shape, t.kind = tuple(t.value.shape), TensorKind.WEIGHT
             graph.inputs.remove(name)
+        sizes = {s: dims[s] for s in self._size_symbols}
+        for name in graph.inputs:
+            t = graph.tensor(name)
+            t.shape = tuple(d.substitute(sizes) if isinstance(d, SymDim) else d for d in t.shape)
         return graph
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from onyxia.errors import ModelLoadError
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape
+from onyxia.ir.shapes import Shape, dim_symbols
 
 TensorId = str
 NodeId = int
@@ -327,6 +327,55 @@ class IrGraph:
         nodes = nx.ancestors(self._g, src) | {src}
         return frozenset(t for n in nodes for t in self.node(n).inputs if t in self.inputs)
 
+    def value_sources(self, tid: TensorId) -> tuple[frozenset[TensorId], frozenset[str]]:
+        """Why the value of `tid` is unknown: (graph inputs whose *values* it reads, symbols whose
+        values would let it fold).
+
+        The walk follows tensors without a value back to the nodes that block folding: a node
+        whose inputs all have values, some of them symbolic (Cast to float of [height, width]),
+        contributes the symbols of those; Shape and Size contribute the symbols of the dims they
+        return, never their input's values. So a Resize size computed from Shape(image) through
+        float math depends on `height` and `width`, not on the image's pixels nor on `batch`.
+        """
+        if self.parent is not None:  # a subgraph: what it reads from enclosing graphs
+            return self.input_sources(tid), frozenset()
+        inputs: set[TensorId] = set()
+        symbols: set[str] = set()
+        seen: set[TensorId] = set()
+        stack = [tid]
+        start = self.tensors.get(tid)
+        if start is not None and start.is_symbolic_value:  # valued, but a consumer needs numbers
+            return frozenset(), _value_symbols(start.value)
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in self.inputs:
+                inputs.add(t)
+                continue
+            src = self._producer.get(t)
+            if src is None:
+                continue
+            node = self.node(src)
+            read = self.tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+            if node.domain == "" and node.op_type in ("Shape", "Size") and read is not None \
+                    and read.shape is not None:
+                dims = read.shape
+                if node.op_type == "Shape":  # Python slicing clamps start/end as ONNX does
+                    dims = dims[node.attributes.get("start", 0):node.attributes.get("end", len(dims))]
+                symbols.update(s for d in dims for s in dim_symbols(d))
+                continue
+            unvalued = [i for i in (*node.inputs, *node.implicit_inputs)
+                        if i is not None and (i not in self.tensors or self.tensors[i].value is None)]
+            if unvalued:
+                stack.extend(unvalued)
+                continue
+            for i in node.inputs:  # every input known: the node could not fold symbolic values
+                if i is not None and i in self.tensors and self.tensors[i].is_symbolic_value:
+                    symbols |= _value_symbols(self.tensors[i].value)
+        return frozenset(inputs), frozenset(symbols)
+
     def live_nodes(self) -> set[NodeId]:
         """Nodes that (transitively) produce a graph output."""
         live: set[NodeId] = set()
@@ -452,6 +501,10 @@ class IrGraph:
 
     def __repr__(self) -> str:
         return f"IrGraph({self.name!r}, {len(self)} nodes, {len(self.tensors)} tensors)"
+
+
+def _value_symbols(value: np.ndarray) -> frozenset[str]:
+    return frozenset(s for d in value.reshape(-1) for s in dim_symbols(d))
 
 
 def _implicit_inputs(node: Node) -> list[TensorId]:

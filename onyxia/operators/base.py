@@ -101,6 +101,19 @@ class InferenceCtx:
         """An error naming this node, its op type and (optionally) the input at fault."""
         return ShapeInferenceError(message, node=self.node.name, op_type=self.node.op_type, input_index=input)
 
+    def require_ints(self, values: Sequence[Dim], what: str, input: int | None = None) -> list[int]:
+        """`values` as plain ints. Symbolic ones (a Slice step or Squeeze axis computed from a
+        dim) raise a ValueRequiredError naming their symbols: symbolic inference cannot decide
+        here, so InferenceSession compiles for the feed's real sizes of those symbols."""
+        symbolic = [v for v in values if isinstance(v, SymDim)]
+        if symbolic:
+            name = self.node.inputs[input] if input is not None and self.has_input(input) else ""
+            raise ValueRequiredError(
+                f"{what} must be constant integers, got {[str(v) for v in values]}",
+                node=self.node.name, op_type=self.node.op_type, input_index=input, tensor=name or "",
+                symbols=frozenset(s for v in symbolic for s in v.symbols))
+        return [int(v) for v in values]
+
     def input_tensor(self, i: int) -> TensorDef:
         if not self.has_input(i):
             raise self.fail("required input is missing", i)
@@ -128,10 +141,11 @@ class InferenceCtx:
         value = self.input_value(i)
         if value is None:
             name = self.node.inputs[i] if self.has_input(i) else ""
+            sources, symbols = self.graph.value_sources(name) if name else (frozenset(), frozenset())
             raise ValueRequiredError(
                 f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
                 node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "",
-                sources=self.graph.input_sources(name) if name else frozenset())
+                sources=sources, symbols=symbols)
         return value
 
     def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:
@@ -148,7 +162,13 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        return broadcast_shapes(shapes, self.fail, self.same_dim)
+        return broadcast_shapes(shapes, self.fail, self.same_dim, self.show_dim)
+
+    def show_dim(self, d: Dim) -> str:
+        """A dim for an error message: a symbolic one with its value for the dims given, which is
+        what made two expressions differ ("(x + 1) // 2 = 3")."""
+        value = self.env.value(d) if isinstance(d, SymDim) else None
+        return str(d) if value is None else f"{d} = {value}"
 
     def same_dim(self, a: Dim, b: Dim) -> bool:
         """Whether dims `a` and `b` are one dim: every shape check comparing dims uses this.

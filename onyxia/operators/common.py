@@ -39,8 +39,9 @@ def prefer_literal(a: Dim, b: Dim) -> Dim:
 
 
 def broadcast_shapes(shapes: Sequence[Shape], fail: Callable[[str], Exception],
-                     same: Callable[[Dim, Dim], bool]) -> Shape:
-    """NumPy broadcasting over int | SymDim dims. `fail(msg)` builds the error to raise.
+                     same: Callable[[Dim, Dim], bool], show: Callable[[Dim], str] = str) -> Shape:
+    """NumPy broadcasting over int | SymDim dims. `fail(msg)` builds the error to raise;
+    `show(d)` writes a dim in it (InferenceCtx adds a symbolic dim's value).
 
     Two dims other than 1 broadcast when `same(a, b)` accepts them as one dim
     (InferenceCtx.same_dim: equal, or equal in value at compile time, an assumption the runtime
@@ -60,7 +61,7 @@ def broadcast_shapes(shapes: Sequence[Shape], fail: Callable[[str], Exception],
                 result = prefer_literal(result, d)
             else:
                 raise fail(f"shapes {', '.join(shape_str(s) for s in shapes)} cannot be broadcast "
-                           f"(axis {axis}: {result} vs {d})")
+                           f"(axis {axis}: {show(result)} vs {show(d)})")
         out.append(result)
     return tuple(out)
 

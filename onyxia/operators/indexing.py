@@ -307,9 +307,7 @@ class Slice(Operator):
         if not len(starts) == len(ends) == len(axes) == len(steps):
             raise ctx.fail(f"starts, ends, axes and steps differ in length "
                            f"({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})")
-        for name, values in (("axes", axes), ("steps", steps)):
-            if not all(isinstance(v, int) for v in values):
-                raise ctx.fail(f"{name} must be constant integers, got {list(map(str, values))}")
+        axes, steps = ctx.require_ints(axes, "axes", 3), ctx.require_ints(steps, "steps", 4)
         norm = [ctx.axis(a, rank) for a in axes]
         if len(set(norm)) != len(norm):
             raise ctx.fail(f"axes {axes} repeat an axis")

@@ -162,6 +162,8 @@ class Range(Operator):
             raise ctx.fail("delta must be non-zero", 2)
         if not any(isinstance(v, SymDim) for v in (start, limit, delta)):
             return [(ctx.input_dtype(0), (max(math.ceil((limit - start) / delta), 0),))]  # type: ignore[operator]
+        if isinstance(delta, SymDim):
+            ctx.require_ints([delta], "delta (when start/limit are symbolic)", 2)
         if not isinstance(delta, int):
             raise ctx.fail(f"delta must be a constant integer when start/limit are symbolic, got {delta}", 2)
         # ceil((limit - start) / delta); a symbolic count cannot be clamped at 0, so the model
@@ -257,10 +259,7 @@ def _axes(ctx: InferenceCtx, required: bool) -> list[int] | None:
     if "axes" in ctx.node.attributes:
         return [int(a) for a in ctx.attr("axes")]
     if ctx.has_input(1):
-        dims = ctx.require_dims(1, "axes")
-        if not all(isinstance(a, int) for a in dims):
-            raise ctx.fail(f"axes must be constant integers, got {list(map(str, dims))}", 1)
-        return dims  # type: ignore[return-value]
+        return ctx.require_ints(ctx.require_dims(1, "axes"), "axes", 1)
     if required:
         raise ctx.fail("needs axes (attribute before opset 13, input 1 from 13)")
     return None

@@ -281,7 +281,12 @@ class PlanReplay:
             if fa(new) != fb(new):
                 what = f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal" if isinstance(b, SymDim) \
                     else f"dimension {a} = {fa(new)} must be {b}"
-                raise DimensionError(f"{what}: node '{node}' needs them equal (they were when the model was compiled)")
+                # The symbols' values too, unless shown already: an expression's value alone does
+                # not say which feed broke it.
+                hidden = sorted((dim_symbols(a) | dim_symbols(b)) - {str(x) for x in (a, b)})
+                given = f" (with {', '.join(f'{s}={new[s]}' for s in hidden)})" if hidden else ""
+                raise DimensionError(f"{what}{given}: node '{node}' needs them equal "
+                                     "(they were when the model was compiled)")
         self._apply(new, changed)
         self.stats.dimension_updates += 1
 

@@ -72,7 +72,7 @@ class FunctionExpansionPass(Pass):
             try:
                 own = op.decompose(self._call(graph, node))
             except ValueRequiredError as exc:
-                exc.sources = graph.input_sources(exc.tensor)
+                exc.sources, exc.symbols = graph.value_sources(exc.tensor)
                 raise
             body = onnx.helper.make_model(onnx.helper.make_graph(list(own.nodes), "decomposition", [], []),
                                           opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in own.opsets.items()])
