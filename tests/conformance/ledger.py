@@ -370,19 +370,6 @@ LEDGER: dict[str, list[str]] = {
         r"^test_training_dropout_default_mask_cpu$",
         r"^test_training_dropout_mask_cpu$",
     ],
-    # 4 cases
-    'not implemented yet: DeformConv': [
-        r"^test_basic_deform_conv_with_padding_cpu$",
-        r"^test_basic_deform_conv_without_padding_cpu$",
-        r"^test_deform_conv_with_mask_bias_cpu$",
-        r"^test_deform_conv_with_multiple_offset_groups_cpu$",
-    ],
-    # 3 cases
-    'not implemented yet: RoiAlign': [
-        r"^test_roialign_aligned_false_cpu$",
-        r"^test_roialign_aligned_true_cpu$",
-        r"^test_roialign_mode_max_cpu$",
-    ],
     # 2 cases
     "BatchNormalization: attribute '…' = 1 (training) is not supported; onyxia runs inference": [
         r"^test_batchnorm_epsilon_training_mode_cpu$",
