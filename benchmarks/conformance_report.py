@@ -43,7 +43,7 @@ SEED_OPS = frozenset(
     "ConstantOfShape Shape Reshape Unsqueeze Transpose Concat Expand Gather Slice ScatterND Range Trilu "
     "ReduceSum ReduceMean Cast".split())
 # Element types with a device representation (onyxia/ir/dtypes.py: one 32-bit word per element).
-DEVICE_DTYPES = frozenset("float32 float16 int32 int64 bool int8 uint8 int16 uint16 uint32".split())
+DEVICE_DTYPES = frozenset("float32 float16 int32 int64 bool int8 uint8 int16 uint16 uint32 uint64".split())
 
 # Operator families for the per-family counts; a case belongs to the family of its principal op.
 FAMILIES: dict[str, frozenset[str]] = {name: frozenset(ops.split()) for name, ops in {

@@ -5,7 +5,8 @@ buffer size is ``numel * 4`` and every shader indexes plain ``array<f32|i32|u32>
 
 - float32 → f32; float16 → f32 (widened at upload, narrowed at download; computed in f32);
 - int32 → i32; int64 → i32 (range-checked at upload, widened at download); int8/int16 → i32;
-- uint32 → u32; uint8/uint16 → u32; bool → u32 (0 or 1).
+- uint32 → u32; uint64 → u32 (as int64: range-checked at upload, widened at download);
+  uint8/uint16 → u32; bool → u32 (0 or 1).
 
 float64 and the rest have no device representation: a tensor of those types may still be
 folded on the host, but one that must live on the GPU raises UnsupportedDtypeError.
@@ -55,7 +56,7 @@ class DType:
         if self.device is None:
             raise UnsupportedDtypeError(
                 f"{what} has dtype {self.name}, which has no GPU representation "
-                "(supported: float32, float16, int64, int32, int16, int8, uint32, uint16, uint8, bool)"
+                "(supported: float32, float16, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool)"
             )
         return self.device
 
@@ -70,7 +71,7 @@ _TABLE = [
     DType("int32", TensorProto.INT32, np.dtype(np.int32), "i32"),
     DType("int16", TensorProto.INT16, np.dtype(np.int16), "i32"),
     DType("int8", TensorProto.INT8, np.dtype(np.int8), "i32"),
-    DType("uint64", TensorProto.UINT64, np.dtype(np.uint64), None),
+    DType("uint64", TensorProto.UINT64, np.dtype(np.uint64), "u32"),
     DType("uint32", TensorProto.UINT32, np.dtype(np.uint32), "u32"),
     DType("uint16", TensorProto.UINT16, np.dtype(np.uint16), "u32"),
     DType("uint8", TensorProto.UINT8, np.dtype(np.uint8), "u32"),
@@ -113,16 +114,18 @@ def from_numpy(dtype: np.dtype | type) -> DType:
 
 
 _I32 = np.iinfo(np.int32)
+_U32 = np.iinfo(np.uint32)
 
 
 def to_device(array: np.ndarray, dtype: DType, what: str) -> np.ndarray:
     """Convert a host array of `dtype` into its contiguous device representation."""
     device = dtype.require_device(what)
-    if device == "i32" and dtype.numpy.itemsize > 4 and array.size:
+    if dtype.numpy.itemsize > 4 and array.size:  # int64 / uint64 in one 32-bit word
         lo, hi = int(array.min()), int(array.max())
-        if lo < _I32.min or hi > _I32.max:
+        word = _I32 if device == "i32" else _U32
+        if lo < word.min or hi > word.max:
             raise InputError(
-                f"{what}: int64 values must fit in int32 on the GPU (got range [{lo}, {hi}])"
+                f"{what}: {dtype.name} values must fit in {word.dtype} on the GPU (got range [{lo}, {hi}])"
             )
     return np.ascontiguousarray(array, dtype=_DEVICE_NUMPY[device])
 

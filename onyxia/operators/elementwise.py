@@ -10,8 +10,8 @@ propagating max, erf, C pow, ...) live in shaders/elementwise/math.wgsl.
 
 Device numerics (every element is a 32-bit word, see ir/dtypes.py):
 - float16 computes in f32 and is rounded to float16 once, when read back;
-- int64 computes in i32: results wrap around at 2^31 where int64 would not (inputs are
-  range-checked at upload);
+- int64 computes in i32 and uint64 in u32: results wrap around at 2^31 (2^32) where 64 bits
+  would not (inputs are range-checked at upload);
 - int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
   overflow wraps exactly as numpy and onnxruntime do;
 - integer Div/Mod by zero give WGSL's defined results, where ONNX leaves them undefined.
