@@ -54,7 +54,7 @@ def deform_cases(draw):
     m = group * draw(st.integers(1, 3))
     k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     stride, pad, dilation = draw(st.integers(1, 2)), draw(st.integers(0, 2)), draw(st.integers(1, 2))
-    x_shape = [draw(st.integers(1, 2)), c, draw(st.integers(4, 9)), draw(st.integers(4, 9))]
+    x_shape = [draw(st.integers(1, 2)), c, *(draw(st.integers(max(4, (kk - 1) * dilation + 1), 9)) for kk in k)]
     return (x_shape, [m, c // group, *k], dict(group=group, offset_group=offset_group, stride=stride, pad=pad,
                                                dilation=dilation, bias=draw(st.booleans()), mask=draw(st.booleans())),
             draw(st.integers(0, 2**31)))
