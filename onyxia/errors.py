@@ -84,3 +84,8 @@ class ConfigError(OnyxiaError):
 
 class PipelineError(OnyxiaError):
     """The pass pipeline breaks a pass's declared needs (a pass missing, or passes out of order)."""
+
+
+class ComputeError(OnyxiaError):
+    """A kernel detected a result the device cannot represent (an int64 value outside the
+    32-bit range the GPU computes int64 in); the run's outputs are not returned."""

@@ -23,11 +23,16 @@ from typing import ClassVar, Sequence, Union
 import numpy as np
 
 from onyxia.errors import OnyxiaError, PlanError
-from onyxia.ir.dtypes import ELEMENT_BYTES
+from onyxia.ir.dtypes import from_name
 from onyxia.ir.shapes import Dim, SymDim, numel, parse_dim
 
 PLAN_FORMAT = "onyxia-plan"
-PLAN_VERSION = 2  # 2: templates stored once in a table that shaders name (1: a copy per shader)
+PLAN_VERSION = 3  # 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
+
+# The plan's status word: kernels that can detect a wrong result (an int64 value out of the
+# range the GPU computes it in) record a report site in it, and the runtime raises an error
+# naming the site's node when it reads outputs back. Bound after a reporting shader's buffers.
+STATUS_TENSOR = "onyxia/status"
 
 Expr = Dim  # int | SymDim
 Scalar = Union[int, float, SymDim]
@@ -46,6 +51,23 @@ class ShaderParam:
 
 
 @dataclass(frozen=True)
+class BufferDecl:
+    """One storage binding of a shader, as its kernel sees it (codegen/storage.py generates the
+    declaration and the accessors `NAME_load(i)`, `NAME_store(i, v)`, ... from it).
+
+    The binding's number is its position in ShaderSpec.buffers (reads first, then writes), the
+    same position as the tensor in each Dispatch's bindings.
+    """
+
+    name: str  # WGSL name prefix of the accessors
+    dtype: str  # ONNX dtype name of the tensors bound here: fixes storage and compute types
+    read_only: bool
+    vector: bool = False  # the kernel also reads vec4s: NAME_load4(j) = elements 4j .. 4j+3
+    whole_words: bool = False  # a write binding the kernel stores whole words of (NAME_store_unit)
+    raw: bool = False  # the kernel moves storage codes (u32 bits), not values: no decode/encode
+
+
+@dataclass(frozen=True)
 class ShaderSpec:
     label: str
     template: str  # key of CompiledModel.templates: the WGSL this shader specializes
@@ -53,6 +75,9 @@ class ShaderSpec:
     constants: tuple[tuple[ShaderParam, Scalar], ...]  # static params, baked
     immediates: tuple[ShaderParam, ...]  # dynamic params, in word order
     entry_point: str = "main"
+    buffers: tuple[BufferDecl, ...] = ()  # storage bindings, in binding order
+    # The kernel may report errors (onyxia_report): the plan's status word binds after `buffers`.
+    reports: bool = False
 
     @property
     def immediate_bytes(self) -> int:
@@ -183,7 +208,7 @@ class WriteBuffer(Step, tag="write"):
 
     dst: str
     data: tuple[Expr, ...]
-    dtype: str  # device scalar type: "i32" | "u32" | "f32"
+    dtype: str  # ONNX dtype name of `dst`: the data is encoded as the device stores it
 
     def uses(self) -> tuple[tuple[str, bool], ...]:
         return ((self.dst, True),)
@@ -357,13 +382,19 @@ class TensorInfo:
     name: str
     dtype: str  # ONNX dtype name
     shape: tuple[Expr, ...]
-    kind: str  # "input" | "output" | "weight" | "intermediate" | "scratch"
+    kind: str  # "input" | "output" | "weight" | "intermediate" | "scratch" | "status"
     data: np.ndarray | None = None  # weights and constants, in the ONNX dtype
     alias_of: str | None = None  # shares the buffer of another tensor (Reshape, Identity...)
 
     @property
     def nbytes(self) -> Expr:
-        return numel(self.shape) * ELEMENT_BYTES
+        """Device bytes: the dtype's storage for every element, padded to whole words."""
+        return from_name(self.dtype).nbytes(numel(self.shape))
+
+    @property
+    def storage(self) -> str:
+        """How the device stores it (ir/dtypes.py's storage codecs: f32, f16, u8, ...)."""
+        return from_name(self.dtype).require_device(f"tensor '{self.name}'")
 
 
 @dataclass(frozen=True)
@@ -399,6 +430,9 @@ class CompiledModel:
     # two names of one length), with the node that needed it; the executor rejects dims that
     # break them.
     constraints: tuple[tuple[Expr, Expr, str], ...] = ()
+    # Report sites (node, op type, what it detected): site k (from 1) is what a nonzero status
+    # word k means. Empty when no kernel reports (then the plan has no status tensor).
+    sites: tuple[tuple[str, str, str], ...] = ()
     # Data-dependent symbols (NonZero's count, a fed TopK k, a Loop's trip count): set by
     # ReadSymbol/LoopStep during a run, never by the caller. Each maps to the capacity its
     # buffers are sized for (an expression over the other dims; None: grown when exceeded).
@@ -465,7 +499,10 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "shaders": [{"label": s.label, "template": s.template, "entry_point": s.entry_point,
                      "defs": [[k, _enc(v)] for k, v in s.defs],
                      "constants": [[p.name, p.type, _enc(v)] for p, v in s.constants],
-                     "immediates": [[p.name, p.type] for p in s.immediates]} for s in model.shaders],
+                     "immediates": [[p.name, p.type] for p in s.immediates],
+                     "buffers": [[b.name, b.dtype, b.read_only, b.vector, b.whole_words, b.raw]
+                                 for b in s.buffers],
+                     "reports": s.reports} for s in model.shaders],
         "operations": [{"name": op.name, "op_type": op.op_type, "scratch": list(op.scratch),
                         "steps": [s.to_json() for s in op.steps]} for op in model.operations],
         "tensors": tensors,
@@ -474,6 +511,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "dims": model.dims, "static_symbols": sorted(model.static_symbols),
         "metadata": model.metadata,
         "constraints": [[str(a), str(b), node] for a, b, node in model.constraints],
+        "sites": [list(site) for site in model.sites],
         "data_symbols": {k: _enc(v) for k, v in model.data_symbols.items()},
     }
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -516,7 +554,9 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
     shaders = tuple(
         ShaderSpec(s["label"], s["template"], tuple((k, _dec(v)) for k, v in s["defs"]),
                    tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),
-                   tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"])
+                   tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"],
+                   tuple(BufferDecl(n, dt, bool(r), bool(v), bool(w), bool(raw))
+                         for n, dt, r, v, w, raw in s["buffers"]), bool(s["reports"]))
         for s in doc["shaders"])
     operations = tuple(PlannedOp(o["name"], o["op_type"], tuple(Step.kind(s["t"]).from_json(s) for s in o["steps"]),
                                  tuple(o["scratch"])) for o in doc["operations"])
@@ -525,7 +565,8 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
                for t in doc["tensors"]}
     bindings = tuple(SymbolicBinding(k, tgt, i, parse_dim(e)) for k, tgt, i, e in doc["symbolic_bindings"])
     constraints = tuple((parse_dim(a), parse_dim(b), node) for a, b, node in doc.get("constraints", []))
+    sites = tuple((str(node), str(op), str(what)) for node, op, what in doc["sites"])
     data_symbols = {k: _dec(v) for k, v in doc.get("data_symbols", {}).items()}
     return CompiledModel(shaders, templates, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
                          bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"],
-                         constraints, data_symbols)
+                         constraints, sites, data_symbols)

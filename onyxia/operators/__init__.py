@@ -25,6 +25,7 @@ from onyxia.operators import (
     onnx_attention,
     pooling,
     qlinear,
+    quantize_linear,
     quantized,
     recurrent,
     reduction,
@@ -44,7 +45,7 @@ from onyxia.operators.registry import OperatorRegistry
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
                     functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences,
-                    spectral, roi, deform)
+                    quantize_linear, spectral, roi, deform)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -131,14 +131,5 @@ def strided_index_params(out_shape: Shape, in_shapes: Sequence[Shape], names: Se
     return params, "\n".join(lines)
 
 
-def binding_block(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> str:
-    """WGSL storage declarations, numbered in dispatch order (reads, then writes)."""
-    lines = [f"@group(0) @binding({i}) var<storage, read> {name}: array<{ty}>;"
-             for i, (name, ty) in enumerate(reads)]
-    lines += [f"@group(0) @binding({len(reads) + i}) var<storage, read_write> {name}: array<{ty}>;"
-              for i, (name, ty) in enumerate(writes)]
-    return "\n".join(lines)
-
-
-__all__ = ["binding_block", "broadcast_shapes", "broadcast_strides", "ceil_div", "collapse_dims", "contiguous_strides",
+__all__ = ["broadcast_shapes", "broadcast_strides", "ceil_div", "collapse_dims", "contiguous_strides",
            "is_one", "is_zero", "numel", "prefer_literal", "select_small", "strided_index_params"]

@@ -25,15 +25,27 @@ from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides
-from onyxia.operators.indexing import GATHER, strided_code
+from onyxia.operators.indexing import plan_strided_copy
 from onyxia.plan import BranchStep, CopyBuffer, LoopStep, ReadSymbol, SliceCopy, Step
 
 # A Loop without a trip count runs until its condition turns false (the runtime bounds it).
 UNBOUNDED_TRIPS = 2**31 - 1
 
 
-def nbytes(shape: Shape) -> Dim:
-    return numel(shape) * dtypes.ELEMENT_BYTES
+def nbytes(dtype: DType, shape: Shape) -> Dim:
+    """Device bytes of a whole tensor (padded to a word: both ends of a copy are)."""
+    return dtype.nbytes(numel(shape))
+
+
+def slice_bytes(ctx: InferenceCtx, dtype: DType, shape: Shape, what: str) -> Dim:
+    """Device bytes of one slice copied at offsets that move with the iteration: whole words."""
+    if not dtype.packed:
+        return numel(shape) * 4
+    n = numel(shape)
+    if not isinstance(n, int) or n % dtype.per_word:
+        raise ctx.fail(f"{what}: slices of {n} {dtype} elements are not whole 32-bit words, which loop "
+                       f"copies move (a multiple of {dtype.per_word} elements is)")
+    return n // dtype.per_word * 4
 
 
 def _root(ctx: PlanCtx, name: str) -> str:
@@ -46,7 +58,7 @@ def copy_into(ctx: PlanCtx, src: str, dst: str, shape: Shape) -> list[Step]:
     """A whole-tensor copy, none when both names share a buffer (a view) or it is empty."""
     if _root(ctx, src) == _root(ctx, dst):
         return []
-    return [CopyBuffer(src, dst, nbytes(shape))]
+    return [CopyBuffer(src, dst, nbytes(ctx.tensor_dtype(src), shape))]
 
 
 def carried_copies(ctx: PlanCtx, outs: list[str], ins: list[str], types: list[tuple[DType, Shape]]) -> list[SliceCopy]:
@@ -63,7 +75,7 @@ def carried_copies(ctx: PlanCtx, outs: list[str], ins: list[str], types: list[tu
         root = _root(ctx, src)
         if root == _root(ctx, dst):
             continue
-        size = nbytes(shape)
+        size = nbytes(dtype, shape)
         if root in input_roots:
             tmp = ctx.scratch(numel(shape), dtype.name, f"carried_{k}")
             staged.append(SliceCopy(src, tmp, size))
@@ -209,7 +221,8 @@ class Loop(Operator):
             steps += copy_into(ctx, ctx.input(2 + k), v_in[k], ctx.input_shape(2 + k))
         leave = []
         for j, src in enumerate(body.outputs[1 + carried:]):  # before the carried values change
-            size = nbytes(ctx.output_shape(carried + j)[1:])
+            size = slice_bytes(ctx, ctx.output_dtype(carried + j), ctx.output_shape(carried + j)[1:],
+                               f"scan output {j}")
             leave.append(SliceCopy(src, ctx.output(carried + j), size, dst_stride=size))
         leave += carried_copies(ctx, v_out, v_in, [(ctx.input_dtype(2 + k), ctx.input_shape(2 + k))
                                                    for k in range(carried)])
@@ -239,16 +252,11 @@ def _flags(ctx: InferenceCtx, name: str, count: int) -> list[bool]:
     return [bool(v) for v in raw]
 
 
-def permute_copy(ctx: PlanCtx, src: str, src_shape: Shape, perm: list[int], dst: str, device: str) -> list[Step]:
+def permute_copy(ctx: PlanCtx, src: str, src_shape: Shape, perm: list[int], dst: str) -> list[Step]:
     """dst = src transposed by `perm` (one gather.wgsl dispatch): a scan axis moved to or from
     the front, so that each iteration's slice is one contiguous copy."""
-    out_shape = tuple(src_shape[p] for p in perm)
     strides = contiguous_strides(src_shape)
-    params, code = strided_code(out_shape, {"src": ([strides[p] for p in perm], 0),
-                                            "dst": (contiguous_strides(out_shape), 0)})
-    count = numel(out_shape)
-    return [ctx.dispatch(GATHER, label="scan_transpose", defs={"T": device, "INDEX": code, "B_Y": 1},
-                         params={"N": count, **params}, reads=[src], writes=[dst], workgroups=ctx.grid(count))]
+    return plan_strided_copy(ctx, tuple(src_shape[p] for p in perm), [strides[p] for p in perm], x=src, y=dst)
 
 
 class Scan(Operator):
@@ -306,12 +314,12 @@ class Scan(Operator):
         enter: list[SliceCopy] = []
         for j in range(m):
             shape, axis, src = ctx.input_shape(n + j), axes[j], ctx.input(n + j)
-            device = ctx.device_type(ctx.input_dtype(n + j), f"scan input {j}")
             if axis != 0:  # make each step's slice contiguous: the scan axis first
                 perm = [axis, *(a for a in range(len(shape)) if a != axis)]
                 src = ctx.scratch(numel(shape), ctx.input_dtype(n + j).name, f"scan_input_{j}")
-                steps += permute_copy(ctx, ctx.input(n + j), shape, perm, src, device)
-            size = nbytes(tuple(d for a, d in enumerate(shape) if a != axis))
+                steps += permute_copy(ctx, ctx.input(n + j), shape, perm, src)
+            size = slice_bytes(ctx, ctx.input_dtype(n + j), tuple(d for a, d in enumerate(shape) if a != axis),
+                               f"scan input {j}")
             enter.append(SliceCopy(src, body.inputs[n + j], size, (length - 1) * size if reverse[j] else 0,
                                    -size if reverse[j] else size))
         leave: list[SliceCopy] = []
@@ -319,13 +327,12 @@ class Scan(Operator):
         for j in range(k):
             shape, axis = out_shapes[j], out_axes[j]
             per_step = tuple(d for a, d in enumerate(shape) if a != axis)
-            size = nbytes(per_step)
+            size = slice_bytes(ctx, ctx.output_dtype(n + j), per_step, f"scan output {j}")
             dst = ctx.output(n + j)
             if axis != 0:
                 dst = ctx.scratch(numel(shape), ctx.output_dtype(n + j).name, f"scan_output_{j}")
                 perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, len(shape)))
-                device = ctx.device_type(ctx.output_dtype(n + j), f"scan output {j}")
-                after += permute_copy(ctx, dst, (length, *per_step), perm, ctx.output(n + j), device)
+                after += permute_copy(ctx, dst, (length, *per_step), perm, ctx.output(n + j))
             leave.append(SliceCopy(body.outputs[n + j], dst, size,
                                    dst_offset=(length - 1) * size if out_reverse[j] else 0,
                                    dst_stride=-size if out_reverse[j] else size))
@@ -375,21 +382,26 @@ class Scan8(Operator):
         reverse = _flags(ctx, "directions", m)
         outer_enter, outer_leave, enter, leave = [], [], [], []
         for i in range(n):
-            size = nbytes(ctx.input_shape(1 + i)[1:])
+            size = slice_bytes(ctx, ctx.input_dtype(1 + i), ctx.input_shape(1 + i)[1:], f"state {i}")
             outer_enter.append(SliceCopy(ctx.input(1 + i), body.inputs[i], size, 0, size))
             outer_leave.append(SliceCopy(body.inputs[i], ctx.output(i), size, 0, 0, 0, size))
         for j in range(m):
             shape = ctx.input_shape(1 + n + j)
-            per_batch = ctx.scratch(numel(shape[1:]), ctx.input_dtype(1 + n + j).name, f"scan_input_{j}")
-            outer_enter.append(SliceCopy(ctx.input(1 + n + j), per_batch, nbytes(shape[1:]), 0, nbytes(shape[1:])))
-            size = nbytes(shape[2:])
+            dtype = ctx.input_dtype(1 + n + j)
+            per_batch = ctx.scratch(numel(shape[1:]), dtype.name, f"scan_input_{j}")
+            batch_size = slice_bytes(ctx, dtype, shape[1:], f"scan input {j}")
+            outer_enter.append(SliceCopy(ctx.input(1 + n + j), per_batch, batch_size, 0, batch_size))
+            size = slice_bytes(ctx, dtype, shape[2:], f"scan input {j}")
             enter.append(SliceCopy(per_batch, body.inputs[n + j], size, (length - 1) * size if reverse[j] else 0,
                                    -size if reverse[j] else size))
         for j in range(k):
             shape = ctx.output_shape(n + j)
-            per_batch = ctx.scratch(numel(shape[1:]), ctx.output_dtype(n + j).name, f"scan_output_{j}")
-            leave.append(SliceCopy(body.outputs[n + j], per_batch, nbytes(shape[2:]), dst_stride=nbytes(shape[2:])))
-            outer_leave.append(SliceCopy(per_batch, ctx.output(n + j), nbytes(shape[1:]), dst_stride=nbytes(shape[1:])))
+            dtype = ctx.output_dtype(n + j)
+            per_batch = ctx.scratch(numel(shape[1:]), dtype.name, f"scan_output_{j}")
+            step_size = slice_bytes(ctx, dtype, shape[2:], f"scan output {j}")
+            batch_size = slice_bytes(ctx, dtype, shape[1:], f"scan output {j}")
+            leave.append(SliceCopy(body.outputs[n + j], per_batch, step_size, dst_stride=step_size))
+            outer_leave.append(SliceCopy(per_batch, ctx.output(n + j), batch_size, dst_stride=batch_size))
         leave += carried_copies(ctx, body.outputs[:n], body.inputs[:n],
                                 [(ctx.input_dtype(1 + i), ctx.input_shape(1 + i)[1:]) for i in range(n)])
         inner = LoopStep(tuple(ctx.plan_subgraph("body")), length, enter=tuple(enter), leave=tuple(leave),

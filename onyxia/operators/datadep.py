@@ -20,7 +20,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, is_zero
+from onyxia.operators.common import is_zero
 from onyxia.operators.indexing import coords_code, dispatch_gather
 from onyxia.operators.reduction import lanes_for
 from onyxia.plan import ReadSymbol, Step, WriteBuffer
@@ -28,25 +28,24 @@ from onyxia.plan import ReadSymbol, Step, WriteBuffer
 COMPACT = "selection/compact.wgsl"
 
 
-def plan_compaction(ctx: PlanCtx, x: str, x_type: str, n: Dim, live: Dim, coords: str, store: str,
-                    params: dict[str, object], out: str, out_type: str, symbol: Dim) -> list[Step]:
+def plan_compaction(ctx: PlanCtx, x: str, n: Dim, live: Dim, coords: str, store: str,
+                    params: dict[str, object], out: str, symbol: Dim) -> list[Step]:
     """Flags of x[:live] over n slots, their exclusive prefix sum, the scatter of each hit
     (`coords` / `store` WGSL, `params`) into `out`, then the ReadSymbol of the hit count."""
     flags = ctx.scratch(n, "int32", "flags")
     pos = ctx.scratch(n, "int32", "positions")
     count = ctx.scratch(1, "int32", "count")
     lanes = lanes_for(1, n, True)
-    flag_step = ctx.dispatch(COMPACT, label="compact_flags", defs={
-        "FLAGS": True, "T": x_type, "BINDINGS": binding_block([("x", x_type)], [("flags", "i32")])},
-        params={"N": n, "LIVE": live}, reads=[x], writes=[flags], workgroups=ctx.grid(n))
-    scan = ctx.dispatch("reduction/cumsum.wgsl", defs={"T": "i32", "OP": "+", "IDENTITY": 0, "LANES": lanes,
+    flag_step = ctx.dispatch(COMPACT, label="compact_flags", defs={"FLAGS": True},
+                             params={"N": n, "LIVE": live}, reads={"x": x}, writes={"flags": flags},
+                             workgroups=ctx.grid(n))
+    scan = ctx.dispatch("reduction/cumsum.wgsl", defs={"COMBINE": "a + b", "IDENTITY": 0, "LANES": lanes,
                                                        "RED_INNER": 1, "EXCLUSIVE": True},
-                        params={"L": 1, "K": n, "INNER": 1}, reads=[flags], writes=[pos],
+                        params={"L": 1, "K": n, "INNER": 1}, reads={"src": flags}, writes={"dst": pos},
                         workgroups=ctx.grid(1, WORKGROUP_SIZE // lanes))
-    scatter = ctx.dispatch(COMPACT, label="compact_scatter", defs={
-        "SCATTER": True, "T": x_type, "COORDS": coords, "STORE": store,
-        "BINDINGS": binding_block([("flags", "i32"), ("pos", "i32")], [("y", out_type), ("count", "i32")])},
-        params={"N": n, **params}, reads=[flags, pos], writes=[out, count], workgroups=ctx.grid(n))
+    scatter = ctx.dispatch(COMPACT, label="compact_scatter", defs={"SCATTER": True, "COORDS": coords, "STORE": store},
+                           params={"N": n, **params}, reads={"flags": flags, "pos": pos},
+                           writes={"y": out, "count": count}, workgroups=ctx.grid(n))
     return [flag_step, scan, scatter, ReadSymbol(count, str(symbol), n)]
 
 
@@ -80,10 +79,9 @@ class NonZero(Operator):
         if is_zero(n):
             return []
         params, lines = coords_code(shape)
-        store = " ".join(f"y[{d}u * total + k] = i32(c{d});" for d in range(len(shape)))
-        x_type = ctx.device_type(ctx.input_dtype(0), "input")
-        return plan_compaction(ctx, ctx.input(0), x_type, n, n, "\n    ".join(lines), store, params,
-                               ctx.output(0), "i32", count)
+        store = " ".join(f"y_store({d}u * total + k, i32(c{d}));" for d in range(len(shape)))
+        ctx.compute_type(ctx.input_dtype(0), "input")
+        return plan_compaction(ctx, ctx.input(0), n, n, "\n    ".join(lines), store, params, ctx.output(0), count)
 
 
 class Compress(Operator):
@@ -143,14 +141,13 @@ class Compress(Operator):
             idx = ctx.scratch(max(count, 1), "int32", "selected")
             picks = np.flatnonzero(ctx.input_value(1)[:dim]) if isinstance(dim, int) else None
             assert picks is not None
-            steps.append(WriteBuffer(idx, tuple(int(p) for p in picks), "i32"))
+            steps.append(WriteBuffer(idx, tuple(int(p) for p in picks), "int32"))
         else:
             idx = ctx.scratch(dim, "int32", "selected")
-            cond_type = ctx.device_type(ctx.input_dtype(1), "condition")
-            steps += plan_compaction(ctx, ctx.input(1), cond_type, dim, length, "", "y[k] = i32(i);", {}, idx, "i32",
-                                     count)
+            ctx.compute_type(ctx.input_dtype(1), "condition")
+            steps += plan_compaction(ctx, ctx.input(1), dim, length, "", "y_store(k, i32(i));", {}, idx, count)
         code = ("let inner = i % INNER(); let t = i / INNER(); let j = t % NIDX(); let outer = t / NIDX();\n"
-                "    let src = (outer * AXIS_DIM() + u32(idx[j])) * INNER() + inner;\n"
+                "    let src = (outer * AXIS_DIM() + u32(idx_load(j))) * INNER() + inner;\n"
                 "    let dst = i;")
         params = {"INNER": numel(data[axis + 1:]), "NIDX": count, "AXIS_DIM": dim}
         return steps + dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=idx,

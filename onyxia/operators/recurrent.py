@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block
-from onyxia.operators.control import nbytes, permute_copy
-from onyxia.operators.indexing import GATHER
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.control import permute_copy
+from onyxia.operators.indexing import copy_elements, fill_code
 from onyxia.operators.matmul import Product, plan_product
-from onyxia.plan import CopyBuffer, LoopStep, Step
+from onyxia.plan import LoopStep, Step
 
 # name -> (WGSL expression in x, alpha default, beta default); None: the function takes none.
 ACTIVATIONS: dict[str, tuple[str, float | None, float | None]] = {
@@ -159,9 +157,10 @@ class Recurrent(Operator):
         lay = self._layout(ctx)
         cell = self.cell
         dirs, batch, seq, hidden = lay.directions, lay.batch, lay.seq, lay.hidden
-        if not all(ctx.device_type(ctx.input_dtype(i), f"input {i}") == "f32"
+        if not all(ctx.compute_type(ctx.input_dtype(i), f"input {i}") == "f32"
                    for i in range(ctx.num_inputs) if ctx.has_input(i) and i != 4):
-            raise ctx.fail("RNN, GRU and LSTM run in float32 (float16 storage is widened)")
+            raise ctx.fail("RNN, GRU and LSTM need float inputs")
+        dtype = ctx.input_dtype(0).name  # the state's: computed in f32, stored as the model's
         g = cell.gates * hidden
         units = dirs * batch * hidden
         steps: list[Step] = []
@@ -170,9 +169,9 @@ class Recurrent(Operator):
         steps += plan_product(ctx, Product(ctx.input(0), ctx.input(1), xw, "f32", seq * batch, g, lay.inputs,
                                            batch_a=(1,), batch_b=(dirs,), batch=(dirs,), trans_b=True))
         # The state: H [D, B, H] (then LSTM's C), from initial_h/initial_c or zeros.
-        state = ctx.scratch(cell.states * units, "float32", "state")
+        state = ctx.scratch(cell.states * units, dtype, "state")
         for k, i in enumerate((5, 6)[:cell.states]):
-            steps += self._initial(ctx, lay, i, state, k * units * dtypes.ELEMENT_BYTES)
+            steps += self._initial(ctx, lay, i, state, k * units)
         counter = ctx.scratch(1, "int32", "step")
         gr = ctx.scratch(dirs * batch * g, "float32", "recurrent")
         body = plan_product(ctx, Product(state, ctx.input(2), gr, "f32", batch, g, hidden, batch_a=(dirs,),
@@ -188,14 +187,12 @@ class Recurrent(Operator):
         params = {"D": dirs, "B": batch, "H": hidden, "T": seq}
         lbr = bool(ctx.attr("linear_before_reset", 0))
         if self.op_type == "GRU" and not lbr:
-            rh = ctx.scratch(units, "float32", "reset_state")
+            rh = ctx.scratch(units, dtype, "reset_state")
             gh = ctx.scratch(dirs * batch * g, "float32", "reset_recurrent")
             reset_reads = reads + self._optional_reads(ctx, peepholes=False) + [("step", counter), ("state", state)]
             body.append(ctx.dispatch("rnn/cell.wgsl", label="gru_reset", params=params, workgroups=ctx.grid(units),
-                                     defs={**defs, "RESET": True, **self._flags(ctx, reset_reads), "BINDINGS":
-                                           binding_block([(n, self._type(n)) for n, _ in reset_reads],
-                                                         [("rh", "f32")])},
-                                     reads=[t for _, t in reset_reads], writes=[rh]))
+                                     defs={**defs, "RESET": True, **self._flags(ctx, reset_reads)},
+                                     reads=dict(reset_reads), writes={"rh": rh}))
             body += plan_product(ctx, Product(rh, ctx.input(2), gh, "f32", batch, g, hidden, batch_a=(dirs,),
                                               batch_b=(dirs,), batch=(dirs,), trans_b=True))
             reads.append(("gh", gh))
@@ -207,19 +204,13 @@ class Recurrent(Operator):
         if has_y:
             writes.append(("y", ctx.output(0)))
         body.append(ctx.dispatch("rnn/cell.wgsl", label=f"{self.op_type.lower()}_cell", params=params,
-                                 workgroups=ctx.grid(units),
-                                 defs={**defs, "HAS_Y": has_y, **self._flags(ctx, reads), "BINDINGS": binding_block(
-                                     [(n, self._type(n)) for n, _ in reads], [(n, "f32") for n, _ in writes])},
-                                 reads=[t for _, t in reads], writes=[t for _, t in writes]))
+                                 workgroups=ctx.grid(units), defs={**defs, "HAS_Y": has_y, **self._flags(ctx, reads)},
+                                 reads=dict(reads), writes=dict(writes)))
         steps.append(LoopStep(tuple(body), seq, counter=counter, label=ctx.node.name))
         for k, out in enumerate((1, 2)[:cell.states]):
             if len(ctx.node.outputs) > out and _used(ctx, out):
-                steps += self._final(ctx, lay, state, k * units * dtypes.ELEMENT_BYTES, out)
+                steps += self._final(ctx, lay, state, k * units, out)
         return steps
-
-    @staticmethod
-    def _type(name: str) -> str:
-        return "i32" if name in ("lens", "step") else "f32"
 
     def _optional_reads(self, ctx: PlanCtx, peepholes: bool) -> list[tuple[str, str]]:
         reads = [("bias", ctx.input(3))] if ctx.has_input(3) else []
@@ -235,26 +226,30 @@ class Recurrent(Operator):
         return {"HAS_BIAS": "bias" in names, "HAS_PEEP": "peep" in names, "HAS_LENS": "lens" in names}
 
     def _initial(self, ctx: PlanCtx, lay: Layout, i: int, state: str, offset: Dim) -> list[Step]:
+        """State elements [offset, offset + units) from initial_h / initial_c, or zeros."""
         units = lay.directions * lay.batch * lay.hidden
-        if not ctx.has_input(i):  # zeros: the gather kernel with nothing inside, filling
-            code = "let src = 0u; let dst = i + OFF(); let inside = false;"
-            return [ctx.dispatch(GATHER, label="rnn_zero_state", workgroups=ctx.grid(units),
-                                 defs={"T": "f32", "INDEX": code, "B_Y": 1, "MASKED": True},
-                                 params={"N": units, "OFF": offset // dtypes.ELEMENT_BYTES, "FILL": (0.0, "f32")},
-                                 reads=[ctx.input(0)], writes=[state])]
+        dtype = ctx.tensor_dtype(state)
+        if not ctx.has_input(i):  # zeros: a fill of this part of the state
+            zeros = ctx.scratch(units, dtype.name, f"zero_state_{i}")
+            fill = ctx.dispatch("indexing/fill.wgsl", label="fill",
+                                params={"N": units, "START": fill_code(ctx, 0, dtype)},
+                                reads={}, writes={"y": Buf(zeros, whole_words=True, raw=True)},
+                                workgroups=ctx.unit_grid(units, zeros))
+            return [fill, *copy_elements(ctx, zeros, state, units, 0, offset)]
         if not lay.layout:
-            return [CopyBuffer(ctx.input(i), state, nbytes((units,)), 0, offset)]
-        tmp = ctx.scratch(units, "float32", f"initial_{i}")
-        return [*permute_copy(ctx, ctx.input(i), (lay.batch, lay.directions, lay.hidden), [1, 0, 2], tmp, "f32"),
-                CopyBuffer(tmp, state, nbytes((units,)), 0, offset)]
+            return copy_elements(ctx, ctx.input(i), state, units, 0, offset)
+        tmp = ctx.scratch(units, dtype.name, f"initial_{i}")
+        return [*permute_copy(ctx, ctx.input(i), (lay.batch, lay.directions, lay.hidden), [1, 0, 2], tmp),
+                *copy_elements(ctx, tmp, state, units, 0, offset)]
 
     def _final(self, ctx: PlanCtx, lay: Layout, state: str, offset: Dim, out: int) -> list[Step]:
+        """Output `out` (Y_h / Y_c) from state elements [offset, offset + units)."""
         units = lay.directions * lay.batch * lay.hidden
         if not lay.layout:
-            return [CopyBuffer(state, ctx.output(out), nbytes((units,)), offset, 0)]
-        tmp = ctx.scratch(units, "float32", f"final_{out}")
-        return [CopyBuffer(state, tmp, nbytes((units,)), offset, 0),
-                *permute_copy(ctx, tmp, (lay.directions, lay.batch, lay.hidden), [1, 0, 2], ctx.output(out), "f32")]
+            return copy_elements(ctx, state, ctx.output(out), units, offset, 0)
+        tmp = ctx.scratch(units, ctx.tensor_dtype(state).name, f"final_{out}")
+        return [*copy_elements(ctx, state, tmp, units, offset, 0),
+                *permute_copy(ctx, tmp, (lay.directions, lay.batch, lay.hidden), [1, 0, 2], ctx.output(out))]
 
 
 def _used(ctx: PlanCtx, out: int) -> bool:

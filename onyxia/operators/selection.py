@@ -117,9 +117,9 @@ class TopK(Operator):
             read = [ReadSymbol(ctx.input(1), str(k), shape[axis])]
         if is_zero(params["L"]) or is_zero(k):
             return read
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
         largest = bool(ctx.attr("largest", 1))
-        defs: dict[str, object] = {"T": storage, "CMP": ">" if largest else "<", "WORST": _WORST[largest][storage]}
+        defs: dict[str, object] = {"CMP": ">" if largest else "<", "WORST": _WORST[largest][compute]}
         n = shape[axis]
         if isinstance(n, int) and next_pow2(n) <= BITONIC_MAX:
             size = max(next_pow2(n), 2)  # a pair at least: the network indexes by size / 2
@@ -128,8 +128,9 @@ class TopK(Operator):
             grid = ctx.grid(params["L"], slots // size)
         else:
             grid = ctx.grid(params["L"], 1)
-        return read + [ctx.dispatch("selection/topk.wgsl", label="topk", defs=defs, params=params, reads=[ctx.input(0)],
-                             writes=[ctx.output(0), ctx.output(1)], workgroups=grid)]
+        return read + [ctx.dispatch("selection/topk.wgsl", label="topk", defs=defs, params=params,
+                                    reads={"x": ctx.input(0)},
+                                    writes={"values": ctx.output(0), "indices": ctx.output(1)}, workgroups=grid)]
 
 
 # ---- Hardmax ------------------------------------------------------------------------------
@@ -178,9 +179,10 @@ class Hardmax(Operator):
         if is_zero(params["L"]) or is_zero(params["N"]):
             return []
         lanes = lanes_for(params["L"], params["N"], True)
-        defs = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes, "RED_INNER": 1}
+        ctx.compute_type(ctx.input_dtype(0), "input")
+        defs = {"LANES": lanes, "RED_INNER": 1}
         return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
-                             reads=[ctx.input(0)], writes=[ctx.output(0)],
+                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)},
                              workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]
 
 
@@ -228,11 +230,11 @@ class OneHot(Operator):
         count = numel(ctx.output_shape(0))
         if is_zero(count):
             return []
-        defs = {"TI": ctx.device_type(ctx.input_dtype(0), "indices"),
-                "T": ctx.device_type(ctx.input_dtype(2), "values")}
+        ctx.compute_type(ctx.input_dtype(0), "indices")
+        ctx.compute_type(ctx.input_dtype(2), "values")
         params = {"COUNT": count, "DEPTH": depth, "INNER": numel(shape[axis:])}
-        return [ctx.dispatch("selection/onehot.wgsl", label="onehot", defs=defs, params=params,
-                             reads=[ctx.input(0), ctx.input(2)], writes=[ctx.output(0)],
+        return [ctx.dispatch("selection/onehot.wgsl", label="onehot", params=params,
+                             reads={"indices": ctx.input(0), "values": ctx.input(2)}, writes={"y": ctx.output(0)},
                              workgroups=ctx.grid(count))]
 
 

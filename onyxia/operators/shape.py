@@ -16,9 +16,9 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel, shape_str
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import is_zero
-from onyxia.operators.indexing import scalar_param
+from onyxia.operators.indexing import fill_code, scalar_param
 from onyxia.plan import Step
 
 # Storage buffers one dispatch may bind: WebGPU's default maxStorageBuffersPerShaderStage is 8,
@@ -51,14 +51,18 @@ def plan_fill(ctx: PlanCtx, out: int, start: object, delta: object = None) -> li
     count = numel(ctx.output_shape(out))
     if is_zero(count):
         return []
-    device = ctx.device_type(ctx.output_dtype(out), f"output {out}")
-    params = {"N": count, "START": scalar_param(start, device)}
-    defs: dict[str, object] = {"T": device}
+    dtype = ctx.output_dtype(out)
+    compute = ctx.compute_type(dtype, f"output {out}")
+    defs: dict[str, object] = {}
     if delta is not None:
-        params["DELTA"] = scalar_param(delta, device)
+        params = {"N": count, "START": scalar_param(start, compute), "DELTA": scalar_param(delta, compute)}
         defs["RANGE"] = True
+    else:  # a constant fill writes the value's storage code
+        params = {"N": count, "START": fill_code(ctx, start, dtype)}
     return [ctx.dispatch("indexing/fill.wgsl", label="range" if delta is not None else "fill", defs=defs,
-                         params=params, reads=[], writes=[ctx.output(out)], workgroups=ctx.grid(count))]
+                         params=params, reads={},
+                         writes={"y": Buf(ctx.output(out), whole_words=True, raw=delta is None)},
+                         workgroups=ctx.unit_grid(count, ctx.output(out)))]
 
 
 # ---- shape values ---------------------------------------------------------------------------

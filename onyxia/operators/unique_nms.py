@@ -15,7 +15,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, is_zero
+from onyxia.operators.common import is_zero
 from onyxia.plan import ReadSymbol, Step
 
 MAX_UNIQUE_STEPS = 32768  # items * elements per item
@@ -81,7 +81,7 @@ class Unique(Operator):
         if steps_each is not None and steps_each > MAX_UNIQUE_STEPS:
             raise ctx.fail(f"Unique compares {items} items of {outer * inner} elements in each thread; onyxia "
                            f"takes up to {MAX_UNIQUE_STEPS} (items * elements per item)")
-        t = ctx.device_type(ctx.input_dtype(0), "input")
+        ctx.compute_type(ctx.input_dtype(0), "input")
         u = ctx.output_shape(1)[0]
         params = {"D": items, "S": outer * inner, "INNER": inner}
         first, cnt, rank = (ctx.scratch(items, "int32", h) for h in ("first", "counts", "rank"))
@@ -89,19 +89,15 @@ class Unique(Operator):
         y, indices, inverse, counts = (ctx.output(i) for i in range(4))
         grid = ctx.grid(items)
         return [
-            ctx.dispatch("selection/unique.wgsl", label="unique_first", params=params, workgroups=grid, defs={
-                "FIRST": True, "T": t, "BINDINGS": binding_block([("x", t)], [("first", "i32"), ("cnt", "i32")])},
-                reads=[ctx.input(0)], writes=[first, cnt]),
-            ctx.dispatch("selection/unique.wgsl", label="unique_rank", params=params, workgroups=grid, defs={
-                "RANK": True, "T": t, "SORTED": bool(ctx.attr("sorted", 1)), "BINDINGS": binding_block(
-                    [("x", t), ("first", "i32"), ("cnt", "i32")],
-                    [("rank", "i32"), ("y", t), ("indices", "i32"), ("counts", "i32"), ("count", "i32")])},
-                reads=[ctx.input(0), first, cnt], writes=[rank, y, indices, counts, count]),
+            ctx.dispatch("selection/unique.wgsl", label="unique_first", params=params, workgroups=grid,
+                         defs={"FIRST": True}, reads={"x": ctx.input(0)}, writes={"first": first, "cnt": cnt}),
+            ctx.dispatch("selection/unique.wgsl", label="unique_rank", params=params, workgroups=grid,
+                         defs={"RANK": True, "SORTED": bool(ctx.attr("sorted", 1))},
+                         reads={"x": ctx.input(0), "first": first, "cnt": cnt},
+                         writes={"rank": rank, "y": y, "indices": indices, "counts": counts, "count": count}),
             ReadSymbol(count, str(u), items),
-            ctx.dispatch("selection/unique.wgsl", label="unique_inverse", params=params, workgroups=grid, defs={
-                "INVERSE": True, "T": t, "BINDINGS": binding_block([("first", "i32"), ("rank", "i32")],
-                                                                   [("inverse", "i32")])},
-                reads=[first, rank], writes=[inverse]),
+            ctx.dispatch("selection/unique.wgsl", label="unique_inverse", params=params, workgroups=grid,
+                         defs={"INVERSE": True}, reads={"first": first, "rank": rank}, writes={"inverse": inverse}),
         ]
 
 
@@ -161,20 +157,17 @@ class NonMaxSuppression(Operator):
             if ctx.has_input(i):
                 reads.append((name, i))
                 defs[flag] = True
-        types = {name: ctx.device_type(ctx.input_dtype(i), name) for name, i in reads}
+        types = {name: ctx.compute_type(ctx.input_dtype(i), name) for name, i in reads}
         for name in ("boxes", "scores", "iou_threshold", "score_threshold"):
             if types.get(name, "f32") != "f32":
-                raise ctx.fail(f"{name} must be float32, got {types[name]}")
-        defs["BINDINGS"] = binding_block([(n, types[n]) for n, _ in reads],
-                                         [("order", "i32"), ("kept_boxes", "i32"), ("nkept", "i32")])
+                raise ctx.fail(f"{name} must be floats, got {ctx.input_dtype(dict(reads)[name])}")
         params = {"G": pairs, "C": classes, "N": boxes}
         select = ctx.dispatch("selection/nms.wgsl", label="nms_select", defs=defs, params=params,
-                              reads=[ctx.input(i) for _, i in reads], writes=[order, kept, nkept],
-                              workgroups=(pairs, 1, 1))
-        gather = ctx.dispatch("selection/nms.wgsl", label="nms_gather", params=params, defs={
-            "GATHER": True, "BINDINGS": binding_block([("nkept", "i32"), ("kept_boxes", "i32")],
-                                                      [("y", "i32"), ("count", "i32")])},
-            reads=[nkept, kept], writes=[ctx.output(0), total], workgroups=ctx.grid(pairs * boxes))
+                              reads={n: ctx.input(i) for n, i in reads},
+                              writes={"order": order, "kept_boxes": kept, "nkept": nkept}, workgroups=(pairs, 1, 1))
+        gather = ctx.dispatch("selection/nms.wgsl", label="nms_gather", params=params, defs={"GATHER": True},
+                              reads={"nkept": nkept, "kept_boxes": kept}, writes={"y": ctx.output(0), "count": total},
+                              workgroups=ctx.grid(pairs * boxes))
         return [select, gather, ReadSymbol(total, str(count), pairs * boxes)]
 
 

@@ -31,6 +31,7 @@ class Limits:
     max_workgroups: int = 65535  # per grid dimension; longer 1-D grids are folded into 2-D
     max_binding_bytes: int = 1 << 27  # maxStorageBufferBindingSize: the largest buffer
     max_immediate_bytes: int = 0  # push-constant bytes (0: none; shaders use the uniform buffer)
+    native_f16: bool = False  # shader-f16: float16 buffers are `array<f16>` (else packed in u32)
 
 
 @dataclass(frozen=True)

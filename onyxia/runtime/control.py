@@ -29,7 +29,7 @@ MAX_LOOP_ITERATIONS = 1 << 20
 
 
 def _scalar(raw: bytes | memoryview, dtype: dtypes.DType) -> int:
-    return int(np.frombuffer(bytes(raw[:4]), dtype=dtype.device_numpy)[0])
+    return int(dtypes.from_device(bytes(raw[:4]), dtype, 1)[0])
 
 
 @replays(ReadSymbol)

@@ -26,10 +26,10 @@ import numpy as np
 import onyxia.runtime.control  # noqa: F401  (registers the host control-flow commands)
 from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transport
 from onyxia.codegen.wgsl import render
-from onyxia.errors import DeviceError, DimensionError, InputError
+from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
-from onyxia.plan import CompiledModel, Dispatch, Step
+from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor
@@ -71,7 +71,7 @@ class _TensorSlot:
 
     def refresh(self, dims: Mapping[str, int]) -> None:
         self.shape = tuple(int(value(d, dims)) for d in self.exprs)
-        self.nbytes = math.prod(self.shape) * dtypes.ELEMENT_BYTES
+        self.nbytes = int(self.dtype.nbytes(math.prod(self.shape)))
 
 
 class PlanReplay:
@@ -169,7 +169,8 @@ class PlanReplay:
     def _build(self, index: int) -> Any:
         spec = self.model.shaders[index]
         transport = self.shader_transport[index]
-        code = render(spec, self.model.templates[spec.template], self.dims, transport)
+        code = render(spec, self.model.templates[spec.template], self.dims, transport,
+                      native_f16=self.limits.native_f16)
         return self.backend.program(spec, code, self._layouts[index], transport)
 
     def bind(self, step: Dispatch) -> Any:
@@ -431,24 +432,44 @@ class PlanReplay:
             if cmd.resolved:
                 cmd.take(fed)
         slots = [self._slot(n) for n in names if n not in device_outputs]
+        # The status word rides along with outputs read anyway (4 more bytes, no extra drain);
+        # a run reading nothing back leaves it set for the next one that does.
+        status = STATUS_TENSOR in self.buffers and bool(slots)
+        status_raw: bytes | memoryview | None = None
         if not self._device_syncs:
             readback = [Readback(s.name, self.buffers[s.root], s.nbytes, self.capacity[s.root]) for s in slots]
+            if status:
+                readback.append(Readback(STATUS_TENSOR, self.buffers[STATUS_TENSOR], 4, 4))
             raws = self.backend.execute(self._run_commands, copies, readback)
+            status_raw = raws.pop() if status else None
         else:  # output sizes may depend on values read back during the run: read them after it
             self.backend.execute(self._run_commands, copies, [])
             raws = [self.backend.copyout(self.buffers[s.root], s.nbytes) if s.nbytes else b"" for s in slots]
+            status_raw = self.backend.copyout(self.buffers[STATUS_TENSOR], 4) if status else None
+        self.stats.runs += 1
+        if status_raw is not None:
+            self._check_status(status_raw)
         results: dict[str, np.ndarray | DeviceTensor] = {}
         total = 0
         for slot, raw in zip(slots, raws):
-            host = np.frombuffer(raw, dtype=slot.dtype.device_numpy) if slot.nbytes else \
-                np.zeros(0, dtype=slot.dtype.device_numpy)
             total += slot.nbytes
-            results[slot.name] = dtypes.from_device(host, slot.dtype).reshape(slot.shape)
+            count = math.prod(slot.shape)
+            results[slot.name] = dtypes.from_device(raw, slot.dtype, count).reshape(slot.shape)
         for name in device_outputs:
             results[name] = self.device_tensor(name)
-        self.stats.runs += 1
         self.stats.readback_bytes = total
         return {n: results[n] for n in (*names, *[d for d in device_outputs if d not in names])}
+
+    def _check_status(self, raw: bytes | memoryview) -> None:
+        """Raise the error a kernel reported in the status word (and clear it for the next run)."""
+        site = int(np.frombuffer(raw, dtype=np.uint32)[0])
+        if not site:
+            return
+        self.backend.copyin(self.buffers[STATUS_TENSOR], np.zeros(1, np.uint32))
+        sites = self.model.sites
+        node, op_type, what = sites[site - 1] if site <= len(sites) else ("?", "?", f"report {site}")
+        raise ComputeError(f"node '{node}' ({op_type}): {what}; its results are wrong, so the run's outputs "
+                           "are not returned")
 
     # ---- device tensors -------------------------------------------------------------------
     def device_tensor(self, name: str) -> DeviceTensor:
@@ -461,8 +482,8 @@ class PlanReplay:
         dtype = dtypes.from_name(tensor.dtype)
         if not tensor.nbytes:
             return np.zeros(tensor.shape, dtype.numpy)
-        raw = np.frombuffer(self.backend.copyout(tensor.buffer, tensor.nbytes), dtype=dtype.device_numpy)
-        return dtypes.from_device(raw, dtype).reshape(tensor.shape)
+        raw = self.backend.copyout(tensor.buffer, tensor.nbytes)
+        return dtypes.from_device(raw, dtype, math.prod(tensor.shape)).reshape(tensor.shape)
 
     def dispatch_commands(self) -> list[DispatchCommand]:
         """Every kernel launch in replay order (including those whose grid is empty now)."""

@@ -12,12 +12,11 @@
 // Step s of direction d is time t = s (forward) or len - 1 - s (reverse); a sequence shorter
 // than s keeps its state and its Y rows at s are zero (onnxruntime's convention, as is a zero
 // final state for an empty sequence). RESET (GRU, first pass): rh = r * H_{t-1} instead.
-// Defs: BINDINGS, CELL (0 RNN, 1 GRU, 2 LSTM), G (gates), ACTIVATIONS (act_f/act_g/act_h(d, x)),
+// Buffers as named above (computed in f32; the state keeps the model's dtype).
+// Defs: CELL (0 RNN, 1 GRU, 2 LSTM), G (gates), ACTIVATIONS (act_f/act_g/act_h(d, x)),
 // REVERSE0/REVERSE1, CLIP (a bound), LBR, INPUT_FORGET, the HAS_* flags. Params: D, B, H, T.
 #import common::grid
 #import elementwise::math
-
-#{BINDINGS}
 
 const G: u32 = #{G}u;
 
@@ -47,9 +46,9 @@ fn main(wg: Grid) {
     let h = i % H();
     let b = (i / H()) % B();
     let d = i / (H() * B());
-    let s = u32(step[0]);
+    let s = u32(step_load(0u));
 #ifdef HAS_LENS
-    let len = u32(max(lens[b], 0i));
+    let len = u32(max(lens_load(b), 0i));
 #else
     let len = T();
 #endif
@@ -75,12 +74,12 @@ fn main(wg: Grid) {
 #ifndef RESET
     if (!valid) {
 #ifdef HAS_Y
-        y[yi] = 0.0;
+        y_store(yi, y_t(0.0));
 #endif
         if (s == 0u && len == 0u) {
-            state[si] = 0.0;
+            state_store(si, state_t(0.0));
 #if CELL == 2
-            state[D() * B() * H() + si] = 0.0;
+            state_store(D() * B() * H() + si, state_t(0.0));
 #endif
         }
         return;
@@ -93,16 +92,16 @@ fn main(wg: Grid) {
     // pre[g]: gate g's input-side sum (bias included); rec(g): its recurrent product.
     var pre: array<f32, #{G}>;
     for (var g = 0u; g < G; g++) {
-        pre[g] = xw[xbase + g * H()];
+        pre[g] = f32(xw_load(xbase + g * H()));
 #ifdef HAS_BIAS
-        pre[g] += bias[d * 2u * gh_stride + g * H() + h];
+        pre[g] += f32(bias_load(d * 2u * gh_stride + g * H() + h));
 #endif
     }
-    let hp = state[si];
+    let hp = f32(state_load(si));
 #if CELL == 0
-    var p = pre[0] + gr[rbase];
+    var p = pre[0] + f32(gr_load(rbase));
 #ifdef HAS_BIAS
-    p += bias[d * 2u * gh_stride + gh_stride + h];
+    p += f32(bias_load(d * 2u * gh_stride + gh_stride + h));
 #endif
     let hn = act_f(d, limit(p));
 #endif
@@ -110,19 +109,19 @@ fn main(wg: Grid) {
     var rb = array<f32, 3>(0.0, 0.0, 0.0);
 #ifdef HAS_BIAS
     for (var g = 0u; g < 3u; g++) {
-        rb[g] = bias[d * 2u * gh_stride + gh_stride + g * H() + h];
+        rb[g] = f32(bias_load(d * 2u * gh_stride + gh_stride + g * H() + h));
     }
 #endif
-    let z = act_f(d, limit(pre[0] + gr[rbase] + rb[0]));
-    let r = act_f(d, limit(pre[1] + gr[rbase + H()] + rb[1]));
+    let z = act_f(d, limit(pre[0] + f32(gr_load(rbase)) + rb[0]));
+    let r = act_f(d, limit(pre[1] + f32(gr_load(rbase + H())) + rb[1]));
 #ifdef RESET
-    rh[si] = r * hp;
+    rh_store(si, rh_t(r * hp));
     return;
 #else
 #ifdef LBR
-    let ph = pre[2] + r * (gr[rbase + 2u * H()] + rb[2]);
+    let ph = pre[2] + r * (f32(gr_load(rbase + 2u * H())) + rb[2]);
 #else
-    let ph = pre[2] + gh[rbase + 2u * H()] + rb[2];
+    let ph = pre[2] + f32(gh_load(rbase + 2u * H())) + rb[2];
 #endif
     let hh = act_g(d, limit(ph));
     let hn = (1.0 - z) * hh + z * hp;
@@ -130,18 +129,18 @@ fn main(wg: Grid) {
 #endif
 #if CELL == 2
     let ci = D() * B() * H() + si;
-    let cp = state[ci];
+    let cp = f32(state_load(ci));
     var q: array<f32, 4>;
     for (var g = 0u; g < 4u; g++) {
-        q[g] = pre[g] + gr[rbase + g * H()];
+        q[g] = pre[g] + f32(gr_load(rbase + g * H()));
 #ifdef HAS_BIAS
-        q[g] += bias[d * 2u * gh_stride + gh_stride + g * H() + h];
+        q[g] += f32(bias_load(d * 2u * gh_stride + gh_stride + g * H() + h));
 #endif
     }
 #ifdef HAS_PEEP
     let pbase = d * 3u * H() + h;
-    q[0] += peep[pbase] * cp;
-    q[2] += peep[pbase + 2u * H()] * cp;
+    q[0] += f32(peep_load(pbase)) * cp;
+    q[2] += f32(peep_load(pbase + 2u * H())) * cp;
 #endif
     let ig = act_f(d, limit(q[0]));
 #ifdef INPUT_FORGET
@@ -152,16 +151,16 @@ fn main(wg: Grid) {
     let cg = act_g(d, limit(q[3]));
     let cn = fg * cp + ig * cg;
 #ifdef HAS_PEEP
-    q[1] += peep[pbase + H()] * cn;
+    q[1] += f32(peep_load(pbase + H())) * cn;
 #endif
     let og = act_f(d, limit(q[1]));
     let hn = og * act_h(d, cn);
-    state[ci] = cn;
+    state_store(ci, state_t(cn));
 #endif
 #ifndef RESET
-    state[si] = hn;
+    state_store(si, state_t(hn));
 #ifdef HAS_Y
-    y[yi] = hn;
+    y_store(yi, y_t(hn));
 #endif
 #endif
 }

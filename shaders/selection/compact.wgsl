@@ -4,10 +4,9 @@
 // SCATTER:  total = pos[N-1] + flags[N-1] (written to count[0]); element i, if flagged, is the
 //           k = pos[i]-th hit and STORE writes it (NonZero: its coordinates at y[d * total + k];
 //           Compress: its index at y[k]).
-// Defs: T (x's storage type), BINDINGS, FLAGS | SCATTER, COORDS and STORE (generated WGSL).
+// Buffers: FLAGS: x, flags; SCATTER: flags, pos, y, count. Defs: FLAGS | SCATTER, COORDS and
+// STORE (generated WGSL).
 #import common::grid
-
-#{BINDINGS}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -16,16 +15,16 @@ fn main(wg: Grid) {
         return;
     }
 #ifdef FLAGS
-    flags[i] = select(0i, 1i, i < LIVE() && x[i] != #{T}(0));
+    flags_store(i, select(0i, 1i, i < LIVE() && x_load(i) != x_t(0)));
 #else
-    let total = u32(pos[N() - 1u] + flags[N() - 1u]);
+    let total = u32(pos_load(N() - 1u) + flags_load(N() - 1u));
     if (i == 0u) {
-        count[0] = i32(total);
+        count_store(0u, i32(total));
     }
-    if (flags[i] == 0i) {
+    if (flags_load(i) == 0i) {
         return;
     }
-    let k = u32(pos[i]);
+    let k = u32(pos_load(i));
     #{COORDS}
     #{STORE}
 #endif

@@ -7,12 +7,11 @@
 //   kept[g * N + s] is the s-th kept box, nkept[g] how many.
 // GATHER: one thread per (pair g, slot s < N): the kept boxes of pair g go to rows
 //   sum(nkept[< g]) + s of y ([count, 3]: batch, class, box); thread 0 writes count[0].
-// Defs: BINDINGS, SELECT | GATHER, CENTER (boxes are [x_center, y_center, w, h], else
-// [y1, x1, y2, x2] in either corner order), HAS_MAX, HAS_IOU, HAS_SCORE (the optional inputs).
-// Params: G (batch * classes), C (classes), N (boxes).
+// Buffers: boxes, scores, [max_boxes], [iou_threshold], [score_threshold], order, kept_boxes,
+// nkept | nkept, kept_boxes, y, count (computed in f32). Defs: SELECT | GATHER, CENTER (boxes
+// are [x_center, y_center, w, h], else [y1, x1, y2, x2] in either corner order), HAS_MAX, HAS_IOU,
+// HAS_SCORE (the optional inputs). Params: G (batch * classes), C (classes), N (boxes).
 #import common::grid
-
-#{BINDINGS}
 
 #ifdef SELECT
 var<workgroup> votes: array<u32, WORKGROUP_SIZE>;
@@ -23,12 +22,12 @@ var<workgroup> shared_keep: u32;
 var<workgroup> suppressed: atomic<u32>;
 
 fn score_of(g: u32, k: u32) -> f32 {
-    return scores[g * N() + k];
+    return f32(scores_load(g * N() + k));
 }
 
 fn is_candidate(g: u32, k: u32) -> bool {
 #ifdef HAS_SCORE
-    return score_of(g, k) > score_threshold[0];
+    return score_of(g, k) > f32(score_threshold_load(0u));
 #else
     return true;
 #endif
@@ -37,7 +36,7 @@ fn is_candidate(g: u32, k: u32) -> bool {
 // [x_min, y_min, x_max, y_max] of box k of batch b.
 fn corners(b: u32, k: u32) -> vec4<f32> {
     let base = (b * N() + k) * 4u;
-    let v = vec4<f32>(boxes[base], boxes[base + 1u], boxes[base + 2u], boxes[base + 3u]);
+    let v = vec4<f32>(f32(boxes_load(base)), f32(boxes_load(base + 1u)), f32(boxes_load(base + 2u)), f32(boxes_load(base + 3u)));
 #ifdef CENTER
     return vec4<f32>(v.x - v.z / 2.0, v.y - v.w / 2.0, v.x + v.z / 2.0, v.y + v.w / 2.0);
 #else
@@ -71,12 +70,12 @@ fn main(wg: Grid) {
     let lid = wg.lid;
     let b = g / C();
 #ifdef HAS_MAX
-    let max_out = u32(max(max_boxes[0], 0i));
+    let max_out = u32(max(max_boxes_load(0u), 0i));
 #else
     let max_out = 0u;
 #endif
 #ifdef HAS_IOU
-    let threshold = iou_threshold[0];
+    let threshold = f32(iou_threshold_load(0u));
 #else
     let threshold = 0.0;
 #endif
@@ -97,7 +96,7 @@ fn main(wg: Grid) {
                 rank += 1u;
             }
         }
-        order[g * N() + rank] = i32(k);
+        order_store(g * N() + rank, i32(k));
     }
     votes[lid] = mine;
     workgroupBarrier();
@@ -115,9 +114,9 @@ fn main(wg: Grid) {
         if (kept >= max_out) {
             break;
         }
-        let box = u32(order[g * N() + r]);
+        let box = u32(order_load(g * N() + r));
         for (var s = lid; s < kept; s += WORKGROUP_SIZE) {
-            if (suppresses(b, box, u32(kept_boxes[g * N() + s]), threshold)) {
+            if (suppresses(b, box, u32(kept_boxes_load(g * N() + s)), threshold)) {
                 atomicOr(&suppressed, 1u);
                 break;
             }
@@ -127,7 +126,7 @@ fn main(wg: Grid) {
             let any = atomicExchange(&suppressed, 0u);
             shared_keep = 1u - any;
             if (any == 0u) {
-                kept_boxes[g * N() + kept] = i32(box);
+                kept_boxes_store(g * N() + kept, i32(box));
             }
         }
         storageBarrier();
@@ -136,7 +135,7 @@ fn main(wg: Grid) {
         }
     }
     if (lid == 0u) {
-        nkept[g] = i32(kept);
+        nkept_store(g, i32(kept));
     }
 #endif
 #ifdef GATHER
@@ -149,19 +148,19 @@ fn main(wg: Grid) {
     if (i == 0u) {
         var total = 0i;
         for (var p = 0u; p < G(); p++) {
-            total += nkept[p];
+            total += nkept_load(p);
         }
-        count[0] = total;
+        count_store(0u, total);
     }
-    if (s >= u32(nkept[g])) {
+    if (s >= u32(nkept_load(g))) {
         return;
     }
     var row = s;
     for (var p = 0u; p < g; p++) {
-        row += u32(nkept[p]);
+        row += u32(nkept_load(p));
     }
-    y[row * 3u] = i32(g / C());
-    y[row * 3u + 1u] = i32(g % C());
-    y[row * 3u + 2u] = kept_boxes[g * N() + s];
+    y_store(row * 3u, i32(g / C()));
+    y_store(row * 3u + 1u, i32(g % C()));
+    y_store(row * 3u + 2u, kept_boxes_load(g * N() + s));
 #endif
 }

@@ -9,14 +9,13 @@
 // INVERSE: inverse[j] = rank[first[j]].
 // Each thread loops over all items (D * S steps at most): the planner refuses sizes where that
 // passes lavapipe's per-invocation loop budget.
-// Defs: T (x's storage type), BINDINGS, FIRST | RANK | INVERSE, SORTED. Params: D, S, INNER.
+// Buffers: x, first, cnt | x, first, cnt, rank, y, indices, counts, count | first, rank, inverse.
+// Defs: FIRST | RANK | INVERSE, SORTED. Params: D, S, INNER.
 #import common::grid
 
-#{BINDINGS}
-
 #ifndef INVERSE
-fn element(j: u32, s: u32) -> #{T} {
-    return x[((s / INNER()) * D() + j) * INNER() + s % INNER()];
+fn element(j: u32, s: u32) -> x_t {
+    return x_load(((s / INNER()) * D() + j) * INNER() + s % INNER());
 }
 
 // -1, 0, 1 as item a is below, equal to or above item b.
@@ -50,14 +49,14 @@ fn main(wg: Grid) {
             c += 1i;
         }
     }
-    first[j] = i32(f);
-    cnt[j] = c;
+    first_store(j, i32(f));
+    cnt_store(j, c);
 #endif
 #ifdef RANK
     var r = 0u;
     var u = 0u;
     for (var m = 0u; m < D(); m++) {
-        if (u32(first[m]) != m) {
+        if (u32(first_load(m)) != m) {
             continue;
         }
         u += 1u;
@@ -72,19 +71,19 @@ fn main(wg: Grid) {
 #endif
     }
     if (j == 0u) {
-        count[0] = i32(u);
+        count_store(0u, i32(u));
     }
-    rank[j] = i32(r);
-    if (u32(first[j]) != j) {
+    rank_store(j, i32(r));
+    if (u32(first_load(j)) != j) {
         return;
     }
     for (var s = 0u; s < S(); s++) {
-        y[((s / INNER()) * u + r) * INNER() + s % INNER()] = element(j, s);
+        y_store(((s / INNER()) * u + r) * INNER() + s % INNER(), element(j, s));
     }
-    indices[r] = i32(j);
-    counts[r] = cnt[j];
+    indices_store(r, i32(j));
+    counts_store(r, cnt_load(j));
 #endif
 #ifdef INVERSE
-    inverse[j] = rank[u32(first[j])];
+    inverse_store(j, rank_load(u32(first_load(j))));
 #endif
 }

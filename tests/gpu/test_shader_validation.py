@@ -702,13 +702,13 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         "EyeLike", "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "BitCast")},
     **{(d, op): _from("test_qlinear", op) for d, op in (
         ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "ConvInteger"), ("", "QLinearConv"),
-        ("", "DynamicQuantizeLinear"), ("", "QuantizeLinear"), ("", "DequantizeLinear"), (MS, "QLinearConv"),
+        ("", "DynamicQuantizeLinear"), (MS, "QLinearConv"),
         (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"), (MS, "QGemm"), (MS, "QLinearAdd"),
         (MS, "QLinearMul"), (MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"),
-        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"), (MS, "QuantizeLinear"),
-        (MS, "DequantizeLinear"))},
+        (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"), (MS, "QLinearConcat"))},
     **{("", op): _from("test_small_ops", op) for op in (
         "ReverseSequence", "TensorScatter", "LRN", "Col2Im", "Det", "Multinomial", "MelWeightMatrix")},
+    **{(d, op): _from("test_storage", op) for d in ("", MS) for op in ("QuantizeLinear", "DequantizeLinear")},
 }
 # Rows for ops not (yet) in the registry are harmless: only registered ops are exercised.
 

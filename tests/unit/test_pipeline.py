@@ -365,15 +365,6 @@ def test_pass_requires_another_pass_before_it():
     assert [r.name for r in ok.history][-2:] == ["helper", "needy"]
 
 
-def test_builtin_pack_pass_must_follow_the_split_pass():
-    from onyxia.compiler.passes import PackNBitsWeightsPass, SplitLargeTensorsPass
-
-    pipe = pipeline(optimize=False).add_pass(PackNBitsWeightsPass()).add_pass(SplitLargeTensorsPass())
-    with pytest.raises(PipelineError, match="'pack-nbits-weights' must run after pass 'split-large-tensors'"):
-        pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 1})
-    assert pipeline().check_order(pipeline().passes) is None  # the default order is right
-
-
 def test_unsupported_operators_are_listed_at_once():
     nodes = [h.make_node("Relu", ["x"], ["a"], name="ok"), h.make_node("FrobnicateA", ["a"], ["b"], name="first_bad"),
              h.make_node("Wibble", ["b"], ["c"], name="second_bad", domain="com.example"),

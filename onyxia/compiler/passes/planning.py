@@ -6,11 +6,20 @@ from __future__ import annotations
 from onyxia.compiler.context import CompileContext
 from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.compiler.passes.memory import plan_memory
-from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
+from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
-from onyxia.plan import CompiledModel, PlannedOp, ShaderSpec, Step, SymbolicBinding, TensorInfo, walk_steps
+from onyxia.plan import (
+    STATUS_TENSOR,
+    CompiledModel,
+    PlannedOp,
+    ShaderSpec,
+    Step,
+    SymbolicBinding,
+    TensorInfo,
+    walk_steps,
+)
 
 
 def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
@@ -31,7 +40,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     tensors, memory = plan_memory(operations, tensors)
     steps = walk_steps([s for op in operations for s in op.steps])
     bindings = _symbolic_bindings(steps, tensors, state.shaders, ctx.static)
-    weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
+    weight_bytes = sum(int(t.nbytes) for t in tensors.values() if t.data is not None)
     return CompiledModel(
         shaders=tuple(state.shaders),
         templates={key: state.templates[key] for key in dict.fromkeys(s.template for s in state.shaders)},
@@ -44,6 +53,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
         static_symbols=ctx.static,
         constraints=tuple(ctx.constraints.values()),
         data_symbols=dict(ctx.data_symbols),
+        sites=tuple(state.sites),
         metadata={
             "name": graph.name,
             "opsets": dict(graph.opsets),
@@ -111,6 +121,9 @@ def _tensor_table(graph: IrGraph, state: PlanState,
     tensors: dict[str, TensorInfo] = {}
     prelude: list[Step] = []
     for name in needed:
+        if name == STATUS_TENSOR:  # one word: the highest report site hit in a run (0: none)
+            tensors[name] = TensorInfo(name, "uint32", (1,), "status")
+            continue
         if name in state.scratch:
             dtype, shape = state.scratch[name]
             tensors[name] = TensorInfo(name, dtype, shape, "scratch")
@@ -118,10 +131,7 @@ def _tensor_table(graph: IrGraph, state: PlanState,
         t = state.subgraph_tensors.get(name) or graph.tensor(name)
         if t.dtype is None or t.shape is None:
             raise PlanError(f"tensor '{name}' has no inferred dtype/shape")
-        try:
-            device = t.dtype.require_device(f"tensor '{name}'")
-        except UnsupportedDtypeError:
-            raise
+        t.dtype.require_device(f"tensor '{name}'")
         kind = "output" if name in graph.outputs else t.kind.value
         if name in state.subgraph_tensors and kind in ("input", "output"):
             kind = "intermediate"  # a subgraph's parameters and results: buffers the copies fill
@@ -129,7 +139,7 @@ def _tensor_table(graph: IrGraph, state: PlanState,
         while alias in state.aliases:  # collapse chains: Reshape of a Reshape
             alias = state.aliases[alias]
         if t.value is not None and t.value.dtype == object:
-            prelude.append(symbolic_write(name, t.value, device))
+            prelude.append(symbolic_write(name, t.value, t.dtype))
             tensors[name] = TensorInfo(name, t.dtype.name, t.shape, "output" if kind == "output" else "intermediate")
         elif t.value is not None:
             tensors[name] = TensorInfo(name, t.dtype.name, t.shape, "output" if kind == "output" else "weight",
