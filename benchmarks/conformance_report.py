@@ -43,8 +43,9 @@ SEED_OPS = frozenset(
     "ConstantOfShape Shape Reshape Unsqueeze Transpose Concat Expand Gather Slice ScatterND Range Trilu "
     "ReduceSum ReduceMean Cast".split())
 # Element types with a device representation (onyxia/ir/dtypes.py's storage codecs).
-DEVICE_DTYPES = frozenset("float32 float16 bfloat16 float8e4m3fn float8e4m3fnuz float8e5m2 float8e5m2fnuz float8e8m0 "
-                          "float4e2m1 int32 int64 bool int8 uint8 int16 uint16 uint32 uint64 int4 uint4 int2 uint2".split())
+DEVICE_DTYPES = frozenset(
+    "float32 float16 bfloat16 float8e4m3fn float8e4m3fnuz float8e5m2 float8e5m2fnuz float8e8m0 "
+    "float4e2m1 int32 int64 bool int8 uint8 int16 uint16 uint32 uint64 int4 uint4 int2 uint2".split())
 
 # Operator families for the per-family counts; a case belongs to the family of its principal op.
 FAMILIES: dict[str, frozenset[str]] = {name: frozenset(ops.split()) for name, ops in {

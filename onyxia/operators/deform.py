@@ -17,7 +17,6 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.operators.window import int_list
 from onyxia.plan import Step
@@ -110,7 +109,7 @@ class DeformConv(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         spec = self.spec(ctx)
-        device = ctx.device_type(ctx.input_dtype(0), "input 0")
+        device = ctx.compute_type(ctx.input_dtype(0), "input 0")
         p = spec.out[0] * spec.out[1]
         cg, mg = spec.channels // spec.group, spec.maps // spec.group
         k = cg * spec.taps
@@ -119,16 +118,14 @@ class DeformConv(Operator):
             return []
         cols = ctx.scratch(total, hint="deform_cols")
         has_mask = ctx.has_input(4)
-        reads = [("x", ctx.input(0)), ("offset", ctx.input(2))] + ([("mask", ctx.input(4))] if has_mask else [])
+        reads = {"x": ctx.input(0), "offset": ctx.input(2), **({"mask": ctx.input(4)} if has_mask else {})}
         params = {"TOTAL": total, "C": spec.channels, "CG": cg, "G": spec.group,
                   "OGC": spec.channels // spec.offset_group, "H": spec.height, "W": spec.width, "KH": spec.kernel[0],
                   "KW": spec.kernel[1], "OH": spec.out[0], "OW": spec.out[1], "SH": spec.strides[0],
                   "SW": spec.strides[1], "DH": spec.dilations[0], "DW": spec.dilations[1],
                   "PH": (spec.pads[0], "i32"), "PW": (spec.pads[1], "i32")}
-        steps = [ctx.dispatch(SHADER, label="deform_im2col", reads=[t for _, t in reads], writes=[cols], params=params,
-                              defs={"STAGE": "im2col", "HAS_MASK": has_mask,
-                                    "BINDINGS": binding_block([(n, "f32") for n, _ in reads], [("cols", "f32")])},
-                              workgroups=ctx.grid(total))]
+        steps = [ctx.dispatch(SHADER, label="deform_im2col", reads=reads, writes={"cols": cols}, params=params,
+                              defs={"STAGE": "im2col", "HAS_MASK": has_mask}, workgroups=ctx.grid(total))]
         has_bias = ctx.has_input(3)
         epilogue = has_bias and spec.group == 1
         steps += plan_product(ctx, Product(
@@ -137,10 +134,9 @@ class DeformConv(Operator):
             c=ctx.input(3) if epilogue else None, c_shape=(mg, 1) if epilogue else ()))
         if has_bias and not epilogue:
             count = spec.batch * spec.maps * p
-            steps.append(ctx.dispatch(SHADER, label="deform_bias", reads=[ctx.input(3)], writes=[ctx.output(0)],
-                                      params={"TOTAL": count, "M": spec.maps, "P": p},
-                                      defs={"STAGE": "bias", "BINDINGS": binding_block([("b", "f32")], [("y", "f32")])},
-                                      workgroups=ctx.grid(count)))
+            steps.append(ctx.dispatch(SHADER, label="deform_bias", reads={"b": ctx.input(3)},
+                                      writes={"y": ctx.output(0)}, params={"TOTAL": count, "M": spec.maps, "P": p},
+                                      defs={"STAGE": "bias"}, workgroups=ctx.grid(count)))
         return steps
 
 

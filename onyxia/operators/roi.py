@@ -19,7 +19,7 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, ceil_div
+from onyxia.operators.common import ceil_div
 from onyxia.plan import Step
 
 SHADER = "image/roi.wgsl"
@@ -36,14 +36,14 @@ class RoiSpec:
     half_pixel: bool = False
 
 
-def plan_roi(ctx: PlanCtx, spec: RoiSpec, reads: list[tuple[str, str, str]]) -> list[Step]:
-    """The pool dispatch (and, for chunked bins, the finish dispatch). `reads`: (binding name,
-    tensor, WGSL element type)."""
+def plan_roi(ctx: PlanCtx, spec: RoiSpec, reads: dict[str, str]) -> list[Step]:
+    """The pool dispatch (and, for chunked bins, the finish dispatch) reading `reads` (the
+    kernel's buffer names -> tensors)."""
     x = ctx.input_shape(0)
     bins = numel(spec.out)
     if isinstance(bins, int) and bins == 0:
         return []
-    ctx.device_type(ctx.input_dtype(0), "input")
+    ctx.compute_type(ctx.input_dtype(0), "input")
     n, c, h, w = x
     if spec.mode == "max_pool":
         ny, nx = h, w
@@ -57,20 +57,15 @@ def plan_roi(ctx: PlanCtx, spec: RoiSpec, reads: list[tuple[str, str, str]]) -> 
     params = {"ROWS": bins * chunks, "CHUNKS": chunks, "N": n, "C": c, "H": h, "W": w, "OH": spec.out[2],
               "OW": spec.out[3], "SCALE": (spec.scale, "f32"), "RATIO": spec.ratio, "NY_MAX": ny, "NX_MAX": nx}
     defs = {"MODE": spec.mode, "HALF_PIXEL": spec.half_pixel, "LANES": lanes, "RED_INNER": 1}
-    decls = [(name, ty) for name, _, ty in reads]
-    tensors = [t for _, t, _ in reads]
     target = ctx.output(0) if single else ctx.scratch(2 * bins * chunks, hint="roi_partial")
-    pool = ctx.dispatch(SHADER, label=f"roi_{spec.mode}", reads=tensors, writes=[target], params=params,
-                        defs={**defs, "STAGE": "pool", "SINGLE": single,
-                              "BINDINGS": binding_block(decls, [("y" if single else "partial", "f32")])},
+    pool = ctx.dispatch(SHADER, label=f"roi_{spec.mode}", reads=reads, writes={"y" if single else "partial": target},
+                        params=params, defs={**defs, "STAGE": "pool", "SINGLE": single},
                         workgroups=ctx.grid(bins * chunks, 256 // lanes))
     if single:
         return [pool]
-    finish = ctx.dispatch(SHADER, label=f"roi_{spec.mode}_finish", reads=[target], writes=[ctx.output(0)],
-                          params={"ROWS": bins * chunks, "CHUNKS": chunks},
-                          defs={**defs, "STAGE": "finish",
-                                "BINDINGS": binding_block([("partial", "f32")], [("y", "f32")])},
-                          workgroups=ctx.grid(bins))
+    finish = ctx.dispatch(SHADER, label=f"roi_{spec.mode}_finish", reads={"partial": target},
+                          writes={"y": ctx.output(0)}, params={"ROWS": bins * chunks, "CHUNKS": chunks},
+                          defs={**defs, "STAGE": "finish"}, workgroups=ctx.grid(bins))
     return [pool, finish]
 
 
@@ -140,9 +135,9 @@ class RoiAlign(Operator):
         return [ctx.cast_output(y.reshape(spec.out))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        idx = ctx.device_type(ctx.input_dtype(2), "batch_indices")
-        return plan_roi(ctx, self.spec(ctx), [("x", ctx.input(0), "f32"), ("rois", ctx.input(1), "f32"),
-                                              ("batch_indices", ctx.input(2), idx)])
+        ctx.compute_type(ctx.input_dtype(2), "batch_indices")
+        return plan_roi(ctx, self.spec(ctx), {"x": ctx.input(0), "rois": ctx.input(1),
+                                              "batch_indices": ctx.input(2)})
 
 
 # ---- MaxRoiPool ---------------------------------------------------------------------------
@@ -191,7 +186,7 @@ class MaxRoiPool(Operator):
         return [ctx.cast_output(y)]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        return plan_roi(ctx, self.spec(ctx), [("x", ctx.input(0), "f32"), ("rois", ctx.input(1), "f32")])
+        return plan_roi(ctx, self.spec(ctx), {"x": ctx.input(0), "rois": ctx.input(1)})
 
 
 def _round_away(v: np.float32) -> int:

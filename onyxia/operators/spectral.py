@@ -21,7 +21,7 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, select_small
+from onyxia.operators.common import select_small
 from onyxia.plan import Step
 
 SHADER = "spectral/fft.wgsl"
@@ -64,7 +64,7 @@ def plan_transform(ctx: PlanCtx, t: Transform) -> list[Step]:
     batch = t.b1 * t.b2
     if any(isinstance(d, int) and d == 0 for d in (batch, t.bins)):
         return []
-    ctx.device_type(ctx.input_dtype(0), "input")
+    ctx.compute_type(ctx.input_dtype(0), "input")
     sign = 1.0 if t.inverse else -1.0
     s1, s2, sn = t.in_strides
     o1, o2, ok = t.out_strides
@@ -74,10 +74,9 @@ def plan_transform(ctx: PlanCtx, t: Transform) -> list[Step]:
     io_defs = {"CHANNELS": t.channels, "WINDOW": t.window is not None, "HERMITIAN": t.hermitian,
                "REAL_OUT": t.real_out, "INVERSE": t.inverse}
     if isinstance(t.length, int) and t.length <= DIRECT_MAX and not _power_of_two(t.length):
-        block = binding_block([(n, "f32") for n, _ in reads], [("y", "f32")])
-        return [ctx.dispatch(SHADER, label="fft_direct", reads=[b for _, b in reads], writes=[ctx.output(0)],
+        return [ctx.dispatch(SHADER, label="fft_direct", reads=dict(reads), writes={"y": ctx.output(0)},
                              params=io_params, workgroups=ctx.grid(batch * t.bins),
-                             defs={**io_defs, "STAGE": "direct", "SIGN": int(sign), "BINDINGS": block,
+                             defs={**io_defs, "STAGE": "direct", "SIGN": int(sign),
                                    **dict.fromkeys(_STAGE_FLAGS["direct"], True)})]
     bluestein = not _power_of_two(t.length)
     if isinstance(t.length, int):
@@ -94,11 +93,10 @@ def plan_transform(ctx: PlanCtx, t: Transform) -> list[Step]:
 
     def stage(name: str, reads: list[tuple[str, str]], writes: list[tuple[str, str]], count: Dim,
               params: dict, defs: dict | None = None, active: Dim = 1) -> None:
-        block = binding_block([(n, "f32") for n, _ in reads], [(n, "f32") for n, _ in writes])
         workgroups = ctx.grid(count)
-        steps.append(ctx.dispatch(SHADER, label=f"fft_{name}", reads=[b for _, b in reads],
-                                  writes=[b for _, b in writes], params={**common, **params},
-                                  defs={**base_defs, "STAGE": name, "BINDINGS": block, **(defs or {}),
+        steps.append(ctx.dispatch(SHADER, label=f"fft_{name}", reads=dict(reads), writes=dict(writes),
+                                  params={**common, **params},
+                                  defs={**base_defs, "STAGE": name, **(defs or {}),
                                         **dict.fromkeys(_STAGE_FLAGS[name], True)},
                                   workgroups=(workgroups[0] * active, 1, 1)))
 

@@ -6,11 +6,10 @@
 //   GridSample with zeros padding and align_corners), times the tap's mask.
 // STAGE bias: y[n, m, p] += b[m] (grouped products have no per-row epilogue).
 //
-// Defs: STAGE, HAS_MASK, BINDINGS. Params: TOTAL, C, CG, G (group), OGC (channels per offset
+// Buffers: x, offset (and mask) in, the f32 scratch cols out; bias: b in, y read-write.
+// Defs: STAGE, HAS_MASK. Params: TOTAL, C, CG, G (group), OGC (channels per offset
 // group), H, W, KH, KW, OH, OW, SH, SW, DH, DW, PH, PW (i32 pads), and for bias M, P.
 #import common::grid
-
-#{BINDINGS}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -33,8 +32,8 @@ fn main(wg: Grid) {
     let groups = C() / OGC();
     // offset [N, groups * taps * 2, OH, OW] (y then x per tap); mask [N, groups * taps, OH, OW]
     let off = ((n * groups + og) * taps + tap) * 2u;
-    let dy = offset[(off * OH() + oh) * OW() + ow];
-    let dx = offset[((off + 1u) * OH() + oh) * OW() + ow];
+    let dy = f32(offset_load((off * OH() + oh) * OW() + ow));
+    let dx = f32(offset_load(((off + 1u) * OH() + oh) * OW() + ow));
     let y = f32(i32(oh * SH() + ki * DH()) - PH()) + dy;
     let xx = f32(i32(ow * SW() + kj * DW()) - PW()) + dx;
     // Far outside the image every tap reads 0: clamping keeps the integer casts in range.
@@ -50,14 +49,14 @@ fn main(wg: Grid) {
         if (yi >= 0 && yi < i32(H()) && xi >= 0 && xi < i32(W())) {
             let wy = select(1.0 - fy, fy, t / 2u == 1u);
             let wx = select(1.0 - fx, fx, t % 2u == 1u);
-            v += wy * wx * x[plane + u32(yi) * W() + u32(xi)];
+            v += wy * wx * f32(x_load(plane + u32(yi) * W() + u32(xi)));
         }
     }
 #ifdef HAS_MASK
-    v *= mask[((n * groups + og) * taps + tap) * p_count + p];
+    v *= f32(mask_load(((n * groups + og) * taps + tap) * p_count + p));
 #endif
-    cols[i] = v;
+    cols_store(i, v);
 #else
-    y[i] = y[i] + b[(i / P()) % M()];
+    y_store(i, y_load(i) + b_load((i / P()) % M()));
 #endif
 }

@@ -9,13 +9,11 @@
 // bin pool a part each into `partial`, and the FINISH stage combines them.
 //
 // Defs: MODE (align_avg | align_max | max_pool), HALF_PIXEL (RoiAlign's half_pixel mode),
-//   STAGE (pool | finish), SINGLE (one chunk: pool writes y directly), LANES, RED_INNER (1),
-//   BINDINGS.
+//   STAGE (pool | finish), SINGLE (one chunk: pool writes y directly), LANES, RED_INNER (1).
+// Buffers: x, rois (and RoiAlign's batch_indices) in; y, or the f32 scratch `partial`.
 // Params: ROWS (bins * CHUNKS), CHUNKS, N, C, H, W, OH, OW, SCALE (spatial_scale), RATIO
 //   (RoiAlign's sampling_ratio; 0: adaptive), NY_MAX, NX_MAX.
 #import reduction::tree
-
-#{BINDINGS}
 
 // (value, seen): a sum (avg; seen unused) or a max and whether any sample was taken.
 alias LaneValue = vec2<f32>;
@@ -76,12 +74,12 @@ fn bin_of(bin: u32) -> Bin {
     let c = (bin / (OH() * OW())) % C();
     let ph = (bin / OW()) % OH();
     let pw = bin % OW();
-    let n = i32(rois[5u * r]);
+    let n = i32(rois_load(5u * r));
     b.plane = select(NONE, (u32(n) * C() + c) * H() * W(), n >= 0 && u32(n) < N());
-    let sw = i32(round_away(rois[5u * r + 1u] * SCALE()));
-    let sh = i32(round_away(rois[5u * r + 2u] * SCALE()));
-    let ew = i32(round_away(rois[5u * r + 3u] * SCALE()));
-    let eh = i32(round_away(rois[5u * r + 4u] * SCALE()));
+    let sw = i32(round_away(rois_load(5u * r + 1u) * SCALE()));
+    let sh = i32(round_away(rois_load(5u * r + 2u) * SCALE()));
+    let ew = i32(round_away(rois_load(5u * r + 3u) * SCALE()));
+    let eh = i32(round_away(rois_load(5u * r + 4u) * SCALE()));
     let bh = f32(max(eh - sh + 1, 1)) / f32(OH());
     let bw = f32(max(ew - sw + 1, 1)) / f32(OW());
     let hs = clamp(i32(floor(f32(ph) * bh)) + sh, 0, i32(H()));
@@ -137,16 +135,16 @@ fn bin_of(bin: u32) -> Bin {
     let c = (bin / (OH() * OW())) % C();
     let ph = (bin / OW()) % OH();
     let pw = bin % OW();
-    let n = batch_indices[r];
+    let n = i32(batch_indices_load(r));
     b.plane = select(NONE, (u32(n) * C() + c) * H() * W(), n >= 0 && u32(n) < N());
 #ifdef HALF_PIXEL
     let offset = 0.5;
 #else
     let offset = 0.0;
 #endif
-    let y = axis_of(rois[4u * r + 1u] * SCALE() - offset, rois[4u * r + 3u] * SCALE() - offset, ph, OH(), H(),
+    let y = axis_of(rois_load(4u * r + 1u) * SCALE() - offset, rois_load(4u * r + 3u) * SCALE() - offset, ph, OH(), H(),
                     NY_MAX());
-    let x = axis_of(rois[4u * r] * SCALE() - offset, rois[4u * r + 2u] * SCALE() - offset, pw, OW(), W(),
+    let x = axis_of(rois_load(4u * r) * SCALE() - offset, rois_load(4u * r + 2u) * SCALE() - offset, pw, OW(), W(),
                     NX_MAX());
     b.ay = y.a;
     b.ax = x.a;
@@ -186,10 +184,10 @@ fn sample(plane: u32, yy: f32, xx: f32) -> LaneValue {
     let lx = fx - f32(x_low);
     let hy = 1.0 - ly;
     let hx = 1.0 - lx;
-    let v1 = hy * hx * x[plane + y_low * W() + x_low];
-    let v2 = hy * lx * x[plane + y_low * W() + x_high];
-    let v3 = ly * hx * x[plane + y_high * W() + x_low];
-    let v4 = ly * lx * x[plane + y_high * W() + x_high];
+    let v1 = hy * hx * f32(x_load(plane + y_low * W() + x_low));
+    let v2 = hy * lx * f32(x_load(plane + y_low * W() + x_high));
+    let v3 = ly * hx * f32(x_load(plane + y_high * W() + x_low));
+    let v4 = ly * lx * f32(x_load(plane + y_high * W() + x_high));
 #if MODE == align_avg
     return vec2<f32>(v1 + v2 + v3 + v4, 1.0);
 #else
@@ -221,7 +219,7 @@ fn main(wg: Grid) {
         let iy = b.y0 + s / b.nx;
         let ix = b.x0 + s % b.nx;
 #if MODE == max_pool
-        acc = lane_merge(acc, vec2<f32>(x[b.plane + iy * W() + ix], 1.0));
+        acc = lane_merge(acc, vec2<f32>(f32(x_load(b.plane + iy * W() + ix)), 1.0));
 #else
         let v = sample(b.plane, b.ay + (f32(iy) + 0.5) * b.sy, b.ax + (f32(ix) + 0.5) * b.sx);
         acc = lane_merge(acc, v);
@@ -233,10 +231,10 @@ fn main(wg: Grid) {
 #endif
     if (ln.valid && ln.lane == 0u) {
 #ifdef SINGLE
-        y[row] = final_value(pooled);
+        y_store(row, final_value(pooled));
 #else
-        partial[2u * row] = pooled.x;
-        partial[2u * row + 1u] = pooled.y;
+        partial_store(2u * row, pooled.x);
+        partial_store(2u * row + 1u, pooled.y);
 #endif
     }
 #else
@@ -246,8 +244,8 @@ fn main(wg: Grid) {
     var acc = vec2<f32>(0.0);
     for (var k = 0u; k < CHUNKS(); k++) {
         let r = bin * CHUNKS() + k;
-        acc = lane_merge(acc, vec2<f32>(partial[2u * r], partial[2u * r + 1u]));
+        acc = lane_merge(acc, vec2<f32>(partial_load(2u * r), partial_load(2u * r + 1u)));
     }
-    y[bin] = final_value(acc);
+    y_store(bin, final_value(acc));
 #endif
 }

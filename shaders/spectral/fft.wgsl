@@ -17,7 +17,9 @@
 // stage instead: a thread per bin sums its L terms (exactly as the definition; more accurate
 // and, that short, faster than the three FFTs of Bluestein's).
 //
-// Defs: STAGE (load | chirp | butterfly | multiply | store | direct), BLUESTEIN, BINDINGS,
+// Buffers: x (and window) in, y out, `work` (and Bluestein's `spectrum`) f32 scratch; the signal
+// is loaded and stored through its dtype's accessors, computed in f32.
+// Defs: STAGE (load | chirp | butterfly | multiply | store | direct), BLUESTEIN,
 //   READS_X (load, direct), WRITES_Y (store, direct), WORK (the stages using `work`), WORK_RW
 //   (those writing it), and
 //   load: CHANNELS (1: real input, 2: complex), WINDOW (STFT's window), HERMITIAN (inverse of a
@@ -31,8 +33,6 @@
 //   load, chirp, store: CHIRP_SIGN (Bluestein: the sign of the transform, -1 forward);
 //   store, direct: K (bins written), O1, O2, OK (output strides as the load's).
 #import common::grid
-
-#{BINDINGS}
 
 // log2 of the FFT size M: L itself (a power of two), or Bluestein's next power of two >= 2L - 1.
 fn fft_log() -> u32 {
@@ -92,15 +92,15 @@ fn chirp(n: u32, sign: f32) -> vec2<f32> {
 
 #ifdef WORK
 fn work_get(i: u32) -> vec2<f32> {
-    return vec2<f32>(work[2u * i], work[2u * i + 1u]);
+    return vec2<f32>(work_load(2u * i), work_load(2u * i + 1u));
 }
 
 #endif
 
 #ifdef WORK_RW
 fn work_set(i: u32, v: vec2<f32>) {
-    work[2u * i] = v.x;
-    work[2u * i + 1u] = v.y;
+    work_store(2u * i, v.x);
+    work_store(2u * i + 1u, v.y);
 }
 #endif
 
@@ -120,15 +120,15 @@ fn input_at(b: u32, j: u32) -> vec2<f32> {
     }
     let a = base + bin * SN();
 #if CHANNELS == 2
-    var v = vec2<f32>(x[a], x[a + 1u]);
+    var v = vec2<f32>(f32(x_load(a)), f32(x_load(a + 1u)));
 #else
-    var v = vec2<f32>(x[a], 0.0);
+    var v = vec2<f32>(f32(x_load(a)), 0.0);
 #endif
     if (mirrored) {
         v.y = -v.y;
     }
 #ifdef WINDOW
-    v *= window[j];
+    v *= f32(window_load(j));
 #endif
     return v;
 }
@@ -193,8 +193,8 @@ fn main(wg: Grid) {
     let k = t % m;
     let r = bit_reverse(k, lg);
     if (r < k) { return; }
-    let vk = cmul(work_get(b * m + k), vec2<f32>(spectrum[2u * k], spectrum[2u * k + 1u]));
-    let vr = cmul(work_get(b * m + r), vec2<f32>(spectrum[2u * r], spectrum[2u * r + 1u]));
+    let vk = cmul(work_get(b * m + k), vec2<f32>(spectrum_load(2u * k), spectrum_load(2u * k + 1u)));
+    let vr = cmul(work_get(b * m + r), vec2<f32>(spectrum_load(2u * r), spectrum_load(2u * r + 1u)));
     work_set(b * m + r, vk);
     work_set(b * m + k, vr);
 #else if STAGE == store
@@ -211,9 +211,9 @@ fn main(wg: Grid) {
     v /= f32(L());
 #endif
     let a = (b / B2()) * O1() + (b % B2()) * O2() + k * OK();
-    y[a] = v.x;
+    y_store(a, v.x);
 #ifndef REAL_OUT
-    y[a + 1u] = v.y;
+    y_store(a + 1u, v.y);
 #endif
 #endif
 }
