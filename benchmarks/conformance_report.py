@@ -43,8 +43,9 @@ SEED_OPS = frozenset(
     "ConstantOfShape Shape Reshape Unsqueeze Transpose Concat Expand Gather Slice ScatterND Range Trilu "
     "ReduceSum ReduceMean Cast".split())
 # Element types with a device representation (onyxia/ir/dtypes.py's storage codecs).
-DEVICE_DTYPES = frozenset("float32 float16 bfloat16 float8e4m3fn float8e4m3fnuz float8e5m2 float8e5m2fnuz float8e8m0 "
-                          "float4e2m1 int32 int64 bool int8 uint8 int16 uint16 uint32 int4 uint4 int2 uint2".split())
+DEVICE_DTYPES = frozenset(
+    "float32 float16 bfloat16 float8e4m3fn float8e4m3fnuz float8e5m2 float8e5m2fnuz float8e8m0 "
+    "float4e2m1 int32 int64 bool int8 uint8 int16 uint16 uint32 uint64 int4 uint4 int2 uint2".split())
 
 # Operator families for the per-family counts; a case belongs to the family of its principal op.
 FAMILIES: dict[str, frozenset[str]] = {name: frozenset(ops.split()) for name, ops in {
@@ -90,6 +91,25 @@ RANDOM_OPS = frozenset("Bernoulli RandomUniform RandomNormal RandomUniformLike R
 RANDOM_REASON = ("random values: onyxia's counter-based generator is not numpy's (the distribution is tested in "
                  "tests/gpu/test_generators.py)")
 
+
+# Cases whose expected values onyxia deliberately does not reproduce: onnx.reference where
+# onnxruntime (and the exporters' own frameworks) compute otherwise, or numpy's own rounding
+# where the exact value differs by more than the case's tolerance. A GPU test pins each choice.
+DISPUTED = {
+    **dict.fromkeys(("test_resize_downsample_scales_cubic_align_corners",
+                     "test_resize_downsample_scales_linear_align_corners"),
+                    "Resize: onnx.reference divides align_corners by the fractional width scale * length (2.4 for "
+                    "0.6 x 4); onyxia divides by the integer output length, as the spec's formula, onnxruntime "
+                    "and PyTorch do (tests/gpu/test_image.py)"),
+    "test_maxunpool_export_with_output_shape":
+        "MaxUnpool: the case's indices address the inferred 4x4 output, padded to output_shape 5x5 after; "
+        "onyxia reads them as flat indices into output_shape, as onnxruntime does and as MaxPool of a 5x5 input "
+        "produces them (tests/gpu/test_pooling.py)",
+    **dict.fromkeys(("test_dft_inverse", "test_dft_inverse_opset19"),
+                    "DFT: the expected values are numpy 2's complex64 FFT, whose Nyquist bins carry an imaginary "
+                    "part of 1.9e-7 where the exact value is 0 (float64: 7e-16); onyxia's is exactly 0, and the "
+                    "case's atol is 1e-7 (tests/gpu/test_spectral.py)"),
+}
 
 def dtype_reason(dtype: str) -> str:
     if dtype == "float64":
@@ -349,6 +369,8 @@ def reason(info: CaseInfo, result: dict[str, Any]) -> str:
             return dtype_reason({"DOUBLE": "float64", "STRING": "string"}.get(m.group(1), m.group(1).lower()))
         return f"the model does not load: {_generic(detail.split(': ', 1)[-1])}"
     if kind == "mismatch":
+        if info.name in DISPUTED and key == "values":
+            return DISPUTED[info.name]
         if op in RANDOM_OPS and key == "values":
             return RANDOM_REASON
         return f"wrong {key} vs the onnx reference (rtol/atol of the case): {op}"

@@ -5,7 +5,7 @@ scalar kernels compute in, through the accessors codegen/storage.py generates):
 
 | storage         | bits | dtypes                                    | compute |
 |-----------------|------|-------------------------------------------|---------|
-| f32 / i32 / u32 | 32   | float32; int32, int64; uint32             | same    |
+| f32 / i32 / u32 | 32   | float32; int32, int64; uint32, uint64     | same    |
 | f16             | 16   | float16 (native `f16` with shader-f16)    | f32     |
 | bf16            | 16   | bfloat16                                  | f32     |
 | s16 / u16       | 16   | int16 / uint16                            | i32/u32 |
@@ -16,11 +16,11 @@ scalar kernels compute in, through the accessors codegen/storage.py generates):
 
 Everything below 32 bits is packed little-endian into u32 words, so a tensor's device bytes are
 exactly its ONNX raw bytes (2 and 4-bit values low bits first), padded to a whole word: uploads
-and readbacks are byte copies. int64 is the exception: it is stored as i32 (range-checked at
-upload, widened at download); kernels report int64 results that leave that range instead of
-wrapping (the device error word, operators/base.py). float64, uint64 and strings have no device
-representation: a tensor of those types may still be folded on the host, but one that must live
-on the GPU raises UnsupportedDtypeError.
+and readbacks are byte copies. int64 and uint64 are the exception: they are stored as i32 / u32
+(range-checked at upload, widened at download); kernels report results that leave that range
+instead of wrapping (the device error word, operators/base.py). float64 and strings have no
+device representation: a tensor of those types may still be folded on the host, but one that
+must live on the GPU raises UnsupportedDtypeError.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ _TABLE = [
     _d("int8", TensorProto.INT8, np.int8, "int", "s8", 8),
     _d("int4", TensorProto.INT4, ml_dtypes.int4, "int", "s4", 4),
     _d("int2", TensorProto.INT2, ml_dtypes.int2, "int", "s2", 2),
-    _d("uint64", TensorProto.UINT64, np.uint64, "uint"),
+    _d("uint64", TensorProto.UINT64, np.uint64, "uint", "u32", 32),
     _d("uint32", TensorProto.UINT32, np.uint32, "uint", "u32", 32),
     _d("uint16", TensorProto.UINT16, np.uint16, "uint", "u16", 16),
     _d("uint8", TensorProto.UINT8, np.uint8, "uint", "u8", 8),
@@ -146,6 +146,7 @@ _BY_NUMPY = {d.numpy: d for d in _TABLE if d.name != "string"}
 FLOAT32 = _BY_NAME["float32"]
 FLOAT16 = _BY_NAME["float16"]
 INT64 = _BY_NAME["int64"]
+UINT64 = _BY_NAME["uint64"]
 INT32 = _BY_NAME["int32"]
 UINT32 = _BY_NAME["uint32"]
 UINT8 = _BY_NAME["uint8"]
@@ -180,7 +181,7 @@ def from_numpy(dtype: np.dtype | type) -> DType:
         raise UnsupportedDtypeError(f"numpy dtype {dtype} is not supported") from None
 
 
-_I32 = np.iinfo(np.int32)
+_WORD_RANGE = {"i32": np.iinfo(np.int32), "u32": np.iinfo(np.uint32)}
 _WORD_NUMPY = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32)}
 
 
@@ -188,10 +189,12 @@ def to_device(array: np.ndarray, dtype: DType, what: str) -> np.ndarray:
     """The device bytes of a host array of `dtype` (a contiguous array, padded to whole words)."""
     storage = dtype.require_device(what)
     if storage in WORD_STORAGE:
-        if dtype.numpy.itemsize > 4 and array.size:
+        if dtype.numpy.itemsize > 4 and array.size:  # int64 / uint64 in one 32-bit word
             lo, hi = int(array.min()), int(array.max())
-            if lo < _I32.min or hi > _I32.max:
-                raise InputError(f"{what}: int64 values must fit in int32 on the GPU (got range [{lo}, {hi}])")
+            word = _WORD_RANGE[storage]
+            if lo < word.min or hi > word.max:
+                raise InputError(f"{what}: {dtype.name} values must fit in {word.dtype} on the GPU "
+                                 f"(got range [{lo}, {hi}])")
         return np.ascontiguousarray(array, dtype=_WORD_NUMPY[storage]).reshape(-1)
     values = np.ascontiguousarray(array, dtype=dtype.numpy).reshape(-1)
     if dtype.bits >= 8:

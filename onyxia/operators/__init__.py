@@ -11,6 +11,7 @@ from onyxia.operators import (
     conversion,
     datadep,
     decomposed,
+    deform,
     elementwise,
     functions,
     fused,
@@ -29,10 +30,12 @@ from onyxia.operators import (
     recurrent,
     reduction,
     resize,
+    roi,
     scatter,
     selection,
     sequences,
     shape,
+    spectral,
     unique_nms,
 )
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
@@ -42,7 +45,7 @@ from onyxia.operators.registry import OperatorRegistry
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
                     functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences,
-                    quantize_linear)
+                    quantize_linear, spectral, roi, deform)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -12,7 +12,8 @@ Device numerics (storage and compute types: ir/dtypes.py):
 - float16 and bfloat16 compute in f32 and are rounded once, when stored;
 - int64 computes in i32 (inputs are range-checked at upload); the ops whose result can leave
   that range (a row's `int64` expression: Add, Sub, Mul, Div, Pow, Neg, Abs) check it and
-  report instead of wrapping, and the run raises a ComputeError naming the node;
+  report instead of wrapping, and the run raises a ComputeError naming the node; uint64
+  computes in u32 the same way (a row's `uint64` expression);
 - int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
   overflow wraps exactly as numpy and onnxruntime do;
 - integer Div/Mod by zero give WGSL's defined results, where ONNX leaves them undefined.

@@ -201,15 +201,27 @@ def linear_attention_model(rule: str = "linear"):
     return make_model([node], shapes, ["y", "state"], opset=27)
 
 
-def test_linear_attention_runs_as_its_function_body_with_a_scan(runtime):
+def gated_linear_attention_model():
+    """Gated LinearAttention without past_state: the absent optional input precedes `decay`."""
+    shapes = [("q", np.float32, [1, 3, 8]), ("k", np.float32, [1, 3, 8]), ("v", np.float32, [1, 3, 8]),
+              ("decay", np.float32, [1, 3, 8])]
+    node = h.make_node("LinearAttention", ["q", "k", "v", "", "decay"], ["y", "state"], q_num_heads=2,
+                       kv_num_heads=2, update_rule="gated")
+    return make_model([node], shapes, ["y", "state"], opset=27)
+
+
+@pytest.mark.parametrize("build", [linear_attention_model, gated_linear_attention_model], ids=["linear", "gated"])
+def test_linear_attention_runs_as_its_function_body_with_a_scan(runtime, build):
     """LinearAttention's ONNX function body scans the sequence (Scan): expanded, then planned as
     a LoopStep. onnxruntime has no kernel for it: onnx.reference is the oracle."""
     from onnx.reference import ReferenceEvaluator
 
-    model = linear_attention_model()
+    model = build()
     compiled = compile_model(model)
     assert any(isinstance(s, LoopStep) for s in compiled.steps)
-    feeds = {n: f32(1, 3, 8) for n in ("q", "k", "v")}
+    feeds = {n.name: f32(1, 3, 8) for n in model.graph.input}
+    if "decay" in feeds:  # a log-space decay: negative
+        feeds["decay"] = -np.abs(feeds["decay"])
     assert_close(run_onyxia(runtime, model, feeds), ReferenceEvaluator(model).run(None, feeds))
 
 

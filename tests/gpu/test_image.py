@@ -88,6 +88,20 @@ def test_resize_variants_match_ort(runtime, model):
     assert_matches_ort(runtime, model, {"x": feed(x_shape, dtype)}, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic", "nearest"])
+@pytest.mark.parametrize("coord,roi", [("align_corners", None), ("pytorch_half_pixel", None),
+                                       ("tf_crop_and_resize", scales(0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8))])
+def test_resize_divides_by_the_integer_size_where_a_scale_gives_a_fraction(runtime, mode, coord, roi):
+    """0.6 x 7 = 4.2 output pixels, 4 of them: align_corners, pytorch_half_pixel and
+    tf_crop_and_resize divide by the integer size (the spec's length_resized), as onnxruntime
+    and PyTorch do. onnx.reference divides by the fraction, and so do its two
+    *_downsample_scales_*_align_corners conformance cases (in the ledger for that reason)."""
+    x_shape = [1, 2, 4, 7]
+    model = resize_model(x_shape, scales=scales(1, 1, 0.3, 0.6), roi=roi if roi is not None else EMPTY, opset=19,
+                         mode=mode, coordinate_transformation_mode=coord)
+    assert_matches_ort(runtime, model, {"x": feed(x_shape)}, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
 @pytest.mark.parametrize("kw", [dict(scales=scales(1, 1, 0.5, 0.6)), dict(scales=scales(1, 1, 0.3, 1.7)),
                                 dict(sizes=sizes(1, 2, 3, 2), exclude_outside=1),

@@ -175,15 +175,43 @@ class FunctionExpansionPass(Pass):
             onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
         except Exception as exc:
             raise fail(str(exc).strip()) from exc
+        function = _schema_function(schema, version, proto, {vi.name: vi.type for vi in inputs})
+        if function is None:
+            raise fail(f"onnx {onnx.__version__} has no function body for {node.op_type} at opset {version}")
+        model.functions.append(function)
+        # The node's own body goes in as a local function: onnx's inliner builds a
+        # context-dependent body from the types of the node's inputs by name and asserts on an
+        # absent optional input ("") that precedes a present one (LinearAttention's past_state
+        # before decay). FunctionOps the body calls are inlined by onnx at any depth (a Scan
+        # body's included); those at the top are expanded by this pass anyway.
         ids = [(d, op) for d, op in ctx.registry if isinstance(ctx.registry.get(op, d), FunctionOp)]
-        ids.append((node.domain, node.op_type))  # an op with a kernel may run its body too (below)
         try:
-            body = onnx.inliner.inline_selected_functions(model, ids, inline_schema_functions=True)
+            body = onnx.inliner.inline_local_functions(model)
+            body = onnx.inliner.inline_selected_functions(body, ids, inline_schema_functions=True)
         except Exception as exc:
             raise fail(f"onnx could not build the function body: {exc}") from exc
-        if any(n.op_type == node.op_type and _domain(n.domain) == node.domain for n in body.graph.node):
-            raise fail(f"onnx {onnx.__version__} has no function body for {node.op_type} at opset {version}")
         return body
+
+
+def _schema_function(schema: onnx.defs.OpSchema, version: int, node: onnx.NodeProto,
+                     types: dict[str, onnx.TypeProto]) -> onnx.FunctionProto | None:
+    """The schema's function body for `node` at opset `version` (the newest body not newer), a
+    context-dependent one built from the types of the node's inputs (an absent input: none)."""
+    if schema.has_context_dependent_function:
+        versions = [v for v in schema.context_dependent_function_opset_versions if v <= version]
+        if not versions:
+            return None
+        raw = schema.get_context_dependent_function_with_opset_version(
+            max(versions), node.SerializeToString(),
+            [(types[n] if n else onnx.TypeProto()).SerializeToString() for n in node.input])
+    else:
+        versions = [v for v in schema.function_opset_versions if v <= version]
+        if not versions:
+            return None
+        raw = schema.get_function_with_opset_version(max(versions))
+    function = onnx.FunctionProto()
+    function.ParseFromString(raw)
+    return function if function.node else None
 
 
 def _domain(domain: str) -> str:
