@@ -149,6 +149,7 @@ class ReduceRow:
     shift: bool = False  # subtract the walk's max first (LogSumExp): exp cannot overflow
     symbolic: bool = False  # folds object arrays of symbolic dims (shape arithmetic)
     bools: bool = False  # accepts bool inputs (ReduceMax/Min since opset 20)
+    nan_combine: str | None = None  # `combine` for f32: WGSL's max/min may drop a NaN; numpy keeps it
 
 
 def _count(x: np.ndarray, axes: tuple[int, ...]) -> int:
@@ -194,8 +195,10 @@ REDUCE_OPS: dict[str, ReduceRow] = {
     "ReduceSum": ReduceRow("zero", "x", "a + b", "acc", lambda x, ax, k: np.sum(x, axis=ax, keepdims=k), 13,
                            symbolic=True),
     "ReduceMean": ReduceRow("zero", "x", "a + b", "acc / {A}(max(n, 1u))", _mean, 18),
-    "ReduceMax": ReduceRow("lowest", "x", "max(a, b)", "acc", _extreme(np.max, "lowest"), 18, bools=True),
-    "ReduceMin": ReduceRow("highest", "x", "min(a, b)", "acc", _extreme(np.min, "highest"), 18, bools=True),
+    "ReduceMax": ReduceRow("lowest", "x", "max(a, b)", "acc", _extreme(np.max, "lowest"), 18, bools=True,
+                           nan_combine="select(max(a, b), a + b, is_nan(a) || is_nan(b))"),
+    "ReduceMin": ReduceRow("highest", "x", "min(a, b)", "acc", _extreme(np.min, "highest"), 18, bools=True,
+                           nan_combine="select(min(a, b), a + b, is_nan(a) || is_nan(b))"),
     "ReduceProd": ReduceRow("one", "x", "a * b", "acc", lambda x, ax, k: np.prod(x, axis=ax, keepdims=k), 18,
                             symbolic=True),
     "ReduceL1": ReduceRow("zero", "abs(x)", "a + b", "acc", lambda x, ax, k: np.sum(np.abs(x), axis=ax, keepdims=k),
@@ -261,6 +264,8 @@ class Reduce(Operator):
         acc = "f32" if row.float_acc else compute
         init = {"zero": f"{acc}(0)", "one": f"{acc}(1)"}.get(row.init) or EXTREMES[row.init][acc]
         map_, combine, reports = row.map.format(A=acc), row.combine, None
+        if acc == "f32" and row.nan_combine:
+            combine = row.nan_combine
         if ctx.input_dtype(0) == dtypes.INT64 and acc == "i32" and (map_ in CHECKED or combine in CHECKED):
             # int64 sums and products can leave the int32 range the GPU keeps int64 in: report it
             map_, combine, reports = CHECKED.get(map_, map_), CHECKED.get(combine, combine), INT64_OVERFLOW
@@ -306,7 +311,8 @@ class ArgReduce(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         compute = ctx.compute_type(ctx.input_dtype(0), "input")
         axis = ctx.axis(ctx.attr("axis", 0), len(ctx.input_shape(0)))
-        defs: dict[str, object] = {"A": compute, "ARG": True, "CMP": self.cmp,
+        # FLOAT: a NaN wins (as it does in ReduceMax/ReduceMin), as in numpy and onnx.reference
+        defs: dict[str, object] = {"A": compute, "ARG": True, "CMP": self.cmp, "FLOAT": int(compute == "f32"),
                                    "INIT": EXTREMES["lowest" if self.cmp == ">" else "highest"][compute],
                                    "LAST": int(bool(ctx.attr("select_last_index", 0)))}
         return plan_reduce(ctx, {axis}, defs, f"reduce_{self.op_type}")

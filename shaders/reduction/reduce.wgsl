@@ -6,7 +6,8 @@
 // adjacent outputs), BASE / OFFSET (generated functions base_of(o) and offset_of(r)), INIT.
 // Value mode: MAP (over x: A and the shift m: A), COMBINE (over a, b), FINAL (over acc: A and
 // n: u32), SHIFT (first find the max m of the walk; LOWEST is A's lowest value).
-// ARG mode (ArgMax/ArgMin): CMP (">" or "<"), LAST (1: ties take the last index); writes i32.
+// ARG mode (ArgMax/ArgMin): CMP (">" or "<"), LAST (1: ties take the last index), FLOAT (1: NaN
+// wins, as it does in the max and the min); writes i32.
 // Params: M (outputs), K (elements per output) and the dims/strides BASE and OFFSET read.
 #import reduction::tree
 
@@ -18,6 +19,11 @@ const NONE: u32 = 0xffffffffu;
 
 fn load(base: u32, r: u32) -> #{A} {
     return #{A}(src_load(base + offset_of(r)));
+}
+
+// By its bits: a NaN test the compiler may not fold away (called for f32 values only).
+fn is_nan(v: #{A}) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 #ifndef ARG
@@ -54,7 +60,22 @@ fn better(va: #{A}, ia: u32, vb: #{A}, ib: u32) -> bool {
 #else
     let tie = ib < ia;
 #endif
-    return ib != NONE && (ia == NONE || vb #{CMP} va || (vb == va && tie));
+    if (ib == NONE) {
+        return false;
+    }
+    if (ia == NONE) {
+        return true;
+    }
+#if FLOAT == 1
+    // A NaN beats every number, as the max and the min do (numpy's and onnx.reference's
+    // argmax/argmin; onnxruntime's answer depends on where the NaN sits).
+    let nan_a = is_nan(va);
+    let nan_b = is_nan(vb);
+    if (nan_a || nan_b) {
+        return nan_b && (!nan_a || tie);
+    }
+#endif
+    return vb #{CMP} va || (vb == va && tie);
 }
 
 fn lane_merge(a: LaneValue, b: LaneValue) -> LaneValue {
