@@ -125,3 +125,27 @@ def test_arg_reductions_take_the_nan(runtime, op, last):
     model = make_model([h.make_node(op, ["x"], ["y"], axis=1, keepdims=0, select_last_index=last)],
                        [("x", F, [7, 3])], ["y"])
     assert_matches_reference(runtime, model, {"x": NAN_ROWS})
+
+
+# ---- Reshape's -1 after update_dimensions -----------------------------------------------------
+
+@pytest.mark.parametrize("target", [[2, -1], [-1, 2], [4, -1]])
+def test_reshape_minus_one_is_rechecked_after_update_dimensions(runtime, target):
+    from onyxia.errors import DimensionError
+
+    # Compiled for batch 4, the -1 of x [batch, 3] -> target is an expression of batch; a batch
+    # whose element count the target's other dims do not divide is refused, naming the node.
+    model = make_model([h.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [("x", F, ["batch", 3])], ["y"],
+                       {"s": I64(target)})
+    exe = runtime.load_model(compile_model(model, {"batch": 4}))
+    for batch in (1, 2, 3, 8):
+        x = np.arange(3 * batch, dtype=F).reshape(batch, 3)
+        if (3 * batch) % (-np.prod(target)) == 0:
+            exe.update_dimensions({"batch": batch})
+            np.testing.assert_array_equal(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0])
+        else:
+            with pytest.raises(Exception):
+                run_ort(model, {"x": x})
+            with pytest.raises(DimensionError, match="node 'reshape'"):
+                exe.update_dimensions({"batch": batch})
+                exe.run({"x": x})
