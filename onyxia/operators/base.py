@@ -36,6 +36,12 @@ from onyxia.plan import (
 
 _REQUIRED = object()
 WORKGROUP_SIZE = 256  # threads per workgroup of the 1-D kernels
+# lavapipe stops an invocation's loops after ~65,535 iterations in all (a raw loop of 70,000
+# returns 65,535, silently) and real GPUs have watchdogs. A kernel's invocation visits at most
+# MAX_TRIPS elements of any axis whose length grows with an input, a few such loops at most:
+# longer axes are split across invocations and combined (multi-pass, split-K, split-KV).
+MAX_TRIPS = 4096
+UNBOUNDED_AXIS = 1 << 32  # the bound of a symbolic length: anything a u32 index reaches
 
 
 @dataclass(frozen=True)
@@ -455,5 +461,5 @@ def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:
     return WriteBuffer(dst, flat, dtype.name)
 
 
-__all__ = ["Buf", "FoldCtx", "InferenceCtx", "Operator", "PlanCtx", "PlanState", "WORKGROUP_SIZE", "dim_symbols",
-           "dtypes", "numel", "shader_root", "symbolic_write"]
+__all__ = ["Buf", "FoldCtx", "InferenceCtx", "MAX_TRIPS", "Operator", "PlanCtx", "PlanState", "UNBOUNDED_AXIS",
+           "WORKGROUP_SIZE", "dim_symbols", "dtypes", "numel", "shader_root", "symbolic_write"]

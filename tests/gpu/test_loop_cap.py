@@ -1,0 +1,101 @@
+"""Kernels past lavapipe's per-invocation loop cap (issue 12, root cause 1).
+
+lavapipe stops one invocation's loops after ~65,535 iterations in all, silently; kernels bound
+their trip counts by construction (operators/base.py MAX_TRIPS) and split longer axes across
+invocations. The "past the cap" cases are sized so that the old one-invocation-per-row kernels
+would have looped more than 65,535 times (and returned wrong values); the others are the
+smallest that make a kernel split (more than one part, several levels, ties across parts).
+Oracles: onnxruntime, or onnx.reference where onnxruntime's own float32 accumulation drifts
+over millions of elements (its ReduceLogSumExp over 16.8M elements is off by 3%).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia
+
+F, I64 = np.float32, np.int64
+# One row longer than 256 lanes x 65,535 iterations: past the cap of the old reduce kernel.
+PAST_CAP = 256 * 65_600
+# Just over one part of a 256-lane reduction (256 x MAX_TRIPS = 1,048,576): two parts.
+TWO_PARTS = 1_048_576 + 4_097
+
+
+def reference(model, feeds):
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def assert_matches_reference(runtime, model, feeds, dims=None, rtol=1e-5, atol=1e-6):
+    got = run_onyxia(runtime, model, feeds, dims)
+    for ours, want in zip(got, reference(model, feeds)):
+        assert ours.dtype == want.dtype and ours.shape == want.shape, (ours.shape, want.shape)
+        np.testing.assert_allclose(ours, want, rtol=rtol, atol=atol)
+
+
+def row_op(op: str, n: int, rows: int = 1, **attrs):
+    axis_attrs = {"ArgMax": dict(axis=1, keepdims=0), "ArgMin": dict(axis=1, keepdims=0)}.get(op)
+    if axis_attrs is not None:
+        return make_model([h.make_node(op, ["x"], ["y"], **{**axis_attrs, **attrs})], [("x", F, [rows, n])], ["y"])
+    return make_model([h.make_node(op, ["x", "axes"], ["y"], keepdims=0)], [("x", F, [rows, n])], ["y"],
+                      {"axes": I64([1])})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ArgMax"])
+def test_rows_past_the_cap(runtime, op):
+    x = np.random.default_rng(0).random((1, PAST_CAP), dtype=F)
+    x[0, -3] = 2.0  # the maximum sits where a capped loop never gets
+    assert_matches_reference(runtime, row_op(op, PAST_CAP), {"x": x}, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceLogSumExp",
+                                "ReduceSumSquare", "ReduceL1", "ReduceLogSum"])
+def test_reductions_in_two_parts(runtime, op):
+    x = np.random.default_rng(1).random((2, TWO_PARTS), dtype=F) + 0.5
+    x[0, -1], x[1, 7] = 3.0, 0.1  # extremes in the second part of one row, the first of the other
+    assert_matches_reference(runtime, row_op(op, TWO_PARTS, rows=2), {"x": x}, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_reductions_break_ties_across_parts(runtime, op, last):
+    x = np.random.default_rng(2).random((2, TWO_PARTS), dtype=F) + 0.5
+    best = 9.0 if op == "ArgMax" else -9.0
+    x[0, [5, TWO_PARTS - 2]] = best  # a tie between the first and the second part
+    x[1, [1_048_575, 1_048_576]] = best  # ... on both sides of the border
+    x[1, 3] = np.nan if last else x[1, 3]  # NaN wins (the first one)
+    assert_matches_reference(runtime, row_op(op, TWO_PARTS, rows=2, select_last_index=last), {"x": x})
+
+
+def test_int64_sum_in_two_parts_reports_overflow(runtime):
+    from onyxia.errors import ComputeError
+
+    x = np.ones((1, TWO_PARTS), I64)
+    model = make_model([h.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=0)], [("x", I64, [1, TWO_PARTS])],
+                       ["y"])  # no axes: every axis
+    assert_matches_ort(runtime, model, {"x": x})
+    x[0, :2] = 2**31 - 10  # each part fits, their sum does not
+    x[0, -1] = 2**31 - 10
+    with pytest.raises(ComputeError, match="node 'sum'"):
+        run_onyxia(runtime, model, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceLogSumExp", "ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_symbolic_walks_reduce_through_partials(runtime, op, axis):
+    # A symbolic length may be anything: the walk always goes through partials. Rows and
+    # columns (lanes along the walk, or across outputs).
+    node = (h.make_node(op, ["x"], ["y"], axis=axis, keepdims=1) if op.startswith("Arg")
+            else h.make_node(op, ["x", "axes"], ["y"], keepdims=1))
+    model = make_model([node], [("x", F, ["a", "b"])], ["y"], {} if op.startswith("Arg") else {"axes": I64([axis])})
+    exe = runtime.load_model(compile_model(model, {"a": 3, "b": 5}))
+    rng = np.random.default_rng(3)
+    for a, b in [(3, 5), (1, 700), (300, 2)]:
+        x = rng.standard_normal((a, b)).astype(F)
+        exe.update_dimensions({"a": a, "b": b})
+        want = reference(model, {"x": x})[0]
+        np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
