@@ -20,8 +20,8 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
-from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.reduction import lanes_for, split_axes, walk_code
+from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.reduction import bound_of, lanes_for, split_axes, walk_code
 from onyxia.plan import Step
 
 READ_ROLES = ("skip", "bias", "scale", "beta")  # binding order after x
@@ -31,8 +31,10 @@ WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
 def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps: float = 0.0,
               reads: dict[str, int] | None = None, writes: dict[str, int] | None = None,
               counts: dict[str, Dim] | None = None) -> list[Step]:
-    """One rownorm.wgsl dispatch. `reads`/`writes` map roles to this node's input/output
-    indices; `counts` gives the element count of operands indexed modulo their size."""
+    """rownorm.wgsl: one dispatch, or two for rows an invocation may not loop over (longer than
+    LANES x MAX_TRIPS, or symbolic): the parts' statistics, then each part's outputs.
+    `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
+    count of operands indexed modulo their size."""
     if isinstance(rows, int) and rows == 0:
         return []
     reads, writes = reads or {}, writes or {"y": 0}
@@ -59,8 +61,26 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
             defs[role.upper()] = True
             write_names[role] = ctx.output(writes[role])
     params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
-    return [ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs=defs, params=params,
-                         reads=read_names, writes=write_names, workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
+    chunk = lanes * MAX_TRIPS
+    if bound_of(k) <= chunk:
+        return [ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs=defs, params=params,
+                             reads=read_names, writes=write_names, workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
+    # Parts of CHUNK elements: at most 2^32 / CHUNK of them, a few per lane when merged.
+    parts = (k + chunk - 1) // chunk
+    partial = ctx.scratch(rows * parts * 2, "float32", "row_stats")
+    params["PARTS"] = (parts, "u32")
+    defs["CHUNK"] = chunk
+    grid = ctx.grid(rows * parts, WORKGROUP_SIZE // lanes)
+    # A symbolic row is usually one part: then the statistics pass gets no workgroups
+    # ((2p - 2) // p is 0 for p = 1, else 1) and the second walks the row itself (one pass).
+    stat_grid = ctx.grid(rows * parts * ((2 * parts - 2) // parts), WORKGROUP_SIZE // lanes)
+    stat_reads = {n: t for n, t in read_names.items() if n in ("x", "skip", "bias")}
+    stat_defs = {d: v for d, v in defs.items() if d not in ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT")}
+    return [ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs={**stat_defs, "PARTIALS_OUT": True},
+                         params={p: v for p, v in params.items() if p not in ("SCALE_N", "BETA_N")},
+                         reads=stat_reads, writes={"partial": partial}, workgroups=stat_grid),
+            ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs={**defs, "PARTIALS_IN": True},
+                         params=params, reads={**read_names, "partial": partial}, writes=write_names, workgroups=grid)]
 
 
 # ---- Softmax / LogSoftmax -----------------------------------------------------------------
