@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia
+from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 F, I64 = np.float32, np.int64
 # One row longer than 256 lanes x 65,535 iterations: past the cap of the old reduce kernel.
@@ -141,3 +141,46 @@ def test_softmax_over_a_symbolic_axis(runtime, op):
         x = rng.standard_normal((a, b)).astype(F)
         exe.update_dimensions({"a": a, "b": b})
         np.testing.assert_allclose(exe.run({"x": x})["y"], reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+# ---- TopK --------------------------------------------------------------------------------------
+
+def topk_model(shape, k, axis=-1, largest=1, name="topk"):
+    return make_model([h.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest, name=name)],
+                      [("x", F, shape)], ["v", "i"], {"k": I64([k])})
+
+
+def test_topk_over_a_vocabulary_past_the_cap(runtime):
+    # k passes over 151,936 / 256 elements each: 128 x 594 iterations in the old kernel.
+    logits = np.random.default_rng(7).standard_normal((1, 151_936)).astype(F)
+    assert_matches_ort(runtime, topk_model([1, 151_936], 128), {"x": logits})
+
+
+@pytest.mark.parametrize("shape, k, axis, largest", [
+    ([2, 5000], 1024, 1, 1),      # the most candidates a segment keeps: levels halve the count
+    ([4500, 3], 7, 0, 0),         # a strided line, smallest first
+    ([3, 70_000], 3, -1, 1),      # three levels
+])
+def test_topk_long_lines_in_levels(runtime, shape, k, axis, largest):
+    x = np.random.default_rng(8).integers(-40, 40, shape).astype(F)  # many ties, across segments
+    assert_matches_ort(runtime, topk_model(shape, k, axis, largest), {"x": x})
+
+
+def test_topk_too_many_selection_steps_is_refused_at_compile_time():
+    from onyxia.errors import OnyxiaError
+
+    with pytest.raises(OnyxiaError, match=r"node 'topk' \(TopK\).*k = 2000 over a line of 300000"):
+        compile_model(topk_model([1, 300_000], 2000))
+
+
+def test_topk_over_a_symbolic_line_reports_what_it_cannot_loop_over(runtime):
+    from onyxia.errors import ComputeError
+
+    model = topk_model([1, "n"], 300)
+    exe = runtime.load_model(compile_model(model, {"n": 1000}))
+    x = np.random.default_rng(9).standard_normal((1, 1000)).astype(F)
+    for ours, want in zip(exe.run({"x": x}).values(), run_ort(model, {"x": x})):
+        np.testing.assert_array_equal(ours, want)
+    exe.update_dimensions({"n": 40_000})  # 300 x 157 steps
+    with pytest.raises(ComputeError, match=r"node 'topk' \(TopK\): k x line length"):
+        exe.run({"x": np.zeros((1, 40_000), F)})
