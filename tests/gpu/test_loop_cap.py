@@ -184,3 +184,64 @@ def test_topk_over_a_symbolic_line_reports_what_it_cannot_loop_over(runtime):
     exe.update_dimensions({"n": 40_000})  # 300 x 157 steps
     with pytest.raises(ComputeError, match=r"node 'topk' \(TopK\): k x line length"):
         exe.run({"x": np.zeros((1, 40_000), F)})
+
+
+# ---- attention split over the keys -----------------------------------------------------------
+
+def sdpa_model(q_shape, kv_shape, **attrs):
+    inputs = [("q", F, q_shape), ("k", F, kv_shape), ("v", F, kv_shape)]
+    names = ["q", "k", "v"]
+    if "mask" in attrs:
+        mask = attrs.pop("mask")
+        inputs.append(("m", F, list(mask)))
+        names.append("m")
+    return make_model([h.make_node("Attention", names, ["y"], **attrs)], inputs, ["y"], opset=23)
+
+
+def test_attention_over_20000_keys(runtime):
+    # One query row, head size 128: the old kernel looped 313 chunks x (128 + 2 x 64) times.
+    rng = np.random.default_rng(10)
+    t, d = 20_000, 128
+    q = rng.standard_normal((1, 1, 1, d)).astype(F)
+    k = rng.standard_normal((1, 1, t, d)).astype(F)
+    v = rng.standard_normal((1, 1, t, d)).astype(F)
+    k[0, 0, -1] = q[0, 0, 0] * 4  # the key that dominates sits at the very end
+    assert_matches_ort(runtime, sdpa_model([1, 1, 1, d], [1, 1, t, d]), {"q": q, "k": k, "v": v},
+                       rtol=1e-3, atol=1e-4)
+
+
+def test_attention_splits_with_mask_and_causal_rows(runtime):
+    # head 64: 7,232 keys per split, so 9,000 keys are two; rows of a causal block whose first
+    # split holds all, some or none of their keys, and a mask hiding whole stretches.
+    rng = np.random.default_rng(11)
+    t, s, d = 9_000, 3, 64
+    mask = np.zeros((s, t), F)
+    mask[0, 7_000:] = -np.inf
+    mask[1, :7_300] = -np.inf
+    mask[2, :] = -np.inf  # no live key: zeros
+    feeds = {"q": rng.standard_normal((1, 2, s, d)).astype(F), "k": rng.standard_normal((1, 2, t, d)).astype(F),
+             "v": rng.standard_normal((1, 2, t, d)).astype(F), "m": mask}
+    assert_matches_ort(runtime, sdpa_model([1, 2, s, d], [1, 2, t, d], mask=[s, t]), feeds, rtol=1e-4, atol=1e-5)
+    causal = sdpa_model([1, 2, s, d], [1, 2, t, d], is_causal=1)
+    feeds.pop("m")
+    assert_matches_ort(runtime, causal, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_gqa_decode_over_a_cache_of_several_splits(runtime):
+    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+
+    # head 16: 12,480 keys per split. One compiled decode step, caches of 1, 2 and 5 splits.
+    model = gqa_model(packed=False, batch=1, cache="P", rotary=False)
+    exe = runtime.load_model(compile_model(model, {"S": 1, "P": 10}))
+    rng = np.random.default_rng(12)
+    for past in (10, 12_480, 60_000):  # 60,000: past the cap of the old one-workgroup-per-row kernel
+        exe.update_dimensions({"S": 1, "P": past})
+        f = {"q": rng.standard_normal((1, 1, Q_HEADS * 16)).astype(F),
+             "k": rng.standard_normal((1, 1, KV_HEADS * 16)).astype(F),
+             "v": rng.standard_normal((1, 1, KV_HEADS * 16)).astype(F),
+             "pk": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
+             "pv": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
+             "sl": np.array([past], np.int32), "tl": np.array(past + 1, np.int32)}
+        f["pk"][0, :, past // 2] = 2.0  # a key that matters in the middle
+        np.testing.assert_allclose(exe.run(f)["o"], run_ort(model, f)[0], rtol=1e-4, atol=1e-5, err_msg=str(past))
+    assert exe.stats.recompiles == 0
