@@ -390,6 +390,7 @@ class PlanCtx(InferenceCtx):
         label: str | None = None,
         source: str | None = None,
         reports: str | None = None,
+        immediates: tuple[str, ...] = (),
     ) -> Dispatch:
         """One dispatch of the WGSL template `shader` (a path under shaders/, or `source`).
 
@@ -400,7 +401,8 @@ class PlanCtx(InferenceCtx):
         accessor `NAME()`: baked into the shader when it is static, an immediate (patched on
         dimension changes) otherwise. A param may be `(value, "i32"|"u32"|"f32")` to force its
         type. `reports`: what the kernel's `onyxia_report()` calls mean ("int64 overflow", ...);
-        the run that hits one raises an error naming this node.
+        the run that hits one raises an error naming this node. `immediates`: params that stay
+        immediates even when static, so that one shader serves several dispatches (passes).
         """
         bound = {**{k: (v if isinstance(v, Buf) else Buf(v), True) for k, v in reads.items()},
                  **{k: (v if isinstance(v, Buf) else Buf(v), False) for k, v in writes.items()}}
@@ -417,7 +419,7 @@ class PlanCtx(InferenceCtx):
         dynamic: list[tuple[ShaderParam, Scalar]] = []
         for pname, raw in sorted((params or {}).items()):
             value, ptype = raw if isinstance(raw, tuple) else (raw, param_type(raw))
-            target = constants if self.is_static(value) else dynamic
+            target = constants if self.is_static(value) and pname not in immediates else dynamic
             target.append((ShaderParam(pname, ptype), value))
         if reports:
             # The site travels as an immediate, so that one shader serves every node using it.

@@ -13,7 +13,7 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import MAX_TRIPS, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_zero
 from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.operators.indexing import (
@@ -36,6 +36,9 @@ REDUCTIONS: dict[str, tuple[str, np.ufunc | None]] = {
     "max": ("max(a, v)", np.maximum),
     "min": ("min(a, v)", np.minimum),
 }
+# Updates one thread of a reduction applies per dispatch (lavapipe stops an invocation's loops
+# after ~65,535 iterations): a longer walk is several dispatches, in order.
+SCATTER_TRIPS = 2 * MAX_TRIPS
 CHECKED = {"add": "onyxia_checked_add(a, v)", "mul": "onyxia_checked_mul(a, v)"}  # int64: report overflow
 
 
@@ -68,22 +71,42 @@ class _Scatter(Operator):
         return [out]
 
     def plan_scatter(self, ctx: PlanCtx, body: str, params: Mapping[str, object], count: Dim,
-                     checked: bool) -> list[Step]:
+                     checked: bool, walk: tuple[str, Dim] | None = None) -> list[Step]:
         """The copy of the data, then scatter.wgsl over `count` threads running `body`
-        (`checked`: it maps indices with onyxia_checked_index, which reports)."""
+        (`checked`: it maps indices with onyxia_checked_index, which reports).
+
+        `walk`: (param, count) of the updates a reduction's thread applies in order (its loop runs
+        from W0() to min(count, W0() + SCATTER_TRIPS)): longer walks take several dispatches, one per
+        SCATTER_TRIPS updates, in order. A symbolic walk gets the passes its compile-time value
+        needs and reports at run time when it grows past them."""
         ctx.compute_type(ctx.output_dtype(0), "output")
         steps = plan_strided_copy(ctx, ctx.output_shape(0), contiguous_strides(ctx.output_shape(0)))
         if is_zero(count):
             return steps
         reduction = self.reduction(ctx)
         defs = {"REDUCE": REDUCTIONS[reduction][0], "BODY": body}
-        reports = INDEX_OUT_OF_RANGE if checked else None
+        reasons = [INDEX_OUT_OF_RANGE] if checked else []
         if ctx.output_dtype(0) == dtypes.INT64 and reduction in CHECKED:
             defs["REDUCE"] = CHECKED[reduction]
-            reports = f"{INDEX_OUT_OF_RANGE}, or {INT64_OVERFLOW}" if checked else INT64_OVERFLOW
-        steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
-                                  params={"N": count, **params}, reads={"idx": ctx.input(1), "upd": ctx.input(2)},
-                                  writes={"y": ctx.output(0)}, workgroups=ctx.grid(count), reports=reports))
+            reasons.append(INT64_OVERFLOW)
+        passes, pass_params = 1, {}  # W0: the first update of a pass
+        if walk is not None:
+            name, length = walk
+            defs["TRIPS"] = SCATTER_TRIPS
+            value = length if isinstance(length, int) else ctx.env.value(length)
+            passes = max(1, -(-(value or 1) // SCATTER_TRIPS))
+            pass_params = {"W0": (0, "u32")}
+            if not isinstance(length, int):
+                defs["GUARD"], defs["WALK"] = passes * SCATTER_TRIPS, f"{name}()"
+                reasons.append(f"more updates than the {passes * SCATTER_TRIPS} the plan's passes apply "
+                               "(compile for the larger size)")
+        reports = ", or ".join(reasons) or None
+        for n in range(passes):
+            first = {p: (n * SCATTER_TRIPS, "u32") for p in pass_params}
+            steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
+                                      params={"N": count, **params, **first},
+                                      reads={"idx": ctx.input(1), "upd": ctx.input(2)}, writes={"y": ctx.output(0)},
+                                      workgroups=ctx.grid(count), reports=reports, immediates=tuple(pass_params)))
         return steps
 
 
@@ -114,9 +137,10 @@ class ScatterND(_Scatter):
             return self.plan_scatter(ctx, body, params, numel(idx[:-1]) * numel(data[k:]), wrap != "onyxia_wrap_index")
         # Reductions must see every update of a slot, in order: one thread per slice element
         # walks the updates sequentially (parallel over the slice, serial over indices).
-        body = (f"for (var p = 0u; p < NP(); p++) {{\n    var off = i;\n    {offsets}\n"
+        body = (f"for (var p = W0(); p < min(NP(), W0() + TRIPS); p++) {{\n    var off = i;\n    {offsets}\n"
                 "    y_store(off, combine(y_load(off), upd_load(p * SLICE() + i)));\n    }")
-        return self.plan_scatter(ctx, body, params, numel(data[k:]), wrap != "onyxia_wrap_index")
+        return self.plan_scatter(ctx, body, params, numel(data[k:]), wrap != "onyxia_wrap_index",
+                                 ("NP", numel(idx[:-1])))
 
 
 class ScatterElements(_Scatter):
@@ -148,12 +172,12 @@ class ScatterElements(_Scatter):
                                            "base_u": (u_strides[:axis] + u_strides[axis + 1:], 0)})
         params |= {"IAX": idx[axis], "USAX": u_strides[axis], "DAX": data[axis], "DSAX": d_strides[axis]}
         wrap = check_indices(ctx, 1, [data[axis]])
-        body = (f"{code}\n    for (var j = 0u; j < IAX(); j++) {{\n"
+        body = (f"{code}\n    for (var j = W0(); j < min(IAX(), W0() + TRIPS); j++) {{\n"
                 "        let u = base_u + j * USAX();\n"
                 f"        let off = base_d + {wrap}(idx_load(u), DAX()) * DSAX();\n"
                 "        y_store(off, combine(y_load(off), upd_load(u)));\n    }")
         count = numel(line) if not is_zero(idx[axis]) else 0
-        return self.plan_scatter(ctx, body, params, count, wrap != "onyxia_wrap_index")
+        return self.plan_scatter(ctx, body, params, count, wrap != "onyxia_wrap_index", ("IAX", idx[axis]))
 
 
 class Scatter(ScatterElements):

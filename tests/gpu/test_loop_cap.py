@@ -245,3 +245,45 @@ def test_gqa_decode_over_a_cache_of_several_splits(runtime):
         f["pk"][0, :, past // 2] = 2.0  # a key that matters in the middle
         np.testing.assert_allclose(exe.run(f)["o"], run_ort(model, f)[0], rtol=1e-4, atol=1e-5, err_msg=str(past))
     assert exe.stats.recompiles == 0
+
+
+# ---- Scatter reductions over many updates ------------------------------------------------------
+
+def scatter_model(op: str, n, reduction: str = "add", name: str = "scatter"):
+    if op == "ScatterElements":
+        return make_model([h.make_node(op, ["d", "i", "u"], ["y"], axis=0, reduction=reduction, name=name)],
+                          [("d", F, [4]), ("i", I64, [n]), ("u", F, [n])], ["y"])
+    return make_model([h.make_node(op, ["d", "i", "u"], ["y"], reduction=reduction, name=name)],
+                      [("d", F, [4]), ("i", I64, [n, 1]), ("u", F, [n])], ["y"])
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+@pytest.mark.parametrize("reduction", ["add", "max"])
+def test_scatter_reductions_past_the_cap(runtime, op, reduction):
+    # 70,000 updates into 4 slots, applied in order by one thread per slot in the old kernel.
+    n = 70_000
+    rng = np.random.default_rng(13)
+    idx = rng.integers(0, 2, n)  # slot 0 and 1 only
+    idx[-1] = 3
+    feeds = {"d": np.zeros(4, F), "i": idx if op == "ScatterElements" else idx.reshape(n, 1),
+             "u": rng.random(n, dtype=F)}
+    assert_matches_ort(runtime, scatter_model(op, n, reduction), feeds, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+def test_scatter_reduction_over_a_symbolic_count_reports_past_its_passes(runtime, op):
+    from onyxia.errors import ComputeError
+
+    model = scatter_model(op, "n")
+    exe = runtime.load_model(compile_model(model, {"n": 5}))  # one pass: up to 8,192 updates
+    for n in (5, 8_192):
+        exe.update_dimensions({"n": n})
+        idx = np.arange(n) % 4
+        feeds = {"d": np.ones(4, F), "i": idx if op == "ScatterElements" else idx.reshape(n, 1),
+                 "u": np.ones(n, F)}
+        np.testing.assert_array_equal(exe.run(feeds)["y"], run_ort(model, feeds)[0])
+    exe.update_dimensions({"n": 8_193})
+    idx = np.zeros(8_193, I64)
+    feeds = {"d": np.ones(4, F), "i": idx if op == "ScatterElements" else idx.reshape(-1, 1), "u": np.ones(8_193, F)}
+    with pytest.raises(ComputeError, match=rf"node 'scatter' \({op}\): .*more updates than the 8192"):
+        exe.run(feeds)
