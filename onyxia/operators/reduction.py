@@ -450,10 +450,27 @@ class CumulativeScan(Operator):
         defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "IDENTITY": self.row.identity,
                                    "COMBINE": CHECKED[combine] if checked else combine,
                                    "REVERSE": bool(ctx.attr("reverse", 0)), "EXCLUSIVE": bool(ctx.attr("exclusive", 0))}
-        return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params={"L": lines, "K": k, "INNER": inner},
-                             reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
-                             workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes),
-                             reports=INT64_OVERFLOW if checked else None)]
+        params: dict[str, object] = {"L": lines, "K": k, "INNER": inner}
+        reports = INT64_OVERFLOW if checked else None
+        # Each chunk of LANES elements costs a lane 1 + log2(LANES) loop iterations.
+        chunk = lanes * (MAX_TRIPS // 4)
+        if bound_of(k) <= chunk:
+            return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params=params,
+                                 reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
+                                 workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes), reports=reports)]
+        # Parts: their totals, then each part scanned from the totals before it (a symbolic line
+        # of one part skips the first pass: no workgroups).
+        parts = (k + chunk - 1) // chunk
+        totals = ctx.scratch(lines * parts, ctx.output_dtype(0).name, "part_totals")
+        params["PARTS"] = (parts, "u32")
+        defs["CHUNK"] = chunk
+        several = (2 * parts - 2) // parts  # 0 for one part, else 1
+        return [ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_TOTALS": True}, params=params,
+                             reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0), "totals": totals},
+                             workgroups=ctx.grid(lines * parts * several, WORKGROUP_SIZE // lanes), reports=reports),
+                ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_CARRY": True}, params=params,
+                             reads={"src": ctx.input(0), "totals": totals}, writes={"dst": ctx.output(0)},
+                             workgroups=ctx.grid(lines * parts, WORKGROUP_SIZE // lanes), reports=reports)]
 
 
 def operators() -> list[tuple[Operator, int]]:

@@ -287,3 +287,32 @@ def test_scatter_reduction_over_a_symbolic_count_reports_past_its_passes(runtime
     feeds = {"d": np.ones(4, F), "i": idx if op == "ScatterElements" else idx.reshape(-1, 1), "u": np.ones(8_193, F)}
     with pytest.raises(ComputeError, match=rf"node 'scatter' \({op}\): .*more updates than the 8192"):
         exe.run(feeds)
+
+
+# ---- CumSum --------------------------------------------------------------------------------------
+
+def cumsum_model(shape, axis=1, **attrs):
+    return make_model([h.make_node("CumSum", ["x", "a"], ["y"], name="cumsum", **attrs)], [("x", F, shape)], ["y"],
+                      {"a": I64(axis)})
+
+
+def test_cumsum_row_past_the_cap(runtime):
+    # The old kernel: 2,000,000 / 256 chunks x (1 + 8 scan steps) iterations per lane.
+    x = np.random.default_rng(14).integers(-3, 4, (1, 2_000_000)).astype(F)  # exact sums
+    assert_matches_ort(runtime, cumsum_model([1, 2_000_000]), {"x": x}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("attrs", [dict(), dict(reverse=1), dict(exclusive=1), dict(reverse=1, exclusive=1)])
+def test_cumsum_in_parts(runtime, attrs):
+    x = np.random.default_rng(15).integers(-3, 4, (2, 530_000)).astype(F)  # three parts of 262,144 per row
+    assert_matches_ort(runtime, cumsum_model([2, 530_000], **attrs), {"x": x}, rtol=0, atol=0)
+
+
+def test_cumsum_over_a_symbolic_axis(runtime):
+    model = cumsum_model(["a", "b"], axis=1, exclusive=1)
+    exe = runtime.load_model(compile_model(model, {"a": 3, "b": 4}))
+    rng = np.random.default_rng(16)
+    for a, b in [(3, 4), (1, 300_000), (5, 1)]:
+        x = rng.integers(-3, 4, (a, b)).astype(F)
+        exe.update_dimensions({"a": a, "b": b})
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0])
