@@ -31,8 +31,7 @@ WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
 def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps: float = 0.0,
               reads: dict[str, int] | None = None, writes: dict[str, int] | None = None,
               counts: dict[str, Dim] | None = None) -> list[Step]:
-    """rownorm.wgsl: one dispatch, or two for rows an invocation may not loop over (longer than
-    LANES x MAX_TRIPS, or symbolic): the parts' statistics, then each part's outputs.
+    """rownorm.wgsl over `rows` rows of `k` elements (in parts when long: in_parts).
     `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
     count of operands indexed modulo their size."""
     if isinstance(rows, int) and rows == 0:
@@ -61,26 +60,38 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
             defs[role.upper()] = True
             write_names[role] = ctx.output(writes[role])
     params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
+    output_only = ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT", "SCALE_N", "BETA_N")
+    stats = ({d: v for d, v in defs.items() if d not in output_only},
+             {p: v for p, v in params.items() if p not in output_only},
+             {n: t for n, t in read_names.items() if n in ("x", "skip", "bias")})
+    return in_parts(ctx, "normalization/rownorm.wgsl", f"rownorm_{out}", rows, k, lanes, defs, params, read_names,
+                    write_names, stats)
+
+
+def in_parts(ctx: PlanCtx, shader: str, label: str, rows: Dim, k: Dim, lanes: int, defs: dict[str, object],
+             params: dict[str, object], reads: dict[str, str], writes: dict[str, str],
+             stats: tuple[dict[str, object], dict[str, object], dict[str, str]]) -> list[Step]:
+    """A statistics normalization (rownorm.wgsl, moments.wgsl) over `rows` rows of `k`: one
+    dispatch, or for rows an invocation may not loop over (longer than LANES x MAX_TRIPS, or
+    symbolic) two: the parts' statistics (`stats`: that pass's defs, params and reads), then
+    each part merging them and writing its elements. A symbolic row of one part skips the
+    first (no workgroups) and walks its row in the second."""
     chunk = lanes * MAX_TRIPS
     if bound_of(k) <= chunk:
-        return [ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs=defs, params=params,
-                             reads=read_names, writes=write_names, workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
-    # Parts of CHUNK elements: at most 2^32 / CHUNK of them, a few per lane when merged.
+        return [ctx.dispatch(shader, label=label, defs=defs, params=params, reads=reads, writes=writes,
+                             workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
+    # At most 2^32 / CHUNK parts: a few per lane when merged.
     parts = (k + chunk - 1) // chunk
     partial = ctx.scratch(rows * parts * 2, "float32", "row_stats")
-    params["PARTS"] = (parts, "u32")
-    defs["CHUNK"] = chunk
-    grid = ctx.grid(rows * parts, WORKGROUP_SIZE // lanes)
-    # A symbolic row is usually one part: then the statistics pass gets no workgroups
-    # ((2p - 2) // p is 0 for p = 1, else 1) and the second walks the row itself (one pass).
-    stat_grid = ctx.grid(rows * parts * ((2 * parts - 2) // parts), WORKGROUP_SIZE // lanes)
-    stat_reads = {n: t for n, t in read_names.items() if n in ("x", "skip", "bias")}
-    stat_defs = {d: v for d, v in defs.items() if d not in ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT")}
-    return [ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs={**stat_defs, "PARTIALS_OUT": True},
-                         params={p: v for p, v in params.items() if p not in ("SCALE_N", "BETA_N")},
-                         reads=stat_reads, writes={"partial": partial}, workgroups=stat_grid),
-            ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs={**defs, "PARTIALS_IN": True},
-                         params=params, reads={**read_names, "partial": partial}, writes=write_names, workgroups=grid)]
+    several = (2 * parts - 2) // parts  # 0 for one part, else 1
+    split = {"PARTS": (parts, "u32")}
+    stat_defs, stat_params, stat_reads = stats
+    return [ctx.dispatch(shader, label=label, defs={**stat_defs, "CHUNK": chunk, "PARTIALS_OUT": True},
+                         params={**stat_params, **split}, reads=stat_reads, writes={"partial": partial},
+                         workgroups=ctx.grid(rows * parts * several, WORKGROUP_SIZE // lanes)),
+            ctx.dispatch(shader, label=label, defs={**defs, "CHUNK": chunk, "PARTIALS_IN": True},
+                         params={**params, **split}, reads={**reads, "partial": partial}, writes=writes,
+                         workgroups=ctx.grid(rows * parts, WORKGROUP_SIZE // lanes))]
 
 
 # ---- Softmax / LogSoftmax -----------------------------------------------------------------
@@ -354,10 +365,11 @@ def plan_moments(ctx: PlanCtx, mo: Moments, scale: int | None = None, bias: int 
     if bias is not None:
         defs["BIAS"] = True
         reads["bias"] = ctx.input(bias)
+    stats = ({d: v for d, v in defs.items() if d not in ("SCALE", "BIAS")}, dict(params), {"x": ctx.input(0)})
     if scale is not None or bias is not None:
         params.update(CH_INNER=mo.channel_inner, CH_COUNT=mo.channel_count)
-    return [ctx.dispatch("normalization/moments.wgsl", label=f"moments_{mo.out}", defs=defs, params=params,
-                         reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
+    return in_parts(ctx, "normalization/moments.wgsl", f"moments_{mo.out}", rows, k, lanes, defs, params, reads,
+                    {"y": ctx.output(0)}, stats)
 
 
 def _normalize(x: np.ndarray, axes: tuple[int, ...], eps: float, eps_outside: bool = False) -> np.ndarray:

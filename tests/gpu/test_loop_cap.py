@@ -316,3 +316,31 @@ def test_cumsum_over_a_symbolic_axis(runtime):
         x = rng.integers(-3, 4, (a, b)).astype(F)
         exe.update_dimensions({"a": a, "b": b})
         np.testing.assert_array_equal(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0])
+
+
+# ---- normalizations by statistics over strided walks (moments.wgsl) ------------------------------
+
+def test_instance_norm_over_a_long_image_in_parts(runtime):
+    x = np.random.default_rng(17).standard_normal((1, 2, 1100, 1000)).astype(F) * 2 + 3  # 1.1M per channel
+    model = make_model([h.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])], [("x", F, [1, 2, 1100, 1000])],
+                       ["y"], {"s": F([0.5, 2.0]), "b": F([1.0, -1.0])})
+    assert_matches_ort(runtime, model, {"x": x}, rtol=1e-3, atol=5e-4)
+
+
+def test_lp_normalization_along_a_long_strided_axis_past_the_cap(runtime):
+    # axis 0 of [270000, 32]: 8 lanes per column, which the old kernel walked twice (sums,
+    # outputs): 2 x 33,750 iterations. Now parts of 32,768.
+    x = np.random.default_rng(18).standard_normal((270_000, 32)).astype(F)
+    model = make_model([h.make_node("LpNormalization", ["x"], ["y"], axis=0, p=2)], [("x", F, [270_000, 32])], ["y"])
+    assert_matches_ort(runtime, model, {"x": x}, rtol=1e-3, atol=1e-7)
+
+
+def test_group_norm_over_symbolic_sizes(runtime):
+    model = make_model([h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)],
+                       [("x", F, [1, 4, "hw"])], ["y"], {"s": F([1, 2, 3, 4]), "b": F([0, 1, 0, 1])}, opset=21)
+    exe = runtime.load_model(compile_model(model, {"hw": 5}))
+    rng = np.random.default_rng(19)
+    for hw in (5, 300, 1):
+        x = rng.standard_normal((1, 4, hw)).astype(F)
+        exe.update_dimensions({"hw": hw})
+        np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
