@@ -375,11 +375,15 @@ class ArgReduce(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         compute = ctx.compute_type(ctx.input_dtype(0), "input")
         axis = ctx.axis(ctx.attr("axis", 0), len(ctx.input_shape(0)))
-        # FLOAT: a NaN wins (as it does in ReduceMax/ReduceMin), as in numpy and onnx.reference
-        defs: dict[str, object] = {"A": compute, "ARG": True, "CMP": self.cmp, "FLOAT": int(compute == "f32"),
-                                   "INIT": EXTREMES["lowest" if self.cmp == ">" else "highest"][compute],
-                                   "LAST": int(bool(ctx.attr("select_last_index", 0)))}
+        defs = arg_defs(compute, self.cmp, bool(ctx.attr("select_last_index", 0)))
         return plan_reduce(ctx, {axis}, defs, f"reduce_{self.op_type}")
+
+
+def arg_defs(compute: str, cmp: str, last: bool) -> dict[str, object]:
+    """reduce.wgsl's defs of an arg reduction (cmp ">": ArgMax, "<": ArgMin). FLOAT: a NaN wins
+    (as it does in ReduceMax/ReduceMin), as in numpy and onnx.reference."""
+    return {"A": compute, "ARG": True, "CMP": cmp, "FLOAT": int(compute == "f32"),
+            "INIT": EXTREMES["lowest" if cmp == ">" else "highest"][compute], "LAST": int(last)}
 
 
 # ---- CumSum / CumProd -----------------------------------------------------------------------

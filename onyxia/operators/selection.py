@@ -25,7 +25,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import is_zero
-from onyxia.operators.reduction import lanes_for, next_pow2
+from onyxia.operators.reduction import ReduceWalk, arg_defs, bound_of, lanes_for, next_pow2
 from onyxia.plan import ReadSymbol, Step
 
 # Lines up to this many elements (a power of two) are bitonic-sorted in shared memory:
@@ -229,11 +229,21 @@ class Hardmax(Operator):
         if is_zero(params["L"]) or is_zero(params["N"]):
             return []
         lanes = lanes_for(params["L"], params["N"], True)
-        ctx.compute_type(ctx.input_dtype(0), "input")
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
         defs = {"LANES": lanes, "RED_INNER": 1}
-        return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
-                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)},
-                             workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]
+        if bound_of(params["N"]) * 2 <= lanes * MAX_TRIPS:  # the kernel walks a line twice
+            return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
+                                 reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)},
+                                 workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]
+        # A long line: its first maximum by the (multi-pass) ArgMax, then one thread per element.
+        winner = ctx.scratch(params["L"], "int32", "hardmax_index")
+        view = (numel(view[:axis]), view[axis], numel(view[axis + 1:]))
+        walk = ReduceWalk(ctx, "reduce_ArgMax", None, arg_defs(compute, ">", False), None, view[1])
+        count = numel(view)
+        return walk.plan({"src": ctx.input(0)}, winner, view, {1}, params["L"], bound_of(view[1])) + [
+            ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs={**defs, "ONE_HOT": True},
+                         params={**params, "COUNT": count}, reads={"x": ctx.input(0), "winner": winner},
+                         writes={"y": ctx.output(0)}, workgroups=ctx.grid(count))]
 
 
 # ---- OneHot -------------------------------------------------------------------------------

@@ -344,3 +344,17 @@ def test_group_norm_over_symbolic_sizes(runtime):
         x = rng.standard_normal((1, 4, hw)).astype(F)
         exe.update_dimensions({"hw": hw})
         np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+# ---- Hardmax -------------------------------------------------------------------------------------
+
+def test_hardmax_over_a_symbolic_strided_axis(runtime):
+    # A symbolic line takes the long-line path: ArgMax (proven past the cap above), then one
+    # thread per element.
+    model = make_model([h.make_node("Hardmax", ["x"], ["y"], axis=1)], [("x", F, [2, "n", 3])], ["y"])
+    exe = runtime.load_model(compile_model(model, {"n": 4}))
+    rng = np.random.default_rng(21)
+    for n in (4, 1, 500):
+        x = rng.integers(0, 5, (2, n, 3)).astype(F)  # ties: the first maximum wins
+        exe.update_dimensions({"n": n})
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0])
