@@ -358,3 +358,28 @@ def test_hardmax_over_a_symbolic_strided_axis(runtime):
         x = rng.integers(0, 5, (2, n, 3)).astype(F)  # ties: the first maximum wins
         exe.update_dimensions({"n": n})
         np.testing.assert_array_equal(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0])
+
+
+# ---- Einsum (the generic one-thread-per-output kernel) ---------------------------------------------
+
+def einsum_model(equation, shapes, dtype=F):
+    names = [f"x{i}" for i in range(len(shapes))]
+    return make_model([h.make_node("Einsum", names, ["y"], equation=equation)],
+                      [(n, dtype, s) for n, s in zip(names, shapes)], ["y"], opset=12)
+
+
+def test_einsum_sum_past_the_cap(runtime):
+    n = 70_000  # three operands: the generic kernel, one thread summing 70,000 terms before
+    rng = np.random.default_rng(22)
+    feeds = {f"x{i}": rng.integers(-2, 3, (2, n)).astype(F) for i in range(3)}  # exact sums
+    assert_matches_ort(runtime, einsum_model("bi,bi,bi->b", [[2, n]] * 3), feeds, rtol=0, atol=0)
+
+
+def test_einsum_int64_sum_over_a_symbolic_length(runtime):
+    model = einsum_model("i,i,i->", [["n"]] * 3, I64)
+    exe = runtime.load_model(compile_model(model, {"n": 3}))
+    rng = np.random.default_rng(23)
+    for n in (3, 9_000):
+        feeds = {f"x{i}": rng.integers(-5, 6, n).astype(I64) for i in range(3)}
+        exe.update_dimensions({"n": n})
+        np.testing.assert_array_equal(exe.run(feeds)["y"], run_ort(model, feeds)[0])
