@@ -26,6 +26,10 @@ from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
 from onyxia.plan import Step
 
 GATHER = "indexing/gather.wgsl"
+# A private attribute of the Gathers SplitLargeTensorsPass makes over a table's row pieces: their
+# indices are shifted into each piece and fall outside it by design (the pieces are selected
+# afterwards), so those Gathers clamp instead of reporting.
+CLAMP_INDICES_ATTR = "_onyxia_clamp_indices"
 # What a kernel's report of an index outside its axis means (the run raises naming the node).
 INDEX_OUT_OF_RANGE = "an index outside [-dim, dim) of its axis (onnxruntime refuses it)"
 # Sentinels exporters write for "to the end" (INT64_MAX, INT32_MAX, and their negatives).
@@ -222,7 +226,7 @@ class Gather(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         data = ctx.input_shape(0)
         axis = ctx.axis(ctx.attr("axis", 0), len(data))
-        wrap = check_indices(ctx, 1, [data[axis]])
+        wrap = "onyxia_wrap_index" if ctx.attr(CLAMP_INDICES_ATTR, 0) else check_indices(ctx, 1, [data[axis]])
         code = ("let inner = i % INNER(); let t = i / INNER(); let j = t % NIDX(); let outer = t / NIDX();\n"
                 f"    let src = (outer * AXIS_DIM() + {wrap}(idx_load(j), AXIS_DIM())) * INNER() + inner;\n"
                 "    let dst = i;")
