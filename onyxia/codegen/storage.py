@@ -317,6 +317,13 @@ fn onyxia_checked_f32_to_i32(v: f32) -> i32 {
 fn onyxia_checked_u32_to_i32(v: u32) -> i32 {
     if (v > 0x7fffffffu) { onyxia_report(); }
     return bitcast<i32>(v);
+}
+// An ONNX index (negative counts back from the end) as an offset in [0, dim), reporting one
+// outside [-dim, dim) (onnxruntime refuses it); the offset is clamped so the access stays inside.
+fn onyxia_checked_index(k: i32, dim: u32) -> u32 {
+    let j = select(k, k + i32(dim), k < 0);
+    if (j < 0i || u32(j) >= dim) { onyxia_report(); }
+    return min(u32(max(j, 0i)), max(dim, 1u) - 1u);
 }"""
 
 

@@ -35,6 +35,7 @@ from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
 from onyxia.operators.indexing import copy_elements
+from onyxia.operators.split_kv import combine_splits, split_keys
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -284,14 +285,27 @@ class GroupQueryAttention(Operator):
         if softcap > 0:
             att_defs["SOFTCAP"] = True
         scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
+        att_params = {**common, "H": heads, "D4": d // 4,
+                      "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
+                      "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
+                      "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}
+        writes: dict[str, str] = {"output": ctx.output(0)}
+        # A row visits at most the present's T keys, or the window's (windowed: the only bound)
+        max_keys: Dim = present
+        if c.window >= 0 and (c.windowed or not isinstance(present, int) or c.window < present):
+            max_keys = c.window
+        split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, int(att_defs["DPT"]))  # type: ignore
+        if split is not None:
+            att_defs |= split.defs()
+            att_params |= split.params()
+            writes["partial"] = split.partial
         steps.append(ctx.dispatch(
             "attention/gqa_attention.wgsl", label="gqa_attention", defs=att_defs,
             reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
                    **norm_reads, **kv_reads},
-            writes={"output": ctx.output(0)}, workgroups=(heads, seq, batch),
-            params={**common, "H": heads, "D4": d // 4, "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
-                    "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
-                    "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}))
+            writes=writes, workgroups=(heads, seq, batch * (split.splits if split else 1)), params=att_params))
+        if split is not None:
+            steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d))
         if c.windowed:
             # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
             count = batch * kv_heads * c.past * d

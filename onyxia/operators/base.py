@@ -37,6 +37,12 @@ from onyxia.plan import (
 
 _REQUIRED = object()
 WORKGROUP_SIZE = 256  # threads per workgroup of the 1-D kernels
+# lavapipe stops an invocation's loops after ~65,535 iterations in all (a raw loop of 70,000
+# returns 65,535, silently) and real GPUs have watchdogs. A kernel's invocation visits at most
+# MAX_TRIPS elements of any axis whose length grows with an input, a few such loops at most:
+# longer axes are split across invocations and combined (multi-pass, split-K, split-KV).
+MAX_TRIPS = 4096
+UNBOUNDED_AXIS = 1 << 32  # the bound of a symbolic length: anything a u32 index reaches
 
 
 @dataclass(frozen=True)
@@ -385,6 +391,7 @@ class PlanCtx(InferenceCtx):
         label: str | None = None,
         source: str | None = None,
         reports: str | None = None,
+        immediates: tuple[str, ...] = (),
     ) -> Dispatch:
         """One dispatch of the WGSL template `shader` (a path under shaders/, or `source`).
 
@@ -395,7 +402,8 @@ class PlanCtx(InferenceCtx):
         accessor `NAME()`: baked into the shader when it is static, an immediate (patched on
         dimension changes) otherwise. A param may be `(value, "i32"|"u32"|"f32")` to force its
         type. `reports`: what the kernel's `onyxia_report()` calls mean ("int64 overflow", ...);
-        the run that hits one raises an error naming this node.
+        the run that hits one raises an error naming this node. `immediates`: params that stay
+        immediates even when static, so that one shader serves several dispatches (passes).
         """
         bound = {**{k: (v if isinstance(v, Buf) else Buf(v), True) for k, v in reads.items()},
                  **{k: (v if isinstance(v, Buf) else Buf(v), False) for k, v in writes.items()}}
@@ -412,7 +420,7 @@ class PlanCtx(InferenceCtx):
         dynamic: list[tuple[ShaderParam, Scalar]] = []
         for pname, raw in sorted((params or {}).items()):
             value, ptype = raw if isinstance(raw, tuple) else (raw, param_type(raw))
-            target = constants if self.is_static(value) else dynamic
+            target = constants if self.is_static(value) and pname not in immediates else dynamic
             target.append((ShaderParam(pname, ptype), value))
         if reports:
             # The site travels as an immediate, so that one shader serves every node using it.
@@ -456,5 +464,5 @@ def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:
     return WriteBuffer(dst, flat, dtype.name)
 
 
-__all__ = ["Buf", "FoldCtx", "InferenceCtx", "Operator", "PlanCtx", "PlanState", "WORKGROUP_SIZE", "dim_symbols",
-           "dtypes", "numel", "shader_root", "symbolic_write"]
+__all__ = ["Buf", "FoldCtx", "InferenceCtx", "MAX_TRIPS", "Operator", "PlanCtx", "PlanState", "UNBOUNDED_AXIS",
+           "WORKGROUP_SIZE", "dim_symbols", "dtypes", "numel", "shader_root", "symbolic_write"]

@@ -6,8 +6,10 @@ computes `src` from the flat output index `i`; only that code differs between Tr
 Expand, Tile, Pad, Trilu and the Gathers. Sizes and strides travel as params, so symbolic dims
 become immediates and one compiled plan serves every sequence length.
 
-Index tensors (int64 on the host) are i32 on the device; negative indices wrap once and
-out-of-range ones (undefined in ONNX) are clamped so a kernel never reads outside a buffer.
+Index tensors (int64 on the host) are i32 on the device; negative indices wrap once. An index
+outside [-dim, dim) is refused, as onnxruntime does: at compile time when the indices are
+constant, otherwise the kernel reports it through the status word (the run raises a
+ComputeError naming the node) and clamps the read so it stays inside the buffer.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
 from onyxia.plan import Step
 
 GATHER = "indexing/gather.wgsl"
+# A private attribute of the Gathers SplitLargeTensorsPass makes over a table's row pieces: their
+# indices are shifted into each piece and fall outside it by design (the pieces are selected
+# afterwards), so those Gathers clamp instead of reporting.
+CLAMP_INDICES_ATTR = "_onyxia_clamp_indices"
+# What a kernel's report of an index outside its axis means (the run raises naming the node).
+INDEX_OUT_OF_RANGE = "an index outside [-dim, dim) of its axis (onnxruntime refuses it)"
 # Sentinels exporters write for "to the end" (INT64_MAX, INT32_MAX, and their negatives).
 UNBOUNDED = 2**31 - 1
 END_OF_AXIS = (2**31 - 1, 2**63 - 1)
@@ -103,12 +111,13 @@ def strided_code(shape: Shape, operands: Mapping[str, tuple[Sequence[Dim], Dim]]
 
 def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x: str, y: str, count: Dim,
                     idx: str | None = None, fill: object = None, fill_buffer: str | None = None,
-                    label: str | None = None, scatter: bool = False) -> list[Step]:
+                    label: str | None = None, scatter: bool = False, reports: str | None = None) -> list[Step]:
     """One gather.wgsl dispatch over `count` output elements (none when statically empty).
 
     `index` is WGSL computing `src` (and `inside` when a fill applies) from `i`: y[i] = x[src],
     a thread writing whole words of y. With `scatter` it computes `dst` too: y[dst] = x[src]
-    (element stores, atomic ones for packed dtypes).
+    (element stores, atomic ones for packed dtypes). `reports`: what the index code's
+    onyxia_report() calls mean (onyxia_checked_index: INDEX_OUT_OF_RANGE).
     """
     if is_zero(count):
         return []
@@ -130,7 +139,7 @@ def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x
         defs["SCATTER"] = True
     return [ctx.dispatch(GATHER, label=label or f"gather_{ctx.node.op_type}", defs=defs, params=all_params,
                          reads=reads, writes={"y": Buf(y, whole_words=not scatter, raw=True)},
-                         workgroups=ctx.grid(count) if scatter else ctx.unit_grid(count, y))]
+                         workgroups=ctx.grid(count) if scatter else ctx.unit_grid(count, y), reports=reports)]
 
 
 def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], src_offset: Dim = 0, *,
@@ -161,6 +170,30 @@ def copy_elements(ctx: PlanCtx, src: str, dst: str, count: Dim, src_offset: Dim 
                            count=count, label="copy_elements", scatter=True)
 
 
+def check_indices(ctx: InferenceCtx, i: int, dims: Sequence[Dim], column: bool = False) -> str:
+    """Refuse constant indices (input `i`) outside [-dim, dim) of their axis, naming the node.
+
+    `dims`: the axis length each index addresses: one for all, or with `column` one per position
+    along the last axis (GatherND/ScatterND). Returns the WGSL function the kernel maps an index
+    with: a plain wrap when every index was checked here, else one that reports (INDEX_OUT_OF_RANGE).
+    """
+    value = ctx.input_value(i)
+    if value is None or value.dtype == object or not all(isinstance(d, int) for d in dims):
+        return "onyxia_checked_index"
+    idx = value.astype(np.int64).reshape(-1, len(dims) if column else 1)
+    bound = np.asarray(dims, np.int64).reshape(1, -1)
+    bad = np.argwhere((idx < -bound) | (idx >= bound))
+    if bad.size:
+        row, col = bad[0]
+        raise ctx.fail(f"index {int(idx[row, col])} is outside [-{dims[col]}, {dims[col]}) of the axis it addresses", i)
+    return "onyxia_wrap_index"
+
+
+def wrap_reports(fn: str) -> str | None:
+    """The `reports` of a dispatch whose index code uses `fn` (from check_indices)."""
+    return INDEX_OUT_OF_RANGE if fn == "onyxia_checked_index" else None
+
+
 def index_values(ctx: FoldCtx, i: int) -> np.ndarray | None:
     """A numeric index input as int64, or None when unknown or symbolic."""
     value = ctx.input_value(i)
@@ -179,6 +212,7 @@ class Gather(Operator):
         if not ctx.input_dtype(1).is_integer:
             raise ctx.fail(f"indices must be int32/int64, got {ctx.input_dtype(1)}", 1)
         axis = ctx.axis(ctx.attr("axis", 0), len(data))
+        check_indices(ctx, 1, [data[axis]])
         return [(ctx.input_dtype(0), tuple(data[:axis]) + tuple(idx) + tuple(data[axis + 1:]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -192,12 +226,13 @@ class Gather(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         data = ctx.input_shape(0)
         axis = ctx.axis(ctx.attr("axis", 0), len(data))
+        wrap = "onyxia_wrap_index" if ctx.attr(CLAMP_INDICES_ATTR, 0) else check_indices(ctx, 1, [data[axis]])
         code = ("let inner = i % INNER(); let t = i / INNER(); let j = t % NIDX(); let outer = t / NIDX();\n"
-                "    let src = (outer * AXIS_DIM() + onyxia_wrap_index(idx_load(j), AXIS_DIM())) * INNER() + inner;\n"
+                f"    let src = (outer * AXIS_DIM() + {wrap}(idx_load(j), AXIS_DIM())) * INNER() + inner;\n"
                 "    let dst = i;")
         params = {"INNER": numel(data[axis + 1:]), "NIDX": numel(ctx.input_shape(1)), "AXIS_DIM": data[axis]}
         return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
-                               count=numel(ctx.output_shape(0)))
+                               count=numel(ctx.output_shape(0)), reports=wrap_reports(wrap))
 
 
 class GatherElements(Operator):
@@ -207,7 +242,7 @@ class GatherElements(Operator):
         data, idx = ctx.input_shape(0), ctx.input_shape(1)
         if len(data) != len(idx):
             raise ctx.fail(f"indices must have the data's rank {len(data)}, got {len(idx)}", 1)
-        ctx.axis(ctx.attr("axis", 0), len(data))
+        check_indices(ctx, 1, [data[ctx.axis(ctx.attr("axis", 0), len(data))]])
         return [(ctx.input_dtype(0), tuple(idx))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -225,10 +260,11 @@ class GatherElements(Operator):
         strides = contiguous_strides(data)
         # The other axes address data at the index's coordinates; the axis comes from idx.
         params, code = strided_code(idx_shape, {"base": ([0 if a == axis else s for a, s in enumerate(strides)], 0)})
-        code += "\n    let src = base + onyxia_wrap_index(idx_load(i), DAX()) * DSAX();\n    let dst = i;"
+        wrap = check_indices(ctx, 1, [data[axis]])
+        code += f"\n    let src = base + {wrap}(idx_load(i), DAX()) * DSAX();\n    let dst = i;"
         params |= {"DAX": data[axis], "DSAX": strides[axis]}
         return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
-                               count=numel(idx_shape))
+                               count=numel(idx_shape), reports=wrap_reports(wrap))
 
 
 def nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
@@ -246,14 +282,14 @@ def nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
     return data, idx, k
 
 
-def nd_offset_code(data_tail: Shape, k: int) -> tuple[dict[str, object], str]:
-    """WGSL adding the k indices idx[p*K + m] (wrapped) times the strides of `data_tail` to `off`."""
+def nd_offset_code(data_tail: Shape, k: int, wrap: str) -> tuple[dict[str, object], str]:
+    """WGSL adding the k indices idx[p*K + m] (mapped by `wrap`) times the strides of `data_tail` to `off`."""
     strides = contiguous_strides(data_tail)
     params: dict[str, object] = {}
     lines = []
     for m in range(k):
         params[f"DIM{m}"], params[f"STR{m}"] = data_tail[m], strides[m]
-        lines.append(f"off += onyxia_wrap_index(idx_load(p * {k}u + {m}u), DIM{m}()) * STR{m}();")
+        lines.append(f"off += {wrap}(idx_load(p * {k}u + {m}u), DIM{m}()) * STR{m}();")
     return params, "\n    ".join(lines)
 
 
@@ -263,6 +299,7 @@ class GatherND(Operator):
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         b = ctx.attr("batch_dims", 0)
         data, idx, k = nd_layout(ctx, b)
+        check_indices(ctx, 1, data[b:b + k], column=True)
         return [(ctx.input_dtype(0), tuple(idx[:-1]) + tuple(data[b + k:]))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -280,12 +317,13 @@ class GatherND(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         b = ctx.attr("batch_dims", 0)
         data, idx, k = nd_layout(ctx, b)
-        params, offsets = nd_offset_code(data[b:], k)
+        wrap = check_indices(ctx, 1, data[b:b + k], column=True) if k else "onyxia_wrap_index"
+        params, offsets = nd_offset_code(data[b:], k, wrap)
         params |= {"SLICE": numel(data[b + k:]), "NPB": numel(idx[b:-1]), "BSTR": numel(data[b:])}
         code = (f"let p = i / SLICE();\n    var off = (p / NPB()) * BSTR() + i % SLICE();\n    {offsets}\n"
                 "    let src = off;\n    let dst = i;")
         return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
-                               count=numel(ctx.output_shape(0)))
+                               count=numel(ctx.output_shape(0)), reports=wrap_reports(wrap))
 
 
 # ---- Slice ----------------------------------------------------------------------------------

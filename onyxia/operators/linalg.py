@@ -25,10 +25,11 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import MAX_TRIPS, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_one, prefer_literal
 from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.operators.matmul import Product, plan_product
+from onyxia.operators.reduction import ACC_DTYPES, ReduceWalk, bound_of
 from onyxia.plan import Step
 
 Label = str | int  # a letter, or the index of an ellipsis dim counted from the right
@@ -250,10 +251,22 @@ class Einsum(Operator):
             "SAVE": "\n    ".join(f"let base{k} = off{k};" for k in range(n)),
             "ACC": f"onyxia_checked_add(acc, {term})" if checked else f"acc + {term}",
         }
-        params = {"COUNT": count, "RED": numel(eq.dims[x] for x in summed), **out_params, **red_params}
-        return [ctx.dispatch("linalg/einsum.wgsl", label="einsum", defs=defs, params=params,
-                             reads={f"x{i}": ctx.input(i) for i in range(n)}, writes={"y": ctx.output(0)},
-                             workgroups=ctx.grid(count), reports=INT64_OVERFLOW if checked else None)]
+        red = numel(eq.dims[x] for x in summed)
+        params = {"COUNT": count, "RED": red, **out_params, **red_params}
+        reads, reports = {f"x{i}": ctx.input(i) for i in range(n)}, INT64_OVERFLOW if checked else None
+        if bound_of(red) <= MAX_TRIPS:
+            return [ctx.dispatch("linalg/einsum.wgsl", label="einsum", defs=defs, params=params, reads=reads,
+                                 writes={"y": ctx.output(0)}, workgroups=ctx.grid(count), reports=reports)]
+        # A long (or symbolic) sum: partial sums of MAX_TRIPS terms, then their sum (reduce.wgsl).
+        parts = (red + MAX_TRIPS - 1) // MAX_TRIPS
+        partial = ctx.scratch(count * parts, ACC_DTYPES[dtype], "einsum_partial")
+        add = "onyxia_checked_add(a, b)" if checked else "a + b"
+        sum_defs: dict[str, object] = {"A": dtype, "INIT": f"{dtype}(0)", "MAP": "x", "COMBINE": add, "FINAL": "acc"}
+        walk = ReduceWalk(ctx, "einsum_sum", reports, sum_defs, sum_defs, parts)
+        return [ctx.dispatch("linalg/einsum.wgsl", label="einsum", defs={**defs, "CHUNK": MAX_TRIPS},
+                             params={**params, "PARTS": (parts, "u32")}, reads=reads, writes={"y": partial},
+                             workgroups=ctx.grid(count * parts), reports=reports)] + \
+            walk.plan({"src": partial}, ctx.output(0), (parts, count), {0}, count, bound_of(red) // MAX_TRIPS + 1)
 
 
 MAX_DET = 32  # matrix size Det's one-thread-per-matrix kernel takes (about N^3 / 3 steps each)

@@ -10,6 +10,7 @@ from onyxia.ir.shapes import Dim, Shape, shape_str
 from onyxia.operators.attention import require_float
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
+from onyxia.operators.split_kv import combine_splits, split_keys
 from onyxia.plan import Step
 
 _QK_MODES = (0, 1, 2, 3)  # raw, after softcap, after bias, after softmax
@@ -217,13 +218,23 @@ class Attention(Operator):
         if softcap > 0:
             defs["SOFTCAP"] = True
             params["CAP"] = softcap
-        writes = {"y": ctx.output(0)}
+        writes: dict[str, str] = {"y": ctx.output(0)}
+        split = None
         if wants[3]:
+            # (qk_matmul_output's probabilities are normalized by the thread that stored them: no
+            # split; one row walks all T keys)
             defs.update(QK_OUT=True, MODE=c.mode)
             writes["qk"] = ctx.output(3)
-        steps.append(ctx.dispatch("attention/sdpa.wgsl", label="attention", defs=defs, params=params,
-                                  reads=reads, writes=writes, workgroups=(h, s, b)))
-        return steps
+        else:
+            split = split_keys(ctx, t, b * h * s, dv, d, int(defs["DPT"]))  # type: ignore[call-overload]
+        if split is None:
+            steps.append(ctx.dispatch("attention/sdpa.wgsl", label="attention", defs=defs, params=params,
+                                      reads=reads, writes=writes, workgroups=(h, s, b)))
+            return steps
+        steps.append(ctx.dispatch("attention/sdpa.wgsl", label="attention", defs={**defs, **split.defs()},
+                                  params={**params, **split.params()}, reads=reads,
+                                  writes={**writes, "partial": split.partial}, workgroups=(h, s, b * split.splits)))
+        return steps + combine_splits(ctx, split, ctx.output(0), b, h, s, y_strides)
 
 
 def operators() -> list[tuple[Operator, int]]:

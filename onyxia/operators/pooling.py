@@ -17,7 +17,7 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel, shape_str
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import MAX_TRIPS, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.reduction import EXTREMES, REDUCE_OPS, Reduce, ReduceRow
 from onyxia.operators.shape import plan_fill
 from onyxia.operators.window import MAX_SPATIAL, Window, int_list, padded_windows, window_of, window_params
@@ -30,6 +30,8 @@ class PoolRow:
     dtypes: frozenset[str]  # accepted input dtypes (by name)
 
 
+# Loop iterations one pooling thread may spend on its window: under lavapipe's ~65,535.
+WINDOW_TRIPS = 14 * MAX_TRIPS
 _FLOATS = frozenset({"float32", "float16", "float64", "bfloat16"})  # no device type: planning says so
 POOL_OPS: dict[str, PoolRow] = {
     "MaxPool": PoolRow("max", _FLOATS | {"int8", "uint8"}),
@@ -93,6 +95,14 @@ class Pool(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         win = self.window(ctx)
+        # One thread walks its whole window in three nested loops (lavapipe stops an
+        # invocation's loops after ~65,535 iterations): refuse, not return, what it cannot walk.
+        lead = (1,) * (MAX_SPATIAL - len(win.kernel))
+        kd, kh, kw = lead + tuple(win.kernel)
+        trips = kd * (1 + kh * (1 + kw))
+        if trips > WINDOW_TRIPS:
+            raise ctx.fail(f"a kernel_shape of {list(win.kernel)} takes {trips} loop iterations per output, more "
+                           f"than the {WINDOW_TRIPS} one invocation may run (a global pool has no such limit)")
         x = ctx.input_shape(0)
         spatial = tuple(x[2:])
         compute = ctx.compute_type(ctx.input_dtype(0), "input")

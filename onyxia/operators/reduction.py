@@ -22,7 +22,7 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import MAX_TRIPS, UNBOUNDED_AXIS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_one
 from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.plan import Step
@@ -98,26 +98,87 @@ def lanes_for(count: Dim, per_item: Dim, lanes_adjacent: bool) -> int:
     return lanes
 
 
+ACC_DTYPES = {"f32": "float32", "i32": "int32", "u32": "uint32"}  # a partial's dtype per accumulator type
+
+
+def bound_of(d: Dim) -> int:
+    """An upper bound of a length: itself when static, else anything a u32 index reaches."""
+    return d if isinstance(d, int) else UNBOUNDED_AXIS
+
+
 def plan_reduce(ctx: PlanCtx, reduced: set[int], defs: dict[str, object], label: str,
-                reports: str | None = None) -> list[Step]:
-    """One dispatch of reduce.wgsl over input 0 into output 0 with the row `defs`."""
-    shape = ctx.input_shape(0)
+                reports: str | None = None, merge: dict[str, object] | None = None) -> list[Step]:
+    """reduce.wgsl over input 0 into output 0 with the row `defs`: one dispatch, or (a walk
+    longer than an invocation may loop over) one per level of partials.
+
+    `merge`: the defs of the pass that reduces partials (MAP of a partial, the row's FINAL with
+    TOTAL as `n`); None for ArgMax/ArgMin, whose partials are (value, index) pairs."""
     m = numel(ctx.output_shape(0))
     if isinstance(m, int) and m == 0:
         return []
-    kept, red = split_axes(shape, reduced)
-    k = numel(d for d, _ in red)
-    red_inner = bool(red) and (not kept or red[-1][1] == 1)
-    lanes = lanes_for(m, k, red_inner)
-    base_params, base_fn = walk_code("base_of", kept, "O")
-    off_params, off_fn = walk_code("offset_of", red, "R")
     ctx.compute_type(ctx.input_dtype(0), "input")
     ctx.compute_type(ctx.output_dtype(0), "output")
-    defs = {**defs, "LANES": lanes, "RED_INNER": int(red_inner), "BASE": base_fn, "OFFSET": off_fn}
-    return [ctx.dispatch("reduction/reduce.wgsl", label=label, defs=defs,
-                         params={"M": m, "K": k, **base_params, **off_params},
-                         reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
-                         workgroups=ctx.grid(m, WORKGROUP_SIZE // lanes), reports=reports)]
+    shape = ctx.input_shape(0)
+    k = numel(d for i, d in enumerate(shape) if i in reduced)
+    walk = ReduceWalk(ctx, label, reports, defs, merge, k)
+    return walk.plan({"src": ctx.input(0)}, ctx.output(0), shape, reduced, m, bound_of(k))
+
+
+@dataclass
+class ReduceWalk:
+    """The dispatches of one reduction: `plan` splits a walk into parts of at most LANES x
+    MAX_TRIPS elements whenever its length may pass that (lavapipe stops an invocation's loops
+    after ~65,535 iterations), writes a partial per part and reduces the partials the same way."""
+
+    ctx: PlanCtx
+    label: str
+    reports: str | None
+    defs: dict[str, object]
+    merge: dict[str, object] | None
+    total: Dim  # the whole walk's length (FINAL's `n` in the last pass)
+
+    def plan(self, reads: dict[str, str], dst: str, shape: Shape, reduced: set[int], m: Dim,
+             bound: int) -> list[Step]:
+        ctx = self.ctx
+        kept, red = split_axes(shape, reduced)
+        k = numel(d for d, _ in red)
+        red_inner = bool(red) and (not kept or red[-1][1] == 1)
+        lanes = lanes_for(m, k, red_inner)
+        base_params, base_fn = walk_code("base_of", kept, "O")
+        off_params, off_fn = walk_code("offset_of", red, "R")
+        defs = {**self.defs, "LANES": lanes, "RED_INNER": int(red_inner), "BASE": base_fn, "OFFSET": off_fn}
+        params: dict[str, object] = {"M": m, "K": k, **base_params, **off_params}
+        chunk = lanes * MAX_TRIPS
+        if bound <= chunk:
+            if "TOTAL" in defs:
+                params["TOTAL"] = (self.total, "u32")
+            return [ctx.dispatch("reduction/reduce.wgsl", label=self.label, defs=defs, params=params, reads=reads,
+                                 writes={"dst": dst}, workgroups=ctx.grid(m, WORKGROUP_SIZE // lanes),
+                                 reports=self.reports)]
+        # Pass 1: a partial per part, laid out [M, PARTS] (lanes along the walk) or [PARTS, M].
+        parts = (k + chunk - 1) // chunk
+        acc = str(defs["A"])
+        defs.pop("TOTAL", None)
+        defs["CHUNK"] = chunk
+        if "ARG" in defs:
+            partial, vals = ctx.scratch(m * parts, "int32", "arg_index"), ctx.scratch(m * parts, ACC_DTYPES[acc],
+                                                                                      "arg_value")
+            writes = {"dst": partial, "vals": vals}
+            merge, next_reads = {**self.defs, "IDX": True}, {"src": vals, "idx": partial}
+        else:
+            if "SHIFT" not in defs:  # a shifted walk's partial is its own LogSumExp
+                defs["FINAL"] = "acc"
+            partial = ctx.scratch(m * parts, ACC_DTYPES[acc], "partial")
+            writes = {"dst": partial}
+            merge, next_reads = self.merge, {"src": partial}
+        params["PARTS"] = (parts, "u32")
+        steps = [ctx.dispatch("reduction/reduce.wgsl", label=self.label, defs=defs, params=params, reads=reads,
+                              writes=writes, workgroups=ctx.grid(m * parts, WORKGROUP_SIZE // lanes),
+                              reports=self.reports)]
+        assert merge is not None
+        self.defs = merge
+        pshape, paxes = ((m, parts), {1}) if red_inner else ((parts, m), {0})
+        return steps + self.plan(next_reads, dst, pshape, paxes, m, -(-bound // chunk))
 
 
 def reduced_shape(shape: Shape, axes: set[int], keepdims: bool) -> Shape:
@@ -149,6 +210,7 @@ class ReduceRow:
     shift: bool = False  # subtract the walk's max first (LogSumExp): exp cannot overflow
     symbolic: bool = False  # folds object arrays of symbolic dims (shape arithmetic)
     bools: bool = False  # accepts bool inputs (ReduceMax/Min since opset 20)
+    nan_combine: str | None = None  # `combine` for f32: WGSL's max/min may drop a NaN; numpy keeps it
 
 
 def _count(x: np.ndarray, axes: tuple[int, ...]) -> int:
@@ -194,8 +256,10 @@ REDUCE_OPS: dict[str, ReduceRow] = {
     "ReduceSum": ReduceRow("zero", "x", "a + b", "acc", lambda x, ax, k: np.sum(x, axis=ax, keepdims=k), 13,
                            symbolic=True),
     "ReduceMean": ReduceRow("zero", "x", "a + b", "acc / {A}(max(n, 1u))", _mean, 18),
-    "ReduceMax": ReduceRow("lowest", "x", "max(a, b)", "acc", _extreme(np.max, "lowest"), 18, bools=True),
-    "ReduceMin": ReduceRow("highest", "x", "min(a, b)", "acc", _extreme(np.min, "highest"), 18, bools=True),
+    "ReduceMax": ReduceRow("lowest", "x", "max(a, b)", "acc", _extreme(np.max, "lowest"), 18, bools=True,
+                           nan_combine="select(max(a, b), a + b, is_nan(a) || is_nan(b))"),
+    "ReduceMin": ReduceRow("highest", "x", "min(a, b)", "acc", _extreme(np.min, "highest"), 18, bools=True,
+                           nan_combine="select(min(a, b), a + b, is_nan(a) || is_nan(b))"),
     "ReduceProd": ReduceRow("one", "x", "a * b", "acc", lambda x, ax, k: np.prod(x, axis=ax, keepdims=k), 18,
                             symbolic=True),
     "ReduceL1": ReduceRow("zero", "abs(x)", "a + b", "acc", lambda x, ax, k: np.sum(np.abs(x), axis=ax, keepdims=k),
@@ -261,6 +325,8 @@ class Reduce(Operator):
         acc = "f32" if row.float_acc else compute
         init = {"zero": f"{acc}(0)", "one": f"{acc}(1)"}.get(row.init) or EXTREMES[row.init][acc]
         map_, combine, reports = row.map.format(A=acc), row.combine, None
+        if acc == "f32" and row.nan_combine:
+            combine = row.nan_combine
         if ctx.input_dtype(0) == dtypes.INT64 and acc == "i32" and (map_ in CHECKED or combine in CHECKED):
             # int64 sums and products can leave the int32 range the GPU keeps int64 in: report it
             map_, combine, reports = CHECKED.get(map_, map_), CHECKED.get(combine, combine), INT64_OVERFLOW
@@ -269,8 +335,11 @@ class Reduce(Operator):
         if row.shift:
             defs["SHIFT"] = True
             defs["LOWEST"] = EXTREMES["lowest"][acc]
+        # Partials (of a walk split into parts) are already mapped; the shifted walk (LogSumExp)
+        # reduces its parts' LogSumExps as it does elements.
+        merge = {**defs, "TOTAL": True} if row.shift else {**defs, "MAP": "x", "TOTAL": True}
         axes = self.reduced_axes(ctx, len(ctx.input_shape(0)))
-        return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}", reports)
+        return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}", reports, merge)
 
 
 # ---- ArgMax / ArgMin ----------------------------------------------------------------------
@@ -306,10 +375,15 @@ class ArgReduce(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         compute = ctx.compute_type(ctx.input_dtype(0), "input")
         axis = ctx.axis(ctx.attr("axis", 0), len(ctx.input_shape(0)))
-        defs: dict[str, object] = {"A": compute, "ARG": True, "CMP": self.cmp,
-                                   "INIT": EXTREMES["lowest" if self.cmp == ">" else "highest"][compute],
-                                   "LAST": int(bool(ctx.attr("select_last_index", 0)))}
+        defs = arg_defs(compute, self.cmp, bool(ctx.attr("select_last_index", 0)))
         return plan_reduce(ctx, {axis}, defs, f"reduce_{self.op_type}")
+
+
+def arg_defs(compute: str, cmp: str, last: bool) -> dict[str, object]:
+    """reduce.wgsl's defs of an arg reduction (cmp ">": ArgMax, "<": ArgMin). FLOAT: a NaN wins
+    (as it does in ReduceMax/ReduceMin), as in numpy and onnx.reference."""
+    return {"A": compute, "ARG": True, "CMP": cmp, "FLOAT": int(compute == "f32"),
+            "INIT": EXTREMES["lowest" if cmp == ">" else "highest"][compute], "LAST": int(last)}
 
 
 # ---- CumSum / CumProd -----------------------------------------------------------------------
@@ -380,10 +454,27 @@ class CumulativeScan(Operator):
         defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "IDENTITY": self.row.identity,
                                    "COMBINE": CHECKED[combine] if checked else combine,
                                    "REVERSE": bool(ctx.attr("reverse", 0)), "EXCLUSIVE": bool(ctx.attr("exclusive", 0))}
-        return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params={"L": lines, "K": k, "INNER": inner},
-                             reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
-                             workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes),
-                             reports=INT64_OVERFLOW if checked else None)]
+        params: dict[str, object] = {"L": lines, "K": k, "INNER": inner}
+        reports = INT64_OVERFLOW if checked else None
+        # Each chunk of LANES elements costs a lane 1 + log2(LANES) loop iterations.
+        chunk = lanes * (MAX_TRIPS // 4)
+        if bound_of(k) <= chunk:
+            return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params=params,
+                                 reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
+                                 workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes), reports=reports)]
+        # Parts: their totals, then each part scanned from the totals before it (a symbolic line
+        # of one part skips the first pass: no workgroups).
+        parts = (k + chunk - 1) // chunk
+        totals = ctx.scratch(lines * parts, ctx.output_dtype(0).name, "part_totals")
+        params["PARTS"] = (parts, "u32")
+        defs["CHUNK"] = chunk
+        several = (2 * parts - 2) // parts  # 0 for one part, else 1
+        return [ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_TOTALS": True}, params=params,
+                             reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0), "totals": totals},
+                             workgroups=ctx.grid(lines * parts * several, WORKGROUP_SIZE // lanes), reports=reports),
+                ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_CARRY": True}, params=params,
+                             reads={"src": ctx.input(0), "totals": totals}, writes={"dst": ctx.output(0)},
+                             workgroups=ctx.grid(lines * parts, WORKGROUP_SIZE // lanes), reports=reports)]
 
 
 def operators() -> list[tuple[Operator, int]]:

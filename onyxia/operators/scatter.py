@@ -13,10 +13,12 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import MAX_TRIPS, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_zero
 from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.operators.indexing import (
+    INDEX_OUT_OF_RANGE,
+    check_indices,
     dispatch_gather,
     index_values,
     nd_layout,
@@ -34,6 +36,9 @@ REDUCTIONS: dict[str, tuple[str, np.ufunc | None]] = {
     "max": ("max(a, v)", np.maximum),
     "min": ("min(a, v)", np.minimum),
 }
+# Updates one thread of a reduction applies per dispatch (lavapipe stops an invocation's loops
+# after ~65,535 iterations): a longer walk is several dispatches, in order.
+SCATTER_TRIPS = 2 * MAX_TRIPS
 CHECKED = {"add": "onyxia_checked_add(a, v)", "mul": "onyxia_checked_mul(a, v)"}  # int64: report overflow
 
 
@@ -65,19 +70,43 @@ class _Scatter(Operator):
             ufunc.at(out, index, upd)  # unbuffered: duplicate indices accumulate, in order
         return [out]
 
-    def plan_scatter(self, ctx: PlanCtx, body: str, params: Mapping[str, object], count: Dim) -> list[Step]:
+    def plan_scatter(self, ctx: PlanCtx, body: str, params: Mapping[str, object], count: Dim,
+                     checked: bool, walk: tuple[str, Dim] | None = None) -> list[Step]:
+        """The copy of the data, then scatter.wgsl over `count` threads running `body`
+        (`checked`: it maps indices with onyxia_checked_index, which reports).
+
+        `walk`: (param, count) of the updates a reduction's thread applies in order (its loop runs
+        from W0() to min(count, W0() + SCATTER_TRIPS)): longer walks take several dispatches, one per
+        SCATTER_TRIPS updates, in order. A symbolic walk gets the passes its compile-time value
+        needs and reports at run time when it grows past them."""
         ctx.compute_type(ctx.output_dtype(0), "output")
         steps = plan_strided_copy(ctx, ctx.output_shape(0), contiguous_strides(ctx.output_shape(0)))
         if is_zero(count):
             return steps
         reduction = self.reduction(ctx)
         defs = {"REDUCE": REDUCTIONS[reduction][0], "BODY": body}
-        reports = None
+        reasons = [INDEX_OUT_OF_RANGE] if checked else []
         if ctx.output_dtype(0) == dtypes.INT64 and reduction in CHECKED:
-            defs["REDUCE"], reports = CHECKED[reduction], INT64_OVERFLOW
-        steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
-                                  params={"N": count, **params}, reads={"idx": ctx.input(1), "upd": ctx.input(2)},
-                                  writes={"y": ctx.output(0)}, workgroups=ctx.grid(count), reports=reports))
+            defs["REDUCE"] = CHECKED[reduction]
+            reasons.append(INT64_OVERFLOW)
+        passes, pass_params = 1, {}  # W0: the first update of a pass
+        if walk is not None:
+            name, length = walk
+            defs["TRIPS"] = SCATTER_TRIPS
+            value = length if isinstance(length, int) else ctx.env.value(length)
+            passes = max(1, -(-(value or 1) // SCATTER_TRIPS))
+            pass_params = {"W0": (0, "u32")}
+            if not isinstance(length, int):
+                defs["GUARD"], defs["WALK"] = passes * SCATTER_TRIPS, f"{name}()"
+                reasons.append(f"more updates than the {passes * SCATTER_TRIPS} the plan's passes apply "
+                               "(compile for the larger size)")
+        reports = ", or ".join(reasons) or None
+        for n in range(passes):
+            first = {p: (n * SCATTER_TRIPS, "u32") for p in pass_params}
+            steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
+                                      params={"N": count, **params, **first},
+                                      reads={"idx": ctx.input(1), "upd": ctx.input(2)}, writes={"y": ctx.output(0)},
+                                      workgroups=ctx.grid(count), reports=reports, immediates=tuple(pass_params)))
         return steps
 
 
@@ -90,6 +119,7 @@ class ScatterND(_Scatter):
         upd = ctx.input_shape(2)
         if not ctx.same_shape(upd, expected):
             raise ctx.fail(f"updates must have shape {shape_str(expected)}, got {shape_str(upd)}", 2)
+        check_indices(ctx, 1, data[:k], column=True)
         return super().infer(ctx)
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -98,17 +128,19 @@ class ScatterND(_Scatter):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         data, idx, k = nd_layout(ctx, 0)
-        params, offsets = nd_offset_code(data, k)
+        wrap = check_indices(ctx, 1, data[:k], column=True) if k else "onyxia_wrap_index"
+        params, offsets = nd_offset_code(data, k, wrap)
         params |= {"SLICE": numel(data[k:]), "NP": numel(idx[:-1])}
         if self.reduction(ctx) == "none":
             # Duplicate indices are undefined without a reduction: every update in parallel.
             body = f"let p = i / SLICE();\n    var off = i % SLICE();\n    {offsets}\n    y_store(off, upd_load(i));"
-            return self.plan_scatter(ctx, body, params, numel(idx[:-1]) * numel(data[k:]))
+            return self.plan_scatter(ctx, body, params, numel(idx[:-1]) * numel(data[k:]), wrap != "onyxia_wrap_index")
         # Reductions must see every update of a slot, in order: one thread per slice element
         # walks the updates sequentially (parallel over the slice, serial over indices).
-        body = (f"for (var p = 0u; p < NP(); p++) {{\n    var off = i;\n    {offsets}\n"
+        body = (f"for (var p = W0(); p < min(NP(), W0() + TRIPS); p++) {{\n    var off = i;\n    {offsets}\n"
                 "    y_store(off, combine(y_load(off), upd_load(p * SLICE() + i)));\n    }")
-        return self.plan_scatter(ctx, body, params, numel(data[k:]))
+        return self.plan_scatter(ctx, body, params, numel(data[k:]), wrap != "onyxia_wrap_index",
+                                 ("NP", numel(idx[:-1])))
 
 
 class ScatterElements(_Scatter):
@@ -118,7 +150,7 @@ class ScatterElements(_Scatter):
         data, idx, upd = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
         if not len(data) == len(idx) == len(upd):
             raise ctx.fail(f"data, indices and updates must share a rank, got {len(data)}, {len(idx)}, {len(upd)}")
-        ctx.axis(ctx.attr("axis", 0), len(data))
+        check_indices(ctx, 1, [data[ctx.axis(ctx.attr("axis", 0), len(data))]])
         return super().infer(ctx)
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
@@ -139,12 +171,13 @@ class ScatterElements(_Scatter):
         params, code = strided_code(line, {"base_d": (d_strides[:axis] + d_strides[axis + 1:], 0),
                                            "base_u": (u_strides[:axis] + u_strides[axis + 1:], 0)})
         params |= {"IAX": idx[axis], "USAX": u_strides[axis], "DAX": data[axis], "DSAX": d_strides[axis]}
-        body = (f"{code}\n    for (var j = 0u; j < IAX(); j++) {{\n"
+        wrap = check_indices(ctx, 1, [data[axis]])
+        body = (f"{code}\n    for (var j = W0(); j < min(IAX(), W0() + TRIPS); j++) {{\n"
                 "        let u = base_u + j * USAX();\n"
-                "        let off = base_d + onyxia_wrap_index(idx_load(u), DAX()) * DSAX();\n"
+                f"        let off = base_d + {wrap}(idx_load(u), DAX()) * DSAX();\n"
                 "        y_store(off, combine(y_load(off), upd_load(u)));\n    }")
         count = numel(line) if not is_zero(idx[axis]) else 0
-        return self.plan_scatter(ctx, body, params, count)
+        return self.plan_scatter(ctx, body, params, count, wrap != "onyxia_wrap_index", ("IAX", idx[axis]))
 
 
 class Scatter(ScatterElements):

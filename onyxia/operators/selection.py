@@ -23,9 +23,9 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
-from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import is_zero
-from onyxia.operators.reduction import lanes_for, next_pow2
+from onyxia.operators.reduction import ReduceWalk, arg_defs, bound_of, lanes_for, next_pow2
 from onyxia.plan import ReadSymbol, Step
 
 # Lines up to this many elements (a power of two) are bitonic-sorted in shared memory:
@@ -34,6 +34,11 @@ BITONIC_MAX = 2048
 # A bitonic workgroup sorts at least this many slots (several short lines) so that each of its
 # 256 threads owns at least one compare-exchange pair per step.
 BITONIC_MIN_SLOTS = 2 * WORKGROUP_SIZE
+# The selection kernel (a symbolic line or k > BITONIC_MAX / 2) loops k x N / 256 times in one
+# invocation; past this it reports (lavapipe stops an invocation's loops after ~65,535 iterations).
+SELECT_TRIPS = 8 * MAX_TRIPS
+TOPK_TOO_LONG = (f"k x line length / 256 is more than the {SELECT_TRIPS} selection steps one invocation may loop over "
+                 f"(a static line with k <= {BITONIC_MAX // 2} has no limit)")
 # WGSL has no infinity literal: build the extremes from their bits.
 _WORST = {True: {"f32": "bitcast<f32>(0xff800000u)", "i32": "(-2147483647i - 1i)", "u32": "0u"},
           False: {"f32": "bitcast<f32>(0x7f800000u)", "i32": "2147483647i", "u32": "4294967295u"}}
@@ -125,12 +130,57 @@ class TopK(Operator):
             size = max(next_pow2(n), 2)  # a pair at least: the network indexes by size / 2
             slots = max(size, BITONIC_MIN_SLOTS)
             defs.update(BITONIC=True, SIZE=size, SLOTS=slots)
+            params["PARTS"] = 1
             grid = ctx.grid(params["L"], slots // size)
+        elif isinstance(n, int) and isinstance(k, int) and k <= BITONIC_MAX // 2:
+            return read + self.plan_candidates(ctx, params, defs, n, k)
         else:
-            grid = ctx.grid(params["L"], 1)
+            reports = None
+            trips = k * -(-n // WORKGROUP_SIZE) if isinstance(k, int) and isinstance(n, int) else None
+            if trips is None:
+                defs["GUARD"], reports = SELECT_TRIPS, TOPK_TOO_LONG
+            elif trips > SELECT_TRIPS:
+                raise ctx.fail(f"k = {k} over a line of {n} takes {trips} selection steps per invocation, more "
+                               f"than the {SELECT_TRIPS} a kernel may loop over (k <= {BITONIC_MAX // 2} has no limit)")
+            return read + [ctx.dispatch("selection/topk.wgsl", label="topk", defs=defs, params=params,
+                                        reads={"x": ctx.input(0)}, writes={"values": ctx.output(0),
+                                                                           "indices": ctx.output(1)},
+                                        workgroups=ctx.grid(params["L"], 1), reports=reports)]
         return read + [ctx.dispatch("selection/topk.wgsl", label="topk", defs=defs, params=params,
                                     reads={"x": ctx.input(0)},
                                     writes={"values": ctx.output(0), "indices": ctx.output(1)}, workgroups=grid)]
+
+    def plan_candidates(self, ctx: PlanCtx, params: dict[str, Dim], defs: dict[str, object], n: int,
+                        k: int) -> list[Step]:
+        """A line longer than BITONIC_MAX, k <= BITONIC_MAX / 2: segments of BITONIC_MAX elements
+        each keep their k best (bitonic sort in shared memory), a level at a time, until one
+        segment per line is left. Every level divides the candidates by BITONIC_MAX / k >= 2;
+        every invocation does a bounded amount of work."""
+        lines, dtype = params["L"], ctx.input_dtype(0).name
+        defs = {**defs, "BITONIC": True, "SIZE": BITONIC_MAX, "SLOTS": BITONIC_MAX}
+        reads: dict[str, str] = {"x": ctx.input(0)}
+        steps: list[Step] = []
+        count, inner = n, params["INNER"]
+        while count > BITONIC_MAX:
+            parts = -(-count // BITONIC_MAX)
+            values = ctx.scratch(lines * parts * k, dtype, "topk_values")
+            indices = ctx.scratch(lines * parts * k, "int32", "topk_indices")
+            steps.append(ctx.dispatch("selection/topk.wgsl", label="topk", defs={**defs, "CANDIDATES": True},
+                                      params={"L": lines, "N": count, "INNER": inner, "K": k, "PARTS": parts},
+                                      reads=reads, writes={"values": values, "indices": indices},
+                                      workgroups=ctx.grid(lines * parts, 1)))
+            reads = {"x": values, "idx": indices}
+            defs["IDX"] = True
+            count, inner = parts * k, 1
+        size = max(next_pow2(count), 2)
+        # The last level reads candidates (INNER 1) and writes the outputs laid out as the input.
+        last = {**defs, "SIZE": size, "SLOTS": max(size, BITONIC_MIN_SLOTS), "OUT_INNER": True}
+        steps.append(ctx.dispatch("selection/topk.wgsl", label="topk", defs=last,
+                                  params={"L": lines, "N": count, "INNER": inner, "OINNER": params["INNER"], "K": k,
+                                          "PARTS": 1},
+                                  reads=reads, writes={"values": ctx.output(0), "indices": ctx.output(1)},
+                                  workgroups=ctx.grid(lines, max(size, BITONIC_MIN_SLOTS) // size)))
+        return steps
 
 
 # ---- Hardmax ------------------------------------------------------------------------------
@@ -179,11 +229,21 @@ class Hardmax(Operator):
         if is_zero(params["L"]) or is_zero(params["N"]):
             return []
         lanes = lanes_for(params["L"], params["N"], True)
-        ctx.compute_type(ctx.input_dtype(0), "input")
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
         defs = {"LANES": lanes, "RED_INNER": 1}
-        return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
-                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)},
-                             workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]
+        if bound_of(params["N"]) * 2 <= lanes * MAX_TRIPS:  # the kernel walks a line twice
+            return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
+                                 reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)},
+                                 workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]
+        # A long line: its first maximum by the (multi-pass) ArgMax, then one thread per element.
+        winner = ctx.scratch(params["L"], "int32", "hardmax_index")
+        view = (numel(view[:axis]), view[axis], numel(view[axis + 1:]))
+        walk = ReduceWalk(ctx, "reduce_ArgMax", None, arg_defs(compute, ">", False), None, view[1])
+        count = numel(view)
+        return walk.plan({"src": ctx.input(0)}, winner, view, {1}, params["L"], bound_of(view[1])) + [
+            ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs={**defs, "ONE_HOT": True},
+                         params={**params, "COUNT": count}, reads={"x": ctx.input(0), "winner": winner},
+                         writes={"y": ctx.output(0)}, workgroups=ctx.grid(count))]
 
 
 # ---- OneHot -------------------------------------------------------------------------------

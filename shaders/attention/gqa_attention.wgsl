@@ -18,10 +18,12 @@
 // QK_NORM: the query row is RMS-normalized over its head (weight q_norm, epsilon EPS) before rotary.
 // Defs: DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
 // CAUSAL, WINDOW, SOFTCAP, QK_NORM, WINDOWED.
+// SPLIT_KV (attention::split): grid (H, S, B * SPLITS), each split's keys only.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
 // HALF, MAXPOS, EPS, C.
 #import attention::rope
 #import attention::softmax
+#import attention::split
 #import attention::window
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
@@ -64,6 +66,14 @@ fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
     }
 }
 
+#ifdef SPLIT_KV
+fn softmax_partial_store(out: u32, column: u32, value: vec4<f32>) {
+    for (var e = 0u; e < 4u; e++) {
+        partial_store(out + 4u * column + e, value[e]);
+    }
+}
+#endif
+
 // Element e of the query row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
 fn query_at(base: u32, e: u32, inv: f32) -> f32 {
 #ifdef QK_NORM
@@ -77,7 +87,8 @@ fn query_at(base: u32, e: u32, inv: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
     let s = wid.y;
-    let b = wid.z;
+    let sp = key_split(wid.z);
+    let b = sp.b;
     let g = h / (H() / KVH());
     let total_b = u32(max(seqlens_load(b) + 1, 0));
     var past = 0u;
@@ -138,10 +149,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     kv_base = (b * KVH() + g) * T();
 #endif
     var st = softmax_start(0u, D4());
-    for (var c0 = start; c0 < end; c0 += WG) {
+    let first = split_lo(sp, start, end);
+    let last = split_hi(sp, start, end);
+    for (var c0 = first; c0 < last; c0 += WG) {
         let j = c0 + lid;
         var score = NEG;
-        if (j < end) {
+        if (j < last) {
             var dot4 = vec4(0.0);
             for (var c = 0u; c < D4(); c++) {
                 dot4 += q4[c] * key4(j, c);
@@ -153,7 +166,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
             score = dot;
         }
-        softmax_chunk(&st, lid, c0, end, score, j < end);
+        softmax_chunk(&st, lid, c0, last, score, j < last);
     }
+#ifdef SPLIT_KV
+    if (split_partial()) {
+        softmax_partial(st, lid, split_at(sp, (b * H() + h) * S() + s));
+        return;
+    }
+#endif
     softmax_finish(st, lid, (b * S() + s) * (H() * D()) + h * D());
 }

@@ -13,10 +13,12 @@
 // Buffers: q, k, v, [mask], [nonpad], y, [qk]; computed in f32.
 // Defs: DIM (head size), DPT, CAUSAL, LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL,
 // MASK_FLOAT, SOFTCAP, QK_OUT, MODE.
+// SPLIT_KV (attention::split, not with QK_OUT): grid (H, S, B * SPLITS), each split's keys only.
 // Params: H, S, T, D, DV, GROUP, SCALE, CAP, P, LEFT, RIGHT, MT; element strides QB/QH/QS,
 // KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes).
 
 #import attention::softmax
+#import attention::split
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 
@@ -30,11 +32,18 @@ fn softmax_store(yrow: u32, column: u32, value: f32) {
     y_store(yrow + column, y_t(value));
 }
 
+#ifdef SPLIT_KV
+fn softmax_partial_store(out: u32, column: u32, value: f32) {
+    partial_store(out + column, value);
+}
+#endif
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
     let s = wid.y;
-    let b = wid.z;
+    let sp = key_split(wid.z);
+    let b = sp.b;
     let g = h / GROUP();
 
     // The allowed key range [lo, hi) from the causal frontier, the window and the padding.
@@ -63,8 +72,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let j0 = 0u;
     let j1 = T();
 #else
-    let j0 = u32(max(lo, 0));
-    let j1 = u32(max(hi, 0));
+    let j0 = split_lo(sp, u32(max(lo, 0)), u32(max(hi, 0)));
+    let j1 = split_hi(sp, u32(max(lo, 0)), u32(max(hi, 0)));
 #endif
 
     let qrow = b * QB() + h * QH() + s * QS();
@@ -124,6 +133,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         softmax_chunk(&st, lid, c0, j1, score, ok);
     }
+#ifdef SPLIT_KV
+    if (split_partial()) {
+        softmax_partial(st, lid, split_at(sp, (b * H() + h) * S() + s));
+        return;
+    }
+#endif
     let inv = softmax_finish(st, lid, b * YB() + h * YH() + s * YS());
 #ifdef QK_OUT
 #if MODE == 3

@@ -12,6 +12,11 @@
 //   fn softmax_store(out: u32, column: u32, value: SoftmaxValue)        // y[column] = value
 // where `values` and `out` are the offsets given to softmax_start / softmax_finish.
 // Def: DPT (columns per lane: ceil(columns / WG)).
+// Split-KV (def SPLIT_KV): a workgroup sees only one split of the keys (attention::split); it
+// stores its unnormalized state with softmax_partial and attention/combine.wgsl merges the
+// splits. The importer then also declares
+//   fn softmax_partial_store(out: u32, column: u32, value: SoftmaxValue)  // partial[out + column..]
+// writing a value column's scalars at out + (scalar column).
 
 const DPT = #{DPT}u;
 const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
@@ -75,3 +80,20 @@ fn softmax_finish(st: OnlineSoftmax, lid: u32, out: u32) -> f32 {
     }
     return inv;
 }
+
+#ifdef SPLIT_KV
+// Stores (m, l, acc columns) unnormalized at partial[out..]: out + 2 + c for scalar column c.
+fn softmax_partial(st: OnlineSoftmax, lid: u32, out: u32) {
+    let denom = reduce_sum(lid, st.l);
+    if (lid == 0u) {
+        partial_store(out, st.m);
+        partial_store(out + 1u, denom);
+    }
+    for (var e = 0u; e < DPT; e++) {
+        let c = lid + e * WG;
+        if (c < st.columns) {
+            softmax_partial_store(out + 2u, c, st.acc[e]);
+        }
+    }
+}
+#endif

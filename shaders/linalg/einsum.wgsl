@@ -10,14 +10,28 @@
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
+#ifdef CHUNK
+    // A sum longer than one invocation may loop over (lavapipe stops an invocation's loops
+    // after ~65,535 iterations): thread t sums terms [part * CHUNK, ...) of output t % COUNT
+    // into y[t] (partials [PARTS, COUNT], reduced by the next dispatch).
+    let t = grid_thread(wg);
+    if (t >= COUNT() * PARTS()) { return; }
+    let i = t % COUNT();
+    let first = (t / COUNT()) * #{CHUNK}u;
+    let last = min(RED(), first + #{CHUNK}u);
+#else
     let i = grid_thread(wg);
     if (i >= COUNT()) { return; }
+    let t = i;
+    let first = 0u;
+    let last = RED();
+#endif
     #{BASE}
     #{SAVE}
     var acc = #{T}(0);
-    for (var r = 0u; r < RED(); r++) {
+    for (var r = first; r < last; r++) {
         #{OFFSETS}
         acc = #{ACC};
     }
-    y_store(i, y_t(acc));
+    y_store(t, y_t(acc));
 }

@@ -10,6 +10,12 @@
 // (lower case), y. Every float dtype computes in f32.
 // Params: ROWS, K, INNER (STRIDED), EPS, SKIP_N / SCALE_N / BETA_N (element counts: those
 // operands broadcast over leading dims by index modulo count).
+//
+// A row longer than one invocation may loop over (lavapipe stops an invocation's loops after
+// ~65,535 iterations) takes two dispatches whose grid row v is part v % PARTS of row v / PARTS,
+// CHUNK (def) elements long: with PARTIALS_OUT each part writes its statistics to `partial`
+// (two f32 per part) and stops; with PARTIALS_IN a part merges its row's partials (PARTS of
+// them, a few per lane) and writes its own elements.
 #import reduction::tree
 
 const NEG_MAX: f32 = -3.4028234e38;
@@ -72,8 +78,19 @@ fn lane_merge(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
+#ifdef CHUNK
+    let ln = lane_of(wg, ROWS() * PARTS(), K());
+    let row = ln.row / PARTS();
+    let part = ln.row % PARTS();
+    let start = part * #{CHUNK}u;
+    let walk = select(0u, min(K() - min(start, K()), #{CHUNK}u), ln.valid);
+#else
     let ln = lane_of(wg, ROWS(), K());
     let row = ln.row;
+    let part = 0u;
+    let start = 0u;
+    let walk = ln.length;
+#endif
     let n = ln.length;
 #ifdef STRIDED
     let base = (row / INNER()) * K() * INNER() + row % INNER();
@@ -91,10 +108,39 @@ fn main(wg: Grid) {
 #else
     var st = vec2<f32>(0.0);
 #endif
-    for (var j = ln.lane; j < n; j += LANES) {
+#ifdef PARTIALS_IN
+    // One part (a symbolic row that is short this time: the statistics pass had no workgroups)
+    // walks its row itself.
+    if (PARTS() > 1u) {
+        for (var p = ln.lane; p < select(0u, PARTS(), ln.valid); p += LANES) {
+            let at = 2u * (row * PARTS() + p);
+            st = lane_merge(st, vec2<f32>(partial_load(at), partial_load(at + 1u)));
+        }
+    } else {
+        for (var j = start + ln.lane; j < start + walk; j += LANES) {
+            st = accumulate(st, load(index_of(base, j), j), c);
+        }
+    }
+#else
+    for (var j = start + ln.lane; j < start + walk; j += LANES) {
         st = accumulate(st, load(index_of(base, j), j), c);
     }
+#endif
     let total = tree_merge(ln, st);
+#ifdef PARTIALS_OUT
+    if (ln.valid && ln.lane == 0u) {
+        partial_store(2u * ln.row, total.x);
+        partial_store(2u * ln.row + 1u, total.y);
+    }
+#else
+    finish(ln, row, part, start, walk, n, base, total, c);
+#endif
+}
+
+#ifndef PARTIALS_OUT
+// Pass 2 of a row (or the only one): the outputs of elements start..start+walk from the row's
+// statistics `total`.
+fn finish(ln: Lane, row: u32, part: u32, start: u32, walk: u32, n: u32, base: u32, total: vec2<f32>, c: f32) {
     let count = f32(max(n, 1u));
 #if OUT == layernorm
     let dm = total.x / count;
@@ -106,7 +152,7 @@ fn main(wg: Grid) {
 #else if OUT == logsoftmax
     let lse = log(total.y);
 #endif
-    for (var j = ln.lane; j < n; j += LANES) {
+    for (var j = start + ln.lane; j < start + walk; j += LANES) {
         let i = index_of(base, j);
         let v = load(i, j);
 #if OUT == softmax
@@ -130,13 +176,14 @@ fn main(wg: Grid) {
 #endif
     }
 #ifdef MEAN_OUT
-    if (ln.valid && ln.lane == 0u) {
+    if (ln.valid && ln.lane == 0u && part == 0u) {
         mean_out_store(row, mean_out_t(mean));
     }
 #endif
 #ifdef INV_OUT
-    if (ln.valid && ln.lane == 0u) {
+    if (ln.valid && ln.lane == 0u && part == 0u) {
         inv_out_store(row, inv_out_t(inv));
     }
 #endif
 }
+#endif

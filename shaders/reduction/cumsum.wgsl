@@ -6,6 +6,11 @@
 // checked int64 forms) and its IDENTITY (0 or 1), LANES, RED_INNER (1), REVERSE (scan from the
 // end), EXCLUSIVE (element j combines the elements before it; the first gets IDENTITY).
 // Params: L (lines), K (line length), INNER (element stride).
+// A line longer than an invocation may loop over (lavapipe stops an invocation's loops after
+// ~65,535 iterations) is PARTS (param) parts of CHUNK (def) elements in scan order, grid row v
+// being part v % PARTS of line v / PARTS: with PART_TOTALS each part writes its total to
+// `totals` (and nothing to dst); with PART_CARRY each part starts from the combined totals of
+// the parts before it.
 #import reduction::lanes
 
 var<workgroup> sh: array<dst_t, WORKGROUP_SIZE>;
@@ -16,18 +21,40 @@ fn combine(a: dst_t, b: dst_t) -> dst_t {
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
+#ifdef CHUNK
+    let ln = lane_of(wg, L() * PARTS(), K());
+    let line = ln.row / PARTS();
+    let part = ln.row % PARTS();
+    let start = part * #{CHUNK}u;
+    let walk = select(0u, min(K() - min(start, K()), #{CHUNK}u), ln.valid);
+    // Uniform across the workgroup (its barriers): the longest part's chunks.
+    let chunks = (min(K(), #{CHUNK}u) + LANES - 1u) / LANES;
+#else
     let ln = lane_of(wg, L(), K());
     let line = ln.row;
+    let start = 0u;
+    let walk = ln.length;
+    let chunks = (K() + LANES - 1u) / LANES;
+#endif
     let rl = ln.lane;
     let lid = ln.slot;
     let base = (line / INNER()) * K() * INNER() + line % INNER();
-    let chunks = (K() + LANES - 1u) / LANES;
     var carry = dst_t(#{IDENTITY});
+#ifdef PART_CARRY
+    // The parts before this one, in scan order (PARTS is at most a few hundred: K elements of a
+    // binding of at most 128 MiB over CHUNK).
+    if (PARTS() > 1u) {
+        for (var p = 0u; p < select(0u, part, ln.valid); p++) {
+            carry = combine(carry, totals_load(line * PARTS() + p));
+        }
+    }
+#endif
     for (var c = 0u; c < chunks; c++) {
-        let j = c * LANES + rl;
-        let live = j < ln.length;
+        let local = c * LANES + rl;
+        let j = start + local;
+        let live = local < walk;
 #ifdef REVERSE
-        let idx = base + (K() - 1u - j) * INNER();
+        let idx = base + (K() - 1u - min(j, K() - 1u)) * INNER();
 #else
         let idx = base + j * INNER();
 #endif
@@ -47,6 +74,7 @@ fn main(wg: Grid) {
             sh[lid] = combine(sh[lid], other);
         }
         workgroupBarrier();
+#ifndef PART_TOTALS
 #ifdef EXCLUSIVE
         var out = carry;
         if (rl > 0u) {
@@ -58,7 +86,13 @@ fn main(wg: Grid) {
         if (live) {
             dst_store(idx, out);
         }
+#endif
         carry = combine(carry, sh[lid - rl + LANES - 1u]);
         workgroupBarrier();  // the next chunk overwrites sh
     }
+#ifdef PART_TOTALS
+    if (ln.valid && rl == 0u) {
+        totals_store(ln.row, carry);
+    }
+#endif
 }

@@ -6,8 +6,18 @@
 // adjacent outputs), BASE / OFFSET (generated functions base_of(o) and offset_of(r)), INIT.
 // Value mode: MAP (over x: A and the shift m: A), COMBINE (over a, b), FINAL (over acc: A and
 // n: u32), SHIFT (first find the max m of the walk; LOWEST is A's lowest value).
-// ARG mode (ArgMax/ArgMin): CMP (">" or "<"), LAST (1: ties take the last index); writes i32.
+// ARG mode (ArgMax/ArgMin): CMP (">" or "<"), LAST (1: ties take the last index), FLOAT (1: NaN
+// wins, as it does in the max and the min); writes i32.
 // Params: M (outputs), K (elements per output) and the dims/strides BASE and OFFSET read.
+//
+// A walk longer than one invocation may loop (lavapipe stops an invocation's loops after ~65,535
+// iterations) is split into parts of CHUNK elements (def; LANES x a bounded trip count), each
+// reduced by its own lanes into a partial: with def CHUNK, row v of the grid is part c of output
+// o (RED_INNER 1: v = o * PARTS + c, so an output's partials are adjacent; 0: v = c * M + o) and
+// dst[v] is the partial (FINAL sees the part's `n`); a second dispatch reduces the partials.
+// There, def TOTAL makes FINAL's `n` the param TOTAL (the whole walk's length). ARG mode with
+// CHUNK also writes the winner's value to `vals` (dst gets its index in the whole walk); with IDX
+// it reads candidates' indices from `idx` (a previous pass's winners) instead of their position.
 #import reduction::tree
 
 const NONE: u32 = 0xffffffffu;
@@ -18,6 +28,11 @@ const NONE: u32 = 0xffffffffu;
 
 fn load(base: u32, r: u32) -> #{A} {
     return #{A}(src_load(base + offset_of(r)));
+}
+
+// By its bits: a NaN test the compiler may not fold away (called for f32 values only).
+fn is_nan(v: #{A}) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 #ifndef ARG
@@ -54,7 +69,22 @@ fn better(va: #{A}, ia: u32, vb: #{A}, ib: u32) -> bool {
 #else
     let tie = ib < ia;
 #endif
-    return ib != NONE && (ia == NONE || vb #{CMP} va || (vb == va && tie));
+    if (ib == NONE) {
+        return false;
+    }
+    if (ia == NONE) {
+        return true;
+    }
+#if FLOAT == 1
+    // A NaN beats every number, as the max and the min do (numpy's and onnx.reference's
+    // argmax/argmin; onnxruntime's answer depends on where the NaN sits).
+    let nan_a = is_nan(va);
+    let nan_b = is_nan(vb);
+    if (nan_a || nan_b) {
+        return nan_b && (!nan_a || tie);
+    }
+#endif
+    return vb #{CMP} va || (vb == va && tie);
 }
 
 fn lane_merge(a: LaneValue, b: LaneValue) -> LaneValue {
@@ -65,16 +95,47 @@ fn lane_merge(a: LaneValue, b: LaneValue) -> LaneValue {
 }
 #endif
 
+#ifdef ARG
+// The index a candidate competes with: its position, or what the previous pass found.
+fn index_of(base: u32, r: u32) -> u32 {
+#ifdef IDX
+    return u32(idx_load(base + offset_of(r)));
+#else
+    return r;
+#endif
+}
+#endif
+
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
+#ifdef CHUNK
+    let ln = lane_of(wg, M() * PARTS(), K());
+#if RED_INNER == 1
+    let o = ln.row / PARTS();
+    let part = ln.row % PARTS();
+#else
+    let o = ln.row % M();
+    let part = ln.row / M();
+#endif
+    let start = part * #{CHUNK}u;
+    let walk = select(0u, min(K() - min(start, K()), #{CHUNK}u), ln.valid);
+#else
     let ln = lane_of(wg, M(), K());
-    let n = ln.length;  // FINAL reads it
-    let base = base_of(select(0u, ln.row, ln.valid));
+    let o = ln.row;
+    let start = 0u;
+    let walk = ln.length;
+#endif
+#ifdef TOTAL
+    let n = TOTAL();  // FINAL reads it
+#else
+    let n = walk;
+#endif
+    let base = base_of(select(0u, o, ln.valid));
 
 #ifdef SHIFT
     var mx = #{LOWEST};
-    for (var r = ln.lane; r < n; r += LANES) {
-        mx = max(mx, load(base, r));
+    for (var r = ln.lane; r < walk; r += LANES) {
+        mx = max(mx, load(base, start + r));
     }
     merging_max = true;
     var m = tree_merge(ln, mx);
@@ -87,26 +148,31 @@ fn main(wg: Grid) {
 #endif
 
 #ifndef ARG
-    var part = #{INIT};
-    for (var r = ln.lane; r < n; r += LANES) {
-        let x = load(base, r);
-        part = combine(part, #{MAP});
+    var value = #{INIT};
+    for (var r = ln.lane; r < walk; r += LANES) {
+        let x = load(base, start + r);
+        value = combine(value, #{MAP});
     }
-    let acc = tree_merge(ln, part);
+    let acc = tree_merge(ln, value);
     if (ln.valid && ln.lane == 0u) {
         dst_store(ln.row, dst_t(#{FINAL}));
     }
 #else
     var best = LaneValue(#{INIT}, NONE);
-    for (var r = ln.lane; r < n; r += LANES) {
-        let v = load(base, r);
-        if (better(best.value, best.index, v, r)) {
-            best = LaneValue(v, r);
+    for (var r = ln.lane; r < walk; r += LANES) {
+        let v = load(base, start + r);
+        let index = index_of(base, start + r);
+        if (better(best.value, best.index, v, index)) {
+            best = LaneValue(v, index);
         }
     }
-    let winner = tree_merge(ln, best).index;
+    let won = tree_merge(ln, best);
+    let winner = won.index;
     if (ln.valid && ln.lane == 0u) {
         dst_store(ln.row, dst_t(select(winner, 0u, winner == NONE)));
+#ifdef CHUNK
+        vals_store(ln.row, vals_t(won.value));
+#endif
     }
 #endif
 }

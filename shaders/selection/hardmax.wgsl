@@ -21,6 +21,20 @@ fn lane_merge(a: LaneValue, b: LaneValue) -> LaneValue {
     return a;
 }
 
+#ifdef ONE_HOT
+// A line too long for its lanes to walk: `winner` holds each line's first maximum (an ArgMax
+// before this dispatch); one thread per element writes it. Params COUNT (elements).
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= COUNT()) {
+        return;
+    }
+    let r = (i / INNER()) % N();
+    let line = (i / (INNER() * N())) * INNER() + i % INNER();
+    y_store(i, select(y_t(0), y_t(1), u32(winner_load(line)) == r));
+}
+#else
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
     let ln = lane_of(wg, L(), N());
@@ -38,3 +52,4 @@ fn main(wg: Grid) {
         y_store(base + r * INNER(), select(y_t(0), y_t(1), r == winner));
     }
 }
+#endif

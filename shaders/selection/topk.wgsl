@@ -1,12 +1,16 @@
 // TopK along one axis: the K best elements of each line, best first, ties by the lower index.
 // A line is x[base + r * INNER] for r < N with base = (line / INNER) * N * INNER + line % INNER;
 // outputs are laid out the same way with K in place of N.
-// BITONIC: a workgroup sorts SLOTS / SIZE lines of SIZE slots (N padded to a power of two with
-// NONE entries that sort last) in shared memory with a bitonic network, then writes the first K.
+// BITONIC: a workgroup sorts SLOTS / SIZE segments of SIZE slots (N padded to a power of two
+// with NONE entries that sort last) in shared memory with a bitonic network, then writes the
+// first K. A line longer than SIZE is PARTS segments (param; 1 otherwise): each writes its K
+// best as CANDIDATES (def; values and original indices, contiguous), and the next dispatch
+// sorts those lines of candidates (IDX: the buffer idx holds their indices) until one segment
+// per line is left, which writes the outputs.
 // Otherwise (long or symbolic lines): one workgroup per line makes K passes; pass r finds the best
 // element that comes after pass r-1's pick in the (value, index) order, so every element is
 // picked once and equal values come out by increasing index.
-// Buffers: x, values, indices. Defs: CMP (">" largest, "<" smallest), WORST (x_t's worst value for CMP),
+// Buffers: x, [idx], values, indices. Defs: CMP (">" largest, "<" smallest), WORST (x_t's worst value for CMP),
 // BITONIC, SIZE, SLOTS. Params: L (lines), N (line length), INNER (element stride), K.
 #import common::grid
 
@@ -21,8 +25,18 @@ fn in_base(line: u32) -> u32 {
     return (line / INNER()) * N() * INNER() + line % INNER();
 }
 
+// The outputs' element stride: the input's, or with OUT_INNER (the last level over candidates,
+// which are contiguous) the param OINNER.
+fn out_inner() -> u32 {
+#ifdef OUT_INNER
+    return OINNER();
+#else
+    return INNER();
+#endif
+}
+
 fn out_base(line: u32) -> u32 {
-    return (line / INNER()) * K() * INNER() + line % INNER();
+    return (line / out_inner()) * K() * out_inner() + line % out_inner();
 }
 
 #ifdef BITONIC
@@ -34,18 +48,41 @@ const LINES: u32 = SLOTS / SIZE;
 var<workgroup> sv: array<x_t, SLOTS>;
 var<workgroup> si: array<u32, SLOTS>;
 
+// The index an element competes (and is written) with: its position, or with IDX the original
+// index a previous level's candidate carries.
+fn index_of(at: u32, q: u32) -> u32 {
+#ifdef IDX
+    return u32(idx_load(at));
+#else
+    return q;
+#endif
+}
+
+// Where the r-th best of segment g (part of a line) goes: the line's output, or with
+// CANDIDATES the segment's K contiguous candidates.
+fn out_at(g: u32, r: u32) -> u32 {
+#ifdef CANDIDATES
+    return g * K() + r;
+#else
+    return out_base(g) + r * out_inner();
+#endif
+}
+
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
+    // Segment g sorts elements [part * SIZE, (part + 1) * SIZE) of line g / PARTS.
     let first = grid_group(wg) * LINES;
     let lid = wg.lid;
+    let segments = L() * PARTS();
     for (var s = lid; s < SLOTS; s += 256u) {
-        let line = first + s / SIZE;
-        let r = s % SIZE;
+        let g = first + s / SIZE;
+        let q = (g % PARTS()) * SIZE + s % SIZE;
         var v = #{WORST};
         var idx = NONE;
-        if (line < L() && r < N()) {
-            v = x_load(in_base(line) + r * INNER());
-            idx = r;
+        if (g < segments && q < N()) {
+            let at = in_base(g / PARTS()) + q * INNER();
+            v = x_load(at);
+            idx = index_of(at, q);
         }
         sv[s] = v;
         si[s] = idx;
@@ -74,10 +111,10 @@ fn main(wg: Grid) {
     }
     workgroupBarrier();
     for (var s = lid; s < SLOTS; s += 256u) {
-        let line = first + s / SIZE;
+        let g = first + s / SIZE;
         let r = s % SIZE;
-        if (line < L() && r < K()) {
-            let o = out_base(line) + r * INNER();
+        if (g < segments && r < K()) {
+            let o = out_at(g, r);
             values_store(o, sv[s]);
             indices_store(o, i32(si[s]));
         }
@@ -95,6 +132,16 @@ fn main(wg: Grid) {
     if (line >= L()) {
         return;
     }
+#ifdef GUARD
+    // k x N / 256 iterations in one invocation: past what it may loop over, report (a symbolic
+    // k or line; static ones are refused at compile time).
+    if (K() * ((N() + 255u) / 256u) > #{GUARD}u) {
+        if (lid == 0u) {
+            onyxia_report();
+        }
+        return;
+    }
+#endif
     let base = in_base(line);
     let ob = out_base(line);
     var pv = #{WORST};

@@ -141,3 +141,14 @@ def test_bad_pool_attributes_fail_clearly(op, attrs, message):
     with pytest.raises(OnyxiaError, match=message) as err:
         compile_model(model)
     assert "pool0" in str(err.value)
+
+
+def test_a_pooling_window_past_the_loop_cap_is_refused_naming_the_node():
+    # 256 x 256 = 65,536 window elements per output: one thread would stop short of them
+    # (lavapipe's per-invocation loop cap), so the plan refuses instead of returning a wrong max.
+    model = make_model([h.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[256, 256])],
+                       [("x", np.float32, [1, 1, 256, 256])], ["y"])
+    with pytest.raises(OnyxiaError, match=r"node 'pool' \(MaxPool\).*kernel_shape of \[256, 256\] takes 65793"):
+        compile_model(model)
+    compile_model(make_model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[200, 200])],
+                             [("x", np.float32, [1, 1, 256, 256])], ["y"]))

@@ -18,6 +18,7 @@ from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.ir.dtypes import from_numpy
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
+from onyxia.operators.indexing import CLAMP_INDICES_ATTR
 
 MAX_BINDING_BYTES = 128 << 20  # WebGPU's guaranteed maxStorageBufferBindingSize
 COLUMN_ALIGN = 64  # MatMul pieces in whole gemv column groups / tile widths when they can be
@@ -234,7 +235,8 @@ class SplitLargeTensorsPass(Pass):
             key = "rows_{}_{}".format(*rows)
             ins = [idx if i == 1 else rw.piece(t, key, _rows(values[i], data.shape[0], *rows)) if i in values else t
                    for i, t in enumerate(inputs)]
-            return rw.emit(node.op_type, ins, key, attrs, domain=node.domain)
+            extra = {CLAMP_INDICES_ATTR: 1} if node.op_type == "Gather" and node.domain == "" else {}
+            return rw.emit(node.op_type, ins, key, {**attrs, **extra}, domain=node.domain)
         self._select_rows(graph, node, begin(), data.shape[0], row_bytes, gather)
         return None
 
@@ -249,7 +251,7 @@ class SplitLargeTensorsPass(Pass):
         def gather(rw: _Rewrite, cols: tuple[int, int], idx: str) -> str:
             key = "cols_{}_{}".format(*cols)
             piece = rw.piece(source, tag + key, columns[:, cols[0]:cols[1]])
-            picked = rw.emit("Gather", [piece, idx], f"{key}/gather", {"axis": 1})  # [K, *idx]
+            picked = rw.emit("Gather", [piece, idx], f"{key}/gather", {"axis": 1, CLAMP_INDICES_ATTR: 1})  # [K, *idx]
             return rw.emit("Transpose", [picked], key, {"perm": [*range(1, rank + 1), 0]})
         self._select_rows(graph, node, rw, n, k * _element_bytes(columns), gather, COLUMN_ALIGN)
 
