@@ -69,7 +69,7 @@ def test_greedy_matches_oracle(fixture, runtime, tmp_path):
     assert session.generate(prompt, max_new_tokens=STEPS) == ref_tokens
 
 
-SLIDING = [f for f in FIXTURES if f.family in ("gemma2", "gemma3", "mistral") and f.precision != "int4"]
+SLIDING = [f for f in FIXTURES if f.family in ("gemma2", "gemma3", "mistral")]
 
 
 @pytest.mark.parametrize("fixture", params(SLIDING, NOT_COMPILING))
