@@ -194,9 +194,9 @@ def test_gqa_float16_rounds_the_rotated_query_as_onnxruntime(runtime, prompt, pa
     node = helper.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "sl", "tl", "cos", "sin"],
                             ["o", "prk", "prv"], domain="com.microsoft", num_heads=QH, kv_num_heads=KVH,
                             do_rotary=1, scale=0.25)
-    model = make_model([node], [("qkv", np.float16, [1, prompt, (QH + 2 * KVH) * HEAD]),
-                                ("pk", np.float16, [1, KVH, capacity, HEAD]), ("pv", np.float16, [1, KVH, capacity, HEAD]),
-                                ("sl", np.int32, [1]), ("tl", np.int32, [1])], ["o"],
+    cache = [1, KVH, capacity, HEAD]
+    model = make_model([node], [("qkv", np.float16, [1, prompt, (QH + 2 * KVH) * HEAD]), ("pk", np.float16, cache),
+                                ("pv", np.float16, cache), ("sl", np.int32, [1]), ("tl", np.int32, [1])], ["o"],
                        {"cos": np.cos(angles).astype(np.float16), "sin": np.sin(angles).astype(np.float16)},
                        extra_opsets=MS)
     pk, pv = (np.zeros((1, KVH, capacity, HEAD), np.float16) for _ in range(2))
