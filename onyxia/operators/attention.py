@@ -236,6 +236,8 @@ class GroupQueryAttention(Operator):
         if c.qk_norm:
             kv_defs["QK_NORM"] = True
             reads["k_norm"] = ctx.input(15)
+            if c.dtype.name == "float16":
+                kv_defs["ROUND_F16"] = True
         if c.windowed:
             # The step's rows go to a scratch first: present can hold fewer rows than the step reads.
             count = batch * kv_heads * seq * d
@@ -277,6 +279,8 @@ class GroupQueryAttention(Operator):
             kv_reads = {"past_k": Buf(ctx.input(3), vector=True), "past_v": Buf(ctx.input(4), vector=True),
                         "new_k": Buf(present_k, vector=True), "new_v": Buf(present_v, vector=True)}
         att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)))
+        if c.dtype.name == "float16" and (c.rotary or c.qk_norm):
+            att_defs["ROUND_F16"] = True  # onnxruntime's float16 steps (attention::rope f16_step)
         if c.causal:
             att_defs["CAUSAL"] = True
         if c.window >= 0:

@@ -9,6 +9,7 @@ writes once instead of N times, and shared subexpressions are computed once.
 
 from __future__ import annotations
 
+from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
@@ -24,9 +25,11 @@ class FusedElementwise(Operator):
 
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         # Elementwise ops commute with broadcasting: the result has the broadcast shape of the
-        # inputs and the dtype of the fused chain's last op (its first input's dtype).
+        # inputs and the dtype of the fused chain's last op ("dtype": a widening Cast may end it;
+        # nodes fused before it existed take their first input's dtype).
         shapes = [ctx.input_shape(i) for i in range(ctx.num_inputs)]
-        return [(ctx.input_dtype(0), ctx.broadcast(shapes))]
+        dtype = ctx.attr("dtype", None)
+        return [(dtypes.from_name(dtype) if dtype else ctx.input_dtype(0), ctx.broadcast(shapes))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         exprs: list[str] = list(ctx.attr("exprs"))

@@ -16,8 +16,10 @@
 // positions P - L(P) .. P - 1, see attention::window) and from this step's rows new_k/_v (S per
 // head) instead of present_k/_v; the window keeps every visible key resident.
 // QK_NORM: the query row is RMS-normalized over its head (weight q_norm, epsilon EPS) before rotary.
+// ROUND_F16 (float16 models): the normalized and the rotated query are rounded to float16, as
+// onnxruntime holds them in float16 tensors between its steps (see attention::rope f16_step).
 // Defs: DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
-// CAUSAL, WINDOW, SOFTCAP, QK_NORM, WINDOWED.
+// CAUSAL, WINDOW, SOFTCAP, QK_NORM, WINDOWED, ROUND_F16.
 // SPLIT_KV (attention::split): grid (H, S, B * SPLITS), each split's keys only.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
 // HALF, MAXPOS, EPS, C.
@@ -77,7 +79,7 @@ fn softmax_partial_store(out: u32, column: u32, value: vec4<f32>) {
 // Element e of the query row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
 fn query_at(base: u32, e: u32, inv: f32) -> f32 {
 #ifdef QK_NORM
-    return f32(query_load(base + e)) * inv * f32(q_norm_load(e));
+    return f16_step(f32(query_load(base + e)) * inv * f32(q_norm_load(e)));
 #else
     return f32(query_load(base + e));
 #endif
@@ -132,7 +134,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             q = q * f32(cos_cache_load(c)) + rp.sign * query_at(qrow, rp.partner, q_inv) * f32(sin_cache_load(c));
         }
 #endif
-        q_sh[d] = q * SCALE();
+        q_sh[d] = f16_step(q) * SCALE();
     }
     workgroupBarrier();
     for (var c = lid; c < D4(); c += WG) {

@@ -11,8 +11,9 @@
 // f32 and stored in the cache's dtype (fp16 caches stay fp16).
 // WINDOWED (window-sized cache): the new rows go to a scratch [B, KVH, S, D] bound as present_k/_v;
 // gqa_window.wgsl assembles the window from past and them.
-// QK_NORM: the new key is RMS-normalized over its head (weight k_norm, epsilon EPS) before rotary.
-// Defs: FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED. Params: N (threads), S, T (present
+// QK_NORM: the new key is RMS-normalized over its head (weight k_norm, epsilon EPS) before rotary;
+// with ROUND_F16 (float16 models) the normalized key is rounded to float16 first (f16_step).
+// Defs: FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED, ROUND_F16. Params: N (threads), S, T (present
 // rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
 // (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows), EPS.
 #import common::grid
@@ -21,7 +22,7 @@
 // Element e of the new key row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
 fn key_at(base: u32, e: u32, inv: f32) -> f32 {
 #ifdef QK_NORM
-    return f32(key_in_load(base + e)) * inv * f32(k_norm_load(e));
+    return f16_step(f32(key_in_load(base + e)) * inv * f32(k_norm_load(e)));
 #else
     return f32(key_in_load(base + e));
 #endif

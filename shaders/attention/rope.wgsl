@@ -29,3 +29,16 @@ fn rope_pair(d: u32, half: u32) -> RopePair {
     return RopePair(d - half, d - half, 1.0, true);
 #endif
 }
+
+// A float16 model's intermediate value as onnxruntime's CPU kernels hold it: rounded to the
+// nearest float16 (ties to even) when ROUND_F16 is defined, unchanged otherwise. Its
+// GroupQueryAttention writes the rotated query to a float16 buffer before the Q.K product, and
+// the per-head q/k norms are SimplifiedLayerNormalization nodes with float16 outputs; the int8
+// activations of MatMulNBits accuracy_level 4 turn these last-bit differences into whole steps.
+fn f16_step(x: f32) -> f32 {
+#ifdef ROUND_F16
+    return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
+#else
+    return x;
+#endif
+}

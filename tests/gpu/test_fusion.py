@@ -43,3 +43,19 @@ def test_graph_outputs_and_shared_values_are_not_absorbed(runtime):
     assert planned.count("FusedElementwise") >= 1 and compiled.num_dispatches < 6, planned
     assert "t0" in compiled.tensors and "t1" in compiled.tensors
     _run(runtime, model, compiled, {"x": np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)})
+
+
+def test_widening_cast_ends_a_float16_chain_unrounded(runtime):
+    # Gemma's embedding scale: Mul in float16, then Cast to float32 for the norm. onnxruntime's CPU
+    # provider has no float16 Mul: it multiplies in float32 and drops the Cast pair, so the product
+    # reaches float32 unrounded. The fused chain does the same (f16 x f16 is exact in f32).
+    nodes = [h.make_node("Mul", ["x", "c"], ["t"]), h.make_node("Cast", ["t"], ["y"], to=1)]
+    model = make_model(nodes, [("x", np.float16, [64])], ["y"], {"c": np.array([5.66], np.float16)})
+    compiled = compile_model(model, {})
+    assert [op.op_type for op in compiled.operations] == ["FusedElementwise"]
+    x = np.random.default_rng(4).standard_normal(64).astype(np.float16)
+    ours = runtime.load_model(compiled).run({"x": x})["y"]
+    ref = run_ort(model, {"x": x})[0]
+    assert ours.dtype == np.float32
+    np.testing.assert_array_equal(ours, ref)
+    assert np.any(ref != ref.astype(np.float16))  # rounding the product to float16 would differ

@@ -26,6 +26,12 @@ class ElementwiseFusionPass(Pass):
        the absorbed nodes.
     The generated kernel is specialized per chain (codegen, not an interpreter), so it keeps
     the per-op kernels' tight loop while saving the intermediate round trips.
+
+    A group computes in f32 and rounds once, to its output's dtype. A Cast that widens a float
+    (float16 / bfloat16 → float32) joins a group as the identity, so `Mul(f16) → Cast(f32)`
+    keeps the product unrounded: what onnxruntime's CPU provider computes (it has no float16
+    Mul, runs it in float32 and removes the Cast pair around it), and what float16 LLM folders
+    (Gemma's embedding scale) need to reproduce its tokens.
     """
 
     name = "elementwise-fusion"
@@ -48,6 +54,8 @@ class ElementwiseFusionPass(Pass):
     def _expression(self, graph: IrGraph, ctx: CompileContext, nid: NodeId):
         """(op, ctx, wgsl, params) if `nid` can join a fused group, else None."""
         node = graph.node(nid)
+        if self._widening_cast(graph, nid):
+            return None, "x0", {}
         op = resolve_operator(graph, ctx.registry, node)
         if not isinstance(op, (BinaryElementwise, UnaryElementwise)) or op.row.exponent or op.row.result != "same":
             return None
@@ -62,6 +70,16 @@ class ElementwiseFusionPass(Pass):
         attrs = op.attrs(node_ctx)
         wgsl = op.expr(node_ctx, attrs, out.dtype)
         return op, wgsl, op.params(attrs, wgsl)
+
+    @staticmethod
+    def _widening_cast(graph: IrGraph, nid: NodeId) -> bool:
+        """A Cast from a narrower float to float32 (exact: f32 holds every f16 / bf16 value)."""
+        node = graph.node(nid)
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            return False
+        source, out = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
+        return (out.value is None and out.dtype is not None and out.dtype.name == "float32"
+                and source.dtype is not None and source.dtype.name in ("float16", "bfloat16"))
 
     def _grow(self, graph: IrGraph, ctx: CompileContext, root: NodeId, absorbed: set[NodeId]) -> list[NodeId]:
         group = [root]
@@ -111,7 +129,8 @@ class ElementwiseFusionPass(Pass):
             ops.append(node.op_type)
         graph.replace_node(root, "FusedElementwise", inputs,
                            {"exprs": exprs, "param_names": param_names, "param_values": param_values,
-                            "signature": "_".join(ops), "fused": [graph.node(n).name for n in order]},
+                            "signature": "_".join(ops), "fused": [graph.node(n).name for n in order],
+                            "dtype": graph.tensor(graph.node(root).outputs[0]).dtype.name},
                            domain=FUSED_DOMAIN)
         for nid in group:
             if nid != root:
