@@ -29,7 +29,7 @@ from onyxia.codegen.wgsl import render
 from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
-from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
+from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor
@@ -89,6 +89,8 @@ class PlanReplay:
         self.limits: Limits = backend.limits
         self.stats = ExecutorStats()
         self.dims: dict[str, int] = dict(model.dims)
+        if ADAPTER_CPU in self.dims:  # kernel variants for this kind of adapter (ir/dim_env.py)
+            self.dims[ADAPTER_CPU] = int(self.limits.cpu_adapter)
         # Too many parameters for push constants: that shader takes the uniform buffer.
         self.shader_transport = [
             self.transport if self.transport.carries(spec.immediate_bytes, self.limits.max_immediate_bytes)
