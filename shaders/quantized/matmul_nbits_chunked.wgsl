@@ -23,9 +23,14 @@ const COLS = 4u;
 const ROWS = #{ROWS}u;
 const THREADS = 8u;
 const LOW = 0x0F0F0F0Fu;
+#ifdef Q8
+alias Dots = vec4<i32>;  // a block's dot products of 4 columns with one row
+#else
+alias Dots = vec4<f32>;
+#endif
 
-// The block's dot product of column word group `w` with row m's activations at word group g
-// (32 values), in the block's integer (Q8) or float units, zero point excluded (Q8) or applied.
+// Q8: one word group (32 weights of a column) dotted with the matching 32 activation bytes
+// (qa words 2g, 2g + 1 of the row: q0, q1), zero point excluded.
 #ifdef Q8
 fn dot4(x: u32, y: u32) -> i32 {
 #ifdef PLAIN_DOT
@@ -40,40 +45,67 @@ fn dot4(x: u32, y: u32) -> i32 {
 #endif
 }
 
-fn dot_group(w: vec4<u32>, m: u32, g: u32) -> i32 {
-    let q0 = qa_load4(2u * g + m * 2u * NBLK() * BLOCK() / 32u);
-    let q1 = qa_load4(2u * g + 1u + m * 2u * NBLK() * BLOCK() / 32u);
+fn dot_group(w: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>) -> i32 {
     return dot4(w.x & LOW, q0.x) + dot4((w.x >> 4u) & LOW, q0.y) + dot4(w.y & LOW, q0.z) + dot4((w.y >> 4u) & LOW, q0.w)
          + dot4(w.z & LOW, q1.x) + dot4((w.z >> 4u) & LOW, q1.y) + dot4(w.w & LOW, q1.z) + dot4((w.w >> 4u) & LOW, q1.w);
 }
+
+// The 4 columns' integer dots with row m's group g (vec4 index of its first qa word pair: qg).
+fn dots(w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4<u32>, qg: u32) -> vec4<i32> {
+    let q0 = qa_load4(qg);
+    let q1 = qa_load4(qg + 1u);
+    return vec4<i32>(dot_group(w0, q0, q1), dot_group(w1, q0, q1), dot_group(w2, q0, q1), dot_group(w3, q0, q1));
+}
 #else
+// f32 activations: 32 weights minus the zero point, dotted with a's 8 vec4s from index ag.
 fn nibbles(word: u32, z: f32) -> mat2x4<f32> {
     let v = vec4<u32>(word);
     return mat2x4<f32>(vec4<f32>((v >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(15u)) - z,
                        vec4<f32>((v >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(15u)) - z);
 }
 
-fn dot_word(word: u32, z: f32, row: u32, j: u32) -> f32 {
-    let q = nibbles(word, z);
-    return dot(q[0], a_load4(row + 2u * j)) + dot(q[1], a_load4(row + 2u * j + 1u));
+fn dot_group(w: vec4<u32>, z: f32, ag: u32) -> f32 {
+    let q0 = nibbles(w.x, z);
+    let q1 = nibbles(w.y, z);
+    let q2 = nibbles(w.z, z);
+    let q3 = nibbles(w.w, z);
+    return dot(q0[0], a_load4(ag)) + dot(q0[1], a_load4(ag + 1u)) + dot(q1[0], a_load4(ag + 2u))
+         + dot(q1[1], a_load4(ag + 3u)) + dot(q2[0], a_load4(ag + 4u)) + dot(q2[1], a_load4(ag + 5u))
+         + dot(q3[0], a_load4(ag + 6u)) + dot(q3[1], a_load4(ag + 7u));
 }
 
-fn dot_group(w: vec4<u32>, z: f32, m: u32, g: u32) -> f32 {
-    let row = m * (NBLK() * BLOCK() / 4u) + 8u * g;  // vec4 index of a[m, 32 g] (K padded to blocks)
-    return dot_word(w.x, z, row, 0u) + dot_word(w.y, z, row, 1u) + dot_word(w.z, z, row, 2u)
-         + dot_word(w.w, z, row, 3u);
+fn dots(w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4<u32>, z: vec4<f32>, ag: u32) -> vec4<f32> {
+    return vec4<f32>(dot_group(w0, z.x, ag), dot_group(w1, z.y, ag), dot_group(w2, z.z, ag), dot_group(w3, z.w, ag));
 }
 #endif
 
-fn put(m: u32, n: u32, v: f32) {
-    if (m < M() && n < N()) {
-        var out = v;
+fn put(m: u32, n0: u32, v: vec4<f32>) {
+    if (m >= M()) {
+        return;
+    }
+    for (var c = 0u; c < COLS; c++) {
+        let n = n0 + c;
+        if (n < N()) {
+            var out = v[c];
 #ifdef HAS_BIAS
-        out += f32(bias_load(n));
+            out += f32(bias_load(n));
 #endif
-        y_store(m * N() + n, y_t(out));
+            y_store(m * N() + n, y_t(out));
+        }
     }
 }
+
+// Row m's accumulator after one block: integer dots (Q8) or float ones, scaled.
+#ifdef Q8
+fn finish_block(acc: vec4<f32>, d: vec4<i32>, z: vec4<f32>, scale: vec4<f32>, m: u32, blk: u32) -> vec4<f32> {
+    let at = m * NBLK() + blk;
+    return acc + (vec4<f32>(d) - z * qsum_load(at)) * (sa_load(at) * scale);
+}
+#else
+fn finish_block(acc: vec4<f32>, d: vec4<f32>, z: vec4<f32>, scale: vec4<f32>, m: u32, blk: u32) -> vec4<f32> {
+    return acc + d * scale;
+}
+#endif
 
 @compute @workgroup_size(8)
 fn main(wg: Grid) {
@@ -82,57 +114,72 @@ fn main(wg: Grid) {
         return;
     }
     let m0 = wg.wid.z * ROWS;
-    var cols: array<u32, 4>;  // a column past N reads the last one and never stores
-    for (var c = 0u; c < COLS; c++) {
-        cols[c] = min(n0 + c, N() - 1u);
-    }
-    var rows: array<u32, ROWS>;
-    for (var r = 0u; r < ROWS; r++) {
-        rows[r] = min(m0 + r, M() - 1u);
-    }
-    var acc: array<array<f32, ROWS>, 4>;
+    let last_n = N() - 1u;  // a column past N reads the last one and never stores
+    let n1 = min(n0 + 1u, last_n);
+    let n2 = min(n0 + 2u, last_n);
+    let n3 = min(n0 + 3u, last_n);
+    let last_m = M() - 1u;
+    let r0 = min(m0, last_m);
+#if ROWS == 4
+    let r1 = min(m0 + 1u, last_m);
+    let r2 = min(m0 + 2u, last_m);
+    let r3 = min(m0 + 3u, last_m);
+#endif
     let groups = BLOCK() / 32u;  // vec4 word groups per block
     let row_groups = ROW_WORDS() / 4u;
-    for (var blk = 0u; blk < NBLK(); blk++) {
-        for (var c = 0u; c < COLS; c++) {
-            let n = cols[c];
-            let z = zero_point(n, blk);
-            let scale = f32(scales_load(n * NBLK() + blk));
 #ifdef Q8
-            var idot: array<i32, ROWS>;
-            for (var r = 0u; r < ROWS; r++) {  // naga zeroes a loop body's `var` once, not per iteration
-                idot[r] = 0i;
-            }
-            for (var g = 0u; g < groups; g++) {
-                let w = b_word4(n * row_groups + blk * groups + g);
-                for (var r = 0u; r < ROWS; r++) {
-                    idot[r] += dot_group(w, rows[r], blk * groups + g);
-                }
-            }
-            for (var r = 0u; r < ROWS; r++) {
-                let at = rows[r] * NBLK() + blk;
-                acc[c][r] += (f32(idot[r]) - z * qsum_load(at)) * (sa_load(at) * scale);
-            }
+    let row_stride = NBLK() * BLOCK() / 16u;  // vec4s of qa per row
 #else
-            var fdot: array<f32, ROWS>;
-            for (var r = 0u; r < ROWS; r++) {  // naga zeroes a loop body's `var` once, not per iteration
-                fdot[r] = 0.0;
-            }
-            for (var g = 0u; g < groups; g++) {
-                let w = b_word4(n * row_groups + blk * groups + g);
-                for (var r = 0u; r < ROWS; r++) {
-                    fdot[r] += dot_group(w, z, rows[r], blk * groups + g);
-                }
-            }
-            for (var r = 0u; r < ROWS; r++) {
-                acc[c][r] += fdot[r] * scale;
-            }
+    let row_stride = NBLK() * BLOCK() / 4u;  // vec4s of a per row (K is whole blocks)
+#endif
+    var d0: Dots;
+    var d1: Dots;
+    var d2: Dots;
+    var d3: Dots;
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
+    for (var blk = 0u; blk < NBLK(); blk++) {
+        let z = vec4<f32>(zero_point(n0, blk), zero_point(n1, blk), zero_point(n2, blk), zero_point(n3, blk));
+        let scale = vec4<f32>(f32(scales_load(n0 * NBLK() + blk)), f32(scales_load(n1 * NBLK() + blk)),
+                              f32(scales_load(n2 * NBLK() + blk)), f32(scales_load(n3 * NBLK() + blk)));
+        d0 = Dots();  // zeroed each block (naga zeroes a loop body's `var` only once)
+        d1 = Dots();
+        d2 = Dots();
+        d3 = Dots();
+        for (var g = blk * groups; g < (blk + 1u) * groups; g++) {
+            let w0 = b_word4(n0 * row_groups + g);
+            let w1 = b_word4(n1 * row_groups + g);
+            let w2 = b_word4(n2 * row_groups + g);
+            let w3 = b_word4(n3 * row_groups + g);
+#ifdef Q8
+            d0 += dots(w0, w1, w2, w3, r0 * row_stride + 2u * g);
+#if ROWS == 4
+            d1 += dots(w0, w1, w2, w3, r1 * row_stride + 2u * g);
+            d2 += dots(w0, w1, w2, w3, r2 * row_stride + 2u * g);
+            d3 += dots(w0, w1, w2, w3, r3 * row_stride + 2u * g);
+#endif
+#else
+            d0 += dots(w0, w1, w2, w3, z, r0 * row_stride + 8u * g);
+#if ROWS == 4
+            d1 += dots(w0, w1, w2, w3, z, r1 * row_stride + 8u * g);
+            d2 += dots(w0, w1, w2, w3, z, r2 * row_stride + 8u * g);
+            d3 += dots(w0, w1, w2, w3, z, r3 * row_stride + 8u * g);
+#endif
 #endif
         }
+        acc0 = finish_block(acc0, d0, z, scale, r0, blk);
+#if ROWS == 4
+        acc1 = finish_block(acc1, d1, z, scale, r1, blk);
+        acc2 = finish_block(acc2, d2, z, scale, r2, blk);
+        acc3 = finish_block(acc3, d3, z, scale, r3, blk);
+#endif
     }
-    for (var c = 0u; c < COLS; c++) {
-        for (var r = 0u; r < ROWS; r++) {
-            put(m0 + r, n0 + c, acc[c][r]);
-        }
-    }
+    put(m0, n0, acc0);
+#if ROWS == 4
+    put(m0 + 1u, n0, acc1);
+    put(m0 + 2u, n0, acc2);
+    put(m0 + 3u, n0, acc3);
+#endif
 }
