@@ -33,6 +33,7 @@ GEMV_MAX_ROWS = 4  # rows one gemv workgroup covers (matmul_nbits_gemv.wgsl ROWS
 # Word groups (32 weights) the chunked kernel's invocation walks at most: its loops stay far
 # below the ~65k iterations after which lavapipe stops them.
 CHUNKED_MAX_GROUPS = 16384
+QUANTIZE_THREADS = 16  # quantize_q8_chunked.wgsl's workgroup size
 
 
 def packed_shape(ctx: InferenceCtx, i: int) -> Shape:
@@ -215,7 +216,7 @@ def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, de
             "quantized/quantize_q8_chunked.wgsl", label="quantize_q8_chunked",
             params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
             reads={"a": ctx.input(0)}, writes={"qa": qa, "sa": sa, "qsum": qsum},
-            workgroups=ctx.grid(m * c.nblk * enabled)))
+            workgroups=ctx.grid(m * c.nblk * enabled, QUANTIZE_THREADS)))
         activation: dict[str, str | Buf] = {"qa": Buf(qa, vector=True), "sa": sa, "qsum": qsum}
     else:
         activation = {"a": Buf(ctx.input(0), vector=True)}

@@ -148,7 +148,8 @@ fn main(wg: Grid) {
         d1 = Dots();
         d2 = Dots();
         d3 = Dots();
-        for (var g = blk * groups; g < (blk + 1u) * groups; g++) {
+        for (var j = 0u; j < groups; j++) {  // a constant trip count: unrolled for the usual block of 32
+            let g = blk * groups + j;
             let w0 = b_word4(n0 * row_groups + g);
             let w1 = b_word4(n1 * row_groups + g);
             let w2 = b_word4(n2 * row_groups + g);

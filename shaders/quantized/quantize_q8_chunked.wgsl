@@ -18,9 +18,11 @@ fn value(m: u32, k: u32) -> f32 {
     return 0.0;
 }
 
-@compute @workgroup_size(WORKGROUP_SIZE)
+// Small workgroups: a decode step has only NBLK (row, block) pairs, and lavapipe runs a whole
+// workgroup on one thread (QUANTIZE_THREADS in operators/quantized.py).
+@compute @workgroup_size(16)
 fn main(wg: Grid) {
-    let t = grid_thread(wg);
+    let t = grid_group(wg) * 16u + wg.lid;
     if (t >= M() * NBLK()) {
         return;
     }
