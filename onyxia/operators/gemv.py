@@ -7,7 +7,8 @@ Variants (one family; each a shader specialized by defs):
   workgroups so a decode product fills a large GPU: the pattern a GPU wants;
 - `chunked` (`matmul/gemv_chunked.wgsl`): no shared memory or barriers, each invocation streams
   its own contiguous runs of B with vec4 loads and holds up to 16 rows in registers: the
-  pattern a CPU-type adapter runs fastest (lavapipe: ~2x the coalesced kernel's bandwidth).
+  pattern a CPU-type adapter runs fastest (lavapipe: ~2x the coalesced kernel's bandwidth at
+  M = 1, ~10x the tiled kernel's GF/s at M = 32 - 64).
 - `tiled` (`matmul/gemm.wgsl`) takes every product with more rows.
 
 `few_rows_heuristic` is the one deterministic choice: on a CPU-type adapter the chunked kernel
@@ -28,7 +29,11 @@ from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
 from onyxia.plan import Step
 
-CHUNKED_MAX_M = 16  # rows the chunked kernel holds in registers (ROWS)
+# Rows the chunked kernel takes on a CPU-type adapter: 16 per invocation in registers, a row
+# block per wid.z above (B is read once per 16 rows). Measured on lavapipe at M = 32 and 64
+# (K = 512, N = 1408): 11 GF/s per core, the tiled kernel 0.6 - 1.2; above 64 rows the choice
+# belongs to the GEMM variants.
+CHUNKED_MAX_M = 64
 # Row classes of the chunked kernel (ROWS def, first row count): a symbolic M plans one dispatch
 # per class, the one whose class holds M runs. Decode (M = 1) takes vec4 accumulators.
 CHUNK_ROWS = ((1, 1), (4, 2), (16, 5))

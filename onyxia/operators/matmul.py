@@ -4,7 +4,7 @@
   small products) for many rows;
 - `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
   element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;
-- `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 16 rows (operators/gemv.py
+- `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 64 rows (operators/gemv.py
   holds the few-rows variants and the heuristic choosing them);
 - both, when M is symbolic (prefill and decode share one plan): the workgroup counts are
   expressions that are zero for the kernel that does not fit the current M, so the runtime

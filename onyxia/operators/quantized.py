@@ -163,7 +163,7 @@ class MatMulNBits(Operator):
         params = {"M": m, "N": n, "K": k, "BLOCK": block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * block // 8,
                   "KWORDS": ceil_div(k, 8), "ZP_ROW": c.zp_row}
         small = select_small(m, GEMV_MAX_ROWS)  # both kernels for a symbolic M: one runs
-        gemv, tiled = small * (1 - chunked), (1 - small) * (1 - chunked)  # small M implies M <= 16
+        gemv, tiled = small * (1 - chunked), (1 - small) * (1 - chunked)  # small M implies M <= CHUNKED_MAX_M
         if not is_zero(gemv):
             steps.append(ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=defs,
                                       params=params, reads=gemv_reads, writes={"y": ctx.output(0)},

@@ -1,4 +1,4 @@
-// Matrix product for few rows (decode M = 1, short prefills M <= 16), the pattern a CPU-type
+// Matrix product for few rows (decode M = 1, prefills up to 64 rows), the pattern a CPU-type
 // adapter (lavapipe) runs fastest: no shared memory, no barriers, and each invocation streams
 // its own contiguous run of memory with vec4 loads.
 //

@@ -16,9 +16,9 @@ RNG = np.random.default_rng(7)
 
 
 def expected(cpu: int, m: int) -> str:
-    """The heuristic: chunked up to 16 rows on a CPU-type adapter, coalesced up to 8 elsewhere."""
+    """The heuristic: chunked up to 64 rows on a CPU-type adapter, coalesced up to 8 elsewhere."""
     if cpu:
-        return "gemv_chunked" if m <= 16 else "gemm"
+        return "gemv_chunked" if m <= 64 else "gemm"
     return "gemv" if m <= 8 else "gemm"
 
 
@@ -47,8 +47,8 @@ def check(runtime, model, dims, feeds_for, rows_list, cpu, rtol=2e-5, atol=2e-5)
 def test_weight_product_every_row_class(runtime, cpu, k, n):
     w = RNG.standard_normal((k, n)).astype(np.float32)
     model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, [1, "m", k])], ["y"], {"w": w})
-    rows = [1, 3, 4, 5, 14, 16] if k < 16384 else [1, 5]
-    check(runtime, model, {"m": 16}, lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, cpu,
+    rows = [1, 3, 4, 5, 14, 16, 37, 64, 65] if k < 16384 else [1, 5]
+    check(runtime, model, {"m": 65}, lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, cpu,
           rtol=1e-4, atol=1e-4)
 
 
