@@ -15,6 +15,11 @@ take integer dot products with the 4-bit weights; its results differ from an f32
 product by ~1e-2 relative, enough to change greedy tokens. onyxia does the same
 (shaders/quantized/quantize_q8.wgsl, then matmul_nbits_q8.wgsl with dot4I8Packed, or plain
 byte products with `MatMulNBits(packed_dot=False)`). Levels 0-3 keep f32 activations.
+
+Kernels per kind of adapter (the heuristic of operators/gemv.py): on a CPU-type adapter the
+chunked kernels (quantize_q8_chunked.wgsl + matmul_nbits_chunked.wgsl: no barriers, each
+invocation streams its own columns' packed rows), wherever blocks hold whole vec4 word groups;
+elsewhere the coalesced gemv / q8 kernels and the tiled one for many rows with f32 activations.
 """
 
 from __future__ import annotations
