@@ -122,6 +122,7 @@ class PlanReplay:
         self._slots: dict[str, _TensorSlot] = {}
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
+        self._live_commands = self._run_commands
         self._refresh_all()
 
     # ---- setup --------------------------------------------------------------------------
@@ -245,6 +246,13 @@ class PlanReplay:
         self.backend.params_changed()
         for slot in self._slots.values():
             slot.refresh(self.dims)
+        self._refresh_live()
+
+    def _refresh_live(self) -> None:
+        """What a run encodes: not the dispatches with an empty grid now (other kernel variants:
+        half of an LLM decode step's). Mid-run readbacks may change grids: such plans keep all."""
+        self._live_commands = self._run_commands if self._device_syncs else [
+            c for c in self._run_commands if not isinstance(c, DispatchCommand) or all(c.workgroups)]
 
     def _slot(self, name: str) -> _TensorSlot:
         slot = self._slots.get(name)
@@ -374,6 +382,8 @@ class PlanReplay:
         for slot in self._slots.values():
             if slot.symbols & changed:
                 slot.refresh(self.dims)
+        if dirty:
+            self._refresh_live()
 
     # ---- running ------------------------------------------------------------------------
     def input_shape(self, name: str) -> tuple[int, ...]:
@@ -442,7 +452,7 @@ class PlanReplay:
             readback = [Readback(s.name, self.buffers[s.root], s.nbytes, self.capacity[s.root]) for s in slots]
             if status:
                 readback.append(Readback(STATUS_TENSOR, self.buffers[STATUS_TENSOR], 4, 4))
-            raws = self.backend.execute(self._run_commands, copies, readback)
+            raws = self.backend.execute(self._live_commands, copies, readback)
             status_raw = raws.pop() if status else None
         else:  # output sizes may depend on values read back during the run: read them after it
             self.backend.execute(self._run_commands, copies, [])
