@@ -119,6 +119,9 @@ def run(model_dir: Path, args: argparse.Namespace) -> None:
     new = min(args.new, session.max_length - len(prompt))
 
     o_prefill, o_speed, o_tokens = time_onyxia(session, prompt, new, args.repeat)
+    before = (session.executor.stats.recompiles, session.executor.stats.reallocs)
+    session.generate(prompt, max_new_tokens=new)  # one more generation: its decode steps must not rebuild
+    rebuilt = (session.executor.stats.recompiles - before[0], session.executor.stats.reallocs - before[1])
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
@@ -134,6 +137,8 @@ def run(model_dir: Path, args: argparse.Namespace) -> None:
     print(f"{'decode (tokens/s)':24}{o_speed:14.1f}{r_speed:14.1f}{o_speed / r_speed:9.2f}x")
     print(f"dispatches per decode step: {session.dispatches_per_step}; "
           f"same tokens as {reference}: {o_tokens == r_tokens}")
+    print(f"recompiles / reallocations over a generation of {new} tokens ({new - 1} decode steps): "
+          f"{rebuilt[0]} / {rebuilt[1]}")
 
 
 if __name__ == "__main__":

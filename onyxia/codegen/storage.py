@@ -14,7 +14,8 @@ buffer `x` the kernel gets:
   word with atomicAnd/atomicOr, so invocations writing neighbouring elements never race;
 - `x_lanes` and `x_store_unit(u, v: array<x_t, x_lanes>)` for `whole_words` buffers: the kernel
   owns whole words (u holds elements u * x_lanes ..), plain stores and no atomics;
-- `x_word(w) -> u32`: the w-th raw 32-bit word of a packed buffer.
+- `x_word(w) -> u32`: the w-th raw 32-bit word of a packed buffer; `x_word4(j) -> vec4<u32>`
+  words 4j .. 4j+3 of a raw, read-only, `vector` buffer of 8- or 4-bit codes.
 
 float16 is `array<f16>` where the device has shader-f16 (`native_f16`), otherwise pairs packed
 in u32 words and converted with unpack2x16float / pack2x16float: the bytes are the same, so a
@@ -226,12 +227,18 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str
     per, mask = 32 // bits, f"{(1 << bits) - 1:#x}u"
     atomic = not b.read_only and not b.whole_words
     pairs = b.vector and bits == 16  # vec4 reads of 16-bit data: two words at once
-    elem = "atomic<u32>" if atomic else "vec2<u32>" if pairs else "u32"
+    # Raw 8- and 4-bit codes read as vec4s: four whole words at once (`NAME_word4(j)`), what
+    # the int4 kernels stream (one 16-byte load instead of four 4-byte ones).
+    quads = b.vector and b.raw and bits < 16 and b.read_only
+    elem = "atomic<u32>" if atomic else "vec2<u32>" if pairs else "vec4<u32>" if quads else "u32"
     out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<{elem}>;"]
     if atomic:
         word = f"atomicLoad(&{n}_buf[w])"
     elif pairs:
         word = f"{n}_buf[w >> 1u][w & 1u]"
+    elif quads:
+        word = f"{n}_buf[w >> 2u][w & 3u]"
+        out += [f"fn {n}_word4(j: u32) -> vec4<u32> {{ return {n}_buf[j]; }}"]
     else:
         word = f"{n}_buf[w]"
     out += [f"fn {n}_word(w: u32) -> u32 {{ return {word}; }}",
@@ -247,7 +254,7 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str
         if pairs:
             w = f"let w = {n}_buf[j];"
             codes = ["w.x & 0xffffu", "w.x >> 16u", "w.y & 0xffffu", "w.y >> 16u"]
-        elif bits == 8:
+        elif bits == 8 and not quads:
             w = f"let w = {n}_buf[j];"
             codes = ["w & 0xffu", "(w >> 8u) & 0xffu", "(w >> 16u) & 0xffu", "w >> 24u"]
         else:

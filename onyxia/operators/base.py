@@ -23,6 +23,7 @@ from onyxia.ir.provenance import value_sources
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
 from onyxia.operators.common import broadcast_shapes
 from onyxia.plan import (
+    ADAPTER_CPU,
     STATUS_TENSOR,
     Binding,
     BufferDecl,
@@ -283,6 +284,9 @@ class PlanState:
     # recorded here for the tensor table.
     subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
     subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
+    # Symbols the runtime sets (plan.ADAPTER_CPU) that some step uses, with their placeholder
+    # values: they join the plan's dims, not the compilation's.
+    runtime_dims: dict[str, int] = field(default_factory=dict)
 
     def template(self, path: str) -> str:
         """The key of the shader file `path`'s template, read once."""
@@ -377,6 +381,11 @@ class PlanCtx(InferenceCtx):
     def is_static(self, value: object) -> bool:
         """A value is baked into the shader when it depends on no dynamic symbol."""
         return self.env.is_static(value)
+
+    def adapter_cpu(self) -> SymDim:
+        """plan.ADAPTER_CPU as a dim: 1 on a CPU-type adapter (0 until the runtime knows it)."""
+        self.state.runtime_dims[ADAPTER_CPU] = 0
+        return SymDim.symbol(ADAPTER_CPU)
 
     # shaders and steps
     def dispatch(

@@ -1,9 +1,11 @@
-"""MatMul and Gemm, planned onto three kernels chosen by static properties of the shapes.
+"""MatMul and Gemm, planned onto kernels chosen by the shapes and the kind of adapter.
 
 - `matmul/gemm.wgsl`: register-blocked tiles (64x128 per workgroup, 4x8 per thread; smaller for
   small products) for many rows;
 - `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
   element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;
+- `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 64 rows (operators/gemv.py
+  holds the few-rows variants and the heuristic choosing them);
 - both, when M is symbolic (prefill and decode share one plan): the workgroup counts are
   expressions that are zero for the kernel that does not fit the current M, so the runtime
   skips it. No value of a dynamic dim is read at plan time and nothing recompiles.
@@ -28,10 +30,10 @@ from onyxia.operators.common import (
     is_one,
     is_zero,
     prefer_literal,
-    select_small,
     strided_index_params,
 )
 from onyxia.operators.elementwise import INT64_OVERFLOW
+from onyxia.operators.gemv import few_rows_heuristic, plan_chunked
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -112,13 +114,15 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
-    small = select_small(m, SMALL_M)  # static M: one kernel; symbolic: both, one runs
-    large = 1 - small
+    # Static M and adapter: one kernel; otherwise several, each grid scaled by where it runs.
+    choice = few_rows_heuristic(ctx, p, m, SMALL_M, checked="CHECKED" in defs)
     steps: list[Step] = []
-    if not is_zero(small):
-        steps += _plan_gemv(ctx, p, m, nbatch, small, params, defs, epilogue_reads, reports)
-    if not is_zero(large):
-        steps += _plan_tiled(ctx, p, m, nbatch, large, params, defs, epilogue_reads, reports)
+    if not is_zero(choice.chunked):
+        steps += plan_chunked(ctx, p, nbatch, choice.chunked, params, defs, epilogue_reads, reports)
+    if not is_zero(choice.coalesced):
+        steps += _plan_gemv(ctx, p, m, nbatch, choice.coalesced, params, defs, epilogue_reads, reports)
+    if not is_zero(choice.tiled):
+        steps += _plan_tiled(ctx, p, m, nbatch, choice.tiled, params, defs, epilogue_reads, reports)
     return steps
 
 

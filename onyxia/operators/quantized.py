@@ -15,6 +15,11 @@ take integer dot products with the 4-bit weights; its results differ from an f32
 product by ~1e-2 relative, enough to change greedy tokens. onyxia does the same
 (shaders/quantized/quantize_q8.wgsl, then matmul_nbits_q8.wgsl with dot4I8Packed, or plain
 byte products with `MatMulNBits(packed_dot=False)`). Levels 0-3 keep f32 activations.
+
+Kernels per kind of adapter (the heuristic of operators/gemv.py): on a CPU-type adapter the
+chunked kernels (quantize_q8_chunked.wgsl + matmul_nbits_chunked.wgsl: no barriers, each
+invocation streams its own columns' packed rows), wherever blocks hold whole vec4 word groups;
+elsewhere the coalesced gemv / q8 kernels and the tiled one for many rows with f32 activations.
 """
 
 from __future__ import annotations
@@ -22,13 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape, numel, shape_str
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import ceil_div, select_small
+from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.gemv import CHUNKED_MAX_M
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
 GEMV_MAX_ROWS = 4  # rows one gemv workgroup covers (matmul_nbits_gemv.wgsl ROWS)
+# Word groups (32 weights) the chunked kernel's invocation walks at most: its loops stay far
+# below the ~65k iterations after which lavapipe stops them.
+CHUNKED_MAX_GROUPS = 16384
+QUANTIZE_THREADS = 16  # quantize_q8_chunked.wgsl's workgroup size
 
 
 def packed_shape(ctx: InferenceCtx, i: int) -> Shape:
@@ -135,37 +145,51 @@ class MatMulNBits(Operator):
         if ctx.has_input(5):
             reads["bias"] = ctx.input(5)
             defs["HAS_BIAS"] = True
+        q8 = int(ctx.attr("accuracy_level", 0)) == 4
+        if q8 and c.block > 256:
+            raise ctx.fail(f"accuracy_level 4 with block_size {c.block} is not supported by onyxia (at most 256)")
+        # The heuristic (as operators/gemv.py's): the chunked kernel on a CPU-type adapter, for
+        # every row count with int8 activations, up to CHUNKED_MAX_M rows with f32 ones.
+        chunked: Dim = 0
+        if _chunked_applies(c):
+            chunked = ctx.adapter_cpu() * (1 if q8 else select_small(m, CHUNKED_MAX_M))
+        steps: list[Step] = []
+        if not is_zero(chunked):
+            chunked_defs = {**defs, "PLAIN_DOT": q8 and not self.packed_dot}
+            steps += _plan_chunked(ctx, c, m, q8, chunked, chunked_defs, reads)
         if k % 8:
             defs["K_TAIL"] = True
-        if int(ctx.attr("accuracy_level", 0)) == 4:
-            return self._plan_int8(ctx, c, m, defs, reads)
+        if q8:
+            if not is_zero(1 - chunked):
+                steps += self._plan_int8(ctx, c, m, defs, reads, 1 - chunked)
+            return steps
         gemv_reads = {"a": Buf(ctx.input(0), vector=k % 8 == 0), **reads}
         reads = {"a": ctx.input(0), **reads}
         params = {"M": m, "N": n, "K": k, "BLOCK": block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * block // 8,
                   "KWORDS": ceil_div(k, 8), "ZP_ROW": c.zp_row}
         small = select_small(m, GEMV_MAX_ROWS)  # both kernels for a symbolic M: one runs
-        steps: list[Step] = []
-        if not (isinstance(small, int) and small == 0):
+        gemv, tiled = small * (1 - chunked), (1 - small) * (1 - chunked)  # small M implies M <= CHUNKED_MAX_M
+        if not is_zero(gemv):
             steps.append(ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=defs,
                                       params=params, reads=gemv_reads, writes={"y": ctx.output(0)},
-                                      workgroups=(ceil_div(n, 8) * small, 1, ceil_div(m, GEMV_MAX_ROWS))))
-        if not (isinstance(small, int) and small == 1):
+                                      workgroups=(ceil_div(n, 8) * gemv, 1, ceil_div(m, GEMV_MAX_ROWS))))
+        if not is_zero(tiled):
             steps.append(ctx.dispatch("quantized/matmul_nbits_tiled.wgsl", label="matmul_nbits_tiled", defs=defs,
                                       params=params, reads=reads, writes={"y": ctx.output(0)},
-                                      workgroups=(ceil_div(n, 64) * (1 - small), ceil_div(m, 64), 1)))
+                                      workgroups=(ceil_div(n, 64) * tiled, ceil_div(m, 64), 1)))
         return steps
 
-    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf]) -> list[Step]:
+    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf],
+                   enabled: Dim) -> list[Step]:
         """accuracy_level 4: quantize a per block to int8, then integer dots with the weights."""
-        if c.block > 256:
-            raise ctx.fail(f"accuracy_level 4 with block_size {c.block} is not supported by onyxia (at most 256)")
         # int8 activations, 4 to a word as dot4I8Packed takes them (the kernels read whole words)
         qa = ctx.scratch(m * c.nblk * c.block, "int8", "qa")
         sa = ctx.scratch(m * c.nblk, "float32", "sa")
         quantize = ctx.dispatch(
             "quantized/quantize_q8.wgsl", label="quantize_q8",
             params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
-            reads={"a": ctx.input(0)}, writes={"qa": Buf(qa, whole_words=True), "sa": sa}, workgroups=(c.nblk, m, 1))
+            reads={"a": ctx.input(0)}, writes={"qa": Buf(qa, whole_words=True), "sa": sa},
+            workgroups=(c.nblk * enabled, m, 1))
         q8_defs = {k: v for k, v in defs.items() if k != "K_TAIL"}
         if not self.packed_dot:
             q8_defs["PLAIN_DOT"] = True
@@ -174,8 +198,43 @@ class MatMulNBits(Operator):
             params={"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
                     "ZP_ROW": c.zp_row},
             reads={"qa": qa, "sa": sa, **reads}, writes={"y": ctx.output(0)},
-            workgroups=(ceil_div(c.n, 8), 1, ceil_div(m, GEMV_MAX_ROWS)))
+            workgroups=(ceil_div(c.n, 8) * enabled, 1, ceil_div(m, GEMV_MAX_ROWS)))
         return [quantize, matmul]
+
+
+def _chunked_applies(c: NBitsSpec) -> bool:
+    """Whole vec4 word groups per block (block >= 32), no K tail, loops bounded (K / 32 walks)."""
+    return c.block >= 32 and c.k % c.block == 0 and c.k <= 32 * CHUNKED_MAX_GROUPS
+
+
+def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, defs: dict,
+                  reads: dict[str, str | Buf]) -> list[Step]:
+    """matmul_nbits_chunked.wgsl (after quantize_q8_chunked.wgsl with int8 activations): one
+    dispatch per row class (ROWS 1 for decode, 4 above), whichever holds M runs."""
+    steps: list[Step] = []
+    reads = {**reads, "b": Buf(ctx.input(1), raw=True, vector=True)}
+    if q8:
+        qa = ctx.scratch(m * c.nblk * c.block // 4, "uint32", "qa")
+        sa = ctx.scratch(m * c.nblk, "float32", "sa")
+        qsum = ctx.scratch(m * c.nblk, "float32", "qsum")
+        steps.append(ctx.dispatch(
+            "quantized/quantize_q8_chunked.wgsl", label="quantize_q8_chunked",
+            params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
+            reads={"a": ctx.input(0)}, writes={"qa": qa, "sa": sa, "qsum": qsum},
+            workgroups=ctx.grid(m * c.nblk * enabled, QUANTIZE_THREADS)))
+        activation: dict[str, str | Buf] = {"qa": Buf(qa, vector=True), "sa": sa, "qsum": qsum}
+    else:
+        activation = {"a": Buf(ctx.input(0), vector=True)}
+    params = {"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
+              "ZP_ROW": c.zp_row}
+    one = select_small(m, 1)  # decode
+    classes = [(1 if m == 1 else 4, 1)] if isinstance(m, int) else [(1, one), (4, 1 - one)]
+    for rows, holds in classes:
+        steps.append(ctx.dispatch(
+            "quantized/matmul_nbits_chunked.wgsl", label="matmul_nbits_chunked", defs={**defs, "Q8": q8, "ROWS": rows},
+            params=params, reads={**activation, **reads}, writes={"y": ctx.output(0)},
+            workgroups=(ceil_div(c.n, 32), 1, ceil_div(m, rows) * enabled * holds)))
+    return steps
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from onyxia.codegen.wgsl import render
 from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
-from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
+from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor
@@ -89,6 +89,8 @@ class PlanReplay:
         self.limits: Limits = backend.limits
         self.stats = ExecutorStats()
         self.dims: dict[str, int] = dict(model.dims)
+        if ADAPTER_CPU in self.dims:  # kernel variants for this kind of adapter (ir/dim_env.py)
+            self.dims[ADAPTER_CPU] = int(self.limits.cpu_adapter)
         # Too many parameters for push constants: that shader takes the uniform buffer.
         self.shader_transport = [
             self.transport if self.transport.carries(spec.immediate_bytes, self.limits.max_immediate_bytes)
@@ -120,6 +122,7 @@ class PlanReplay:
         self._slots: dict[str, _TensorSlot] = {}
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
+        self._live_commands = self._run_commands
         self._refresh_all()
 
     # ---- setup --------------------------------------------------------------------------
@@ -243,6 +246,13 @@ class PlanReplay:
         self.backend.params_changed()
         for slot in self._slots.values():
             slot.refresh(self.dims)
+        self._refresh_live()
+
+    def _refresh_live(self) -> None:
+        """What a run encodes: not the dispatches with an empty grid now (other kernel variants:
+        half of an LLM decode step's). Mid-run readbacks may change grids: such plans keep all."""
+        self._live_commands = self._run_commands if self._device_syncs else [
+            c for c in self._run_commands if not isinstance(c, DispatchCommand) or all(c.workgroups)]
 
     def _slot(self, name: str) -> _TensorSlot:
         slot = self._slots.get(name)
@@ -372,6 +382,8 @@ class PlanReplay:
         for slot in self._slots.values():
             if slot.symbols & changed:
                 slot.refresh(self.dims)
+        if dirty:
+            self._refresh_live()
 
     # ---- running ------------------------------------------------------------------------
     def input_shape(self, name: str) -> tuple[int, ...]:
@@ -440,7 +452,7 @@ class PlanReplay:
             readback = [Readback(s.name, self.buffers[s.root], s.nbytes, self.capacity[s.root]) for s in slots]
             if status:
                 readback.append(Readback(STATUS_TENSOR, self.buffers[STATUS_TENSOR], 4, 4))
-            raws = self.backend.execute(self._run_commands, copies, readback)
+            raws = self.backend.execute(self._live_commands, copies, readback)
             status_raw = raws.pop() if status else None
         else:  # output sizes may depend on values read back during the run: read them after it
             self.backend.execute(self._run_commands, copies, [])

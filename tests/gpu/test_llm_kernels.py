@@ -26,6 +26,7 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
 from onyxia.operators.quantized import MatMulNBits
+from onyxia.plan import ADAPTER_CPU
 from tests.helpers import compile_model, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
@@ -162,10 +163,15 @@ def test_matmulnbits_accuracy_level_4_quantizes_the_activation(runtime, k, n, bl
     ref = run_ort(model, {"a": a})[0]
     registry = core_operator_registry().copy().register(MatMulNBits(packed_dot=packed_dot))
     compiled = CompilerPipeline(registry).compile(onyxia.load_model(model), {"M": m})
-    assert {s.label for s in compiled.shaders} == {"quantize_q8", "matmul_nbits_q8"}
+    chunked = block >= 32 and k % block == 0  # where the chunked variant applies (CPU-type adapters)
+    assert {s.label for s in compiled.shaders} == {"quantize_q8", "matmul_nbits_q8"} | (
+        {"quantize_q8_chunked", "matmul_nbits_chunked"} if chunked else set())
     exe = runtime.load_model(compiled)
-    ours = exe.run({"a": a})["y"]
-    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+    for cpu in (0, 1) if chunked else (None,):  # each variant, whatever this adapter is
+        if cpu is not None:
+            exe.update_dimensions({ADAPTER_CPU: cpu})
+        ours = exe.run({"a": a})["y"]
+        np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()), err_msg=f"cpu={cpu}")
     # ... and it differs measurably from the f32-activation product (accuracy_level 0)
     exact = run_ort(int4_matmul(k, n, block, accuracy=0, zero_points=zp), {"a": a})[0]
     assert float(np.abs(exact - ref).max()) > 1e-4 * float(np.abs(ref).max())

@@ -93,11 +93,12 @@ def test_static_symbol_is_baked(runtime):
 
 
 def test_symbolic_rows_switch_kernels_without_recompiling(runtime):
-    """M = batch * seq is symbolic: prefill (tiled) and decode (split-K) share one plan."""
+    """M = batch * seq is symbolic: prefill (tiled) and decode (split-K; on a CPU-type adapter
+    the chunked kernel, one dispatch per row class) share one plan."""
     w = rand((600, 40))
     model = matmul_model(["batch", "seq", 600], [600, 40], weight=w)
     compiled = compile_model(model, {"batch": 2, "seq": 9})
-    assert kernels(compiled) == ["gemv", "splitk", "gemm"]
+    assert kernels(compiled) == ["gemv_chunked"] * 3 + ["gemv", "splitk", "gemm"]
     exe = runtime.load_model(compiled)
     for dims in ({"batch": 2, "seq": 9}, {"batch": 1, "seq": 1}, {"batch": 3, "seq": 1}, {"batch": 1, "seq": 8},
                  {"batch": 1, "seq": 9}, {"batch": 2, "seq": 70}, {"batch": 1, "seq": 1}):

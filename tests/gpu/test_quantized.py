@@ -15,6 +15,7 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.compiler.passes import DeadCodeEliminationPass
 from onyxia.operators import core_operator_registry
+from onyxia.plan import ADAPTER_CPU
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}
@@ -65,11 +66,15 @@ def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     rng = np.random.default_rng(block + k)
     model = nbits_model(rng, k=k, n=n, block=block, zero_points=zero_points, bias=bias)
     exe = runtime.load_model(compile_with(model, {"M": 1}))
-    for m in (1, 3, 70):  # gemv (m <= 4) and tiled kernels, one plan
-        exe.update_dimensions({"M": m})
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        np.testing.assert_allclose(exe.run({"A": a})["Y"], run_ort(model, {"A": a})[0], rtol=1e-4, atol=1e-4,
-                                   err_msg=f"M={m}")
+    # Both adapter kinds' kernels (the chunked one where it applies: block >= 32, whole blocks)
+    for cpu in (0, 1) if ADAPTER_CPU in exe.dims else (None,):
+        if cpu is not None:
+            exe.update_dimensions({ADAPTER_CPU: cpu})
+        for m in (1, 3, 70):  # gemv (m <= 4) / chunked (m <= 16) and tiled kernels, one plan
+            exe.update_dimensions({"M": m})
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            np.testing.assert_allclose(exe.run({"A": a})["Y"], run_ort(model, {"A": a})[0], rtol=1e-4, atol=1e-4,
+                                       err_msg=f"M={m} cpu={cpu}")
     assert exe.stats.recompiles == 0
 
 

@@ -214,6 +214,9 @@ def _matmul() -> list[Case]:
     out += case([h.make_node("MatMul", ["a", "b"], ["y"])], [("a", F32, [2, 1, "n", 8]), ("b", F32, [3, 8, 5])], ["y"])
     out += case([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", F32, ["n", 1024])], ["y"],
                 {"w": _vals(F32, (1024, 4))}, extra_dims=[{"n": 1}])
+    # the chunked few-rows kernel split over a K longer than one invocation walks
+    out += case([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", F32, ["n", 20000])], ["y"],
+                {"w": _vals(F32, (20000, 4))}, extra_dims=[{"n": 1}])
     out += case([h.make_node("MatMul", ["v", "b"], ["y"])], [("v", F32, [8]), ("b", F32, ["n", 8, 4])], ["y"])
     out += case([h.make_node("MatMul", ["a", "v"], ["y"])], [("a", F32, ["n", 8]), ("v", F32, [8])], ["y"])
     out += case([h.make_node("MatMul", ["a", "b"], ["y"])], [("a", I32, ["n", 8]), ("b", I32, [8, 4])], ["y"])

@@ -49,7 +49,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
         inputs=tuple(graph.inputs),
         outputs=tuple(graph.outputs),
         symbolic_bindings=tuple(bindings),
-        dims=dict(ctx.dims),
+        dims={**ctx.dims, **state.runtime_dims},
         static_symbols=ctx.static,
         constraints=tuple(ctx.constraints.values()),
         data_symbols=dict(ctx.data_symbols),

@@ -1,0 +1,83 @@
+"""The few-rows matrix product's variants (operators/gemv.py) against onnxruntime, each run on
+this adapter whatever the heuristic would pick for it: ADAPTER_CPU = 1 runs the chunked kernel,
+0 the coalesced one. Sizes include K past lavapipe's ~65k loop-iteration cap (split-K by
+construction), row counts in every row class, Gemm's epilogue, batched and float16 weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+from onyxia.plan import ADAPTER_CPU
+from tests.helpers import compile_model, make_model, run_ort
+
+RNG = np.random.default_rng(7)
+
+
+def expected(cpu: int, m: int) -> str:
+    """The heuristic: chunked up to 64 rows on a CPU-type adapter, coalesced up to 8 elsewhere."""
+    if cpu:
+        return "gemv_chunked" if m <= 64 else "gemm"
+    return "gemv" if m <= 8 else "gemm"
+
+
+def running(exe) -> set[str]:
+    """Labels of the dispatches a run launches now (empty grids are skipped)."""
+    return {exe.model.shaders[d.shader].label.removeprefix("matmul/")
+            for d in exe.dispatch_commands() if all(d.workgroups)}
+
+
+def check(runtime, model, dims, feeds_for, rows_list, cpu, rtol=2e-5, atol=2e-5):
+    exe = runtime.load_model(compile_model(model, dims))
+    exe.update_dimensions({ADAPTER_CPU: cpu})
+    for m in rows_list:
+        if "m" in dims:
+            exe.update_dimensions({"m": m})
+        feeds = feeds_for(m)
+        got = exe.run(feeds)
+        assert expected(cpu, m) in running(exe), (m, running(exe))
+        for name, ref in zip(exe.model.outputs, run_ort(model, feeds)):
+            np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol, err_msg=f"M={m} cpu={cpu}")
+    assert exe.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+@pytest.mark.parametrize("k,n", [(512, 1408), (68, 72), (16388, 8)])
+def test_weight_product_every_row_class(runtime, cpu, k, n):
+    w = RNG.standard_normal((k, n)).astype(np.float32)
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, [1, "m", k])], ["y"], {"w": w})
+    rows = [1, 3, 4, 5, 14, 16, 37, 64, 65] if k < 16384 else [1, 5]
+    check(runtime, model, {"m": 65}, lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, cpu,
+          rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+def test_k_past_the_loop_cap(runtime, cpu):
+    # 70000 / 4 = 17500 iterations of one loop would pass 65535 only with several loops per
+    # invocation; the split keeps each invocation's walk at MAX_KCHUNK.
+    k = 70_000
+    w = (RNG.standard_normal((k, 8)) / 64).astype(np.float32)
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, ["m", k])], ["y"], {"w": w})
+    check(runtime, model, {"m": 3}, lambda m: {"a": RNG.standard_normal((m, k)).astype(np.float32)}, [1, 3], cpu,
+          rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+def test_gemm_epilogue_and_batched_weights(runtime, cpu):
+    b, c = RNG.standard_normal((64, 24)).astype(np.float32), RNG.standard_normal((24,)).astype(np.float32)
+    gemm = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0)],
+                      [("a", np.float32, ["m", 64])], ["y"], {"b": b, "c": c})
+    check(runtime, gemm, {"m": 8}, lambda m: {"a": RNG.standard_normal((m, 64)).astype(np.float32)}, [1, 2, 8], cpu)
+    bb = RNG.standard_normal((3, 32, 12)).astype(np.float32)
+    batched = make_model([h.make_node("MatMul", ["a", "b"], ["y"])], [("a", np.float32, [3, "m", 32])], ["y"],
+                         {"b": bb})
+    check(runtime, batched, {"m": 4}, lambda m: {"a": RNG.standard_normal((3, m, 32)).astype(np.float32)}, [1, 4], cpu)
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+def test_float16_weights(runtime, cpu):
+    w = RNG.standard_normal((256, 96)).astype(np.float16)
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float16, ["m", 256])], ["y"], {"w": w})
+    check(runtime, model, {"m": 6}, lambda m: {"a": RNG.standard_normal((m, 256)).astype(np.float16)}, [1, 6], cpu,
+          rtol=2e-2, atol=5e-2)

@@ -1,0 +1,66 @@
+"""The few-rows matmul heuristic (operators/gemv.py), replayed without a GPU: which kernel each
+adapter kind runs for each row count, from one plan, with nothing rebuilt when either changes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+from onyxia.plan import ADAPTER_CPU
+from onyxia.runtime.null import NULL_LIMITS, null_executor
+from tests.helpers import compile_model, make_model
+
+
+def weight_matmul(k: int, n: int, dtype=np.float32):
+    w = np.zeros((k, n), dtype)
+    return make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", dtype, ["m", k])], ["y"], {"w": w})
+
+
+def running(exe) -> list[str]:
+    """(shader label, ROWS def) of every dispatch whose grid is not empty now."""
+    out = []
+    for d in exe.dispatch_commands():
+        if all(d.workgroups):
+            spec = exe.model.shaders[d.shader]
+            rows = dict(spec.defs).get("ROWS")
+            out.append(spec.label.removeprefix("matmul/") + (f"/{rows}" if rows else ""))
+    return out
+
+
+@pytest.mark.parametrize("cpu,m,expected", [
+    (1, 1, ["gemv_chunked/1"]), (1, 3, ["gemv_chunked/4"]), (1, 5, ["gemv_chunked/16"]),
+    (1, 16, ["gemv_chunked/16"]), (1, 64, ["gemv_chunked/16"]), (1, 65, ["gemm"]),
+    (0, 1, ["gemv", "splitk"]), (0, 8, ["gemv", "splitk"]), (0, 9, ["gemm"]),  # split-K fills a GPU
+])
+def test_one_kernel_runs_per_adapter_kind_and_row_count(cpu, m, expected):
+    exe = null_executor(compile_model(weight_matmul(512, 1024), {"m": 80}))
+    exe.update_dimensions({ADAPTER_CPU: cpu, "m": m})
+    assert running(exe) == expected
+    assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
+
+
+def test_the_runtime_sets_the_adapter_symbol_from_its_limits():
+    model = compile_model(weight_matmul(64, 32), {"m": 1})
+    assert model.dims[ADAPTER_CPU] == 0  # a placeholder until the adapter is known
+    assert running(null_executor(model, limits=replace(NULL_LIMITS, cpu_adapter=True))) == ["gemv_chunked/1"]
+    assert running(null_executor(model, limits=replace(NULL_LIMITS, cpu_adapter=False))) == ["gemv"]
+
+
+@pytest.mark.parametrize("k,n,dtype", [(30, 64, np.float32), (64, 30, np.float32), (64, 32, np.int32)])
+def test_the_chunked_kernel_needs_vec4_rows_of_floats(k, n, dtype):
+    # K or N not a multiple of 4, or an integer product: only the coalesced kernel is planned.
+    model = compile_model(weight_matmul(k, n, dtype), {"m": 1})
+    assert ADAPTER_CPU not in model.dims
+    assert "matmul/gemv_chunked" not in {s.label for s in model.shaders}
+
+
+def test_a_k_longer_than_one_walk_is_split():
+    model = compile_model(weight_matmul(40_000, 8), {"m": 1})
+    exe = null_executor(model, limits=replace(NULL_LIMITS, cpu_adapter=True))
+    assert running(exe) == ["gemv_chunked/1", "splitk"]
+    chunked = next(s for s in model.shaders if s.label == "matmul/gemv_chunked")
+    params = {p.name: v for p, v in chunked.constants}
+    assert params["SPLITS"] == 3 and params["KCHUNK"] * 3 >= 40_000 and params["KCHUNK"] <= 16384
