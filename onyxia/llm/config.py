@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from onyxia.errors import ConfigError
+from onyxia.paths import resolve_inside
 
 CONFIG_FILE = "genai_config.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -188,6 +189,8 @@ def load_genai_config(model_dir: str | Path) -> GenaiConfig:
         bos_token_id=model.get("bos_token_id", int, None),
         pad_token_id=model.get("pad_token_id", int, None),
     )
+    # The decoder must be a file of the model folder: no '..', absolute path or symlink out.
+    resolve_inside(path.parent, decoder.filename, f"{path}: field 'model.decoder.filename'", ConfigError)
     if not cfg.model_path.is_file():
         raise dec.error(f"names '{decoder.filename}', which does not exist in {path.parent}", "filename")
     return cfg
@@ -218,7 +221,7 @@ def _pattern(reader: _Reader, key: str, default: str) -> str:
 
 def load_tokenizer(model_dir: str | Path):
     """`tokenizers.Tokenizer` from `model_dir/tokenizer.json`."""
-    path = Path(model_dir) / TOKENIZER_FILE
+    path = resolve_inside(model_dir, TOKENIZER_FILE, f"{model_dir}: {TOKENIZER_FILE}", ConfigError)
     if not path.is_file():
         raise ConfigError(f"{path}: not found (the model folder needs a Hugging Face tokenizer.json)")
     try:
