@@ -81,3 +81,8 @@ class ConfigError(OnyxiaError):
 
 class PipelineError(OnyxiaError):
     """The pass pipeline breaks a pass's declared needs (a pass missing, or passes out of order)."""
+
+
+class CliError(OnyxiaError):
+    """A command-line request cannot be carried out: an argument out of range, an output path
+    that cannot be written, a `--check` reference run that onnxruntime refused."""

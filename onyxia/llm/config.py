@@ -8,6 +8,7 @@ file, invalid JSON, missing or mistyped field) is a ConfigError naming the file 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,12 +211,15 @@ def _sliding_window(dec: _Reader) -> SlidingWindowConfig | None:
                                cache_slack=slack, slide_key_value_cache=sw.get("slide_key_value_cache", bool, False))
 
 
+# Exactly one %d and no other conversion ("%%" is a literal percent sign): "past_%" or
+# "%.999999999d" must be a config error, not a ValueError or a gigabyte string.
+_LAYER_PATTERN = re.compile(r"(?:[^%]|%%)*%d(?:[^%]|%%)*")
+
+
 def _pattern(reader: _Reader, key: str, default: str) -> str:
     value = reader.get(key, str, default)
-    try:
-        value % 0
-    except TypeError:
-        raise reader.error(f"must contain one %d for the layer index, got {value!r}", key) from None
+    if not _LAYER_PATTERN.fullmatch(value):
+        raise reader.error(f"must contain one %d for the layer index, got {value!r}", key)
     return value
 
 
