@@ -54,6 +54,8 @@ def check_model_proto(proto: onnx.ModelProto) -> None:
     ctx.ir_version = proto.ir_version
     ctx.opset_imports = opsets
     for index, node in enumerate(graph.node):
+        if not node.op_type.strip():
+            raise ModelLoadError(f"node {index} ('{node.name}') has no op_type")
         label = f"node '{node_label(node, index)}' ({node.op_type})"
         _check_spatial_attributes(node, label)
         # Subgraphs (If/Loop/Scan bodies) read outer-scope names the per-node check cannot see;

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onyxia.errors import DimensionError, InputError, ModelLoadError, ShapeInferenceError
+from onyxia.errors import DeviceError, DimensionError, InputError, ModelLoadError, ShapeInferenceError
 from tests.robustness.hostile import compile_and_run, h, make_model, relu_model
 from tests.robustness.isolate import expect_error, expect_value
 
@@ -178,6 +178,34 @@ def repeated_runs_are_deterministic() -> None:
     first = exe.run({"x": x})["y"]
     for _ in range(20):
         assert exe.run({"x": x})["y"].tobytes() == first.tobytes()
+
+
+HUGE = {
+    "input_dim": (lambda: make_model([h.make_node("Relu", ["x"], ["y"])], [("x", F, [2**40])], ["y"]), "'x'"),
+    "numel_over_2_64": (lambda: make_model([h.make_node("Relu", ["x"], ["y"])], [("x", F, [2**31, 2**31])], ["y"]),
+                        "'x'"),
+    "expand": (lambda: make_model([h.make_node("Expand", ["x", "s"], ["y"])], [("x", F, [1])], ["y"],
+                                  {"s": np.int64([2**20, 2**20])}), "'y'"),
+    "range": (lambda: make_model([h.make_node("Range", ["a", "b", "c"], ["y"])], [], ["y"],
+                                 {"a": np.float32(0), "b": np.float32(1e12), "c": np.float32(1)}), "'y'"),
+    "resize": (lambda: make_model([h.make_node("Resize", ["x", "", "sc"], ["y"])], [("x", F, [1, 1, 2, 2])], ["y"],
+                                  {"sc": np.float32([1, 1, 1e6, 1e6])}), "'y'"),
+}
+
+
+def load_huge(kind: str) -> None:
+    import onyxia
+    from onyxia.compiler import CompilerPipeline
+
+    compiled = CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(HUGE[kind][0]()), {})
+    onyxia.Runtime().load_model(compiled)
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE))
+def test_huge_tensors_are_refused_before_running(kind):
+    """Terabyte tensors: refused when the executor is created, naming the tensor and the limit."""
+    expect_error(load_huge, kind, error=DeviceError,
+                 match=f"tensor {HUGE[kind][1]} needs .* bytes.*over this device's max")
 
 
 def test_reruns_are_bitwise_deterministic():

@@ -73,6 +73,10 @@ def build(kind: str) -> onnx.ModelProto:
         return make_model([h.make_node("Cast", ["x"], ["y"], name="cast")], _x(), ["y"])
     if kind == "domain_without_opset":
         return make_model([h.make_node("FastGelu", ["x"], ["y"], name="fg", domain="com.microsoft")], _x(), ["y"])
+    if kind == "empty_op_type":
+        m = make_model([h.make_node("Relu", ["x"], ["y"], name="nameless")], _x(), ["y"])
+        m.graph.node[0].op_type = ""
+        return m
     if kind == "initializer_data_size":
         m = make_model([h.make_node("Add", ["x", "w"], ["y"])], _x(), ["y"], w)
         m.graph.initializer[0].raw_data = b"\0" * 5
@@ -105,6 +109,7 @@ def load(kind: str) -> None:
     ("missing_required_attribute", "node 'cast' \\(Cast\\):.*'to'"),
     ("domain_without_opset", "node 'fg' \\(FastGelu\\): No opset import for domain 'com.microsoft'"),
     ("initializer_data_size", "initializer 'w'"),
+    ("empty_op_type", "node 0 \\('nameless'\\) has no op_type"),
 ])
 def test_invalid_model_is_refused_naming_the_element(kind, match):
     expect_error(load, kind, error=ModelLoadError, match=match)
