@@ -6,7 +6,8 @@ means nothing. Two layers, each error a ModelLoadError naming the element at fau
 1. Our own checks, for what needs a good message or what the onnx checker leaves out:
    versions (ir_version and opsets newer than the installed onnx knows, opset 0), single
    assignment of names (duplicate graph inputs and initializers, a node writing an initializer,
-   an input or another node's output), negative initializer dims, negative Conv/pool pads.
+   an input or another node's output), negative initializer dims, negative Conv/pool pads, and
+   the attribute types of the contrib ops onyxia implements.
 2. The onnx checker's per-node check (`onnx.checker.check_node`: input/output counts, unknown
    and mistyped attributes) for every node the installed onnx has a schema for at the model's
    opset and does not mark deprecated. Contrib ops (com.microsoft, and onnxruntime's own
@@ -33,6 +34,26 @@ _SPATIAL_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv",
 _NON_NEGATIVE_ATTRS = ("pads", "output_padding")
 _POSITIVE_ATTRS = ("kernel_shape", "strides", "dilations")
 
+# Attribute types of the onnxruntime contrib ops onyxia implements (onnxruntime's
+# ContribOperators.md); onnx has no schema for them, so without this a float num_heads or a
+# string epsilon would reach the operator. Attributes not listed are left alone.
+_I, _F = AttributeProto.INT, AttributeProto.FLOAT
+_LAYER_NORM_ATTRS = {"axis": _I, "epsilon": _F, "stash_type": _I}
+_CONTRIB_ATTRIBUTES: dict[tuple[str, str], dict[str, int]] = {
+    ("com.microsoft", "GroupQueryAttention"): {
+        "num_heads": _I, "kv_num_heads": _I, "scale": _F, "softcap": _F, "local_window_size": _I,
+        "do_rotary": _I, "rotary_interleaved": _I, "smooth_softmax": _I, "qk_output": _I},
+    ("com.microsoft", "RotaryEmbedding"): {
+        "interleaved": _I, "is_packed_batching": _I, "num_heads": _I, "rotary_embedding_dim": _I, "scale": _F},
+    ("com.microsoft", "MatMulNBits"): {"K": _I, "N": _I, "bits": _I, "block_size": _I, "accuracy_level": _I},
+    ("com.microsoft", "GatherBlockQuantized"): {"bits": _I, "block_size": _I, "gather_axis": _I,
+                                                "quantize_axis": _I},
+    ("com.microsoft", "SkipLayerNormalization"): {"epsilon": _F},
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): {"epsilon": _F},
+    ("com.microsoft", "SimplifiedLayerNormalization"): _LAYER_NORM_ATTRS,
+    ("", "SimplifiedLayerNormalization"): _LAYER_NORM_ATTRS,  # onnxruntime's, in the default domain
+}
+
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
     """The name onyxia gives a node: its own, else `OpType_index` (unnamed nodes are common)."""
@@ -58,6 +79,7 @@ def check_model_proto(proto: onnx.ModelProto) -> None:
             raise ModelLoadError(f"node {index} ('{node.name}') has no op_type")
         label = f"node '{node_label(node, index)}' ({node.op_type})"
         _check_spatial_attributes(node, label)
+        _check_contrib_attributes(node, label)
         # Subgraphs (If/Loop/Scan bodies) read outer-scope names the per-node check cannot see;
         # onyxia has no control-flow operators, so such nodes are reported as unsupported later.
         if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
@@ -178,6 +200,18 @@ def _check_spatial_attributes(node: onnx.NodeProto, label: str) -> None:
             raise ModelLoadError(f"{label}: attribute '{attr.name}' must be non-negative, got {values}")
         if attr.name in _POSITIVE_ATTRS and any(v < 1 for v in values):
             raise ModelLoadError(f"{label}: attribute '{attr.name}' must be positive, got {values}")
+
+
+def _check_contrib_attributes(node: onnx.NodeProto, label: str) -> None:
+    expected = _CONTRIB_ATTRIBUTES.get((domain_of(node.domain), node.op_type))
+    if not expected:
+        return
+    for attr in node.attribute:
+        want = expected.get(attr.name)
+        if want is not None and attr.type != want:
+            raise ModelLoadError(f"{label}: attribute '{attr.name}' must be "
+                                 f"{AttributeProto.AttributeType.Name(want)}, got "
+                                 f"{AttributeProto.AttributeType.Name(attr.type)}")
 
 
 def all_tensors(graph: onnx.GraphProto) -> Iterator[tuple[TensorProto, str]]:

@@ -73,6 +73,15 @@ def build(kind: str) -> onnx.ModelProto:
         return make_model([h.make_node("Cast", ["x"], ["y"], name="cast")], _x(), ["y"])
     if kind == "domain_without_opset":
         return make_model([h.make_node("FastGelu", ["x"], ["y"], name="fg", domain="com.microsoft")], _x(), ["y"])
+    if kind == "contrib_float_num_heads":
+        q = [(n, F, [1, 2, 8 if n == "q" else 4]) for n in ("q", "k", "v")]
+        return make_model([h.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tl"], ["o", "pk", "pv"],
+                                       name="gqa", domain="com.microsoft", num_heads=2.5, kv_num_heads=1)],
+                          q + [("sl", np.int32, [1]), ("tl", np.int32, [])], ["o"], extra_opsets={"com.microsoft": 1})
+    if kind == "contrib_string_epsilon":
+        return make_model([h.make_node("SkipSimplifiedLayerNormalization", ["x", "x", "g"], ["y"], name="norm",
+                                       domain="com.microsoft", epsilon="tiny")], _x(), ["y"],
+                          {"g": np.ones(3, F)}, extra_opsets={"com.microsoft": 1})
     if kind == "empty_op_type":
         m = make_model([h.make_node("Relu", ["x"], ["y"], name="nameless")], _x(), ["y"])
         m.graph.node[0].op_type = ""
@@ -109,6 +118,8 @@ def load(kind: str) -> None:
     ("missing_required_attribute", "node 'cast' \\(Cast\\):.*'to'"),
     ("domain_without_opset", "node 'fg' \\(FastGelu\\): No opset import for domain 'com.microsoft'"),
     ("initializer_data_size", "initializer 'w'"),
+    ("contrib_float_num_heads", "node 'gqa' \\(GroupQueryAttention\\): attribute 'num_heads' must be INT, got FLOAT"),
+    ("contrib_string_epsilon", "node 'norm' .*attribute 'epsilon' must be FLOAT, got STRING"),
     ("empty_op_type", "node 0 \\('nameless'\\) has no op_type"),
 ])
 def test_invalid_model_is_refused_naming_the_element(kind, match):
