@@ -1,0 +1,71 @@
+"""Random small graphs against onnxruntime, through compile, run and update_dimensions sequences.
+
+Each example is a chain of elementwise, broadcasting, reshape, reduction and softmax ops over
+shapes with symbolic dims (graphs.py). It is compiled for the first dims of a random sequence,
+then every dims of the sequence is applied with update_dimensions and run on fresh inputs; each
+run must match onnxruntime, and nothing may recompile (no symbol is static).
+
+CI runs the `fuzz-ci` profile (25 fixed examples per test). The long profile, 10,000 graphs:
+
+    .venv/bin/python -m pytest tests/robustness/test_fuzz.py -n 2 --hypothesis-profile=fuzz-long
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from tests.robustness.graphs import Case, graphs
+
+pytestmark = pytest.mark.gpu
+
+FUZZ = settings.get_profile("fuzz-long" if settings.get_current_profile_name() == "fuzz-long" else "fuzz-ci")
+
+
+def check(runtime, case: Case) -> None:
+    import onnxruntime as ort
+
+    import onyxia
+    from onyxia.compiler import CompilerPipeline
+
+    compiled = CompilerPipeline(onyxia.core_operator_registry()).compile(
+        onyxia.load_model(case.model), case.dims_sequence[0])
+    exe = runtime.load_model(compiled)
+    sess = ort.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in case.model.graph.output]
+    rng = np.random.default_rng(0)
+    for step, dims in enumerate(case.dims_sequence):
+        if dims:
+            exe.update_dimensions(dims)
+        feeds = case.feeds(dims, rng)
+        ours = exe.run(feeds)
+        for name, expected in zip(names, sess.run(names, feeds)):
+            np.testing.assert_allclose(ours[name], expected, rtol=1e-3, atol=1e-4,
+                                       err_msg=f"output {name}, run {step} with dims {dims}")
+    assert exe.stats.recompiles == 0
+
+
+@FUZZ
+@given(case=graphs(("unary", "binary")))
+def test_elementwise_broadcast_chains(runtime, case):
+    check(runtime, case)
+
+
+@FUZZ
+@given(case=graphs(("unary", "binary", "reshape", "concat", "expand")))
+def test_reshape_transpose_concat_expand_chains(runtime, case):
+    check(runtime, case)
+
+
+@FUZZ
+@given(case=graphs(("unary", "binary", "reduce", "softmax")))
+def test_reduction_and_softmax_chains(runtime, case):
+    check(runtime, case)
+
+
+@FUZZ
+@given(case=graphs(("unary", "binary", "reshape", "concat", "expand", "reduce", "softmax"), max_ops=8,
+                   max_updates=5))
+def test_mixed_chains_with_long_update_sequences(runtime, case):
+    check(runtime, case)
