@@ -1,7 +1,7 @@
 """Hypothesis profiles for the random-graph fuzzing in test_fuzz.py.
 
     fuzz-ci    (default here) a fixed, derandomized set of examples per test: fast and repeatable
-    fuzz-long  2,500 random examples per test, 10,000 graphs over the four tests:
+    fuzz-long  2,500 random examples per test, 12,500 graphs over the five tests:
                .venv/bin/python -m pytest tests/robustness/test_fuzz.py -n 2 --hypothesis-profile=fuzz-long
 """
 

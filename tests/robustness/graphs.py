@@ -70,13 +70,17 @@ UNARY = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Sin", "Cos", "Erf", "Softsign
          "Round", "Sign", "Identity", "LeakyRelu", "Elu", "HardSigmoid"]  # no Exp: chains overflow to inf
 BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
 REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceSumSquare"]
+# int32 graphs: ops onnxruntime implements for int32 (wrapping arithmetic on both sides).
+INT_UNARY = ["Relu", "Neg", "Abs", "Sign", "Identity"]
+INT_REDUCE = ["ReduceSum", "ReduceMax", "ReduceMin"]
 
 
 @dataclass
 class GraphBuilder:
-    """Accumulates nodes and initializers; tensors are (name, shape)."""
+    """Accumulates nodes and initializers; tensors are (name, shape); all of one dtype."""
 
     inputs: list[tuple[str, Shape]]
+    dtype: type = np.float32
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     inits: dict[str, np.ndarray] = field(default_factory=dict)
     tensors: list[tuple[str, Shape]] = field(default_factory=list)
@@ -95,7 +99,7 @@ class GraphBuilder:
         return name
 
     def model(self, outputs: list[str]) -> onnx.ModelProto:
-        inputs = [(n, np.float32, [d.onnx_dim() for d in s]) for n, s in self.inputs]
+        inputs = [(n, self.dtype, [d.onnx_dim() for d in s]) for n, s in self.inputs]
         return make_model(self.nodes, inputs, outputs, self.inits, opset=18)
 
 
@@ -125,10 +129,13 @@ def _pick(draw, g: GraphBuilder) -> tuple[str, Shape]:
 
 @st.composite
 def add_op(draw, g: GraphBuilder, families: tuple[str, ...]) -> None:
+    integer = g.dtype == np.int32
     family = draw(st.sampled_from(families))
+    if integer and family in ("softmax", "cumsum"):
+        family = "unary"
     x, xs = _pick(draw, g)
     if family == "unary":
-        op = draw(st.sampled_from(UNARY))
+        op = draw(st.sampled_from(INT_UNARY if integer else UNARY))
         out = g.new(xs)
         g.nodes.append(h.make_node(op, [x], [out]))
     elif family == "binary":
@@ -146,7 +153,7 @@ def add_op(draw, g: GraphBuilder, families: tuple[str, ...]) -> None:
         else:
             g.nodes.append(h.make_node(op, [x, y], [out]))
     elif family == "reduce":
-        op = draw(st.sampled_from(REDUCE))
+        op = draw(st.sampled_from(INT_REDUCE if integer else REDUCE))
         axes = sorted(draw(st.sets(st.integers(0, len(xs) - 1), min_size=1, max_size=len(xs))))
         keep = draw(st.booleans()) or len(axes) == len(xs)
         shape = tuple(ONE if i in axes else d for i, d in enumerate(xs)) if keep else \
@@ -194,6 +201,58 @@ def add_op(draw, g: GraphBuilder, families: tuple[str, ...]) -> None:
             return
         out = g.new(shape)
         g.nodes.append(h.make_node("Reshape", [x, g.const(target)], [out]))
+    elif family in ("slice", "pad", "gather"):
+        static_axes = [i for i, d in enumerate(xs) if not d.syms]
+        if not static_axes:
+            out = g.new(xs)
+            g.nodes.append(h.make_node("Identity", [x], [out]))
+            return
+        axis = draw(st.sampled_from(static_axes))
+        n = xs[axis].coef
+        if family == "slice" and n > 0:
+            step = draw(st.sampled_from([1, 1, 2, -1, -2]))
+            a, b = sorted(draw(st.lists(st.integers(-n - 1, n + 1), min_size=2, max_size=2)))
+            start, end = (a, b) if step > 0 else (b, a)
+            length = len(range(*slice(start, end, step).indices(n)))
+            if length == 0:  # keep shapes non-empty: a zero-length slice ends the chain's interest
+                start, end, step, length = 0, n, 1, n
+            out = g.new(xs[:axis] + (Mono(length),) + xs[axis + 1:])
+            g.nodes.append(h.make_node("Slice", [x, g.const([start]), g.const([end]), g.const([axis]),
+                                       g.const([step])], [out]))
+        elif family == "pad":
+            before, after = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+            pads = [0] * (2 * len(xs))
+            pads[axis], pads[len(xs) + axis] = before, after
+            mode = draw(st.sampled_from(["constant", "edge", "reflect"] if n > max(before, after) else ["constant"]))
+            out = g.new(xs[:axis] + (Mono(n + before + after),) + xs[axis + 1:])
+            g.nodes.append(h.make_node("Pad", [x, g.const(pads)], [out], mode=mode))
+        else:
+            count = draw(st.integers(1, 4))
+            indices = draw(st.lists(st.integers(-n, n - 1), min_size=count, max_size=count)) if n else [0]
+            out = g.new(xs[:axis] + (Mono(count),) + xs[axis + 1:])
+            g.nodes.append(h.make_node("Gather", [x, g.const(indices)], [out], axis=axis))
+    elif family == "matmul":
+        k = xs[-1]
+        if k.syms or integer:
+            out = g.new(xs)
+            g.nodes.append(h.make_node("Identity", [x], [out]))
+            return
+        n = draw(st.integers(1, 5))
+        name = f"w{len(g.inits)}"
+        g.inits[name] = np.linspace(-1, 1, k.coef * n, dtype=np.float32).reshape(k.coef, n)
+        out = g.new(xs[:-1] + (Mono(n),))
+        g.nodes.append(h.make_node("MatMul", [x, name], [out]))
+    elif family == "cumsum":
+        axis = draw(st.integers(-len(xs), len(xs) - 1))
+        out = g.new(xs)
+        g.nodes.append(h.make_node("CumSum", [x, g.const([axis])], [out], exclusive=int(draw(st.booleans())),
+                                   reverse=int(draw(st.booleans()))))
+    elif family == "clip":
+        lo, hi = sorted(draw(st.lists(st.integers(-3, 3), min_size=2, max_size=2)))
+        name = f"clip{len(g.inits)}"
+        g.inits[name + "_lo"], g.inits[name + "_hi"] = (np.array(lo, dtype=g.dtype), np.array(hi, dtype=g.dtype))
+        out = g.new(xs)
+        g.nodes.append(h.make_node("Clip", [x, name + "_lo", name + "_hi"], [out]))
     elif family == "concat":
         axis = draw(st.integers(0, len(xs) - 1))
         out = g.new(xs[:axis] + (xs[axis] * Mono(2),) + xs[axis + 1:])
@@ -216,17 +275,24 @@ class Case:
     model: onnx.ModelProto
     input_shapes: list[Shape]
     dims_sequence: list[dict[str, int]]  # compile with the first, then update_dimensions to each
+    dtype: type = np.float32
+    static: tuple[str, ...] = ()  # symbols baked into the shaders (a change recompiles them)
 
     def feeds(self, dims: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {vi.name: rng.uniform(-2, 2, size=[d.value(dims) for d in shape]).astype(np.float32)
-                for vi, shape in zip(self.model.graph.input, self.input_shapes)}
+        out = {}
+        for vi, shape in zip(self.model.graph.input, self.input_shapes):
+            size = [d.value(dims) for d in shape]
+            out[vi.name] = (rng.integers(-4, 5, size=size).astype(np.int32) if self.dtype == np.int32
+                            else rng.uniform(-2, 2, size=size).astype(np.float32))
+        return out
 
 
 @st.composite
 def graphs(draw, families: tuple[str, ...], max_ops: int = 6, max_updates: int = 3) -> Case:
     base = draw(base_shape())
     shapes = draw(input_shapes(base))
-    g = GraphBuilder([(f"x{i}", s) for i, s in enumerate(shapes)])
+    dtype = np.int32 if draw(st.integers(0, 4)) == 0 else np.float32  # one graph in five is int32
+    g = GraphBuilder([(f"x{i}", s) for i, s in enumerate(shapes)], dtype)
     for _ in range(draw(st.integers(1, max_ops))):
         draw(add_op(g, families))
     produced = [t for t in g.tensors if t[0].startswith("t")]
@@ -235,6 +301,9 @@ def graphs(draw, families: tuple[str, ...], max_ops: int = 6, max_updates: int =
         extra = draw(st.sampled_from(produced[:-1]))[0]
         outputs.append(extra)
     used = {s for shape in shapes for d in shape for s in d.syms}
-    dim_values = st.fixed_dictionaries({s: st.integers(1, 5) for s in sorted(used)})
+    # Zero-size dims too, except where a Reshape's -1 would be ambiguous (onnxruntime refuses it).
+    low = 1 if any(n.op_type == "Reshape" for n in g.nodes) else 0
+    dim_values = st.fixed_dictionaries({s: st.integers(low, 5) for s in sorted(used)})
     sequence = draw(st.lists(dim_values, min_size=1, max_size=1 + max_updates))
-    return Case(g.model(outputs), shapes, sequence)
+    static = tuple(sorted(draw(st.sets(st.sampled_from(sorted(used))))) if used else ())
+    return Case(g.model(outputs), shapes, sequence, dtype, static)
