@@ -1,0 +1,404 @@
+"""Validation of a plan file before the runtime trusts any of it.
+
+A `.onyxia` file is a zip of `plan.json` and one `.npy` per constant. Loading one must not hang
+the runtime, exhaust memory, or run with a plan that silently means something else, so
+`load_plan` checks, in order, and reports each violation as a PlanError naming the field:
+
+1. The container (`check_members`): members are exactly `plan.json` and `data_N.npy` names, none
+   twice (zip allows that; the last would win), none with a path; their declared sizes add up to
+   at most the decompressed-size cap, and reads never go past a member's declared size.
+2. The document (`check_document`): every field present and of its type (workgroup counts are
+   integers or expressions, never floats), every index in range (shader, template, step targets
+   of symbolic bindings), every tensor a step, alias, scratch, input or output names exists,
+   immediates match their shader's parameters, expressions parse and use the plan's symbols
+   only; the `.npy` members are exactly the ones the tensors name. Steps are checked through
+   the Step interface, so a new kind of step needs nothing here.
+3. The model (`check_model`): at the plan's own dims, every size and count evaluates to a
+   non-negative integer, copies are 4-byte aligned and inside their tensors, a dispatch launches
+   at most one workgroup per element of the largest tensor it binds (a 2^31 grid is refused),
+   and each constant's array has its TensorInfo's shape and dtype.
+
+A plan still carries WGSL that runs on the GPU: these checks keep a damaged or edited file from
+misleading the runtime, they do not make an untrusted plan safe to run (see README, Security).
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from onyxia.errors import OnyxiaError, PlanError
+from onyxia.ir import dtypes
+from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, parse_dim
+
+PLAN_JSON = "plan.json"
+MAX_PLAN_JSON_BYTES = 256 << 20
+DEFAULT_MAX_PLAN_BYTES = 32 << 30  # decompressed, all members together
+_NPY_HEADER_SLACK = 1 << 16  # an .npy header is at most 64 KiB (format 2.0)
+_DATA_MEMBER = re.compile(r"data_[0-9]{1,9}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch"})
+PARAM_TYPES = frozenset({"u32", "i32", "f32"})
+WRITE_TYPES = frozenset({"i32", "u32", "f32"})
+# Symbolic bindings that target a tensor or a shader; the others name a kind of value that the
+# targeted step lists in Step.expressions() (immediate, workgroups, copy, write, or a new kind's).
+TABLE_BINDING_KINDS = frozenset({"buffer", "shader"})
+# Values of these expression kinds may be floats (f32 shader parameters); all others are counts.
+FLOAT_KINDS = frozenset({"immediate"})
+def _fail(where: str, message: str) -> PlanError:
+    return PlanError(f"{where}: {message}" if where else message)
+
+
+# ---- 1. the container ----------------------------------------------------------------------
+
+def check_members(zf: zipfile.ZipFile, max_bytes: int = DEFAULT_MAX_PLAN_BYTES) -> dict[str, zipfile.ZipInfo]:
+    """{member name: ZipInfo}; refuses duplicates, foreign names and an oversized total."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    total = 0
+    for info in zf.infolist():
+        name = info.filename
+        if name in members:
+            raise _fail(f"member '{name}'", "appears twice in the plan file")
+        if name != PLAN_JSON and not (name.endswith(".npy") and _DATA_MEMBER.fullmatch(name[:-4])):
+            raise _fail(f"member {name!r}", f"is not a plan member (expected {PLAN_JSON} and data_N.npy)")
+        if info.flag_bits & 0x1:
+            raise _fail(f"member '{name}'", "is encrypted")
+        members[name] = info
+        total += info.file_size
+    if PLAN_JSON not in members:
+        raise _fail("", f"the file has no {PLAN_JSON}")
+    if members[PLAN_JSON].file_size > MAX_PLAN_JSON_BYTES:
+        raise _fail(f"member '{PLAN_JSON}'", f"inflates to {members[PLAN_JSON].file_size} bytes "
+                    f"(at most {MAX_PLAN_JSON_BYTES})")
+    if total > max_bytes:
+        raise _fail("", f"members inflate to {total} bytes, over the cap of {max_bytes} "
+                    "(load_plan(..., max_bytes=) raises it)")
+    return members
+
+
+def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    """A member's bytes, never more than `limit` (zipfile stops at the declared size and checks
+    the CRC, so a member that inflates past its header is a BadZipFile, not a 4 GiB string)."""
+    if info.file_size > limit:
+        raise _fail(f"member '{info.filename}'", f"inflates to {info.file_size} bytes, more than the "
+                    f"{limit} its tensor needs")
+    with zf.open(info) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise _fail(f"member '{info.filename}'", f"inflates past {limit} bytes")
+    return data
+
+
+def data_limits(doc: dict, members: dict[str, zipfile.ZipInfo]) -> dict[str, int]:
+    """{data ref: most bytes its member may hold}; the members must be exactly these refs."""
+    limits: dict[str, int] = {}
+    for i, t in enumerate(doc["tensors"]):
+        ref = t["data"]
+        if ref is None:
+            continue
+        where = f"tensors[{i}].data"
+        if ref in limits:
+            raise _fail(where, f"'{ref}' is named by two tensors")
+        if f"{ref}.npy" not in members:
+            raise _fail(where, f"names member '{ref}.npy', which the plan file does not hold")
+        shape = [int(d) for d in t["shape"]]  # check_document made sure these are ints
+        itemsize = dtypes.from_name(t["dtype"]).numpy.itemsize
+        limits[ref] = int(np.prod(shape, dtype=object)) * itemsize + _NPY_HEADER_SLACK
+    extra = sorted(set(members) - {PLAN_JSON} - {f"{ref}.npy" for ref in limits})
+    if extra:
+        raise _fail(f"member '{extra[0]}'", "is not named by any tensor")
+    return limits
+
+
+# ---- 2. the document -----------------------------------------------------------------------
+
+class _Doc:
+    """Typed access to plan.json with errors naming the dotted field."""
+
+    def __init__(self, symbols: Iterable[str] = ()):
+        self.symbols = frozenset(symbols)
+
+    def obj(self, v: Any, where: str, keys: Iterable[str]) -> dict:
+        if not isinstance(v, dict):
+            raise _fail(where, f"must be an object, got {_kind(v)}")
+        missing = [k for k in keys if k not in v]
+        if missing:
+            raise _fail(f"{where}.{missing[0]}" if where else missing[0], "is missing")
+        return v
+
+    def list(self, v: Any, where: str) -> list:
+        if not isinstance(v, list):
+            raise _fail(where, f"must be a list, got {_kind(v)}")
+        return v
+
+    def str(self, v: Any, where: str, pattern: re.Pattern | None = None) -> str:
+        if not isinstance(v, str) or (pattern is not None and not pattern.fullmatch(v)):
+            raise _fail(where, f"must be {'an identifier' if pattern else 'a string'}, got {v!r}")
+        return v
+
+    def int(self, v: Any, where: str, lo: int = 0, hi: int | None = None) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v >= hi):
+            bound = f"in [{lo}, {hi})" if hi is not None else f">= {lo}"
+            raise _fail(where, f"must be an integer {bound}, got {v!r}")
+        return v
+
+    def expr(self, v: Any, where: str) -> Dim:
+        """An int or {"sym": "expression over the plan's symbols"}; never a float."""
+        if isinstance(v, dict) and set(v) == {"sym"} and isinstance(v["sym"], str):
+            return self.sym(v["sym"], where)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _fail(where, f"must be an integer or a dimension expression, got {v!r}")
+        return v
+
+    def sym(self, text: Any, where: str) -> Dim:
+        if not isinstance(text, str):
+            raise _fail(where, f"must be a dimension expression, got {text!r}")
+        try:
+            value = parse_dim(text)
+        except OnyxiaError as exc:
+            raise _fail(where, str(exc)) from None
+        unknown = sorted(value.symbols - self.symbols) if isinstance(value, SymDim) else []
+        if unknown:
+            raise _fail(where, f"uses symbol {unknown[0]!r}, which is not one of the plan's dims")
+        return value
+
+    def scalar(self, v: Any, where: str) -> object:
+        if isinstance(v, dict) and set(v) == {"f"}:
+            if isinstance(v["f"], bool) or not isinstance(v["f"], (int, float)):
+                raise _fail(where, f"must be a number, got {v['f']!r}")
+            return float(v["f"])
+        return self.expr(v, where)
+
+
+def _kind(v: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false"}.get(type(v), type(v).__name__)
+
+
+def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
+    """Schema and cross-reference checks of plan.json (see the module doc, step 2).
+
+    `decode_step` turns a step's JSON into its Step (plan.Step.kind(tag).from_json): steps are
+    checked through the Step interface (uses, expressions, dispatches), so a new kind of step is
+    validated without this module knowing its fields."""
+    top = ("templates", "shaders", "operations", "tensors", "inputs", "outputs", "symbolic_bindings",
+           "dims", "static_symbols", "metadata")
+    d = _Doc()
+    d.obj(doc, "", top)
+    dims = d.obj(doc["dims"], "dims", ())
+    for name, value in dims.items():
+        d.int(value, f"dims.{name}")
+    d = _Doc(dims)
+    for i, name in enumerate(d.list(doc["static_symbols"], "static_symbols")):
+        if name not in dims:
+            raise _fail(f"static_symbols[{i}]", f"{name!r} is not one of the plan's dims")
+    d.obj(doc["metadata"], "metadata", ())
+
+    templates = d.obj(doc["templates"], "templates", ())
+    for key, text in templates.items():
+        d.str(text, f"templates.{key}")
+    shaders = d.list(doc["shaders"], "shaders")
+    for i, s in enumerate(shaders):
+        _check_shader(d, s, f"shaders[{i}]", templates)
+
+    tensors: dict[str, dict] = {}
+    for i, t in enumerate(d.list(doc["tensors"], "tensors")):
+        where = f"tensors[{i}]"
+        d.obj(t, where, ("name", "dtype", "shape", "kind", "data", "alias_of"))
+        name = d.str(t["name"], f"{where}.name")
+        if not name or name in tensors:
+            raise _fail(f"{where}.name", f"{name!r} is empty or names a second tensor")
+        try:
+            dtypes.from_name(d.str(t["dtype"], f"{where}.dtype"))
+        except OnyxiaError as exc:
+            raise _fail(f"{where}.dtype", str(exc)) from None
+        for j, dim in enumerate(d.list(t["shape"], f"{where}.shape")):
+            if isinstance(d.expr(dim, f"{where}.shape[{j}]"), int) and dim < 0:
+                raise _fail(f"{where}.shape[{j}]", f"must be non-negative, got {dim}")
+        if t["kind"] not in TENSOR_KINDS:
+            raise _fail(f"{where}.kind", f"must be one of {sorted(TENSOR_KINDS)}, got {t['kind']!r}")
+        if t["data"] is not None:
+            d.str(t["data"], f"{where}.data", _DATA_MEMBER)
+            if not all(isinstance(dim, int) for dim in t["shape"]):
+                raise _fail(f"{where}.shape", "a tensor with data must have a static shape")
+        tensors[name] = t
+    _check_aliases(d, doc["tensors"], tensors)
+
+    def tensor(v: Any, where: str) -> str:
+        if d.str(v, where) not in tensors:
+            raise _fail(where, f"names tensor {v!r}, which the plan does not hold")
+        return v
+
+    for field in ("inputs", "outputs"):
+        seen: set[str] = set()
+        for i, name in enumerate(d.list(doc[field], field)):
+            if tensor(name, f"{field}[{i}]") in seen:
+                raise _fail(f"{field}[{i}]", f"{name!r} is listed twice")
+            seen.add(name)
+
+    step_exprs: list[dict[str, int]] = []  # per flat step: {expression kind: how many}
+    for i, op in enumerate(d.list(doc["operations"], "operations")):
+        where = f"operations[{i}]"
+        d.obj(op, where, ("name", "op_type", "scratch", "steps"))
+        d.str(op["name"], f"{where}.name")
+        d.str(op["op_type"], f"{where}.op_type")
+        for j, name in enumerate(d.list(op["scratch"], f"{where}.scratch")):
+            tensor(name, f"{where}.scratch[{j}]")
+        for j, raw in enumerate(d.list(op["steps"], f"{where}.steps")):
+            step_exprs.append(_check_step(d, raw, f"{where}.steps[{j}]", shaders, tensor, decode_step))
+
+    for i, b in enumerate(d.list(doc["symbolic_bindings"], "symbolic_bindings")):
+        where = f"symbolic_bindings[{i}]"
+        if not isinstance(b, list) or len(b) != 4:
+            raise _fail(where, f"must be [kind, target, index, expression], got {b!r}")
+        kind, target, index, expr = b
+        d.str(kind, f"{where}[0]")
+        if kind == "buffer":
+            tensor(target, f"{where}[1]")
+        elif kind == "shader":
+            d.int(target, f"{where}[1]", 0, len(shaders))
+        else:
+            d.int(target, f"{where}[1]", 0, len(step_exprs))
+            if kind not in step_exprs[target]:
+                raise _fail(f"{where}[0]", f"a binding of kind {kind!r} cannot target step {target}, which has "
+                            f"{sorted(step_exprs[target]) or 'no values'}")
+            d.int(index, f"{where}[2]", 0, step_exprs[target][kind])
+        d.int(index, f"{where}[2]")
+        d.sym(expr, f"{where}[3]")
+    for i, c in enumerate(d.list(doc.get("constraints", []), "constraints")):
+        if not isinstance(c, list) or len(c) != 3:
+            raise _fail(f"constraints[{i}]", f"must be [expression, expression, node], got {c!r}")
+        d.sym(c[0], f"constraints[{i}][0]"), d.sym(c[1], f"constraints[{i}][1]"), d.str(c[2], f"constraints[{i}][2]")
+
+
+def _check_shader(d: _Doc, s: Any, where: str, templates: dict) -> None:
+    d.obj(s, where, ("label", "template", "entry_point", "defs", "constants", "immediates"))
+    d.str(s["label"], f"{where}.label")
+    if d.str(s["template"], f"{where}.template") not in templates:
+        raise _fail(f"{where}.template", f"names template {s['template']!r}, which the plan does not hold")
+    d.str(s["entry_point"], f"{where}.entry_point", _IDENTIFIER)
+    for j, pair in enumerate(d.list(s["defs"], f"{where}.defs")):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise _fail(f"{where}.defs[{j}]", f"must be [name, value], got {pair!r}")
+        d.str(pair[0], f"{where}.defs[{j}][0]", _IDENTIFIER)
+        if not isinstance(pair[1], (bool, str)):
+            d.scalar(pair[1], f"{where}.defs[{j}][1]")
+    for j, c in enumerate(d.list(s["constants"], f"{where}.constants")):
+        if not isinstance(c, list) or len(c) != 3:
+            raise _fail(f"{where}.constants[{j}]", f"must be [name, type, value], got {c!r}")
+        _check_param(d, c[:2], f"{where}.constants[{j}]")
+        d.scalar(c[2], f"{where}.constants[{j}][2]")
+    for j, p in enumerate(d.list(s["immediates"], f"{where}.immediates")):
+        _check_param(d, p, f"{where}.immediates[{j}]")
+
+
+def _check_param(d: _Doc, p: Any, where: str) -> None:
+    if not isinstance(p, list) or len(p) != 2:
+        raise _fail(where, f"must be [name, type], got {p!r}")
+    d.str(p[0], f"{where}[0]", _IDENTIFIER)
+    if p[1] not in PARAM_TYPES:
+        raise _fail(f"{where}[1]", f"must be one of {sorted(PARAM_TYPES)}, got {p[1]!r}")
+
+
+def _check_aliases(d: _Doc, raw: list, tensors: dict[str, dict]) -> None:
+    for i, t in enumerate(raw):
+        seen = {t["name"]}
+        target = t["alias_of"]
+        while target is not None:
+            where = f"tensors[{i}].alias_of"
+            if d.str(target, where) not in tensors:
+                raise _fail(where, f"names tensor {target!r}, which the plan does not hold")
+            if target in seen:
+                raise _fail(where, f"aliases form a cycle through {target!r}")
+            seen.add(target)
+            target = tensors[target]["alias_of"]
+
+
+def _check_step(d: _Doc, raw: Any, where: str, shaders: list, tensor: Callable[[Any, str], str],
+                decode_step: Callable[[dict], Any]) -> dict[str, int]:
+    """Decodes and checks one step; returns {expression kind: how many} for binding targets."""
+    d.obj(raw, where, ("t",))
+    try:
+        step = decode_step(raw)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OnyxiaError) as exc:
+        missing = f"field {exc} is missing" if isinstance(exc, KeyError) else str(exc)
+        raise _fail(where, f"not a valid {raw.get('t')!r} step: {missing}") from None
+    for name, _written in step.uses():
+        tensor(name, f"{where} (tensor)")
+    counts: dict[str, int] = {}
+    for kind, j, v in step.expressions():
+        at = f"{where} {kind}[{j}]"
+        if kind in FLOAT_KINDS and isinstance(v, float):
+            pass
+        elif isinstance(v, SymDim):
+            unknown = sorted(v.symbols - d.symbols)
+            if unknown:
+                raise _fail(at, f"uses symbol {unknown[0]!r}, which is not one of the plan's dims")
+        elif isinstance(v, bool) or not isinstance(v, int):
+            raise _fail(at, f"must be an integer or a dimension expression, got {v!r}")
+        counts[kind] = max(counts.get(kind, 0), j + 1)
+    for dispatch in step.dispatches():
+        shader = dispatch.shader
+        if isinstance(shader, bool) or not isinstance(shader, int) or not 0 <= shader < len(shaders):
+            raise _fail(f"{where}.shader", f"must be an index in [0, {len(shaders)}), got {shader!r}")
+        if len(dispatch.workgroups) != 3:
+            raise _fail(f"{where}.workgroups", f"must hold 3 counts, got {len(dispatch.workgroups)}")
+        params = shaders[shader]["immediates"]
+        if len(dispatch.immediates) != len(params):
+            raise _fail(f"{where}.immediates", f"holds {len(dispatch.immediates)} values; shader {shader} "
+                        f"takes {len(params)}")
+    return counts
+
+
+# ---- 3. the decoded model ------------------------------------------------------------------
+
+def check_model(model: Any) -> None:
+    """Invariants of a decoded CompiledModel at its own dims (see the module doc, step 3)."""
+    dims = model.dims
+
+    def value(v: object, where: str) -> int:
+        try:
+            out = evaluate_dim(v, dims)  # type: ignore[arg-type]
+        except OnyxiaError as exc:
+            raise _fail(where, str(exc)) from None
+        if out < 0:
+            raise _fail(where, f"is {out} at the plan's dims {dims}")
+        return out
+
+    nbytes = {name: value(t.nbytes, f"tensor '{name}' size") for name, t in model.tensors.items()}
+    numel = {name: n // 4 for name, n in nbytes.items()}
+    for name, t in model.tensors.items():
+        if t.data is None:
+            continue
+        want = dtypes.from_name(t.dtype).numpy
+        if tuple(t.data.shape) != tuple(t.shape) or t.data.dtype != want:
+            raise _fail(f"tensor '{name}' data", f"is {t.data.dtype}{list(t.data.shape)}, its TensorInfo "
+                        f"says {want}{list(t.shape)}")
+    for i, step in enumerate(model.steps):
+        where = f"step {i}"
+        for dispatch in step.dispatches():
+            counts = [value(w, f"{where} workgroups[{j}]") for j, w in enumerate(dispatch.workgroups)]
+            total = counts[0] * counts[1] * counts[2]
+            most = max([numel[b.tensor] for b in dispatch.bindings] + [1])
+            if total > most:
+                raise _fail(f"{where} workgroups", f"{counts} launch {total} workgroups, more than the "
+                            f"{most} elements of the largest tensor the dispatch binds")
+        for kind, j, v in step.expressions():
+            if kind in ("copy", "write"):
+                value(v, f"{where} {kind}[{j}]")
+        if step.tag == "copy":
+            size, src_off, dst_off = (value(v, f"{where} copy") for v in (step.size, step.src_offset,
+                                                                          step.dst_offset))
+            if size % 4 or src_off % 4 or dst_off % 4:
+                raise _fail(f"{where} copy", f"size {size} and offsets {src_off}, {dst_off} must be "
+                            "multiples of 4")
+            for tensor, offset in ((step.src, src_off), (step.dst, dst_off)):
+                if offset + size > nbytes[tensor]:
+                    raise _fail(f"{where} copy", f"bytes {offset}..{offset + size} of tensor '{tensor}', "
+                                f"which has {nbytes[tensor]}")
+        elif step.tag == "write" and 4 * len(step.data) > nbytes[step.dst]:
+            raise _fail(f"{where} write", f"{len(step.data)} words into tensor '{step.dst}' of "
+                        f"{nbytes[step.dst]} bytes")
