@@ -62,6 +62,28 @@ def test_symlinks_inside_the_folder_load(tmp_path):
     assert len(tokens) == 3
 
 
+def optimum_decoder_symlink_out(tmp: str) -> None:
+    """Optimum's layout has no genai_config.json; its decoder file name is fixed, but may be a
+    symlink out of the folder."""
+    import json
+
+    from onyxia.llm.hf_config import load_hf_config
+
+    root = Path(tmp)
+    outside = decoder_folder(root / "outside")
+    folder = root / "model"
+    (folder / "onnx").mkdir(parents=True)
+    os.symlink(outside / "model.onnx", folder / "onnx" / "model.onnx")
+    (folder / "config.json").write_text(json.dumps({
+        "num_attention_heads": 2, "hidden_size": 32, "num_hidden_layers": 1, "num_key_value_heads": 1,
+        "max_position_embeddings": 32, "vocab_size": 64, "eos_token_id": 2}))
+    load_hf_config(folder)
+
+
+def test_optimum_decoder_symlink_out_of_the_folder_is_refused(tmp_path):
+    expect_error(optimum_decoder_symlink_out, str(tmp_path), error=ConfigError, match="onnx/model.onnx.*outside")
+
+
 def tokenizer_symlink_out(tmp: str) -> None:
     from onyxia.llm.config import load_tokenizer
 
