@@ -42,8 +42,9 @@ SEED_OPS = frozenset(
     "Add Sub Mul Div Pow Max Cos Sin Sqrt Neg Tanh Equal Greater Where Gelu Softmax MatMul Constant "
     "ConstantOfShape Shape Reshape Unsqueeze Transpose Concat Expand Gather Slice ScatterND Range Trilu "
     "ReduceSum ReduceMean Cast".split())
-# Element types with a device representation (onyxia/ir/dtypes.py: one 32-bit word per element).
-DEVICE_DTYPES = frozenset("float32 float16 int32 int64 bool int8 uint8 int16 uint16 uint32".split())
+# Element types with a device representation (onyxia/ir/dtypes.py's storage codecs).
+DEVICE_DTYPES = frozenset("float32 float16 bfloat16 float8e4m3fn float8e4m3fnuz float8e5m2 float8e5m2fnuz float8e8m0 "
+                          "float4e2m1 int32 int64 bool int8 uint8 int16 uint16 uint32 int4 uint4 int2 uint2".split())
 
 # Operator families for the per-family counts; a case belongs to the family of its principal op.
 FAMILIES: dict[str, frozenset[str]] = {name: frozenset(ops.split()) for name, ops in {
@@ -71,9 +72,17 @@ DOMAIN_REASONS = {
                                 "inference runtime",
     "ai.onnx.ml": "ai.onnx.ml (classical ML) operators are not implemented",
 }
-NON_TENSOR_REASON = "sequence/optional/map values: onyxia's graphs carry tensors only"
+NON_TENSOR_REASON = "map values: onyxia carries tensors, sequences and optionals only"
+RUNNER_REASON = ("onnx's test runner cannot compare this output: its assert_similar_outputs calls len() on "
+                 "the 0-d tensor a sequence holds (onyxia returns the reference's values)")
 STRING_REASON = "string tensors have no GPU representation"
-FLOAT64_REASON = "float64 has no GPU representation (device storage is 32-bit words, by design)"
+FLOAT64_REASON = "float64 has no GPU representation (no f64 storage on the device)"
+# Cases whose failure the exception alone would misdescribe, with the reason that applies.
+CASE_REASONS = {
+    "test_attention_4d_causal_fp16_expanded":
+        "float16 rounding: onyxia computes each op in f32 and rounds once per stored tensor; the expected "
+        "output rounds every numpy float16 step (1 ulp apart, just over the case's rtol)",
+}
 
 
 # Seeded random ops: any generator other than numpy's draws other numbers (ONNX fixes none).
@@ -82,18 +91,12 @@ RANDOM_REASON = ("random values: onyxia's counter-based generator is not numpy's
                  "tests/gpu/test_generators.py)")
 
 
-LOW_PRECISION_REASON = ("8-bit and smaller float/int formats (float8*, float4, int4/uint4, int2/uint2) and bfloat16 "
-                        "have no GPU representation (device storage is 32-bit words)")
-
-
 def dtype_reason(dtype: str) -> str:
     if dtype == "float64":
         return FLOAT64_REASON
     if dtype == "string":
         return STRING_REASON
-    if re.fullmatch(r"bfloat16|float8.*|float4.*|u?int[24]", dtype):
-        return LOW_PRECISION_REASON
-    return f"{dtype} has no GPU representation (device storage is 32-bit words)"
+    return f"{dtype} has no GPU representation"
 
 
 # ---- what each case uses (static, from the model) --------------------------------------------
@@ -320,13 +323,15 @@ def _generic(message: str) -> str:
 
 def reason(info: CaseInfo, result: dict[str, Any]) -> str:
     """The one ledger reason for a failing case."""
+    if info.name in CASE_REASONS:
+        return CASE_REASONS[info.name]
     for domain, text in DOMAIN_REASONS.items():
         if domain in info.domains:
             return text
     io = info.io_types
-    if io & {"sequence", "optional", "map"}:
+    if "map" in io:
         return NON_TENSOR_REASON
-    for dtype in ("string", "float64", *sorted(io - DEVICE_DTYPES - {"string", "float64"})):
+    for dtype in ("string", "float64", *sorted(io - DEVICE_DTYPES - {"string", "float64", "sequence", "optional"})):
         if dtype in io:
             return dtype_reason(dtype)
     kind, key = result["kind"], result.get("key")
@@ -337,7 +342,7 @@ def reason(info: CaseInfo, result: dict[str, Any]) -> str:
         return dtype_reason(key)
     if kind == "load":
         detail = result["detail"]
-        if "sequence/map/optional" in detail:
+        if "onyxia takes tensors, sequences and optionals" in detail:
             return NON_TENSOR_REASON
         m = re.search(r"element type (\w+) is not supported", detail)
         if m:
@@ -355,6 +360,8 @@ def reason(info: CaseInfo, result: dict[str, Any]) -> str:
                 "PlanError": "planning fails", "InputError": "feeds rejected", "DimensionError": "dimension error",
                 "DeviceError": "device error"}.get(key, key)
         return f"{what}: {result.get('op') or op}"
+    if "Unable to compare expected type" in str(result.get("detail", "")):
+        return RUNNER_REASON
     if kind == "crash":
         return f"onyxia bug, raises {key} instead of an OnyxiaError: {op}"
     if kind == "timeout":

@@ -4,11 +4,17 @@
     rep = backend.prepare(model)          # an OnyxiaBackendRep
     outputs = rep.run([x, y])             # tuple of numpy arrays, in the graph's output order
 
-Devices: onnx's test cases ask for "CPU" (and "CUDA"). onyxia has no device choice of that kind —
-it runs on the wgpu adapter the Runtime picks (discrete > integrated > CPU, ONYXIA_ADAPTER
-overrides), which is lavapipe (a CPU Vulkan driver) in CI and a real GPU elsewhere. So "CPU" here
-means "onyxia's default adapter": `supports_device("CPU")` is True, every other device is False
-(so the suite's *_cuda copies skip instead of running the same thing twice).
+Devices: onyxia always runs on a WebGPU adapter, the one the Runtime picks (discrete > integrated >
+CPU; ONYXIA_ADAPTER overrides; `prepare(..., runtime=Runtime(adapter=...))` names one). Two device
+names select it, the two onnxruntime's backend uses:
+- "GPU": onyxia's adapter, the natural name for it (a WebGPU device). It does not insist on
+  GPU hardware: where the only adapter is lavapipe (a CPU Vulkan driver, as in CI), that is it.
+- "CPU": onnx's default device name (Backend's default argument, BackendTest's *_cpu cases), so
+  that code written for any onnx backend runs unchanged; it also means onyxia's adapter, not the
+  host CPU.
+`supports_device` is True for both (a ":0" index is accepted, as onnx's Device parses it) and
+False for anything else ("CUDA" included, so the suite's *_cuda copies skip instead of running
+the same thing twice).
 
 All reps share ONE Runtime (wgpu device): opening a device costs far more than a small node test.
 Pass `runtime=` to `prepare` to use your own. OnyxiaErrors propagate unchanged, so a test fails
@@ -23,13 +29,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx.backend.base import Backend, BackendRep, Device, DeviceType
+from onnx.backend.base import Backend, BackendRep
 
 from onyxia.errors import DeviceError, InputError
 from onyxia.onnx import DEFAULT_OPSET
 from onyxia.runtime.device import Runtime
 from onyxia.session import InferenceSession
 
+_DEVICES = ("GPU", "CPU")  # see the module docstring: both select onyxia's adapter
 _runtime_lock = threading.Lock()
 _shared = None  # the process-wide Runtime, opened on first use
 
@@ -90,7 +97,8 @@ class OnyxiaBackend(Backend):
         Extra kwargs from the test runner (rtol, atol) are accepted and ignored.
         """
         if not cls.supports_device(device):
-            raise DeviceError(f"onyxia runs on its wgpu adapter; device '{device}' is not available (use 'CPU')")
+            raise DeviceError(f"onyxia runs on its wgpu adapter; device '{device}' is not available "
+                              "(use 'GPU' or 'CPU': both mean that adapter)")
         runtime = runtime if runtime is not None else shared_runtime()
         return OnyxiaBackendRep(InferenceSession(model, runtime=runtime, dims=dims), runtime)
 
@@ -125,11 +133,11 @@ class OnyxiaBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        """True for "CPU": onnx's default device name, standing for onyxia's wgpu adapter."""
-        try:
-            return Device(device).type == DeviceType.CPU
-        except Exception:  # noqa: BLE001 - onnx raises on unknown device strings
+        """True for "GPU" and "CPU" (optionally with ":0"): both stand for onyxia's wgpu adapter."""
+        if not isinstance(device, str):
             return False
+        name, _, index = device.partition(":")
+        return name.upper() in _DEVICES and index in ("", "0")
 
 
 prepare = OnyxiaBackend.prepare

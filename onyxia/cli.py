@@ -64,12 +64,28 @@ def _compile(model_path: str, dims: dict[str, int], static: Sequence[str]):
                                    progress=lambda rec, done, total: _progress("compiling", done, total))
 
 
-def _summary(compiled) -> list[str]:
+def _by_storage(compiled, tensors) -> tuple[int, str]:
+    """(total device bytes, "f16 1.2 MiB, i32 4.0 KiB" with each storage's bytes per element)."""
+    from onyxia.ir.dtypes import from_name
     from onyxia.ir.shapes import evaluate_dim
 
+    sizes: dict[str, int] = {}
+    for t in tensors:
+        key = f"{t.storage} ({from_name(t.dtype).bits / 8:g} B)"
+        sizes[key] = sizes.get(key, 0) + int(evaluate_dim(t.nbytes, compiled.dims))
+    parts = ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]))
+    return sum(sizes.values()), parts
+
+
+def _summary(compiled) -> list[str]:
     md = compiled.metadata
-    activation = sum(evaluate_dim(t.nbytes, compiled.dims) for t in compiled.tensors.values()
-                     if t.alias_of is None and t.kind in ("intermediate", "output", "scratch") and t.data is None)
+    tensors = compiled.tensors.values()
+    weights, weight_parts = _by_storage(compiled, [t for t in tensors if t.data is not None])
+    activation, activation_parts = _by_storage(compiled, [
+        t for t in tensors
+        if t.alias_of is None and t.kind in ("intermediate", "output", "scratch") and t.data is None])
+    io, io_parts = _by_storage(compiled, [compiled.tensors[n] for n in dict.fromkeys((*compiled.inputs,
+                                                                                          *compiled.outputs))])
     symbols = ", ".join(f"{k}={v}{' (static)' if k in compiled.static_symbols else ''}"
                         for k, v in sorted(compiled.dims.items())) or "none"
     return [
@@ -78,8 +94,9 @@ def _summary(compiled) -> list[str]:
         f"dispatches:       {compiled.num_dispatches}",
         f"steps:            {len(compiled.steps)}",
         f"distinct shaders: {len(compiled.shaders)}",
-        f"weights:          {_fmt_bytes(md.get('weight_bytes', 0))}",
-        f"activations:      {_fmt_bytes(activation)} (at the dims given)",
+        f"weights:          {_fmt_bytes(weights)} on the device ({weight_parts or 'none'})",
+        f"activations:      {_fmt_bytes(activation)} at the dims given ({activation_parts or 'none'})",
+        f"inputs, outputs:  {_fmt_bytes(io)} at the dims given ({io_parts or 'none'})",
         f"symbols:          {symbols}",
         f"symbolic bindings:{len(compiled.symbolic_bindings):>5}",
     ]

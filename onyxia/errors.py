@@ -31,15 +31,18 @@ class ShapeInferenceError(OnyxiaError):
 class ValueRequiredError(ShapeInferenceError):
     """Inference needs the value of `tensor` (a shape, axes, pads...) and it is not a constant.
 
-    InferenceSession handles this by specializing on the fed values of the graph inputs the
-    tensor depends on (`sources`, found in the graph being compiled: the tensor may be one a
-    pass created); a plain compile reports it as is.
+    InferenceSession handles this by specializing: on the fed values of the graph inputs the
+    tensor's value reads (`sources`), and on the fed sizes of the symbols it reads (`symbols`: a
+    size computed from Shape through float math). Both are found in the graph being compiled (the
+    tensor may be one a pass created); a plain compile reports the error as is.
     """
 
-    def __init__(self, message: str, *, tensor: str, sources: frozenset[str] = frozenset(), **kw):
+    def __init__(self, message: str, *, tensor: str, sources: frozenset[str] = frozenset(),
+                 symbols: frozenset[str] = frozenset(), **kw):
         super().__init__(message, **kw)
         self.tensor = tensor
         self.sources = sources
+        self.symbols = symbols
 
 
 class UnsupportedOperatorError(OnyxiaError):
@@ -86,3 +89,8 @@ class PipelineError(OnyxiaError):
 class CliError(OnyxiaError):
     """A command-line request cannot be carried out: an argument out of range, an output path
     that cannot be written, a `--check` reference run that onnxruntime refused."""
+
+
+class ComputeError(OnyxiaError):
+    """A kernel detected a result the device cannot represent (an int64 value outside the
+    32-bit range the GPU computes int64 in); the run's outputs are not returned."""

@@ -1,14 +1,18 @@
 """ONNX → IrGraph.
 
 Reads a path, bytes or ModelProto (external data included), records the opset of each domain,
-turns dim_param strings into symbols (dim_value into ints, absent dims into fresh symbols) and
-initializers and Constant nodes into valued weight tensors. Problems in the file surface as
+turns dim_param strings into symbols (dim_value into ints) and
+initializers and Constant nodes into valued weight tensors. A dim the model leaves unnamed —
+absent, an empty or "?" dim_param, or a negative dim_value (paddle2onnx and older converters write
+-1 for "dynamic") — becomes a fresh symbol named after its input and axis (`x_dim0`), bound from the
+feed by InferenceSession or given with `--dim x_dim0=N`. Problems in the file surface as
 ModelLoadError naming the element at fault, never as a protobuf traceback.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,16 +148,22 @@ def load_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -
         graph.add_tensor(TensorDef(init.name, _dtype(init.data_type, f"initializer '{init.name}'"),
                                    tuple(int(d) for d in init.dims), TensorKind.WEIGHT,
                                    _to_array(init, f"initializer '{init.name}'")))
+    taken = _dim_param_names(proto.graph.input)
     for vi in proto.graph.input:
         if vi.name in graph.tensors:  # an input with a default value (initializer): a weight
             continue
-        dtype, shape = _value_info(vi, f"input '{vi.name}'")
-        graph.add_tensor(TensorDef(vi.name, dtype, shape, TensorKind.INPUT))
+        container = _container(vi, f"input '{vi.name}'")
+        if container is not None:  # a sequence or optional: its elements come with the feed
+            graph.add_tensor(TensorDef(vi.name, container[1], None, TensorKind.INPUT, container=container[0]))
+        else:
+            dtype, shape = _value_info(vi, f"input '{vi.name}'", taken)
+            graph.add_tensor(TensorDef(vi.name, dtype, shape, TensorKind.INPUT))
         graph.inputs.append(vi.name)
 
+    names = _Names.of(proto.graph)
     for index, np_node in enumerate(proto.graph.node):
         name = node_label(np_node, index)
-        attrs = {a.name: _attribute(a, name) for a in np_node.attribute}
+        attrs = _node_attributes(np_node, name, graph, names, {})
         if np_node.op_type == "Constant" and domain_of(np_node.domain) == "":
             _add_constant(graph, name, np_node, attrs)
             continue
@@ -166,6 +176,8 @@ def load_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -
         t = graph.tensors.get(vi.name)
         if t is not None and t.kind is TensorKind.INTERMEDIATE:
             t.kind = TensorKind.OUTPUT
+        if t is not None and t.container is None:
+            t.container = (_container(vi, f"output '{vi.name}'") or (None,))[0]
     if not graph.outputs:
         raise ModelLoadError("the model declares no graph outputs")
     graph.validate()
@@ -195,25 +207,56 @@ def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
         raise ModelLoadError(f"{what}: cannot decode tensor data ({exc})") from exc
 
 
-def _value_info(vi: onnx.ValueInfoProto, what: str) -> tuple[dtypes.DType, tuple[Dim, ...]]:
+# dim_params that mean "unknown" rather than naming a dim: paddle2onnx writes "?" on every
+# unknown axis (x: [-1, 3, "?", "?"]), so treating it as one shared name would force h == w.
+_ANONYMOUS_DIM_PARAMS = frozenset({"", "?"})
+
+
+def _dim_param_names(inputs) -> set[str]:
+    """Every dim_param text the inputs use, so fresh names cannot collide with one."""
+    return {d.dim_param.strip() for vi in inputs if vi.type.HasField("tensor_type")
+            for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+
+
+def _value_info(vi: onnx.ValueInfoProto, what: str,
+                taken: set[str]) -> tuple[dtypes.DType, tuple[Dim, ...]]:
     if not vi.type.HasField("tensor_type"):
         raise ModelLoadError(f"{what} is not a tensor (sequence/map/optional types are not supported)")
     tt = vi.type.tensor_type
     dtype = _dtype(tt.elem_type, what)
     if not tt.HasField("shape"):
         raise ModelLoadError(f"{what} has no shape; give it a rank in the model")
+    return dtype, _shape(vi, what, taken)
+
+
+def _shape(vi: onnx.ValueInfoProto, what: str, taken: set[str] | None = None) -> tuple[Dim, ...]:
+    """Dims of a declared shape; `taken`: dim names already used, so fresh ones avoid them."""
+    taken = set() if taken is None else taken
+    tt = vi.type.tensor_type
     shape: list[Dim] = []
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             shape.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param.strip():
+        elif d.HasField("dim_param") and d.dim_param.strip() not in _ANONYMOUS_DIM_PARAMS:
             try:
                 shape.append(parse_dim(d.dim_param))
             except OnyxiaError as exc:
                 raise ModelLoadError(f"{what} dim {i}: {exc}") from None
-        else:  # no name in the model: make one the user can bind with --dim
-            shape.append(SymDim.symbol(f"{vi.name}_dim{i}"))
-    return dtype, tuple(shape)
+        else:  # dynamic but unnamed: make a name the user can bind with --dim
+            shape.append(SymDim.symbol(_fresh_dim_name(vi.name, i, taken)))
+    return tuple(shape)
+
+
+def _fresh_dim_name(tensor: str, axis: int, taken: set[str]) -> str:
+    """`<input>_dim<axis>`, made an identifier (so it reads back from a plan inside an expression
+    and is typed as-is after --dim) and unique among the model's dim names."""
+    base = re.sub(r"\W", "_", tensor)
+    base = base if re.match(r"[A-Za-z_]", base) else f"input_{base}"
+    name, n = f"{base}_dim{axis}", 1
+    while name in taken:
+        name, n = f"{base}_dim{axis}_{n}", n + 1
+    taken.add(name)
+    return name
 
 
 def _attribute(attr: onnx.AttributeProto, node_name: str) -> Any:
@@ -221,6 +264,9 @@ def _attribute(attr: onnx.AttributeProto, node_name: str) -> Any:
         value = onnx.helper.get_attribute_value(attr)
     except Exception as exc:
         raise ModelLoadError(f"node '{node_name}' attribute '{attr.name}': {exc}") from exc
+    if isinstance(value, onnx.GraphProto) or (isinstance(value, list) and value and
+                                              isinstance(value[0], onnx.GraphProto)):
+        raise ModelLoadError(f"node '{node_name}' attribute '{attr.name}': a graph outside a node's attributes")
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, onnx.TensorProto):
@@ -230,7 +276,8 @@ def _attribute(attr: onnx.AttributeProto, node_name: str) -> Any:
     return value
 
 
-def _add_constant(graph: IrGraph, name: str, node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
+def _add_constant(graph: IrGraph, name: str, node: onnx.NodeProto, attrs: dict[str, Any],
+                  out: str | None = None) -> None:
     """Constant nodes become valued weight tensors: nothing to run, only data."""
     if len(node.output) != 1 or len(attrs) != 1:
         raise ModelLoadError(f"Constant node '{name}' needs exactly one output and one value attribute")
@@ -246,13 +293,127 @@ def _add_constant(graph: IrGraph, name: str, node: onnx.NodeProto, attrs: dict[s
     else:
         raise ModelLoadError(f"Constant node '{name}': attribute '{key}' is not supported")
     array = np.asarray(array)
-    out = node.output[0]
+    out = out or node.output[0]
     if out in graph.tensors:
         raise ModelLoadError(f"tensor '{out}' is produced twice (Constant node '{name}')")
     graph.add_tensor(TensorDef(out, dtypes.from_numpy(array.dtype), tuple(array.shape), TensorKind.WEIGHT, array))
 
 
-def node_attributes(node: onnx.NodeProto, node_name: str) -> dict[str, Any]:
-    """A NodeProto's attributes as the IR keeps them (strings decoded, tensors as arrays); for
-    passes that splice ONNX nodes into a graph (FunctionExpansionPass)."""
-    return {a.name: _attribute(a, node_name) for a in node.attribute}
+def node_attributes(node: onnx.NodeProto, node_name: str, graph: IrGraph | None = None,
+                    scope: dict[str, str] | None = None) -> dict[str, Any]:
+    """A NodeProto's attributes as the IR keeps them (strings decoded, tensors as arrays, graphs
+    as subgraphs of `graph` reading its tensors, `scope` mapping renamed ones); for passes that
+    splice ONNX nodes into a graph (FunctionExpansionPass)."""
+    if graph is None:
+        return {a.name: _attribute(a, node_name) for a in node.attribute}
+    names = _Names({*graph.tensors, *(t for g in graph.all_subgraphs() for t in g.tensors)},
+                   {n.name for n in graph.nodes})
+    return _node_attributes(node, node_name, graph, names, dict(scope or {}))
+
+
+# ---- subgraphs (If branches, Loop and Scan bodies) ---------------------------------------------
+
+class _Names:
+    """Every tensor and node name the IR uses so far. A subgraph's own tensors keep their names
+    unless one is taken elsewhere in the model (ONNX scopes names per graph; the IR, whose plan
+    has one tensor table, needs them unique): then they get a fresh one."""
+
+    def __init__(self, tensors: set[str], nodes: set[str]):
+        self.tensors, self.nodes = tensors, nodes
+
+    @staticmethod
+    def of(graph: onnx.GraphProto) -> _Names:
+        tensors = {t.name for t in graph.initializer} | {v.name for v in (*graph.input, *graph.output)}
+        tensors |= {t for node in graph.node for t in (*node.input, *node.output) if t}
+        nodes = {node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)}
+        return _Names(tensors, nodes)
+
+    @staticmethod
+    def _fresh(name: str, taken: set[str]) -> str:
+        new, n = name, 1
+        while new in taken:
+            n += 1
+            new = f"{name}~{n}"
+        taken.add(new)
+        return new
+
+    def tensor(self, name: str) -> str:
+        return self._fresh(name, self.tensors)
+
+    def node(self, name: str) -> str:
+        return self._fresh(name, self.nodes)
+
+
+def _node_attributes(node: onnx.NodeProto, name: str, graph: IrGraph, names: _Names,
+                     scope: dict[str, str]) -> dict[str, Any]:
+    """A node's attributes as the IR keeps them; graph attributes become subgraphs of `graph`."""
+    attrs: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            attrs[a.name] = _subgraph(a.g, graph, names, scope, f"{name}/{a.name}")
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            attrs[a.name] = [_subgraph(g, graph, names, scope, f"{name}/{a.name}{i}") for i, g in enumerate(a.graphs)]
+        else:
+            attrs[a.name] = _attribute(a, name)
+    return attrs
+
+
+def _subgraph(proto: onnx.GraphProto, parent: IrGraph, names: _Names, outer: dict[str, str], label: str) -> IrGraph:
+    """A GraphProto attribute as an IrGraph whose parent is `parent`: it reads the enclosing
+    graphs' tensors by name (`outer` maps the ONNX names of those renamed to their IR names)."""
+    sub = IrGraph(label, parent.opsets, parent=parent)
+    sub.source = proto
+    scope = dict(outer)
+
+    def define(t: str) -> str:
+        scope[t] = names.tensor(t)
+        return scope[t]
+
+    for init in proto.initializer:
+        what = f"{label} initializer '{init.name}'"
+        sub.add_tensor(TensorDef(define(init.name), _dtype(init.data_type, what), tuple(int(d) for d in init.dims),
+                                 TensorKind.WEIGHT, _to_array(init, what)))
+    for vi in proto.input:  # formal parameters: the op (If, Loop, Scan) gives their types
+        dtype, shape = _formal_type(vi, f"{label} input '{vi.name}'")
+        container = _container(vi, f"{label} input '{vi.name}'")
+        sub.add_tensor(TensorDef(define(vi.name), dtype, shape, TensorKind.INPUT,
+                                 container=container[0] if container else None))
+        sub.inputs.append(scope[vi.name])
+    for index, np_node in enumerate(proto.node):
+        name = names.node(f"{label}/{np_node.name or f'{np_node.op_type}_{index}'}")
+        attrs = _node_attributes(np_node, name, sub, names, scope)
+        if np_node.op_type == "Constant" and domain_of(np_node.domain) == "":
+            _add_constant(sub, name, np_node, attrs, define(np_node.output[0]) if np_node.output else None)
+            continue
+        inputs = [scope.get(t, t) if t else None for t in np_node.input]
+        outputs = [define(t) if t else sub.fresh_name(f"{name}/absent_output_{i}")
+                   for i, t in enumerate(np_node.output)]
+        sub.add_node(np_node.op_type, inputs, outputs, attrs, domain=domain_of(np_node.domain), name=name)
+    sub.outputs = [scope.get(vi.name, vi.name) for vi in proto.output]
+    return sub
+
+
+def _container(vi: onnx.ValueInfoProto, what: str) -> tuple[str, dtypes.DType | None] | None:
+    """("sequence" | "optional", element dtype if declared) for a non-tensor value, else None."""
+    kind = vi.type.WhichOneof("value")
+    if kind not in ("sequence_type", "optional_type"):
+        if kind not in (None, "tensor_type"):
+            raise ModelLoadError(f"{what} is a {kind.replace('_type', '')}; onyxia takes tensors, sequences and "
+                                 "optionals")
+        return None
+    inner = getattr(vi.type, kind).elem_type
+    while inner.WhichOneof("value") in ("sequence_type", "optional_type"):
+        inner = getattr(inner, inner.WhichOneof("value")).elem_type
+    elem = inner.tensor_type.elem_type if inner.WhichOneof("value") == "tensor_type" else 0
+    return kind.removesuffix("_type"), (_dtype(elem, what) if elem else None)
+
+
+def _formal_type(vi: onnx.ValueInfoProto, what: str) -> tuple[dtypes.DType | None, tuple[Dim, ...] | None]:
+    """A subgraph input's declared type; either part may be missing (the op infers it)."""
+    if not vi.type.HasField("tensor_type"):
+        return None, None
+    tt = vi.type.tensor_type
+    dtype = _dtype(tt.elem_type, what) if tt.elem_type else None
+    if not tt.HasField("shape"):
+        return dtype, None
+    return dtype, _shape(vi, what)

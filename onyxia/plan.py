@@ -18,17 +18,22 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import ClassVar, Sequence, Union
 
 import numpy as np
 
 from onyxia import plan_check
 from onyxia.errors import OnyxiaError, PlanError
-from onyxia.ir.dtypes import ELEMENT_BYTES
+from onyxia.ir.dtypes import from_name
 from onyxia.ir.shapes import Dim, SymDim, numel, parse_dim
 
 PLAN_FORMAT = "onyxia-plan"
-PLAN_VERSION = 2  # 2: templates stored once in a table that shaders name (1: a copy per shader)
+PLAN_VERSION = 3  # 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
+
+# The plan's status word: kernels that can detect a wrong result (an int64 value out of the
+# range the GPU computes it in) record a report site in it, and the runtime raises an error
+# naming the site's node when it reads outputs back. Bound after a reporting shader's buffers.
+STATUS_TENSOR = "onyxia/status"
 
 Expr = Dim  # int | SymDim
 Scalar = Union[int, float, SymDim]
@@ -47,6 +52,23 @@ class ShaderParam:
 
 
 @dataclass(frozen=True)
+class BufferDecl:
+    """One storage binding of a shader, as its kernel sees it (codegen/storage.py generates the
+    declaration and the accessors `NAME_load(i)`, `NAME_store(i, v)`, ... from it).
+
+    The binding's number is its position in ShaderSpec.buffers (reads first, then writes), the
+    same position as the tensor in each Dispatch's bindings.
+    """
+
+    name: str  # WGSL name prefix of the accessors
+    dtype: str  # ONNX dtype name of the tensors bound here: fixes storage and compute types
+    read_only: bool
+    vector: bool = False  # the kernel also reads vec4s: NAME_load4(j) = elements 4j .. 4j+3
+    whole_words: bool = False  # a write binding the kernel stores whole words of (NAME_store_unit)
+    raw: bool = False  # the kernel moves storage codes (u32 bits), not values: no decode/encode
+
+
+@dataclass(frozen=True)
 class ShaderSpec:
     label: str
     template: str  # key of CompiledModel.templates: the WGSL this shader specializes
@@ -54,6 +76,9 @@ class ShaderSpec:
     constants: tuple[tuple[ShaderParam, Scalar], ...]  # static params, baked
     immediates: tuple[ShaderParam, ...]  # dynamic params, in word order
     entry_point: str = "main"
+    buffers: tuple[BufferDecl, ...] = ()  # storage bindings, in binding order
+    # The kernel may report errors (onyxia_report): the plan's status word binds after `buffers`.
+    reports: bool = False
 
     @property
     def immediate_bytes(self) -> int:
@@ -97,7 +122,12 @@ class Step:
         raise NotImplementedError
 
     def dispatches(self) -> tuple[Dispatch, ...]:
-        """The kernel launches this step makes (a step that branches may hold several)."""
+        """The kernel launches this step makes itself (not those of steps nested in it)."""
+        return ()
+
+    def children(self) -> tuple[Step, ...]:
+        """Steps nested in this one (a branch's arms, a loop's body), in replay order; they
+        come right after it in `walk_steps` and in the flat step indices of SymbolicBindings."""
         return ()
 
     def to_json(self) -> dict:
@@ -179,7 +209,7 @@ class WriteBuffer(Step, tag="write"):
 
     dst: str
     data: tuple[Expr, ...]
-    dtype: str  # device scalar type: "i32" | "u32" | "f32"
+    dtype: str  # ONNX dtype name of `dst`: the data is encoded as the device stores it
 
     def uses(self) -> tuple[tuple[str, bool], ...]:
         return ((self.dst, True),)
@@ -195,6 +225,151 @@ class WriteBuffer(Step, tag="write"):
         return cls(d["dst"], _dec(d["data"]), d["dtype"])
 
 
+def walk_steps(steps: Sequence[Step]) -> list[Step]:
+    """Every step in pre-order: each step, then the steps nested in it. A step's flat index in
+    this list is what SymbolicBindings and the runtime's commands use."""
+    out: list[Step] = []
+    for s in steps:
+        out.append(s)
+        kids = s.children()
+        if kids:
+            out.extend(walk_steps(kids))
+    return out
+
+
+def _nested_uses(steps: Sequence[Step]) -> list[tuple[str, bool]]:
+    return [u for s in steps for u in s.uses()]
+
+
+@dataclass(frozen=True)
+class ReadSymbol(Step, tag="read_symbol"):
+    """Sets the data-dependent symbol `symbol` to element 0 of `tensor`, a count the steps
+    before it computed (NonZero's number of hits, TopK's fed k, a Loop's trip count).
+
+    The runtime submits the work encoded so far, waits for it and reads the 4 bytes back (a GPU
+    sync: 0.25-0.7 ms on lavapipe, benchmarks/bench_host_control.py), then patches every value that depends on
+    the symbol before it encodes the steps after this one. When `tensor` is a graph input the
+    value comes from the host feed instead, with no sync. A value outside [0, limit] is an
+    InputError naming the tensor.
+    """
+
+    tensor: str
+    symbol: str
+    limit: Expr | None = None  # the largest valid value (None: unbounded)
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.tensor, False),)
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return (("read", 0, self.limit),) if self.limit is not None else ()
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "tensor": self.tensor, "symbol": self.symbol, "limit": _enc(self.limit)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ReadSymbol:
+        return cls(d["tensor"], d["symbol"], _dec(d["limit"]))
+
+
+@dataclass(frozen=True)
+class BranchStep(Step, tag="branch"):
+    """An If whose condition is only known on the device: the runtime reads the bool `cond`
+    back (a GPU sync, as ReadSymbol) and replays `then` or `orelse`."""
+
+    cond: str
+    then: tuple[Step, ...]
+    orelse: tuple[Step, ...]
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.cond, False), *_nested_uses(self.then), *_nested_uses(self.orelse))
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return ()
+
+    def children(self) -> tuple[Step, ...]:
+        return (*self.then, *self.orelse)
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "cond": self.cond, "then": [s.to_json() for s in self.then],
+                "orelse": [s.to_json() for s in self.orelse]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> BranchStep:
+        return cls(d["cond"], _steps(d["then"]), _steps(d["orelse"]))
+
+
+@dataclass(frozen=True)
+class SliceCopy:
+    """A copy inside a loop whose byte offsets move with the iteration i:
+    src[src_offset + i * src_stride : +size] -> dst[dst_offset + i * dst_stride : +size]."""
+
+    src: str
+    dst: str
+    size: Expr
+    src_offset: Expr = 0
+    src_stride: Expr = 0
+    dst_offset: Expr = 0
+    dst_stride: Expr = 0
+
+    def values(self) -> tuple[Expr, ...]:
+        return (self.size, self.src_offset, self.src_stride, self.dst_offset, self.dst_stride)
+
+
+@dataclass(frozen=True)
+class LoopStep(Step, tag="loop"):
+    """Loop and Scan: the runtime replays `body` on the host, up to `trip_count` times.
+
+    Before the loop, a false `first` (a bool tensor read back; None: true) skips it. Each
+    iteration copies the iteration number into `counter` (an int32 scalar, from an index table
+    the runtime keeps: no kernel), runs the `enter` copies (scan-input slices), the body, then the
+    `leave` copies (scan-output slices, carried state); then a false `cond` (the body's condition,
+    read back: one GPU sync per iteration, made only when the condition is not known to stay
+    true) ends the loop. Copy offsets are recorded as each iteration is encoded, so a loop
+    without readbacks costs no sync at all: its iterations go into the run's one submission.
+    After the loop the data symbol `iterations` (if any) is set to the number that ran.
+    """
+
+    body: tuple[Step, ...]
+    trip_count: Expr
+    cond: str | None = None
+    first: str | None = None
+    counter: str | None = None
+    enter: tuple[SliceCopy, ...] = ()
+    leave: tuple[SliceCopy, ...] = ()
+    iterations: str | None = None
+    label: str = ""  # the node, for errors
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        copies = [u for c in (*self.enter, *self.leave) for u in ((c.src, False), (c.dst, True))]
+        own = [(t, w) for t, w in ((self.cond, False), (self.first, False), (self.counter, True)) if t is not None]
+        return (*own, *copies, *_nested_uses(self.body))
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        values = (self.trip_count, *(v for c in (*self.enter, *self.leave) for v in c.values()))
+        return tuple(("loop", j, v) for j, v in enumerate(values))
+
+    def children(self) -> tuple[Step, ...]:
+        return self.body
+
+    def to_json(self) -> dict:
+        def copies(cs: tuple[SliceCopy, ...]) -> list:
+            return [[c.src, c.dst, *(_enc(v) for v in c.values())] for c in cs]
+        return {"t": self.tag, "body": [s.to_json() for s in self.body], "trip_count": _enc(self.trip_count),
+                "cond": self.cond, "first": self.first, "counter": self.counter, "enter": copies(self.enter),
+                "leave": copies(self.leave), "iterations": self.iterations, "label": self.label}
+
+    @classmethod
+    def from_json(cls, d: dict) -> LoopStep:
+        def copies(rows: list) -> tuple[SliceCopy, ...]:
+            return tuple(SliceCopy(r[0], r[1], *(_dec(v) for v in r[2:])) for r in rows)
+        return cls(_steps(d["body"]), _dec(d["trip_count"]), d["cond"], d["first"], d["counter"], copies(d["enter"]),
+                   copies(d["leave"]), d["iterations"], d["label"])
+
+
+def _steps(rows: list) -> tuple[Step, ...]:
+    return tuple(Step.kind(r["t"]).from_json(r) for r in rows)
+
+
 @dataclass(frozen=True)
 class PlannedOp:
     name: str  # the node name
@@ -208,13 +383,19 @@ class TensorInfo:
     name: str
     dtype: str  # ONNX dtype name
     shape: tuple[Expr, ...]
-    kind: str  # "input" | "output" | "weight" | "intermediate" | "scratch"
+    kind: str  # "input" | "output" | "weight" | "intermediate" | "scratch" | "status"
     data: np.ndarray | None = None  # weights and constants, in the ONNX dtype
     alias_of: str | None = None  # shares the buffer of another tensor (Reshape, Identity...)
 
     @property
     def nbytes(self) -> Expr:
-        return numel(self.shape) * ELEMENT_BYTES
+        """Device bytes: the dtype's storage for every element, padded to whole words."""
+        return from_name(self.dtype).nbytes(numel(self.shape))
+
+    @property
+    def storage(self) -> str:
+        """How the device stores it (ir/dtypes.py's storage codecs: f32, f16, u8, ...)."""
+        return from_name(self.dtype).require_device(f"tensor '{self.name}'")
 
 
 @dataclass(frozen=True)
@@ -250,10 +431,18 @@ class CompiledModel:
     # two names of one length), with the node that needed it; the executor rejects dims that
     # break them.
     constraints: tuple[tuple[Expr, Expr, str], ...] = ()
+    # Report sites (node, op type, what it detected): site k (from 1) is what a nonzero status
+    # word k means. Empty when no kernel reports (then the plan has no status tensor).
+    sites: tuple[tuple[str, str, str], ...] = ()
+    # Data-dependent symbols (NonZero's count, a fed TopK k, a Loop's trip count): set by
+    # ReadSymbol/LoopStep during a run, never by the caller. Each maps to the capacity its
+    # buffers are sized for (an expression over the other dims; None: grown when exceeded).
+    data_symbols: dict[str, Expr | None] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[Step]:
-        return [s for op in self.operations for s in op.steps]
+        """Every step, nested ones included, in pre-order (walk_steps): the flat indices."""
+        return walk_steps([s for op in self.operations for s in op.steps])
 
     @property
     def num_dispatches(self) -> int:
@@ -311,7 +500,10 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "shaders": [{"label": s.label, "template": s.template, "entry_point": s.entry_point,
                      "defs": [[k, _enc(v)] for k, v in s.defs],
                      "constants": [[p.name, p.type, _enc(v)] for p, v in s.constants],
-                     "immediates": [[p.name, p.type] for p in s.immediates]} for s in model.shaders],
+                     "immediates": [[p.name, p.type] for p in s.immediates],
+                     "buffers": [[b.name, b.dtype, b.read_only, b.vector, b.whole_words, b.raw]
+                                 for b in s.buffers],
+                     "reports": s.reports} for s in model.shaders],
         "operations": [{"name": op.name, "op_type": op.op_type, "scratch": list(op.scratch),
                         "steps": [s.to_json() for s in op.steps]} for op in model.operations],
         "tensors": tensors,
@@ -320,6 +512,8 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "dims": model.dims, "static_symbols": sorted(model.static_symbols),
         "metadata": model.metadata,
         "constraints": [[str(a), str(b), node] for a, b, node in model.constraints],
+        "sites": [list(site) for site in model.sites],
+        "data_symbols": {k: _enc(v) for k, v in model.data_symbols.items()},
     }
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("plan.json", json.dumps(doc))
@@ -371,7 +565,9 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
     shaders = tuple(
         ShaderSpec(s["label"], s["template"], tuple((k, _dec(v)) for k, v in s["defs"]),
                    tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),
-                   tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"])
+                   tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"],
+                   tuple(BufferDecl(n, dt, bool(r), bool(v), bool(w), bool(raw))
+                         for n, dt, r, v, w, raw in s["buffers"]), bool(s["reports"]))
         for s in doc["shaders"])
     operations = tuple(PlannedOp(o["name"], o["op_type"], tuple(Step.kind(s["t"]).from_json(s) for s in o["steps"]),
                                  tuple(o["scratch"])) for o in doc["operations"])
@@ -380,6 +576,8 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
                for t in doc["tensors"]}
     bindings = tuple(SymbolicBinding(k, tgt, i, parse_dim(e)) for k, tgt, i, e in doc["symbolic_bindings"])
     constraints = tuple((parse_dim(a), parse_dim(b), node) for a, b, node in doc.get("constraints", []))
+    sites = tuple((str(node), str(op), str(what)) for node, op, what in doc["sites"])
+    data_symbols = {k: _dec(v) for k, v in doc.get("data_symbols", {}).items()}
     return CompiledModel(shaders, templates, operations, tensors, tuple(doc["inputs"]), tuple(doc["outputs"]),
                          bindings, dict(doc["dims"]), frozenset(doc["static_symbols"]), doc["metadata"],
-                         constraints)
+                         constraints, sites, data_symbols)

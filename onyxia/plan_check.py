@@ -41,7 +41,7 @@ DEFAULT_MAX_PLAN_BYTES = 32 << 30  # decompressed, all members together
 _NPY_HEADER_SLACK = 1 << 16  # an .npy header is at most 64 KiB (format 2.0)
 _DATA_MEMBER = re.compile(r"data_[0-9]{1,9}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch"})
+TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch", "status"})
 PARAM_TYPES = frozenset({"u32", "i32", "f32"})
 WRITE_TYPES = frozenset({"i32", "u32", "f32"})
 # Symbolic bindings that target a tensor or a shader; the others name a kind of value that the

@@ -15,9 +15,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from onyxia.compiler import CompilerPipeline, Stage
-from onyxia.errors import InputError, ValueRequiredError
+from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
-from onyxia.ir.graph import IrGraph, TensorKind
+from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import Dim, SymDim
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
@@ -64,7 +64,9 @@ _MAX_SPECIALIZATIONS = 8  # executors kept per session for different baked input
 
 
 def _graph_input_sources(graph, tensor: str) -> set[str]:
-    """The graph inputs `tensor` is computed from (itself, if it is one)."""
+    """The graph inputs `tensor` is computed from (itself, if it is one), through subgraphs: a
+    tensor of an If branch or a loop body is computed from what its nodes read."""
+    producers = {out: node for g in (graph, *graph.all_subgraphs()) for node in g.nodes for out in node.outputs}
     seen, stack, found = set(), [tensor], set()
     while stack:
         name = stack.pop()
@@ -74,9 +76,9 @@ def _graph_input_sources(graph, tensor: str) -> set[str]:
         if name in graph.inputs:
             found.add(name)
             continue
-        producer = graph.producer(name)
-        if producer is not None:
-            stack.extend(t for t in graph.node(producer).inputs if t is not None)
+        node = producers.get(name)
+        if node is not None:
+            stack.extend(t for t in (*node.inputs, *node.implicit_inputs) if t is not None)
     return found
 
 
@@ -99,6 +101,8 @@ class InferenceSession:
         self._executor = None
         self._executors: dict[tuple, Any] = {}  # one per combination of baked input values
         self._value_inputs: tuple[str, ...] = ()  # graph inputs whose fed values are baked in
+        self._size_symbols: tuple[str, ...] = ()  # symbols whose fed sizes are baked in
+        self._containers: dict[str, str] = {}
         if isinstance(model, CompiledModel):
             self._graph = None
             self._compiled: CompiledModel | None = model
@@ -109,9 +113,14 @@ class InferenceSession:
         else:
             self._graph = model if isinstance(model, IrGraph) else load_model(model)
             self._compiled = None
-            self._input_shapes = {n: self._graph.tensor(n).shape for n in self._graph.inputs}
-            self._input_dtypes = {n: self._graph.tensor(n).dtype.name for n in self._graph.inputs}
+            # Sequence/optional inputs: the session compiles for the structure fed (_flatten).
+            self._containers = {n: self._graph.tensor(n).container for n in self._graph.inputs
+                                if self._graph.tensor(n).container}
+            tensors = [n for n in self._graph.inputs if n not in self._containers]
+            self._input_shapes = {n: self._graph.tensor(n).shape for n in tensors}
+            self._input_dtypes = {n: self._graph.tensor(n).dtype.name for n in tensors}
             self._inputs = [_node_arg(n, self._graph.tensor(n).dtype.name, self._graph.tensor(n).shape)
+                            if n in self._input_shapes else _container_arg(n, self._graph.tensor(n))
                             for n in self._graph.inputs]
             self._outputs = self._infer_outputs()
 
@@ -124,13 +133,23 @@ class InferenceSession:
         symbols = {s for shape in self._input_shapes.values() for d in shape
                    for s in (d.symbols if isinstance(d, SymDim) else ())}
         placeholder = {s: self._fixed_dims.get(s, 1) for s in symbols}
-        try:
-            graph = self._pipeline().run_passes(self._graph, placeholder, until=Stage.INFERENCE,
-                                                placeholders=symbols - self._fixed_dims.keys())
-        except ValueRequiredError:
-            # Shapes depend on input values: known after the first run (see _compile_for).
+        if self._containers:  # the structure fed decides the outputs
             return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]
-        return [_node_arg(n, graph.tensor(n).dtype.name, graph.tensor(n).shape) for n in graph.outputs]
+        stand_ins = symbols - self._fixed_dims.keys()
+        pipeline = self._pipeline()
+        try:
+            graph = pipeline.run_passes(self._graph, placeholder, until=Stage.INFERENCE, placeholders=stand_ins)
+        except ShapeInferenceError as exc:
+            # Shapes depend on input values, or symbolic inference cannot decide without real
+            # sizes (a model valid for some inputs only): the first run infers with the feed's
+            # shapes (see _compile_for) and reports what is wrong for them, if anything is.
+            if not isinstance(exc, ValueRequiredError) and not stand_ins:
+                raise
+            return [NodeArg(n, "tensor(unknown)", []) for n in self._graph.outputs]
+        assert pipeline.context is not None
+        sequences = pipeline.context.containers.get("structure", {})
+        return [NodeArg(n, "seq", []) if n in sequences else
+                _node_arg(n, graph.tensor(n).dtype.name, graph.tensor(n).shape) for n in self._graph.outputs]
 
     def get_inputs(self) -> list[NodeArg]:
         return list(self._inputs)
@@ -156,61 +175,177 @@ class InferenceSession:
             value = input_feed[name]
             if not hasattr(value, "buffer") and np.asarray(value).dtype != dtypes.from_name(dtype).numpy:
                 raise InputError(f"input '{name}' has dtype {np.asarray(value).dtype}, expected {dtype}")
+        input_feed = {**input_feed, **_flatten(self._containers, input_feed)}
         executor = self._executor_for(input_feed)
         dims = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
         executor.update_dimensions({k: v for k, v in dims.items() if k in executor.dims})
         names = list(output_names) if output_names else [a.name for a in self._outputs]
-        feeds = {k: v for k, v in input_feed.items() if k not in self._value_inputs}
-        result = executor.run(feeds, names)
-        return [result[n] for n in names]
+        feeds = {k: v for k, v in input_feed.items() if k not in self._value_inputs and k not in self._containers}
+        containers = executor.model.metadata.get("containers", {}).get("structure", {})
+        leaves = list(dict.fromkeys(leaf for n in names for leaf in _leaves(containers.get(n, n))))
+        result = executor.run(feeds, leaves)
+        return [_assemble(containers.get(n, n), result) for n in names]
 
-    # ---- compilation, specialized on input values where shapes depend on them -------------
+    # ---- compilation, specialized on input values / sizes where shapes depend on them -----
+    def _key(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> tuple:
+        """What a compiled plan is specialized on: baked input values, fed structures, baked sizes."""
+        values = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
+        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in _elements(self._containers,
+                                                                                               feeds))
+        return values + structure + tuple((s, dims.get(s)) for s in self._size_symbols)
+
     def _executor_for(self, feeds: Mapping[str, Any]):
-        key = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
-        executor = self._executors.get(key)
+        dims = {**bind_dims(self._input_shapes, feeds), **self._fixed_dims}
+        executor = self._executors.get(self._key(feeds, dims))
         if executor is not None:
             self._executor = executor
             return executor
-        compiled = self._compiled if self._graph is None else self._compile_for(feeds)
+        compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
         if self._runtime is None:
             self._runtime = Runtime()
         assert compiled is not None
         executor = self._runtime.load_model(compiled, transport=self._transport)
-        key = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
         if len(self._executors) >= _MAX_SPECIALIZATIONS:
             self._executors.pop(next(iter(self._executors)))
-        self._executors[key] = self._executor = executor
+        # The key again: compiling may have found more inputs or sizes to specialize on.
+        self._executors[self._key(feeds, dims)] = self._executor = executor
         return executor
 
-    def _compile_for(self, feeds: Mapping[str, Any]) -> CompiledModel:
-        """Compile; when inference needs the value of a tensor computed from graph inputs (a
-        Reshape shape, Reduce axes, Slice starts fed at run time), bake those inputs' fed
-        values into the plan and compile again. Later calls with other values recompile."""
+    def _compile_for(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> CompiledModel:
+        """Compile; when inference needs a value it cannot compute symbolically, specialize:
+
+        - a value computed from graph inputs' *values* (a Reshape shape, Reduce axes, Slice starts
+          fed at run time): bake those inputs' fed values into the plan;
+        - a value computed from input *sizes* in a way symbolic dims cannot follow (a Resize size
+          from Shape through float math, as exporters write `interpolate(scale_factor=...)`): bake
+          the feed's real sizes of those symbols, leaving the others dynamic.
+
+        Then compile again. Later calls with other values or sizes compile another plan (a few
+        are kept); calls that only change the remaining symbols update dimensions in place.
+        """
         while True:
-            graph = self._specialized_graph(feeds)
+            graph = self._specialized_graph(feeds, dims)
             shapes = {n: graph.tensor(n).shape for n in graph.inputs}
-            dims = {**bind_dims(shapes, feeds), **self._fixed_dims}
+            baked = set(self._size_symbols)  # no longer symbols of the specialized graph
+            given = {k: v for k, v in {**bind_dims(shapes, feeds), **self._fixed_dims}.items() if k not in baked}
             try:
-                compiled = self._pipeline().compile(graph, dims, self._static)
+                compiled = self._pipeline().compile(graph, given, [s for s in self._static if s not in baked])
             except ValueRequiredError as exc:
-                sources = (exc.sources or _graph_input_sources(graph, exc.tensor)) - set(self._value_inputs)
-                if not sources:
+                sources, symbols = set(exc.sources), set(exc.symbols)
+                if not sources and not symbols:
+                    sources = _graph_input_sources(graph, exc.tensor)
+                sources -= set(self._value_inputs)
+                symbols = {s for s in symbols - set(self._size_symbols) if s in dims}
+                if not sources and not symbols:
                     raise
                 self._value_inputs = tuple(sorted({*self._value_inputs, *sources}))
+                self._size_symbols = tuple(sorted({*self._size_symbols, *symbols}))
                 continue
             if any(a.type == "tensor(unknown)" for a in self._outputs):
-                self._outputs = [_node_arg(n, compiled.tensors[n].dtype, compiled.tensors[n].shape)
-                                 for n in compiled.outputs]
+                containers = compiled.metadata.get("containers", {}).get("structure", {})
+                self._outputs = [NodeArg(a.name, "seq" if a.name in containers else "tensor(unknown)", [])
+                                 if a.name not in compiled.tensors or a.name in containers else
+                                 _node_arg(a.name, compiled.tensors[a.name].dtype, compiled.tensors[a.name].shape)
+                                 for a in self._outputs]
             return compiled
 
-    def _specialized_graph(self, feeds: Mapping[str, Any]):
+    def _specialized_graph(self, feeds: Mapping[str, Any], dims: Mapping[str, int]):
         assert self._graph is not None
-        if not self._value_inputs:
+        if not self._value_inputs and not self._containers and not self._size_symbols:
             return self._graph
         graph = self._graph.copy()
+        for name in self._containers:
+            _feed_structure(graph, name, feeds[name])
         for name in self._value_inputs:
             t = graph.tensor(name)
             t.value = np.asarray(feeds[name])
             t.shape, t.kind = tuple(t.value.shape), TensorKind.WEIGHT
             graph.inputs.remove(name)
+        sizes = {s: dims[s] for s in self._size_symbols}
+        for name in graph.inputs:
+            t = graph.tensor(name)
+            t.shape = tuple(d.substitute(sizes) if isinstance(d, SymDim) else d for d in t.shape)
         return graph
+
+
+# ---- sequence and optional inputs and outputs ----------------------------------------------------
+# A fed sequence [a, b] of input "s" becomes the tensor inputs "s.0", "s.1" and a SequenceConstruct
+# producing "s" (an optional: an Optional node, empty for None); the compiler lowers the rest.
+
+def _kind(value: Any) -> str:
+    return "sequence" if isinstance(value, (list, tuple)) else "tensor"
+
+
+def _elements(containers: Mapping[str, str], feeds: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """(container input, element input name, array) for every element fed."""
+    out: list[tuple[str, str, Any]] = []
+
+    def walk(name: str, prefix: str, value: Any, kind: str) -> None:
+        if kind == "optional":
+            if value is not None:
+                walk(name, f"{prefix}.0", value, _kind(value))
+        elif kind == "sequence":
+            if not isinstance(value, (list, tuple)):
+                raise InputError(f"input '{name}' is a sequence: feed a list of arrays, got {type(value).__name__}")
+            for k, item in enumerate(value):
+                walk(name, f"{prefix}.{k}", item, _kind(item))
+        else:
+            out.append((name, prefix, value))
+
+    for name, kind in containers.items():
+        walk(name, name, feeds[name], kind)
+    return out
+
+
+def _flatten(containers: Mapping[str, str], feeds: Mapping[str, Any]) -> dict[str, Any]:
+    return {element: np.asarray(value) for _, element, value in _elements(containers, feeds)}
+
+
+def _feed_structure(graph: IrGraph, name: str, value: Any) -> None:
+    """Replace container input `name` by its fed elements and the nodes building it (the same
+    element names _elements gives the feeds)."""
+    index = graph.inputs.index(name)
+    t = graph.tensor(name)
+    t.kind = TensorKind.INTERMEDIATE
+    added: list[str] = []
+
+    def build(prefix: str, value: Any, kind: str) -> None:
+        if kind == "optional":
+            inner = [f"{prefix}.0"] if value is not None else []
+            if value is not None:
+                build(inner[0], value, _kind(value))
+            graph.add_node("Optional", inner, [prefix], name=graph.fresh_name(f"{prefix}/fed"))
+        elif kind == "sequence":
+            items = [f"{prefix}.{k}" for k in range(len(value))]
+            for item, v in zip(items, value):
+                build(item, v, _kind(v))
+            graph.add_node("SequenceConstruct", items, [prefix], name=graph.fresh_name(f"{prefix}/fed"))
+        else:
+            array = np.asarray(value)
+            graph.add_tensor(TensorDef(prefix, dtypes.from_numpy(array.dtype), tuple(array.shape), TensorKind.INPUT))
+            added.append(prefix)
+
+    build(name, value, t.container or "sequence")
+    graph.inputs[index:index + 1] = added
+
+
+def _container_arg(name: str, t: TensorDef) -> NodeArg:
+    elem = _ORT_TYPE.get(t.dtype.name, t.dtype.name) if t.dtype is not None else "unknown"
+    kind = "seq" if t.container == "sequence" else "optional"
+    return NodeArg(name, f"{kind}(tensor({elem}))", [])
+
+
+def _leaves(described: Any) -> list[str]:
+    if isinstance(described, str):
+        return [described]
+    return [leaf for item in described["items"] for leaf in _leaves(item)]
+
+
+def _assemble(described: Any, results: Mapping[str, Any]) -> Any:
+    """An output as onnxruntime gives it: an array, a list (sequence), None (empty optional)."""
+    if isinstance(described, str):
+        return results[described]
+    items = [_assemble(item, results) for item in described["items"]]
+    if described["kind"] == "sequence":
+        return items
+    return items[0] if items else None

@@ -13,6 +13,7 @@ import math
 from typing import Mapping
 
 from onyxia.codegen.preprocess import preprocess
+from onyxia.codegen.storage import buffer_code
 from onyxia.codegen.transport import IMMEDIATE, TRANSPORTS, UNIFORM, Transport
 from onyxia.ir.shapes import SymDim
 from onyxia.plan import ShaderParam, ShaderSpec
@@ -59,11 +60,14 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
     return {k: evaluate(v, dims) for k, v in spec.defs}
 
 
-def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE) -> str:
-    """Final WGSL text: the param prelude followed by `template` (the plan's entry for
-    spec.template) preprocessed with the spec's defs."""
+def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE, *,
+           native_f16: bool = False) -> str:
+    """Final WGSL text: the buffer bindings (codegen/storage.py; float16 as `f16` when
+    `native_f16`), the param prelude, then `template` (the plan's entry for spec.template)
+    preprocessed with the spec's defs."""
     body = preprocess(template, resolved_defs(spec, dims), filename=spec.label)
-    return prelude(spec, dims, transport) + body
+    bindings = buffer_code(spec.buffers, native_f16=native_f16, reports=spec.reports)
+    return bindings + prelude(spec, dims, transport) + body
 
 
 def param_type(value: object) -> str:

@@ -19,12 +19,17 @@ class CompileContext(DimEnv):
     reports       what each pass wants to tell its caller, by pass name (a typed record, e.g.
                   SplitLargeTensorsPass's SplitReport);
     folded_nodes  nodes removed because every output was a constant (DCE counts them; planning
-                  adds the folded nodes it skips), reported in the plan's metadata.
+                  adds the folded nodes it skips), reported in the plan's metadata;
+    containers    sequence/optional graph outputs and their element tensors.
     """
 
     registry: OperatorRegistry
     reports: dict[str, object] = field(default_factory=dict)
     folded_nodes: int = 0
+    # Graph outputs that are sequences/optionals (SequenceLoweringPass): {"outputs": the original
+    # output names, "structure": {name: {"kind", "items"}}}; planning puts it in the plan's
+    # metadata and InferenceSession reassembles them from their element tensors.
+    containers: dict[str, object] = field(default_factory=dict)
 
 
 __all__ = ["CompileContext"]

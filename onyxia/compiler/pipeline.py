@@ -12,6 +12,7 @@ from onyxia.compiler.pass_api import Pass, PassResult, Stage
 from onyxia.compiler.passes import (
     ConstantFoldingPass,
     FunctionExpansionPass,
+    SequenceLoweringPass,
     ShapeInferencePass,
     SymbolicResolutionPass,
     default_optimization_passes,
@@ -47,7 +48,8 @@ class CompilerPipeline:
 
     def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
         self.registry = registry
-        self._passes: list[Pass] = [SymbolicResolutionPass(), FunctionExpansionPass(), ShapeInferencePass(),
+        self._passes: list[Pass] = [SymbolicResolutionPass(), FunctionExpansionPass(), SequenceLoweringPass(),
+                                    ShapeInferencePass(),
                                     ConstantFoldingPass()]
         if optimize:
             for p in default_optimization_passes():

@@ -7,6 +7,7 @@ The compiler's CompileContext extends it; the operators' contexts read it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from onyxia.errors import DimensionError
@@ -25,6 +26,8 @@ class DimEnv:
     # Symbols whose values in `dims` are stand-ins (InferenceSession describes its outputs before
     # any feed): a comparison involving one cannot be judged, so it passes and records nothing.
     placeholders: frozenset[str] = frozenset()
+    # Data-dependent symbols (data_symbol) -> the capacity bound their buffers are sized for.
+    data_symbols: dict[str, Dim | None] = field(default_factory=dict)
 
     def value(self, d: Dim) -> int | None:
         """The compile-time value of `d`, or None when a symbol of it has none."""
@@ -37,6 +40,20 @@ class DimEnv:
         """A value is baked into a shader when it depends on no dynamic symbol."""
         return not isinstance(value, SymDim) or value.symbols <= self.static
 
+    def data_symbol(self, hint: str, bound: Dim | None) -> SymDim:
+        """A symbol for a size only the data decides (NonZero's count, a fed k), set at run time.
+
+        Its value here is `bound` (evaluated for these dims): buffers are sized for it, so the
+        kernels that write before the count is read back stay in bounds. `bound` None means
+        "unbounded": the runtime grows the buffers when the value read exceeds them. The name is
+        derived from `hint` (the node) and is the same each time inference runs.
+        """
+        name = "dd_" + re.sub(r"\W", "_", hint).strip("_")
+        self.data_symbols[name] = bound
+        value = 1 if bound is None else self.value(bound)
+        self.dims[name] = max(int(value if value is not None else 1), 0)
+        return SymDim.symbol(name)
+
     def assume_equal(self, a: Dim, b: Dim, node: str) -> bool:
         """Whether `a` and `b` are one dim for this compilation.
 
@@ -48,6 +65,8 @@ class DimEnv:
             return True
         if self.placeholders & (dim_symbols(a) | dim_symbols(b)):
             return True
+        if self.data_symbols.keys() & (dim_symbols(a) | dim_symbols(b)):
+            return False  # a count the data decides equals nothing but itself
         value = self.value(a)
         if value is None or value != self.value(b):
             return False

@@ -18,7 +18,7 @@ import numpy as np
 
 from onyxia.errors import ModelLoadError
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape
+from onyxia.ir.shapes import Shape, dim_symbols
 
 TensorId = str
 NodeId = int
@@ -43,6 +43,10 @@ class TensorDef:
     # Initializer, Constant, or folded value. May be an object array holding SymDims when a
     # shape computation folds over symbolic dimensions (Shape → Gather → Concat → Reshape).
     value: np.ndarray | None = None
+    # "sequence" or "optional" for a value that is not a tensor (a graph input or output, a
+    # subgraph parameter); dtype is then the element type, if known. The compiler lowers these
+    # to their element tensors before shape inference (SequenceLoweringPass).
+    container: str | None = None
 
     @property
     def is_symbolic_value(self) -> bool:
@@ -59,14 +63,34 @@ class Node:
     name: str = ""
     id: NodeId = -1
     meta: dict[str, Any] = field(default_factory=dict)  # scratch space for passes
+    # Outer-scope tensors its subgraphs read (If/Loop/Scan bodies): consumers like `inputs` for
+    # ordering, liveness and lifetimes, but no operand of the op (kept by add_node/replace_node).
+    implicit_inputs: list[TensorId] = field(default_factory=list)
 
     def describe(self) -> str:
         return f"node '{self.name}' ({self.op_type})"
 
+    def subgraphs(self) -> list[tuple[str, IrGraph]]:
+        """(attribute name, subgraph) for each graph-valued attribute (GRAPHS lists flattened)."""
+        found: list[tuple[str, IrGraph]] = []
+        for key, value in self.attributes.items():
+            if isinstance(value, IrGraph):
+                found.append((key, value))
+            elif isinstance(value, list) and value and all(isinstance(v, IrGraph) for v in value):
+                found.extend((key, v) for v in value)
+        return found
+
 
 class IrGraph:
-    def __init__(self, name: str = "graph", opsets: dict[str, int] | None = None):
+    """A graph; a subgraph (an If branch, a Loop or Scan body) has a `parent` whose tensors it
+    may read: `tensor()` resolves a name through the enclosing graphs."""
+
+    def __init__(self, name: str = "graph", opsets: dict[str, int] | None = None, parent: IrGraph | None = None):
         self.name = name
+        self.parent = parent
+        # What a subgraph was loaded from (an onnx GraphProto), for passes that hand its node
+        # back to onnx (FunctionExpansionPass); the IR never reads it.
+        self.source: object = None
         self.opsets: dict[str, int] = dict(opsets or {"": 21})
         self.tensors: dict[TensorId, TensorDef] = {}
         self.inputs: list[TensorId] = []
@@ -79,10 +103,25 @@ class IrGraph:
 
     # ---- tensors -------------------------------------------------------------------------
     def tensor(self, tid: TensorId) -> TensorDef:
-        try:
-            return self.tensors[tid]
-        except KeyError:
-            raise KeyError(f"unknown tensor '{tid}'") from None
+        graph: IrGraph | None = self
+        while graph is not None:
+            found = graph.tensors.get(tid)
+            if found is not None:
+                return found
+            graph = graph.parent
+        raise KeyError(f"unknown tensor '{tid}'")
+
+    def free_tensors(self) -> list[TensorId]:
+        """Tensors this graph (its nested subgraphs included) reads from enclosing graphs."""
+        free: dict[TensorId, None] = {}
+        for node in self.nodes:
+            for tid in (*node.inputs, *node.implicit_inputs):
+                if tid is not None and tid not in self.tensors:
+                    free[tid] = None
+        for tid in self.outputs:
+            if tid not in self.tensors:
+                free[tid] = None
+        return sorted(free)
 
     def add_tensor(self, tensor: TensorDef) -> TensorDef:
         if tensor.name in self.tensors:
@@ -92,13 +131,21 @@ class IrGraph:
 
     def fresh_name(self, hint: str) -> TensorId:
         """A tensor name not yet used in the graph, derived from `hint`."""
-        if hint not in self.tensors:
+        if not self._defined(hint):
             return hint
         for i in itertools.count(1):
             name = f"{hint}_{i}"
-            if name not in self.tensors:
+            if not self._defined(name):
                 return name
         raise AssertionError("unreachable")
+
+    def _defined(self, tid: TensorId) -> bool:
+        graph: IrGraph | None = self
+        while graph is not None:
+            if tid in graph.tensors:
+                return True
+            graph = graph.parent
+        return False
 
     # ---- nodes ---------------------------------------------------------------------------
     def node(self, nid: NodeId) -> Node:
@@ -110,6 +157,14 @@ class IrGraph:
 
     def __len__(self) -> int:
         return self._g.number_of_nodes()
+
+    def has_node(self, nid: NodeId) -> bool:
+        return self._g.has_node(nid)
+
+    @property
+    def next_node_id(self) -> NodeId:
+        """The id the next added node gets (ids only grow: nodes added since are those >= it)."""
+        return self._next_id
 
     def opset_of(self, node: Node) -> int:
         """The opset version `node` is interpreted at: its own (OPSETS_META), else the graph's."""
@@ -139,6 +194,7 @@ class IrGraph:
         self._next_id += 1
         node = Node(op_type, list(inputs), list(outputs), dict(attributes or {}), domain,
                     name or f"{op_type}_{nid}", nid)
+        node.implicit_inputs = _implicit_inputs(node)
         for out in node.outputs:
             if out in self._producer:
                 other = self.node(self._producer[out])
@@ -168,6 +224,7 @@ class IrGraph:
         node.op_type, node.domain = op_type, domain
         node.inputs = list(inputs)
         node.attributes = dict(attributes or {})
+        node.implicit_inputs = _implicit_inputs(node)
         self._link(node)
 
     def replace_all_uses(self, old: TensorId, new: TensorId) -> None:
@@ -176,7 +233,25 @@ class IrGraph:
             node = self.node(nid)
             self._unlink(node)
             node.inputs = [new if t == old else t for t in node.inputs]
+            if old in node.implicit_inputs:  # read inside a subgraph: rename it there too
+                for _, sub in node.subgraphs():
+                    sub.rename_outer(old, new)
+                node.implicit_inputs = _implicit_inputs(node)
             self._link(node)
+        self.outputs = [new if t == old else t for t in self.outputs]
+
+    def rename_outer(self, old: TensorId, new: TensorId) -> None:
+        """Read `new` wherever this subgraph reads the enclosing graphs' tensor `old`."""
+        if old in self.tensors:
+            return  # shadowed: this graph's own tensor
+        for node in list(self.nodes):
+            if old in node.inputs or old in node.implicit_inputs:
+                self._unlink(node)
+                node.inputs = [new if t == old else t for t in node.inputs]
+                for _, sub in node.subgraphs():
+                    sub.rename_outer(old, new)
+                node.implicit_inputs = _implicit_inputs(node)
+                self._link(node)
         self.outputs = [new if t == old else t for t in self.outputs]
 
     def set_inputs(self, nid: NodeId, inputs: Iterable[TensorId | None]) -> None:
@@ -190,7 +265,7 @@ class IrGraph:
             self._producer[out] = node.id
             for c in self._consumers.get(out, ()):
                 self._g.add_edge(node.id, c, key=out)
-        for tid in node.inputs:
+        for tid in (*node.inputs, *node.implicit_inputs):
             if tid is None:
                 continue
             self._consumers.setdefault(tid, set()).add(node.id)
@@ -199,7 +274,7 @@ class IrGraph:
                 self._g.add_edge(src, node.id, key=tid)
 
     def _unlink(self, node: Node) -> None:
-        for tid in node.inputs:
+        for tid in (*node.inputs, *node.implicit_inputs):
             if tid is None:
                 continue
             self._consumers.get(tid, set()).discard(node.id)
@@ -227,7 +302,23 @@ class IrGraph:
         return nx.ancestors(self._g, nid)
 
     def input_sources(self, tid: TensorId) -> frozenset[TensorId]:
-        """The graph inputs tensor `tid` is computed from (itself, if it is one)."""
+        """The graph inputs tensor `tid` is computed from (itself, if it is one). In a subgraph,
+        the top-level graph's inputs reached through what it reads from enclosing graphs (its
+        own formal inputs are not graph inputs)."""
+        if self.parent is not None:
+            found: set[TensorId] = set()
+            seen, stack = set(), [tid]
+            while stack:
+                name = stack.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                if name not in self.tensors:
+                    found |= self.parent.input_sources(name)
+                elif name in self._producer:
+                    node = self.node(self._producer[name])
+                    stack.extend(t for t in (*node.inputs, *node.implicit_inputs) if t)
+            return frozenset(found)
         if tid in self.inputs:
             return frozenset((tid,))
         src = self._producer.get(tid)
@@ -235,6 +326,55 @@ class IrGraph:
             return frozenset()
         nodes = nx.ancestors(self._g, src) | {src}
         return frozenset(t for n in nodes for t in self.node(n).inputs if t in self.inputs)
+
+    def value_sources(self, tid: TensorId) -> tuple[frozenset[TensorId], frozenset[str]]:
+        """Why the value of `tid` is unknown: (graph inputs whose *values* it reads, symbols whose
+        values would let it fold).
+
+        The walk follows tensors without a value back to the nodes that block folding: a node
+        whose inputs all have values, some of them symbolic (Cast to float of [height, width]),
+        contributes the symbols of those; Shape and Size contribute the symbols of the dims they
+        return, never their input's values. So a Resize size computed from Shape(image) through
+        float math depends on `height` and `width`, not on the image's pixels nor on `batch`.
+        """
+        if self.parent is not None:  # a subgraph: what it reads from enclosing graphs
+            return self.input_sources(tid), frozenset()
+        inputs: set[TensorId] = set()
+        symbols: set[str] = set()
+        seen: set[TensorId] = set()
+        stack = [tid]
+        start = self.tensors.get(tid)
+        if start is not None and start.is_symbolic_value:  # valued, but a consumer needs numbers
+            return frozenset(), _value_symbols(start.value)
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in self.inputs:
+                inputs.add(t)
+                continue
+            src = self._producer.get(t)
+            if src is None:
+                continue
+            node = self.node(src)
+            read = self.tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+            if node.domain == "" and node.op_type in ("Shape", "Size") and read is not None \
+                    and read.shape is not None:
+                dims = read.shape
+                if node.op_type == "Shape":  # Python slicing clamps start/end as ONNX does
+                    dims = dims[node.attributes.get("start", 0):node.attributes.get("end", len(dims))]
+                symbols.update(s for d in dims for s in dim_symbols(d))
+                continue
+            unvalued = [i for i in (*node.inputs, *node.implicit_inputs)
+                        if i is not None and (i not in self.tensors or self.tensors[i].value is None)]
+            if unvalued:
+                stack.extend(unvalued)
+                continue
+            for i in node.inputs:  # every input known: the node could not fold symbolic values
+                if i is not None and i in self.tensors and self.tensors[i].is_symbolic_value:
+                    symbols |= _value_symbols(self.tensors[i].value)
+        return frozenset(inputs), frozenset(symbols)
 
     def live_nodes(self) -> set[NodeId]:
         """Nodes that (transitively) produce a graph output."""
@@ -247,35 +387,129 @@ class IrGraph:
         return live
 
     def validate(self) -> None:
-        """Every referenced tensor must be a graph input, a valued tensor, or produced."""
+        """Every referenced tensor must be a graph input, a valued tensor, produced, or (in a
+        subgraph) an enclosing graph's tensor; subgraphs are checked too."""
+        def known(tid: TensorId) -> bool:
+            own = self.tensors.get(tid)
+            if tid in self._producer or tid in self.inputs or (own is not None and own.value is not None):
+                return True
+            return self.parent is not None and self.parent._visible(tid)
+
         for node in self.nodes:
             for i, tid in enumerate(node.inputs):
-                if tid is None:
-                    continue
-                if tid not in self._producer and tid not in self.inputs and (
-                    tid not in self.tensors or self.tensors[tid].value is None
-                ):
+                if tid is not None and not known(tid):
                     raise ModelLoadError(f"{node.describe()} input {i} reads tensor '{tid}', which nothing produces")
+            for key, sub in node.subgraphs():
+                for tid in sub.free_tensors():
+                    if not known(tid):
+                        raise ModelLoadError(f"{node.describe()} attribute '{key}' reads tensor '{tid}', which "
+                                             "nothing produces")
+                sub.validate()
         for tid in self.outputs:
-            if tid not in self._producer and tid not in self.inputs and (
-                tid not in self.tensors or self.tensors[tid].value is None
-            ):
+            if not known(tid):
                 raise ModelLoadError(f"graph output '{tid}' is not produced by any node")
         self.topological_order()
 
+    def _visible(self, tid: TensorId) -> bool:
+        """Whether `tid` exists in this graph or an enclosing one (for a subgraph's references)."""
+        return self._defined(tid)
+
     def copy(self) -> IrGraph:
-        """A deep copy; tensor values (numpy arrays) are shared since nothing mutates them."""
-        values = {tid: t.value for tid, t in self.tensors.items()}
-        for t in self.tensors.values():
-            t.value = None
+        """A deep copy; tensor values (numpy arrays) are shared since nothing mutates them.
+        Subgraphs are copied with it (their parent links pointing into the copy)."""
+        graphs = [self, *self.all_subgraphs()]
+        values = [{tid: t.value for tid, t in g.tensors.items()} for g in graphs]
+        for g in graphs:
+            for t in g.tensors.values():
+                t.value = None
         try:
             dup = copy.deepcopy(self)
         finally:
-            for tid, v in values.items():
-                self.tensors[tid].value = v
-        for tid, v in values.items():
-            dup.tensors[tid].value = v
+            for g, vals in zip(graphs, values):
+                for tid, v in vals.items():
+                    g.tensors[tid].value = v
+        for g, vals in zip([dup, *dup.all_subgraphs()], values):
+            for tid, v in vals.items():
+                g.tensors[tid].value = v
         return dup
+
+    def inline(self, sub: IrGraph, inputs: dict[TensorId, TensorId], prefix: str) -> dict[TensorId, TensorId]:
+        """Copy `sub`'s nodes into this graph (an If branch taken, a loop iteration unrolled).
+
+        `inputs` maps sub's formal inputs to this graph's tensors; sub's own tensors get fresh
+        names under `prefix`, its weights come along, and what it reads from enclosing graphs
+        is read as is. Nested subgraphs are copied with their references renamed. Returns sub's
+        outputs as this graph's tensors.
+        """
+        names: dict[TensorId, TensorId] = dict(inputs)
+        for tid, t in sub.tensors.items():
+            if tid in names:
+                continue
+            names[tid] = self.fresh_name(f"{prefix}/{tid}")
+            if t.value is not None:
+                self.add_tensor(TensorDef(names[tid], t.dtype, t.shape, TensorKind.WEIGHT, t.value, t.container))
+        for node in sub.topological_nodes():
+            attrs = {}
+            for key, value in node.attributes.items():
+                if isinstance(value, IrGraph):
+                    value = value.clone(self, names)
+                elif isinstance(value, list) and value and all(isinstance(v, IrGraph) for v in value):
+                    value = [v.clone(self, names) for v in value]
+                attrs[key] = value
+            outs = [names.get(t, t) for t in node.outputs]
+            nid = self.add_node(node.op_type, [names.get(t, t) if t is not None else None for t in node.inputs], outs,
+                                attrs, domain=node.domain, name=self._fresh_node_name(f"{prefix}/{node.name}"))
+            self.node(nid).meta.update(node.meta)
+            for old, new in zip(node.outputs, outs):
+                src = sub.tensors.get(old)
+                if src is not None and src.container:
+                    self.tensors[new].container = src.container
+        return {t: names.get(t, t) for t in sub.outputs}
+
+    def clone(self, parent: IrGraph, renames: dict[TensorId, TensorId]) -> IrGraph:
+        """A copy of this subgraph under `parent`, reading `renames[t]` where it read `t`."""
+        saved, self.parent = self.parent, None
+        try:
+            dup = copy.deepcopy(self)
+        finally:
+            self.parent = saved
+        dup.parent = parent
+        for old in dup.free_tensors():
+            if old in renames and renames[old] != old:
+                dup.rename_outer(old, renames[old])
+        return dup
+
+    def topological_nodes(self) -> list[Node]:
+        return [self.node(n) for n in self.topological_order()]
+
+    def _fresh_node_name(self, hint: str) -> str:
+        taken = {n.name for n in self.nodes}
+        name, k = hint, 1
+        while name in taken:
+            k += 1
+            name = f"{hint}~{k}"
+        return name
+
+    def all_subgraphs(self) -> list[IrGraph]:
+        """Every subgraph nested in this graph, depth first in node order."""
+        found: list[IrGraph] = []
+        for node in self.nodes:
+            for _, sub in node.subgraphs():
+                found.append(sub)
+                found.extend(sub.all_subgraphs())
+        return found
 
     def __repr__(self) -> str:
         return f"IrGraph({self.name!r}, {len(self)} nodes, {len(self.tensors)} tensors)"
+
+
+def _value_symbols(value: np.ndarray) -> frozenset[str]:
+    return frozenset(s for d in value.reshape(-1) for s in dim_symbols(d))
+
+
+def _implicit_inputs(node: Node) -> list[TensorId]:
+    """The enclosing-scope tensors a node's subgraphs read, in a stable order."""
+    free: dict[TensorId, None] = {}
+    for _, sub in node.subgraphs():
+        free.update(dict.fromkeys(sub.free_tensors()))
+    return [t for t in free if t not in node.inputs]

@@ -35,10 +35,9 @@ class LastToken(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         batch, seq, vocab = ctx.input_shape(0)
-        ctx.device_type(ctx.input_dtype(0), "logits")
-        defs = {"HALF": True} if ctx.input_dtype(0).name == "float16" else {}
-        return [ctx.dispatch("llm/last_token.wgsl", params={"S": seq, "V": vocab}, defs=defs,
-                             reads=[ctx.input(0)], writes=[ctx.output(0), ctx.output(1)],
+        ctx.compute_type(ctx.input_dtype(0), "logits")
+        return [ctx.dispatch("llm/last_token.wgsl", params={"S": seq, "V": vocab},
+                             reads={"logits": ctx.input(0)}, writes={"last": ctx.output(0), "token": ctx.output(1)},
                              workgroups=(batch, 1, 1))]
 
 

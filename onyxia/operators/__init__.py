@@ -6,8 +6,10 @@ Each category module (elementwise, shape, indexing, ...) exposes `operators()`, 
 
 from onyxia.operators import (
     attention,
+    control,
     conv,
     conversion,
+    datadep,
     decomposed,
     elementwise,
     functions,
@@ -22,12 +24,16 @@ from onyxia.operators import (
     onnx_attention,
     pooling,
     qlinear,
+    quantize_linear,
     quantized,
+    recurrent,
     reduction,
     resize,
     scatter,
     selection,
+    sequences,
     shape,
+    unique_nms,
 )
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.registry import OperatorRegistry
@@ -35,7 +41,8 @@ from onyxia.operators.registry import OperatorRegistry
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
                     attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    functions, generators, qlinear, decomposed)
+                    functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences,
+                    quantize_linear)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import TensorKind
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
-from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, prefer_literal
+from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import prefer_literal
+from onyxia.operators.indexing import copy_elements
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -219,8 +220,7 @@ class GroupQueryAttention(Operator):
         row = (heads + 2 * kv_heads) * d if c.packed else kv_heads * d
         k_off = heads * d if c.packed else 0
         v_off = (heads + kv_heads) * d if c.packed else 0
-        rotary_reads = [ctx.input(7), ctx.input(8)] if c.rotary else []
-        rotary_decls = [("cos_cache", "f32"), ("sin_cache", "f32")] if c.rotary else []
+        rotary_reads = {"cos_cache": ctx.input(7), "sin_cache": ctx.input(8)} if c.rotary else {}
         maxpos = ctx.input_shape(7)[0] if c.rotary else 1
         flags = {"ROTARY": True} if c.rotary else {}
         if c.rotary and ctx.attr("rotary_interleaved", 0):
@@ -229,17 +229,18 @@ class GroupQueryAttention(Operator):
 
         # 1. new K/V into present
         present_k, present_v = ctx.output(1), ctx.output(2)
-        reads = [*kv_src, ctx.input(5), ctx.input(6), *rotary_reads]
-        decls = [("key_in", "f32"), ("value_in", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls]
+        reads: dict[str, str | Buf] = {"key_in": kv_src[0], "value_in": kv_src[1], "seqlens": ctx.input(5),
+                                       "total_len": ctx.input(6), **rotary_reads}
         kv_defs: dict[str, object] = dict(flags)
         if c.qk_norm:
             kv_defs["QK_NORM"] = True
-            reads.append(ctx.input(15))
-            decls.append(("k_norm", "f32"))
+            reads["k_norm"] = ctx.input(15)
         if c.windowed:
             # The step's rows go to a scratch first: present can hold fewer rows than the step reads.
             count = batch * kv_heads * seq * d
-            present_k, present_v = ctx.scratch(count, hint="new_k"), ctx.scratch(count, hint="new_v")
+            cache_dtype = ctx.output_dtype(1).name  # the window kernel copies their bits into present
+            present_k = ctx.scratch(count, cache_dtype, hint="new_k")
+            present_v = ctx.scratch(count, cache_dtype, hint="new_v")
             kv_defs["WINDOWED"] = True
         elif c.share:
             count = batch * kv_heads * seq * d
@@ -247,38 +248,34 @@ class GroupQueryAttention(Operator):
                 ctx.alias_output(1, 3)
                 ctx.alias_output(2, 4)
             else:
-                nbytes = numel(ctx.output_shape(1)) * 4
-                steps += [ctx.copy(ctx.input(3), present_k, nbytes), ctx.copy(ctx.input(4), present_v, nbytes)]
+                count = numel(ctx.output_shape(1))
+                steps += copy_elements(ctx, ctx.input(3), present_k, count) + copy_elements(ctx, ctx.input(4),
+                                                                                            present_v, count)
         else:
             count = batch * kv_heads * present * d
             kv_defs["FULL"] = True
             if c.has_past:
                 kv_defs["HAS_PAST"] = True
-                reads += [ctx.input(3), ctx.input(4)]
-                decls += [("past_k", "f32"), ("past_v", "f32")]
-        kv_defs["BINDINGS"] = binding_block(decls, [("present_k", "f32"), ("present_v", "f32")])
+                reads |= {"past_k": ctx.input(3), "past_v": ctx.input(4)}
         if not (isinstance(count, int) and count == 0):
             steps.append(ctx.dispatch(
                 "attention/gqa_kv.wgsl", label="gqa_kv", defs=kv_defs, reads=reads,
-                writes=[present_k, present_v], workgroups=ctx.grid(count),
+                writes={"present_k": present_k, "present_v": present_v}, workgroups=ctx.grid(count),
                 params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off,
                         "EPS": c.k_eps}))
 
         # 2. fused attention over present
         att_defs: dict[str, object] = dict(flags)
-        norm_reads, norm_decls = ([ctx.input(14)], [("q_norm", "f32")]) if c.qk_norm else ([], [])
+        norm_reads = {"q_norm": ctx.input(14)} if c.qk_norm else {}
         if c.qk_norm:
             att_defs["QK_NORM"] = True
-        kv_reads = [present_k, present_v]
-        kv_decls = [("present_k", "vec4<f32>"), ("present_v", "vec4<f32>")]
+        # K and V are read as vec4s (head sizes are multiples of 8)
+        kv_reads = {"present_k": Buf(present_k, vector=True), "present_v": Buf(present_v, vector=True)}
         if c.windowed:
             att_defs["WINDOWED"] = True
-            kv_reads = [ctx.input(3), ctx.input(4), present_k, present_v]
-            kv_decls = [("past_k", "vec4<f32>"), ("past_v", "vec4<f32>"), ("new_k", "vec4<f32>"),
-                        ("new_v", "vec4<f32>")]
-        att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)), BINDINGS=binding_block(
-            [("query", "f32"), ("seqlens", "i32"), ("total_len", "i32"), *rotary_decls, *norm_decls, *kv_decls],
-            [("output", "f32")]))
+            kv_reads = {"past_k": Buf(ctx.input(3), vector=True), "past_v": Buf(ctx.input(4), vector=True),
+                        "new_k": Buf(present_k, vector=True), "new_v": Buf(present_v, vector=True)}
+        att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)))
         if c.causal:
             att_defs["CAUSAL"] = True
         if c.window >= 0:
@@ -289,8 +286,9 @@ class GroupQueryAttention(Operator):
         scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
         steps.append(ctx.dispatch(
             "attention/gqa_attention.wgsl", label="gqa_attention", defs=att_defs,
-            reads=[ctx.input(0), ctx.input(5), ctx.input(6), *rotary_reads, *norm_reads, *kv_reads],
-            writes=[ctx.output(0)], workgroups=(heads, seq, batch),
+            reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
+                   **norm_reads, **kv_reads},
+            writes={"output": ctx.output(0)}, workgroups=(heads, seq, batch),
             params={**common, "H": heads, "D4": d // 4, "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                     "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
                     "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}))
@@ -299,11 +297,11 @@ class GroupQueryAttention(Operator):
             count = batch * kv_heads * c.past * d
             steps.append(ctx.dispatch(
                 "attention/gqa_window.wgsl", label="gqa_window",
-                defs={"BINDINGS": binding_block([("new_k", "f32"), ("new_v", "f32"), ("seqlens", "i32"),
-                                                 ("total_len", "i32"), ("past_k", "f32"), ("past_v", "f32")],
-                                                [("present_k", "f32"), ("present_v", "f32")])},
-                reads=[present_k, present_v, ctx.input(5), ctx.input(6), ctx.input(3), ctx.input(4)],
-                writes=[ctx.output(1), ctx.output(2)], workgroups=ctx.grid(count),
+                reads={"new_k": Buf(present_k, raw=True), "new_v": Buf(present_v, raw=True), "seqlens": ctx.input(5),
+                       "total_len": ctx.input(6), "past_k": Buf(ctx.input(3), raw=True),
+                       "past_v": Buf(ctx.input(4), raw=True)},
+                writes={"present_k": Buf(ctx.output(1), raw=True), "present_v": Buf(ctx.output(2), raw=True)},
+                workgroups=ctx.grid(count),
                 params={"N": count, "S": seq, "C": c.past, "KVH": kv_heads, "D": d, "WINDOW_SIZE": c.window}))
         return steps
 
@@ -379,8 +377,9 @@ class RotaryEmbedding(Operator):
         return [ctx.dispatch("attention/rotary.wgsl", label="rotary_embedding", defs=defs,
                              params={"N": n, "S": x[2] if c.bnsh else x[1], "NH": c.heads,
                                      "D": c.head_size, "HALF": c.half, "MAXPOS": ctx.input_shape(2)[0]},
-                             reads=[ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)],
-                             writes=[ctx.output(0)], workgroups=ctx.grid(n))]
+                             reads={"x": ctx.input(0), "position_ids": ctx.input(1), "cos_cache": ctx.input(2),
+                                    "sin_cache": ctx.input(3)},
+                             writes={"y": ctx.output(0)}, workgroups=ctx.grid(n))]
 
 
 def operators() -> list[tuple[Operator, int]]:

@@ -8,7 +8,7 @@ value, and `plan` for nodes that still need to run on the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -21,10 +21,32 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
 from onyxia.operators.common import broadcast_shapes
-from onyxia.plan import Binding, CopyBuffer, Dispatch, Scalar, ShaderParam, ShaderSpec, Step, WriteBuffer
+from onyxia.plan import (
+    STATUS_TENSOR,
+    Binding,
+    BufferDecl,
+    CopyBuffer,
+    Dispatch,
+    Scalar,
+    ShaderParam,
+    ShaderSpec,
+    Step,
+    WriteBuffer,
+)
 
 _REQUIRED = object()
 WORKGROUP_SIZE = 256  # threads per workgroup of the 1-D kernels
+
+
+@dataclass(frozen=True)
+class Buf:
+    """A tensor bound to a dispatch, with how the kernel accesses it (plan.BufferDecl): a plain
+    tensor name in `reads`/`writes` is `Buf(name)`."""
+
+    tensor: str
+    vector: bool = False  # also read as vec4s (NAME_load4)
+    whole_words: bool = False  # written a whole word at a time (NAME_store_unit)
+    raw: bool = False  # moved as storage codes, not values
 
 
 class Operator:
@@ -57,13 +79,34 @@ class Operator:
 
 # ---- inference ----------------------------------------------------------------------------
 
+class SubgraphInference(Protocol):
+    """What the compiler lends an operator owning subgraphs (If, Loop, Scan) during inference."""
+
+    def infer(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
+        """Give `graph`'s inputs these types, infer (and fold) its nodes; its outputs' types."""
+        ...
+
+
 class InferenceCtx:
     """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
 
-    def __init__(self, graph: IrGraph, node: Node, env: DimEnv):
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphInference | None = None):
         self.graph = graph
         self.node = node
         self.env = env
+        self.subgraphs = subgraphs
+
+    def infer_subgraph(self, attr: str, inputs: Sequence[tuple[DType, Shape]] = ()) -> list[tuple[DType, Shape]]:
+        """The output types of the subgraph in attribute `attr`, its inputs typed `inputs`."""
+        graph = self.attr(attr)
+        if not isinstance(graph, IrGraph):
+            raise self.fail(f"attribute '{attr}' must be a graph")
+        if self.subgraphs is None:
+            raise self.fail("this node has subgraphs; infer it with the compiler's ShapeInferencePass")
+        if len(inputs) != len(graph.inputs):
+            raise self.fail(f"attribute '{attr}': the subgraph takes {len(graph.inputs)} inputs, the node gives "
+                            f"it {len(inputs)}")
+        return self.subgraphs.infer(graph, inputs)
 
     @property
     def opset(self) -> int:
@@ -79,6 +122,19 @@ class InferenceCtx:
     def fail(self, message: str, input: int | None = None) -> ShapeInferenceError:
         """An error naming this node, its op type and (optionally) the input at fault."""
         return ShapeInferenceError(message, node=self.node.name, op_type=self.node.op_type, input_index=input)
+
+    def require_ints(self, values: Sequence[Dim], what: str, input: int | None = None) -> list[int]:
+        """`values` as plain ints. Symbolic ones (a Slice step or Squeeze axis computed from a
+        dim) raise a ValueRequiredError naming their symbols: symbolic inference cannot decide
+        here, so InferenceSession compiles for the feed's real sizes of those symbols."""
+        symbolic = [v for v in values if isinstance(v, SymDim)]
+        if symbolic:
+            name = self.node.inputs[input] if input is not None and self.has_input(input) else ""
+            raise ValueRequiredError(
+                f"{what} must be constant integers, got {[str(v) for v in values]}",
+                node=self.node.name, op_type=self.node.op_type, input_index=input, tensor=name or "",
+                symbols=frozenset(s for v in symbolic for s in v.symbols))
+        return [int(v) for v in values]
 
     def input_tensor(self, i: int) -> TensorDef:
         if not self.has_input(i):
@@ -107,10 +163,11 @@ class InferenceCtx:
         value = self.input_value(i)
         if value is None:
             name = self.node.inputs[i] if self.has_input(i) else ""
+            sources, symbols = self.graph.value_sources(name) if name else (frozenset(), frozenset())
             raise ValueRequiredError(
                 f"{what} ('{name}') must be a constant (an initializer or computable at compile time)",
                 node=self.node.name, op_type=self.node.op_type, input_index=i, tensor=name or "",
-                sources=self.graph.input_sources(name) if name else frozenset())
+                sources=sources, symbols=symbols)
         return value
 
     def require_dims(self, i: int, what: str = "shape input") -> list[Dim]:
@@ -127,7 +184,13 @@ class InferenceCtx:
 
     def broadcast(self, shapes: Sequence[Shape]) -> Shape:
         """NumPy broadcasting of `shapes`, failing with this node's name."""
-        return broadcast_shapes(shapes, self.fail, self.same_dim)
+        return broadcast_shapes(shapes, self.fail, self.same_dim, self.show_dim)
+
+    def show_dim(self, d: Dim) -> str:
+        """A dim for an error message: a symbolic one with its value for the dims given, which is
+        what made two expressions differ ("(x + 1) // 2 = 3")."""
+        value = self.env.value(d) if isinstance(d, SymDim) else None
+        return str(d) if value is None else f"{d} = {value}"
 
     def same_dim(self, a: Dim, b: Dim) -> bool:
         """Whether dims `a` and `b` are one dim: every shape check comparing dims uses this.
@@ -206,6 +269,13 @@ class PlanState:
     aliases: dict[str, str] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     # The plan's template table: key -> WGSL with imports inlined. A shader file's key is its path.
     templates: dict[str, str] = field(default_factory=dict)
+    # Report sites: (node, op type, what went wrong) of every dispatch that may report an error
+    # through the status word; a site's number is its position + 1.
+    sites: list[tuple[str, str, str]] = field(default_factory=list)
+    # Plans a subgraph's nodes into steps (set by the compiler's planning); their tensors are
+    # recorded here for the tensor table.
+    subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
+    subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
 
     def template(self, path: str) -> str:
         """The key of the shader file `path`'s template, read once."""
@@ -225,7 +295,7 @@ class PlanState:
         return key
 
     def add_shader(self, spec: ShaderSpec) -> int:
-        key = (spec.label, spec.template, spec.defs, spec.constants, spec.immediates)
+        key = (spec.label, spec.template, spec.defs, spec.constants, spec.immediates, spec.buffers, spec.reports)
         if key not in self.shader_index:
             self.shader_index[key] = len(self.shaders)
             self.shaders.append(spec)
@@ -236,6 +306,12 @@ class PlanCtx(InferenceCtx):
     def __init__(self, graph: IrGraph, node: Node, state: PlanState):
         super().__init__(graph, node, state.env)
         self.state = state
+
+    def plan_subgraph(self, attr: str) -> list[Step]:
+        """The steps of the subgraph in attribute `attr` (its live, unfolded nodes)."""
+        graph = self.attr(attr)
+        assert isinstance(graph, IrGraph) and self.state.subgraph_planner is not None
+        return self.state.subgraph_planner(graph)
 
     # buffers
     def input(self, i: int) -> str:
@@ -254,12 +330,29 @@ class PlanCtx(InferenceCtx):
         assert dtype is not None
         return dtype
 
-    def device_type(self, dtype: DType, what: str) -> str:
-        """The WGSL storage type for `dtype`, or a clear error naming this node."""
+    def compute_type(self, dtype: DType, what: str) -> str:
+        """The WGSL type kernels compute `dtype` in (f32, i32, u32), or a clear error naming this
+        node when `dtype` has no device representation."""
         try:
-            return dtype.require_device(f"{self.node.describe()} {what}")
+            dtype.require_device(f"{self.node.describe()} {what}")
         except OnyxiaError as exc:
             raise type(exc)(str(exc)) from None
+        return dtype.compute
+
+    def tensor_dtype(self, name: str) -> DType:
+        """The dtype of a graph tensor or of one of the plan's scratch buffers."""
+        if name in self.state.scratch:
+            return dtypes.from_name(self.state.scratch[name][0])
+        dtype = (self.state.subgraph_tensors.get(name) or self.graph.tensor(name)).dtype
+        assert dtype is not None, f"tensor '{name}' has no dtype"
+        return dtype
+
+    def lanes(self, name: str) -> int:
+        """Elements per thread of a kernel writing tensor `name` whole words at a time: a word's
+        worth of a packed dtype, 1 otherwise (float16 counts as native f16; where it is packed
+        instead, half the threads find no element and return)."""
+        dtype = self.tensor_dtype(name)
+        return 1 if dtype.storage == "f16" or not dtype.packed else dtype.per_word
 
     def scratch(self, count: Dim, dtype: str = "float32", hint: str = "scratch") -> str:
         """A temporary buffer of `count` elements private to this op."""
@@ -283,30 +376,47 @@ class PlanCtx(InferenceCtx):
         self,
         shader: str,
         *,
-        reads: Sequence[str],
-        writes: Sequence[str],
+        reads: Mapping[str, str | Buf],
+        writes: Mapping[str, str | Buf],
         workgroups: tuple[Dim, Dim, Dim] | Dim,
         params: Mapping[str, Scalar | tuple[Scalar, str]] | None = None,
         defs: Mapping[str, object] | None = None,
         label: str | None = None,
         source: str | None = None,
+        reports: str | None = None,
     ) -> Dispatch:
         """One dispatch of the WGSL template `shader` (a path under shaders/, or `source`).
 
-        Bindings are `reads` (read-only storage) then `writes` (read-write storage), numbered
-        from 0 in group 0. Each entry of `params` becomes an accessor `NAME()`: baked into the
-        shader when it is static, an immediate (patched on dimension changes) otherwise.
-        A param may be `(value, "i32"|"u32"|"f32")` to force its type.
+        `reads` and `writes` map the kernel's buffer names to tensors (read-only storage, then
+        read-write storage, numbered from 0 in group 0): the kernel uses the accessors
+        codegen/storage.py generates for each from the tensor's dtype (`x_load(i)`,
+        `y_store(i, v)`, ...) and declares no storage itself. Each entry of `params` becomes an
+        accessor `NAME()`: baked into the shader when it is static, an immediate (patched on
+        dimension changes) otherwise. A param may be `(value, "i32"|"u32"|"f32")` to force its
+        type. `reports`: what the kernel's `onyxia_report()` calls mean ("int64 overflow", ...);
+        the run that hits one raises an error naming this node.
         """
-        for name in (*reads, *writes):
-            if name in writes and name in reads:
-                raise PlanError(f"{self.node.describe()}: buffer '{name}' bound both read-only and read-write")
+        bound = {**{k: (v if isinstance(v, Buf) else Buf(v), True) for k, v in reads.items()},
+                 **{k: (v if isinstance(v, Buf) else Buf(v), False) for k, v in writes.items()}}
+        if len(bound) != len(reads) + len(writes):
+            raise PlanError(f"{self.node.describe()}: a buffer name is both read and written")
+        tensors = [b.tensor for b, _ in bound.values()]
+        for name in writes.values():
+            tensor = name.tensor if isinstance(name, Buf) else name
+            if tensors.count(tensor) > 1:
+                raise PlanError(f"{self.node.describe()}: buffer '{tensor}' bound both read-only and read-write")
+        buffers = tuple(BufferDecl(k, self.tensor_dtype(b.tensor).name, ro, b.vector, b.whole_words, b.raw)
+                        for k, (b, ro) in bound.items())
         constants: list[tuple[ShaderParam, Scalar]] = []
         dynamic: list[tuple[ShaderParam, Scalar]] = []
         for pname, raw in sorted((params or {}).items()):
             value, ptype = raw if isinstance(raw, tuple) else (raw, param_type(raw))
             target = constants if self.is_static(value) else dynamic
             target.append((ShaderParam(pname, ptype), value))
+        if reports:
+            # The site travels as an immediate, so that one shader serves every node using it.
+            self.state.sites.append((self.node.name, self.node.op_type, reports))
+            dynamic.append((ShaderParam("ONYXIA_SITE", "u32"), len(self.state.sites)))
         resolved_defs = tuple(sorted((defs or {}).items()))
         for k, v in resolved_defs:
             if not self.is_static(v):
@@ -315,10 +425,12 @@ class PlanCtx(InferenceCtx):
         template = (self.state.inline_template(label or "<inline>", source) if source
                     else self.state.template(shader))
         spec = ShaderSpec(label or shader.removesuffix(".wgsl"), template, resolved_defs,
-                          tuple(constants), tuple(p for p, _ in dynamic))
+                          tuple(constants), tuple(p for p, _ in dynamic), buffers=buffers, reports=bool(reports))
         index = self.state.add_shader(spec)
         wg = workgroups if isinstance(workgroups, tuple) else (workgroups, 1, 1)
-        bindings = tuple(Binding(n, True) for n in reads) + tuple(Binding(n, False) for n in writes)
+        bindings = tuple(Binding(b.tensor, ro) for b, ro in bound.values())
+        if reports:
+            bindings += (Binding(STATUS_TENSOR, False),)
         return Dispatch(index, bindings, wg, tuple(v for _, v in dynamic))
 
     @staticmethod
@@ -326,16 +438,22 @@ class PlanCtx(InferenceCtx):
         """Workgroups for a 1-D kernel over `count` items (the runtime folds x > 65535 into y)."""
         return ((count + per_workgroup - 1) // per_workgroup, 1, 1)
 
+    def unit_grid(self, count: Dim, tensor: str) -> tuple[Dim, Dim, Dim]:
+        """Workgroups for a 1-D kernel writing `count` elements of `tensor` whole words at a
+        time: a thread per `lanes(tensor)` elements."""
+        lanes = self.lanes(tensor)
+        return self.grid(count if lanes == 1 else (count + lanes - 1) // lanes)
+
     def copy(self, src: str, dst: str, nbytes: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> CopyBuffer:
         return CopyBuffer(src, dst, nbytes, src_offset, dst_offset)
 
 
-def symbolic_write(dst: str, values: np.ndarray, device_type: str) -> WriteBuffer:
+def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:
     """A WriteBuffer materializing a (possibly symbolic) small host value on the device."""
-    flat = tuple(v if isinstance(v, SymDim) else (float(v) if device_type == "f32" else int(v))
+    flat = tuple(v if isinstance(v, SymDim) else (float(v) if dtype.is_float else int(v))
                  for v in np.asarray(values).reshape(-1).tolist())
-    return WriteBuffer(dst, flat, device_type)
+    return WriteBuffer(dst, flat, dtype.name)
 
 
-__all__ = ["FoldCtx", "InferenceCtx", "Operator", "PlanCtx", "PlanState", "WORKGROUP_SIZE", "dim_symbols",
+__all__ = ["Buf", "FoldCtx", "InferenceCtx", "Operator", "PlanCtx", "PlanState", "WORKGROUP_SIZE", "dim_symbols",
            "dtypes", "numel", "shader_root", "symbolic_write"]

@@ -39,8 +39,9 @@ def prefer_literal(a: Dim, b: Dim) -> Dim:
 
 
 def broadcast_shapes(shapes: Sequence[Shape], fail: Callable[[str], Exception],
-                     same: Callable[[Dim, Dim], bool]) -> Shape:
-    """NumPy broadcasting over int | SymDim dims. `fail(msg)` builds the error to raise.
+                     same: Callable[[Dim, Dim], bool], show: Callable[[Dim], str] = str) -> Shape:
+    """NumPy broadcasting over int | SymDim dims. `fail(msg)` builds the error to raise;
+    `show(d)` writes a dim in it (InferenceCtx adds a symbolic dim's value).
 
     Two dims other than 1 broadcast when `same(a, b)` accepts them as one dim
     (InferenceCtx.same_dim: equal, or equal in value at compile time, an assumption the runtime
@@ -60,7 +61,7 @@ def broadcast_shapes(shapes: Sequence[Shape], fail: Callable[[str], Exception],
                 result = prefer_literal(result, d)
             else:
                 raise fail(f"shapes {', '.join(shape_str(s) for s in shapes)} cannot be broadcast "
-                           f"(axis {axis}: {result} vs {d})")
+                           f"(axis {axis}: {show(result)} vs {show(d)})")
         out.append(result)
     return tuple(out)
 
@@ -130,14 +131,5 @@ def strided_index_params(out_shape: Shape, in_shapes: Sequence[Shape], names: Se
     return params, "\n".join(lines)
 
 
-def binding_block(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> str:
-    """WGSL storage declarations, numbered in dispatch order (reads, then writes)."""
-    lines = [f"@group(0) @binding({i}) var<storage, read> {name}: array<{ty}>;"
-             for i, (name, ty) in enumerate(reads)]
-    lines += [f"@group(0) @binding({len(reads) + i}) var<storage, read_write> {name}: array<{ty}>;"
-              for i, (name, ty) in enumerate(writes)]
-    return "\n".join(lines)
-
-
-__all__ = ["binding_block", "broadcast_shapes", "broadcast_strides", "ceil_div", "collapse_dims", "contiguous_strides",
+__all__ = ["broadcast_shapes", "broadcast_strides", "ceil_div", "collapse_dims", "contiguous_strides",
            "is_one", "is_zero", "numel", "prefer_literal", "select_small", "strided_index_params"]

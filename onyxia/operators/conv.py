@@ -217,15 +217,15 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
     squeeze-excite convolutions over a pooled 1x1 map)."""
     has_bias = ctx.has_input(2)
-    device = ctx.device_type(ctx.input_dtype(0), "input 0")
+    compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
     return plan_product(ctx, Product(
-        ctx.input(1), ctx.input(0), ctx.output(0), device, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
+        ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
         c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else ()))
 
 
 def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
-    device = ctx.device_type(ctx.input_dtype(0), "input 0")
+    compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
     win = spec.window
     p = numel(win.out)
     ncols = spec.batch * p
@@ -237,12 +237,12 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols}
     has_bias = ctx.has_input(2)
-    defs: dict[str, object] = {"T": device, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
-    reads = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if has_bias else [])
+    defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
+    reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
     if spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K:
         total = spec.batch * spec.maps * p
         return [ctx.dispatch("conv/conv_direct.wgsl", defs=defs, params={**params, "TOTAL": total},
-                             reads=reads, writes=[ctx.output(0)], workgroups=ctx.grid(total))]
+                             reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
     rm = 1 if spec.mg <= 16 else 2 if spec.mg <= 32 else 4
     # Columns: the largest tile that still leaves enough workgroups (symbolic: many columns).
     hint = ncols if _is_int(ncols) else p if _is_int(p) and p >= 1024 else None
@@ -256,7 +256,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group)
     return [ctx.dispatch("conv/conv_gemm.wgsl", defs={**defs, "RM": rm, "RN": rn},
                          params={**params, "ROW_BLOCKS": row_blocks},
-                         reads=reads, writes=[ctx.output(0)], workgroups=workgroups)]
+                         reads=reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
 
 
 # ---- CausalConvWithState --------------------------------------------------------------------
@@ -312,20 +312,19 @@ class CausalConvWithState(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         (b, c, length), k = self.shapes(ctx)
-        ctx.device_type(ctx.input_dtype(0), "input 0")
+        ctx.compute_type(ctx.input_dtype(0), "input 0")
         outs = ctx.node.outputs
         want_y, want_state = bool(outs[0]), len(outs) > 1 and bool(outs[1])
         rows = b * c
         count = rows * ((length if want_y else 0) + ((k - 1) if want_state else 0))
-        reads = [ctx.input(0), ctx.input(1)]
+        reads = {"x": ctx.input(0), "w": ctx.input(1)}
         defs: dict[str, object] = {"SILU": ctx.attr("activation", "none") != "none", "HAS_Y": want_y,
                                    "HAS_STATE": want_state}
-        for role, i in (("BIAS", 2), ("PAST", 3)):
+        for role, i in (("bias", 2), ("past", 3)):
             if ctx.has_input(i):
-                defs[role], defs[f"B_{role}"] = True, len(reads)
-                reads.append(ctx.input(i))
-        writes = ([ctx.output(0)] if want_y else []) + ([ctx.output(1)] if want_state else [])
-        defs["B_Y"], defs["B_STATE"] = len(reads), len(reads) + int(want_y)
+                defs[role.upper()] = True
+                reads[role] = ctx.input(i)
+        writes = ({"y": ctx.output(0)} if want_y else {}) | ({"present": ctx.output(1)} if want_state else {})
         params = {"TOTAL": count, "C": c, "L": length, "KS": k, "NY": rows * length if want_y else 0}
         return [ctx.dispatch("conv/causal_conv.wgsl", defs=defs, params=params, reads=reads, writes=writes,
                              workgroups=ctx.grid(count))]

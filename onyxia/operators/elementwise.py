@@ -8,10 +8,11 @@ kernel shaders/elementwise/map.wgsl with NumPy broadcasting. Folds numpy gets wr
 are in elementwise_folds.py. The helpers the expressions call (NaN
 propagating max, erf, C pow, ...) live in shaders/elementwise/math.wgsl.
 
-Device numerics (every element is a 32-bit word, see ir/dtypes.py):
-- float16 computes in f32 and is rounded to float16 once, when read back;
-- int64 computes in i32: results wrap around at 2^31 where int64 would not (inputs are
-  range-checked at upload);
+Device numerics (storage and compute types: ir/dtypes.py):
+- float16 and bfloat16 compute in f32 and are rounded once, when stored;
+- int64 computes in i32 (inputs are range-checked at upload); the ops whose result can leave
+  that range (a row's `int64` expression: Add, Sub, Mul, Div, Pow, Neg, Abs) check it and
+  report instead of wrapping, and the run raises a ComputeError naming the node;
 - int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
   overflow wraps exactly as numpy and onnxruntime do;
 - integer Div/Mod by zero give WGSL's defined results, where ONNX leaves them undefined.
@@ -36,26 +37,26 @@ from onyxia.plan import Step
 FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
 NUMERIC = (FLOAT, INT, UINT)
 COMPUTE = {FLOAT: "f32", INT: "i32", UINT: "u32", BOOL: "u32"}  # the WGSL type each kind computes in
+INT64_OVERFLOW = "an int64 result is outside the int32 range the GPU computes int64 in"
 _KIND_NAMES = {FLOAT: "floating-point", INT: "signed integer", UINT: "unsigned integer", BOOL: "bool"}
 REQUIRED = object()  # attribute default: the attribute must be given
 MAX_MAP_INPUTS = 7  # storage bindings per dispatch: WebGPU guarantees 8, one is the output
 
 
 def kind(dtype: DType) -> str:
-    """The key of a row's expressions that applies to `dtype` (float16 and float64 are "float":
+    """The key of a row's expressions that applies to `dtype` (every float type is "float":
     float64 folds on the host, and planning it fails with a clear UnsupportedDtypeError)."""
-    if dtype.is_bool:
-        return BOOL
-    if dtype.is_float:
-        return FLOAT
-    if dtype.is_integer:
-        return INT if np.issubdtype(dtype.numpy, np.signedinteger) else UINT
+    if dtype.kind in (BOOL, FLOAT, INT, UINT):
+        return dtype.kind
     return dtype.name  # string: no row has it
 
 
 def widen(value: np.ndarray) -> np.ndarray:
-    """Fold float16 in float32, rounding once at the end, as the device computes it."""
-    return value.astype(np.float32) if value.dtype == np.float16 else value
+    """Fold the narrow float types in float32, rounding once at the end, as the device computes
+    them."""
+    if value.dtype != object and value.dtype.kind not in "biuf" or value.dtype == np.float16:
+        return value.astype(np.float32)  # bfloat16, float8 (ml_dtypes) and float16
+    return value
 
 
 # ---- table rows ---------------------------------------------------------------------------
@@ -90,6 +91,7 @@ class Row:
     attrs: Mapping[str, Any] = field(default_factory=dict)  # ONNX attribute -> default (or REQUIRED)
     result: str = "same"  # output dtype: "same" as input 0, or "bool"
     exponent: bool = False  # input 1 has its own numeric dtype and computes in f32 (Pow's T1)
+    int64: str | None = None  # for int64 inputs: the expression checking the int32 range (reports)
 
 
 class _TableOp(Operator):
@@ -124,6 +126,12 @@ class _TableOp(Operator):
 
     def result(self, dtype: DType) -> DType:
         return dtypes.BOOL if self.row.result == "bool" else dtype
+
+    def checked(self, dtype: DType, expr: str) -> tuple[str, str | None]:
+        """(expression, report meaning): the row's int64 form for int64 inputs."""
+        if dtype == dtypes.INT64 and self.row.int64:
+            return self.row.int64, INT64_OVERFLOW
+        return expr, None
 
 
 class BinaryElementwise(_TableOp):
@@ -163,11 +171,11 @@ class BinaryElementwise(_TableOp):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         attrs, shapes = self.attrs(ctx), self.shapes(ctx)
-        expr = self.expr(ctx, attrs, ctx.input_dtype(0))
+        expr, reports = self.checked(ctx.input_dtype(0), self.expr(ctx, attrs, ctx.input_dtype(0)))
         compute = COMPUTE[kind(ctx.input_dtype(0))]
         operands = [operand(ctx, 0, compute, shapes[0]),
                     operand(ctx, 1, "f32" if self.row.exponent else compute, shapes[1])]
-        return map_dispatch(ctx, expr, operands, params=self.params(attrs, expr))
+        return map_dispatch(ctx, expr, operands, params=self.params(attrs, expr), reports=reports)
 
 
 class UnaryElementwise(_TableOp):
@@ -185,8 +193,9 @@ class UnaryElementwise(_TableOp):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         attrs, dtype = self.attrs(ctx), ctx.input_dtype(0)
-        expr = self.expr(ctx, attrs, dtype)
-        return map_dispatch(ctx, expr, [operand(ctx, 0, COMPUTE[kind(dtype)])], params=self.params(attrs, expr))
+        expr, reports = self.checked(dtype, self.expr(ctx, attrs, dtype))
+        return map_dispatch(ctx, expr, [operand(ctx, 0, COMPUTE[kind(dtype)])], params=self.params(attrs, expr),
+                            reports=reports)
 
 
 @dataclass(frozen=True)
@@ -242,7 +251,7 @@ class VariadicElementwise(_TableOp):
             if pending:
                 target = ctx.scratch(numel(out_shape), out_dtype.name, "partial")
                 steps += map_dispatch(ctx, expr, chunk, output=target)
-                acc = Operand(target, out_shape, chunk[0].storage, compute)
+                acc = Operand(target, out_shape, compute)
             else:
                 if self.row.mean:
                     expr = f"({expr}) / {float(ctx.num_inputs)}"
@@ -365,11 +374,12 @@ _GELU = {"none": "0.5 * x0 * (1.0 + onyxia_erf(x0 * 0.7071067811865476))",
          "tanh": "0.5 * x0 * (1.0 + onyxia_tanh(0.7978845608028654 * (x0 + 0.044715 * x0 * x0 * x0)))"}
 
 BINARY_OPS: dict[str, Row] = {
-    "Add": Row(numeric("x0 + x1"), np.add),
-    "Sub": Row(numeric("x0 - x1"), np.subtract),
-    "Mul": Row(numeric("x0 * x1"), np.multiply),
-    "Div": Row(numeric("x0 / x1"), div),
-    "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, power, exponent=True),
+    "Add": Row(numeric("x0 + x1"), np.add, int64="onyxia_checked_add(x0, x1)"),
+    "Sub": Row(numeric("x0 - x1"), np.subtract, int64="onyxia_checked_sub(x0, x1)"),
+    "Mul": Row(numeric("x0 * x1"), np.multiply, int64="onyxia_checked_mul(x0, x1)"),
+    "Div": Row(numeric("x0 / x1"), div, int64="onyxia_checked_div(x0, x1)"),
+    "Pow": Row({FLOAT: "onyxia_powf(x0, x1)", INT: "onyxia_powi(x0, x1)"}, power, exponent=True,
+               int64="onyxia_checked_powi(x0, x1)"),
     # slope broadcasts to X (unidirectionally: the output keeps X's shape in valid models)
     "PRelu": Row({FLOAT: "select(x0, x1 * x0, x0 < 0.0)", INT: "select(x0, x1 * x0, x0 < 0i)", UINT: "x0"},
                  lambda x, slope: np.where(x < 0, x * slope, x)),
@@ -395,8 +405,8 @@ COMPARISON_OPS: dict[str, Row] = {
 }
 
 UNARY_OPS: dict[str, Row] = {
-    "Abs": Row({FLOAT: "abs(x0)", INT: "abs(x0)", UINT: "x0"}, np.abs),
-    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative),
+    "Abs": Row({FLOAT: "abs(x0)", INT: "abs(x0)", UINT: "x0"}, np.abs, int64="onyxia_checked_abs(x0)"),
+    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative, int64="onyxia_checked_neg(x0)"),
     "Sign": Row({FLOAT: "onyxia_signf(x0)", INT: "sign(x0)", UINT: "select(0u, 1u, x0 > 0u)"}, np.sign, since=9),
     "Relu": Row({FLOAT: "select(x0, 0.0, x0 < 0.0)", INT: "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
     "Not": Row({BOOL: "x0 ^ 1u"}, np.logical_not),

@@ -7,8 +7,8 @@ FunctionExpansionPass (compiler/passes/expansion.py) replaces each of its nodes 
 onnx builds for it, before shape inference; every op of the body then plans as usual.
 
 That body comes from onnx itself (`onnx.inliner` with the op's schema), never from onyxia. An op
-joins EXPANDED when every op its body uses is supported; LinearAttention's body, for one,
-needs Scan and is not listed. Such a FunctionOp is registered from the first opset version
+joins EXPANDED when every op its body uses is supported (LinearAttention's needs Scan, a
+host LoopStep: operators/control.py). Such a FunctionOp is registered from the first opset version
 whose schema has a body.
 
 Ops the spec does not define as functions can still be exact compositions of supported ops
@@ -46,6 +46,7 @@ EXPANDED: tuple[tuple[str, str], ...] = (
     ("", "RotaryEmbedding"),
     ("", "SwiGLU"),
     ("ai.onnx.preview", "FlexAttention"),  # score_mod / prob_mod subgraphs are inlined too
+    ("", "LinearAttention"),  # its body scans the sequence (Scan)
 )
 
 

@@ -62,14 +62,15 @@ class GridSample(Operator):
         total = numel(ctx.output_shape(0))
         if _is_int(total) and total == 0:
             return []
-        ctx.device_type(ctx.input_dtype(0), "input")
+        ctx.compute_type(ctx.input_dtype(0), "input")
         taps = TAPS[mode]
         idp, ih, iw = (1,) * (3 - rank) + tuple(x[2:])
         params = {"TOTAL": total, "C": x[1], "P": numel(ctx.output_shape(0)[2:]), "ID": idp, "IH": ih, "IW": iw}
         defs = {"MODE": mode, "PADDING": padding, "ALIGN": bool(ctx.attr("align_corners", 0)), "RANK": rank,
                 "TAPS": taps, "TZ": taps if rank == 3 else 1, "TY": taps if rank >= 2 else 1}
         return [ctx.dispatch("image/grid_sample.wgsl", label=f"grid_sample_{mode}", defs=defs, params=params,
-                             reads=[ctx.input(0), ctx.input(1)], writes=[ctx.output(0)], workgroups=ctx.grid(total))]
+                             reads={"x": ctx.input(0), "grid": ctx.input(1)}, writes={"y": ctx.output(0)},
+                             workgroups=ctx.grid(total))]
 
 
 class AffineGrid(Operator):
@@ -101,11 +102,11 @@ class AffineGrid(Operator):
         total = numel(ctx.output_shape(0))
         if _is_int(total) and total == 0:
             return []
-        ctx.device_type(ctx.input_dtype(0), "theta")
+        ctx.compute_type(ctx.input_dtype(0), "theta")
         od, oh, ow = (1,) * (3 - rank) + tuple(size[2:])
         return [ctx.dispatch("image/affine_grid.wgsl", defs={"RANK": rank, "ALIGN": bool(ctx.attr("align_corners", 0))},
-                             params={"TOTAL": total, "OD": od, "OH": oh, "OW": ow}, reads=[ctx.input(0)],
-                             writes=[ctx.output(0)], workgroups=ctx.grid(total))]
+                             params={"TOTAL": total, "OD": od, "OH": oh, "OW": ow}, reads={"theta": ctx.input(0)},
+                             writes={"grid": ctx.output(0)}, workgroups=ctx.grid(total))]
 
 
 # ---- DepthToSpace / SpaceToDepth ------------------------------------------------------------

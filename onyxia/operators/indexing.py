@@ -16,9 +16,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
 from onyxia.plan import Step
 
@@ -28,13 +29,25 @@ UNBOUNDED = 2**31 - 1
 END_OF_AXIS = (2**31 - 1, 2**63 - 1)
 
 
-def scalar_param(value: object, device: str) -> tuple[object, str]:
-    """A fill/range value as a param of the kernel's storage type."""
-    if device == "f32":
+def scalar_param(value: object, compute: str) -> tuple[object, str]:
+    """A range value as a param of the kernel's compute type."""
+    if compute == "f32":
         return float(value), "f32"  # type: ignore[arg-type]
     if isinstance(value, SymDim):
-        return value, device
-    return int(value), device  # type: ignore[call-overload]
+        return value, compute
+    return int(value), compute  # type: ignore[call-overload]
+
+
+def fill_code(ctx: PlanCtx, value: object, dtype: DType) -> tuple[object, str]:
+    """A fill value as the u32 storage code a raw kernel writes (an expression for a symbolic
+    int32/int64 value: its word is the value itself)."""
+    if isinstance(value, SymDim):
+        if dtype.storage != "i32":
+            raise ctx.fail(f"a symbolic fill value needs an int32/int64 tensor, not {dtype}")
+        return value, "u32"
+    raw = dtypes.to_device(np.asarray([value]).astype(dtype.numpy), dtype, f"{ctx.node.describe()} fill value")
+    word = int(raw[:4].view(np.uint32)[0]) if raw.dtype == np.uint8 else int(raw.view(np.uint32)[0])
+    return word & ((1 << dtype.bits) - 1), "u32"
 
 
 # ---- generated index code -----------------------------------------------------------------
@@ -90,27 +103,34 @@ def strided_code(shape: Shape, operands: Mapping[str, tuple[Sequence[Dim], Dim]]
 
 def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x: str, y: str, count: Dim,
                     idx: str | None = None, fill: object = None, fill_buffer: str | None = None,
-                    label: str | None = None) -> list[Step]:
+                    label: str | None = None, scatter: bool = False) -> list[Step]:
     """One gather.wgsl dispatch over `count` output elements (none when statically empty).
 
-    `index` is WGSL computing `src` and `dst` (and `inside` when a fill applies) from `i`.
+    `index` is WGSL computing `src` (and `inside` when a fill applies) from `i`: y[i] = x[src],
+    a thread writing whole words of y. With `scatter` it computes `dst` too: y[dst] = x[src]
+    (element stores, atomic ones for packed dtypes).
     """
     if is_zero(count):
         return []
-    device = ctx.device_type(ctx.graph.tensor(y).dtype, "output")
-    reads = [x] + ([idx] if idx else []) + ([fill_buffer] if fill_buffer else [])
-    defs: dict[str, object] = {"T": device, "INDEX": index, "B_Y": len(reads)}
-    all_params = {"N": count, **params}
+    dtype = ctx.tensor_dtype(y)
+    ctx.compute_type(dtype, "output")
+    reads: dict[str, str | Buf] = {"x": Buf(x, raw=True)}
     if idx:
-        defs["HAS_IDX"] = True
+        reads["idx"] = idx
+    defs: dict[str, object] = {"INDEX": index}
+    all_params = {"N": count, **params}
     if fill is not None or fill_buffer:
         defs["MASKED"] = True
     if fill_buffer:
-        defs["FILL_BUFFER"], defs["B_FILL"] = True, len(reads) - 1
+        defs["FILL_BUFFER"] = True
+        reads["fill_value"] = Buf(fill_buffer, raw=True)
     elif fill is not None:
-        all_params["FILL"] = scalar_param(fill, device)
+        all_params["FILL"] = fill_code(ctx, fill, dtype)
+    if scatter:
+        defs["SCATTER"] = True
     return [ctx.dispatch(GATHER, label=label or f"gather_{ctx.node.op_type}", defs=defs, params=all_params,
-                         reads=reads, writes=[y], workgroups=ctx.grid(count))]
+                         reads=reads, writes={"y": Buf(y, whole_words=not scatter, raw=True)},
+                         workgroups=ctx.grid(count) if scatter else ctx.unit_grid(count, y))]
 
 
 def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], src_offset: Dim = 0, *,
@@ -119,6 +139,26 @@ def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], sr
     params, code = strided_code(shape, {"src": (src_strides, src_offset), "dst": (contiguous_strides(shape), 0)})
     return dispatch_gather(ctx, code, params, x=x or ctx.input(0), y=y or ctx.output(0), count=numel(shape),
                            label="strided_copy")
+
+
+def copy_elements(ctx: PlanCtx, src: str, dst: str, count: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> list[Step]:
+    """dst[dst_offset:][:count] = src[src_offset:][:count], in elements of the tensors' dtype.
+
+    A CopyBuffer where the bytes allow it (WebGPU copies whole words: word-sized dtypes, or
+    packed ones whose counts and offsets are static multiples of a word's elements); otherwise a
+    gather.wgsl copy that moves the storage codes (element stores merged into their words).
+    """
+    if is_zero(count):
+        return []
+    dtype = ctx.tensor_dtype(src)
+    per = dtype.per_word if dtype.packed else 1
+    if per == 1:
+        return [ctx.copy(src, dst, count * 4, src_offset * 4, dst_offset * 4)]
+    if all(isinstance(v, int) and v % per == 0 for v in (count, src_offset, dst_offset)):
+        return [ctx.copy(src, dst, count // per * 4, src_offset // per * 4, dst_offset // per * 4)]
+    params: dict[str, object] = {"SRC_OFF": (src_offset, "u32"), "DST_OFF": (dst_offset, "u32")}
+    return dispatch_gather(ctx, "let src = SRC_OFF() + i;\n    let dst = DST_OFF() + i;", params, x=src, y=dst,
+                           count=count, label="copy_elements", scatter=True)
 
 
 def index_values(ctx: FoldCtx, i: int) -> np.ndarray | None:
@@ -153,7 +193,7 @@ class Gather(Operator):
         data = ctx.input_shape(0)
         axis = ctx.axis(ctx.attr("axis", 0), len(data))
         code = ("let inner = i % INNER(); let t = i / INNER(); let j = t % NIDX(); let outer = t / NIDX();\n"
-                "    let src = (outer * AXIS_DIM() + onyxia_wrap_index(idx[j], AXIS_DIM())) * INNER() + inner;\n"
+                "    let src = (outer * AXIS_DIM() + onyxia_wrap_index(idx_load(j), AXIS_DIM())) * INNER() + inner;\n"
                 "    let dst = i;")
         params = {"INNER": numel(data[axis + 1:]), "NIDX": numel(ctx.input_shape(1)), "AXIS_DIM": data[axis]}
         return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
@@ -185,7 +225,7 @@ class GatherElements(Operator):
         strides = contiguous_strides(data)
         # The other axes address data at the index's coordinates; the axis comes from idx.
         params, code = strided_code(idx_shape, {"base": ([0 if a == axis else s for a, s in enumerate(strides)], 0)})
-        code += "\n    let src = base + onyxia_wrap_index(idx[i], DAX()) * DSAX();\n    let dst = i;"
+        code += "\n    let src = base + onyxia_wrap_index(idx_load(i), DAX()) * DSAX();\n    let dst = i;"
         params |= {"DAX": data[axis], "DSAX": strides[axis]}
         return dispatch_gather(ctx, code, params, x=ctx.input(0), y=ctx.output(0), idx=ctx.input(1),
                                count=numel(idx_shape))
@@ -213,7 +253,7 @@ def nd_offset_code(data_tail: Shape, k: int) -> tuple[dict[str, object], str]:
     lines = []
     for m in range(k):
         params[f"DIM{m}"], params[f"STR{m}"] = data_tail[m], strides[m]
-        lines.append(f"off += onyxia_wrap_index(idx[p * {k}u + {m}u], DIM{m}()) * STR{m}();")
+        lines.append(f"off += onyxia_wrap_index(idx_load(p * {k}u + {m}u), DIM{m}()) * STR{m}();")
     return params, "\n    ".join(lines)
 
 
@@ -307,9 +347,7 @@ class Slice(Operator):
         if not len(starts) == len(ends) == len(axes) == len(steps):
             raise ctx.fail(f"starts, ends, axes and steps differ in length "
                            f"({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})")
-        for name, values in (("axes", axes), ("steps", steps)):
-            if not all(isinstance(v, int) for v in values):
-                raise ctx.fail(f"{name} must be constant integers, got {list(map(str, values))}")
+        axes, steps = ctx.require_ints(axes, "axes", 3), ctx.require_ints(steps, "steps", 4)
         norm = [ctx.axis(a, rank) for a in axes]
         if len(set(norm)) != len(norm):
             raise ctx.fail(f"axes {axes} repeat an axis")
@@ -367,7 +405,7 @@ class Trilu(Operator):
         params: dict[str, object] = {"M": shape[-1], "NR": shape[-2]}
         if k is not None:
             params["K"] = (k.reshape(()).item() if isinstance(k, np.ndarray) else int(k), "i32")
-        k_expr = "K()" if k is not None else "idx[0]"  # k computed on the GPU: read it there
+        k_expr = "K()" if k is not None else "idx_load(0u)"  # k computed on the GPU: read it there
         cmp = ">=" if ctx.attr("upper", 1) else "<="
         code = (f"let col = i % M(); let row = (i / M()) % NR();\n"
                 f"    let inside = i32(col) - i32(row) {cmp} {k_expr};\n    let src = i;\n    let dst = i;")

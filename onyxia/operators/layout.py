@@ -7,7 +7,7 @@ import numpy as np
 
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import broadcast_strides, contiguous_strides, is_zero, prefer_literal
 from onyxia.operators.indexing import coords_code, dispatch_gather, plan_strided_copy
 from onyxia.operators.shape import MAX_PARTS, is_used
@@ -81,14 +81,6 @@ class Tile(Operator):
         return plan_strided_copy(ctx, view, [v for s in strides for v in (0, s)])
 
 
-def _declare(reads: list[str], writes: list[str], device: str) -> str:
-    """Storage declarations for generated kernels: reads then writes, numbered from 0."""
-    decl = [f"@group(0) @binding({b}) var<storage, read> {n}: array<{device}>;" for b, n in enumerate(reads)]
-    decl += [f"@group(0) @binding({len(reads) + b}) var<storage, read_write> {n}: array<{device}>;"
-             for b, n in enumerate(writes)]
-    return "\n".join(decl)
-
-
 class Concat(Operator):
     op_type = "Concat"
 
@@ -134,7 +126,7 @@ class Concat(Operator):
         out = ctx.output_shape(0)
         axis = self._axis(ctx, len(out))
         inner, outer = numel(out[axis + 1:]), numel(out[:axis])
-        device = ctx.device_type(ctx.output_dtype(0), "output")
+        ctx.compute_type(ctx.output_dtype(0), "output")
         parts = [(ctx.input(i), ctx.input_shape(i)[axis] * inner) for i in range(ctx.num_inputs) if ctx.has_input(i)]
         parts = [(name, row) for name, row in parts if not is_zero(row)]
         steps: list[Step] = []
@@ -146,7 +138,7 @@ class Concat(Operator):
             for k, (_, row) in enumerate(group):
                 params[f"R{k}"] = row
                 shift = f" - E{k - 1}()" if k else ""
-                copy = f"y[dst] = x{k}[o * R{k}() + r{shift}];"
+                copy = f"y_store(dst, x{k}_load(o * R{k}() + r{shift}));"
                 if k < len(group) - 1:
                     end = end + row
                     params[f"E{k}"] = end
@@ -158,12 +150,12 @@ class Concat(Operator):
             group_off = group_off + group_row
             if is_zero(count):
                 continue
-            defs = {"T": device, "BINDINGS": _declare([f"x{k}" for k in range(len(group))], ["y"], device),
-                    "SELECT": " else ".join(branches)}
-            steps.append(ctx.dispatch("indexing/concat.wgsl", label="concat", defs=defs,
+            # Raw codes: exact for every dtype. Groups meet inside words of a packed output, so
+            # its stores are the atomic per-element ones.
+            steps.append(ctx.dispatch("indexing/concat.wgsl", label="concat", defs={"SELECT": " else ".join(branches)},
                                       params={"N": count, "GROUP_ROW": group_row, **params},
-                                      reads=[name for name, _ in group], writes=[ctx.output(0)],
-                                      workgroups=ctx.grid(count)))
+                                      reads={f"x{k}": Buf(name, raw=True) for k, (name, _) in enumerate(group)},
+                                      writes={"y": Buf(ctx.output(0), raw=True)}, workgroups=ctx.grid(count)))
         return steps
 
 
@@ -208,7 +200,7 @@ class Split(Operator):
         shape = ctx.input_shape(0)
         axis, sizes = self.sizes(ctx)
         inner, outer = numel(shape[axis + 1:]), numel(shape[:axis])
-        device = ctx.device_type(ctx.input_dtype(0), "input")
+        ctx.compute_type(ctx.input_dtype(0), "input")
         # (output index, first column, columns): unused and empty outputs are not written.
         parts, col = [], 0
         for k, s in enumerate(sizes):
@@ -224,7 +216,7 @@ class Split(Operator):
             for j, (_, first, row) in enumerate(group):
                 params[f"R{j}"] = row
                 start = first - group_off
-                write = f"y{j}[o * R{j}() + r{f' - B{j}()' if not is_zero(start) else ''}] = v;"
+                write = f"y{j}_store(o * R{j}() + r{f' - B{j}()' if not is_zero(start) else ''}, v);"
                 if j == len(group) - 1 and len(group) == 1:
                     branches.append(write)
                     continue
@@ -237,11 +229,11 @@ class Split(Operator):
             count = outer * group_row
             if is_zero(count):
                 continue
-            defs = {"T": device, "BINDINGS": _declare(["x"], [f"y{j}" for j in range(len(group))], device),
-                    "SELECT": " else ".join(branches)}
-            steps.append(ctx.dispatch("indexing/split.wgsl", label="split", defs=defs,
+            steps.append(ctx.dispatch("indexing/split.wgsl", label="split", defs={"SELECT": " else ".join(branches)},
                                       params={"N": count, "GROUP_ROW": group_row, **params},
-                                      reads=[ctx.input(0)], writes=[ctx.output(k) for k, _, _ in group],
+                                      reads={"x": Buf(ctx.input(0), raw=True)},
+                                      writes={f"y{j}": Buf(ctx.output(k), raw=True)
+                                              for j, (k, _, _) in enumerate(group)},
                                       workgroups=ctx.grid(count)))
         return steps
 
@@ -386,7 +378,7 @@ class ReverseSequence(Operator):
         # a0, a1: the coordinates on axes 0 and 1; the time one is mirrored below its length
         b, t = ("a0", "a1") if batch == 0 else ("a1", "a0")
         code = (f"let inner = i % INNER(); let r = i / INNER(); let a1 = r % D1(); let a0 = r / D1();\n"
-                f"    let n = u32(clamp(idx[{b}], 0, i32(TIME())));\n"
+                f"    let n = u32(clamp(idx_load({b}), 0, i32(TIME())));\n"
                 f"    let t = select({t}, n - 1u - {t}, {t} < n);\n"
                 f"    let src = ({'a0 * D1() + t' if batch == 0 else 't * D1() + a1'}) * INNER() + inner;\n"
                 "    let dst = i;")

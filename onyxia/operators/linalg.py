@@ -16,15 +16,18 @@ Dims and strides are params (immediates when symbolic), never shader defs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, contiguous_strides, is_one, prefer_literal
+from onyxia.operators.common import contiguous_strides, is_one, prefer_literal
+from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.plan import Step
 
@@ -207,7 +210,7 @@ class Einsum(Operator):
         count = numel(ctx.output_shape(0))
         if isinstance(count, int) and count == 0:
             return []
-        dtype = ctx.device_type(ctx.input_dtype(0), "input 0")
+        dtype = ctx.compute_type(ctx.input_dtype(0), "input 0")
         groups = _product_groups(eq)
         # A summed label of size 1 in one operand broadcasts: the product kernels cannot do that.
         if groups is not None and all(ctx.same_dim(ctx.input_shape(i)[eq.terms[i].index(x)], eq.dims[x])
@@ -237,19 +240,20 @@ class Einsum(Operator):
         out_params, out_code = _walk_code("i", eq.output, eq.dims, strides, "O")
         red_params, red_code = _walk_code("r", summed, eq.dims, strides, "R")
         n = len(eq.terms)
-        names = [f"x{k}" for k in range(n)]
+        loads = [f"{dtype}(x{k}_load(off{k}))" for k in range(n)]
+        checked = ctx.output_dtype(0) == dtypes.INT64  # int64 in i32: report leaving its range
+        term = functools.reduce(lambda a, b: f"onyxia_checked_mul({a}, {b})", loads) if checked else " * ".join(loads)
         defs = {
             "T": dtype,
-            "BINDINGS": binding_block([(x, dtype) for x in names], [("y", dtype)]),
             "BASE": "\n    ".join([f"var off{k} = 0u;" for k in range(n)] + out_code),
             "OFFSETS": "\n        ".join([f"off{k} = base{k};" for k in range(n)] + red_code),
             "SAVE": "\n    ".join(f"let base{k} = off{k};" for k in range(n)),
-            "TERM": " * ".join(f"x{k}[off{k}]" for k in range(n)),
+            "ACC": f"onyxia_checked_add(acc, {term})" if checked else f"acc + {term}",
         }
         params = {"COUNT": count, "RED": numel(eq.dims[x] for x in summed), **out_params, **red_params}
         return [ctx.dispatch("linalg/einsum.wgsl", label="einsum", defs=defs, params=params,
-                             reads=[ctx.input(i) for i in range(n)], writes=[ctx.output(0)],
-                             workgroups=ctx.grid(count))]
+                             reads={f"x{i}": ctx.input(i) for i in range(n)}, writes={"y": ctx.output(0)},
+                             workgroups=ctx.grid(count), reports=INT64_OVERFLOW if checked else None)]
 
 
 MAX_DET = 32  # matrix size Det's one-thread-per-matrix kernel takes (about N^3 / 3 steps each)
@@ -285,10 +289,9 @@ class Det(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         n = self.size(ctx)
         count = numel(ctx.input_shape(0)[:-2])
-        ty = ctx.device_type(ctx.input_dtype(0), "input")
-        defs = {"N": n, "BINDINGS": binding_block([("x", ty)], [("y", ty)])}
-        return [ctx.dispatch("linalg/det.wgsl", label="det", defs=defs, params={"COUNT": count},
-                             reads=[ctx.input(0)], writes=[ctx.output(0)], workgroups=ctx.grid(count))]
+        ctx.compute_type(ctx.input_dtype(0), "input")
+        return [ctx.dispatch("linalg/det.wgsl", label="det", defs={"N": n}, params={"COUNT": count},
+                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)}, workgroups=ctx.grid(count))]
 
 
 def operators() -> list[tuple[Operator, int]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
@@ -30,6 +31,7 @@ from onyxia.operators.common import (
     select_small,
     strided_index_params,
 )
+from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -59,7 +61,7 @@ class Product:
     a: str
     b: str
     y: str
-    dtype: str  # device type: f32 | i32 | u32
+    dtype: str  # the compute type: f32 | i32 | u32 (f32 for every float storage, f16 included)
     m: Dim
     n: Dim
     k: Dim
@@ -98,22 +100,25 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         "B_KS": 1 if p.trans_b else p.n, "B_NS": p.k if p.trans_b else 1, "B_BS": p.k * p.n,
     }
     defs: dict = {"T": p.dtype, "INDEX": index}
-    epilogue_reads: list[str] = []
+    reports = None
+    if ctx.tensor_dtype(p.y) == dtypes.INT64:  # int64 sums of products: check the int32 range
+        defs["CHECKED"], reports = True, INT64_OVERFLOW
+    epilogue_reads: dict[str, str] = {}
     if p.gemm:
         defs["GEMM"] = True
         params.update(ALPHA=_scalar(ctx, p.alpha, p.dtype, "alpha"), BETA=_scalar(ctx, p.beta, p.dtype, "beta"))
         if p.c is not None:
             defs["HAS_C"] = True
             params["C_MS"], params["C_NS"] = p.c_strides
-            epilogue_reads = [p.c]
+            epilogue_reads = {"c": p.c}
 
     small = select_small(m, SMALL_M)  # static M: one kernel; symbolic: both, one runs
     large = 1 - small
     steps: list[Step] = []
     if not is_zero(small):
-        steps += _plan_gemv(ctx, p, m, nbatch, small, params, defs, epilogue_reads)
+        steps += _plan_gemv(ctx, p, m, nbatch, small, params, defs, epilogue_reads, reports)
     if not is_zero(large):
-        steps += _plan_tiled(ctx, p, m, nbatch, large, params, defs, epilogue_reads)
+        steps += _plan_tiled(ctx, p, m, nbatch, large, params, defs, epilogue_reads, reports)
     return steps
 
 
@@ -126,7 +131,7 @@ def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | 
 
 
 def _plan_tiled(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
-                epilogue_reads: list[str]) -> list[Step]:
+                epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
     rm, rn = TILES[-1]
     for rm, rn in TILES:  # the largest tile that still gives enough workgroups (symbolic: many)
         grid = ceil_div(m, 16 * rm) * ceil_div(p.n, 16 * rn) * nbatch
@@ -135,11 +140,12 @@ def _plan_tiled(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, par
     tiled_defs = {**defs, "RM": rm, "RN": rn, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b}
     workgroups = (ceil_div(p.n, 16 * rn), ceil_div(m, 16 * rm) * enabled, nbatch)
     return [ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=params,
-                         reads=[p.a, p.b, *epilogue_reads], writes=[p.y], workgroups=workgroups)]
+                         reads={"a": p.a, "b": p.b, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
+                         reports=reports)]
 
 
 def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
-               epilogue_reads: list[str]) -> list[Step]:
+               epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
     cols, lanes = GEMV_LANES[p.trans_b]
     col_blocks = ceil_div(p.n, cols)
     k = p.k
@@ -161,20 +167,22 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, para
     workgroups = (col_blocks, 1, nbatch * splits * enabled)
     if is_one(splits):
         return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
-                             reads=[p.a, p.b, *epilogue_reads], writes=[p.y], workgroups=workgroups)]
+                             reads={"a": p.a, "b": p.b, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
+                             reports=reports)]
     total = nbatch * m * p.n
     # Sized for at most SMALL_M rows (M*small + SMALL_M*(1-small)): a prefill that runs the tiled
     # kernel instead must not grow a scratch buffer it never uses.
     rows_cap = m if isinstance(m, int) else m * enabled + SMALL_M * (1 - enabled)
     partial = ctx.scratch(splits * nbatch * rows_cap * p.n, _SCRATCH_DTYPE[p.dtype], "splitk")
     gemv_params["P"] = total
-    finish_defs = {k_: v for k_, v in defs.items() if k_ in ("T", "GEMM", "HAS_C")}
+    finish_defs = {k_: v for k_, v in defs.items() if k_ in ("T", "GEMM", "HAS_C", "CHECKED")}
     finish_params = {k_: v for k_, v in params.items() if k_ in ("M", "N", *_EPILOGUE_PARAMS)}
     return [
         ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
-                     reads=[p.a, p.b], writes=[partial], workgroups=workgroups),
+                     reads={"a": p.a, "b": p.b}, writes={"partial": partial}, workgroups=workgroups, reports=reports),
         ctx.dispatch("matmul/splitk.wgsl", defs=finish_defs, params={**finish_params, "P": total, "SPLITS": splits},
-                     reads=[partial, *epilogue_reads], writes=[p.y], workgroups=ctx.grid(total * enabled)),
+                     reads={"partial": partial, **epilogue_reads}, writes={"y": p.y},
+                     workgroups=ctx.grid(total * enabled), reports=reports),
     ]
 
 
@@ -215,7 +223,7 @@ class MatMul(Operator):
         a, b = ctx.input_shape(0), ctx.input_shape(1)
         batch_a, batch_b, batch, _ = matmul_shapes(ctx)
         return plan_product(ctx, Product(
-            ctx.input(0), ctx.input(1), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"),
+            ctx.input(0), ctx.input(1), ctx.output(0), ctx.compute_type(ctx.input_dtype(0), "input 0"),
             m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1,
             k=prefer_literal(a[-1], b[-2] if len(b) > 1 else b[0]),
             batch_a=batch_a, batch_b=batch_b, batch=batch))
@@ -272,7 +280,7 @@ class Gemm(Operator):
         m, n, k = self._dims(ctx)
         has_c = ctx.has_input(2)
         return plan_product(ctx, Product(
-            ctx.input(0), ctx.input(1), ctx.output(0), ctx.device_type(ctx.input_dtype(0), "input 0"),
+            ctx.input(0), ctx.input(1), ctx.output(0), ctx.compute_type(ctx.input_dtype(0), "input 0"),
             m=m, n=n, k=k, trans_a=bool(ctx.attr("transA", 0)), trans_b=bool(ctx.attr("transB", 0)), gemm=True,
             c=ctx.input(2) if has_c else None, c_shape=ctx.input_shape(2) if has_c else (),
             alpha=ctx.attr("alpha", 1.0), beta=ctx.attr("beta", 1.0)))

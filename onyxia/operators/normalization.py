@@ -37,7 +37,7 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
         return []
     reads, writes = reads or {}, writes or {"y": 0}
     for i in (0, *reads.values()):
-        ctx.device_type(ctx.input_dtype(i), f"input {i}")
+        ctx.compute_type(ctx.input_dtype(i), f"input {i}")
         if not ctx.input_dtype(i).is_float:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(i)}", i)
     lanes = lanes_for(rows, k, True)
@@ -49,15 +49,15 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
         params["INNER"] = inner
     if out in ("layernorm", "rmsnorm"):
         params["EPS"] = float(eps)
-    read_names, write_names = [ctx.input(0)], []
+    read_names, write_names = {"x": ctx.input(0)}, {}
     for role in READ_ROLES:
         if role in reads:
-            defs[role.upper()], defs[f"B_{role.upper()}"] = True, len(read_names)
-            read_names.append(ctx.input(reads[role]))
+            defs[role.upper()] = True
+            read_names[role] = ctx.input(reads[role])
     for role in WRITE_ROLES:
         if role in writes:
-            defs[role.upper()], defs[f"B_{role.upper()}"] = True, len(read_names) + len(write_names)
-            write_names.append(ctx.output(writes[role]))
+            defs[role.upper()] = True
+            write_names[role] = ctx.output(writes[role])
     params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
     return [ctx.dispatch("normalization/rownorm.wgsl", label=f"rownorm_{out}", defs=defs, params=params,
                          reads=read_names, writes=write_names, workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
@@ -296,7 +296,8 @@ class BatchNormalization(Operator):
         return [ctx.dispatch("normalization/channel_affine.wgsl", label="batchnorm",
                              params={"TOTAL": total, "INNER": inner, "C": count,
                                      "EPS": float(ctx.attr("epsilon", 1e-5))},
-                             reads=[ctx.input(i) for i in range(5)], writes=[ctx.output(0)],
+                             reads=dict(zip(("x", "scale", "bias", "mean", "variance"), map(ctx.input, range(5)))),
+                             writes={"y": ctx.output(0)},
                              workgroups=ctx.grid(total))]
 
 
@@ -326,18 +327,17 @@ def plan_moments(ctx: PlanCtx, mo: Moments, scale: int | None = None, bias: int 
     defs: dict[str, object] = {"LANES": lanes, "RED_INNER": int(red_inner), "BASE": base_fn, "OFFSET": off_fn,
                                "OUT": mo.out, "EPS_OUTSIDE": mo.eps_outside}
     params: dict[str, object] = {"M": rows, "K": k, "EPS": float(mo.eps), **base_params, **off_params}
-    reads = [ctx.input(0)]
+    reads = {"x": ctx.input(0)}
     if scale is not None:
         defs["SCALE"] = True
-        reads.append(ctx.input(scale))
+        reads["scale"] = ctx.input(scale)
     if bias is not None:
-        defs["BIAS"], defs["B_BIAS"] = True, len(reads)
-        reads.append(ctx.input(bias))
+        defs["BIAS"] = True
+        reads["bias"] = ctx.input(bias)
     if scale is not None or bias is not None:
         params.update(CH_INNER=mo.channel_inner, CH_COUNT=mo.channel_count)
-    defs["B_Y"] = len(reads)
     return [ctx.dispatch("normalization/moments.wgsl", label=f"moments_{mo.out}", defs=defs, params=params,
-                         reads=reads, writes=[ctx.output(0)], workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
+                         reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(rows, WORKGROUP_SIZE // lanes))]
 
 
 def _normalize(x: np.ndarray, axes: tuple[int, ...], eps: float, eps_outside: bool = False) -> np.ndarray:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, shape_str
 from onyxia.operators.attention import require_float
-from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, prefer_literal
+from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import prefer_literal
 from onyxia.plan import Step
 
 _QK_MODES = (0, 1, 2, 3)  # raw, after softcap, after bias, after softmax
@@ -170,12 +170,15 @@ class Attention(Operator):
             for out, new, past, size, strides in ((1, ctx.input(1), 4, d, k_strides),
                                                   (2, ctx.input(2), 5, dv, v_strides)):
                 count = b * kvh * t * size
-                dst = ctx.output(out) if wants[out] else ctx.scratch(count, hint=f"present{out}")
-                reads = [new] + ([ctx.input(past)] if c.has_past else [])
+                # Raw copies: the cache keeps the new keys' dtype (the scratch too)
+                dst = ctx.output(out) if wants[out] else ctx.scratch(count, ctx.tensor_dtype(new).name,
+                                                                     hint=f"present{out}")
+                reads = {"src": Buf(new, raw=True)} | ({"past": Buf(ctx.input(past), raw=True)} if c.has_past else {})
                 if not (isinstance(count, int) and count == 0):
                     steps.append(ctx.dispatch(
                         "attention/kv_concat.wgsl", label="attention_kv_concat",
-                        defs={"HAS_PAST": c.has_past}, reads=reads, writes=[dst], workgroups=ctx.grid(count),
+                        defs={"HAS_PAST": c.has_past}, reads=reads, writes={"dst": Buf(dst, raw=True)},
+                        workgroups=ctx.grid(count),
                         params={"N": count, "T": t, "P": c.past, "H": kvh, "D": size,
                                 "SB": strides[0], "SH": strides[1], "SS": strides[2]}))
                 cache.append(dst)
@@ -183,8 +186,7 @@ class Attention(Operator):
             k_strides, v_strides = (kvh * t * d, t * d, d), (kvh * t * dv, t * dv, dv)
 
         # 2. the fused attention
-        reads = [ctx.input(0), k_src, v_src]
-        decls = [("q", "f32"), ("k", "f32"), ("v", "f32")]
+        reads = {"q": ctx.input(0), "k": k_src, "v": v_src}
         defs: dict[str, object] = {"DIM": d, "DPT": max(1, math.ceil(dv / 64))}
         q_strides = self._strides(c, h, s, d)
         y_strides = self._strides(c, h, s, dv)
@@ -197,14 +199,12 @@ class Attention(Operator):
         if mask is not None:
             is_bool = ctx.input_dtype(3).is_bool
             defs["MASK_BOOL" if is_bool else "MASK_FLOAT"] = True
-            reads.append(ctx.input(3))
-            decls.append(("mask", "u32" if is_bool else "f32"))
+            reads["mask"] = ctx.input(3)
             mb, mh, ms = _mask_strides(mask)
             params.update(MT=mask[-1], MB=mb, MH=mh, MS=ms)
         if c.nonpad:
             defs["NONPAD"] = True
-            reads.append(ctx.input(6))
-            decls.append(("nonpad", "i32"))
+            reads["nonpad"] = ctx.input(6)
         if ctx.attr("is_causal", 0):
             defs["CAUSAL"] = True
         if c.left_window_size >= 0:
@@ -217,12 +217,10 @@ class Attention(Operator):
         if softcap > 0:
             defs["SOFTCAP"] = True
             params["CAP"] = softcap
-        writes, wdecls = [ctx.output(0)], [("y", "f32")]
+        writes = {"y": ctx.output(0)}
         if wants[3]:
             defs.update(QK_OUT=True, MODE=c.mode)
-            writes.append(ctx.output(3))
-            wdecls.append(("qk", "f32"))
-        defs["BINDINGS"] = binding_block(decls, wdecls)
+            writes["qk"] = ctx.output(3)
         steps.append(ctx.dispatch("attention/sdpa.wgsl", label="attention", defs=defs, params=params,
                                   reads=reads, writes=writes, workgroups=(h, s, b)))
         return steps

@@ -95,26 +95,26 @@ class Pool(Operator):
         win = self.window(ctx)
         x = ctx.input_shape(0)
         spatial = tuple(x[2:])
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
         total = x[0] * x[1] * numel(win.out)
         lead = (1,) * (MAX_SPATIAL - len(spatial))  # unit axes: the padded input is the input
         ed, eh, ew = lead + tuple(s + e for s, e in zip(spatial, win.end))
         params = {**window_params(spatial, win), "TOTAL": total,
                   "ED": (ed, "i32"), "EH": (eh, "i32"), "EW": (ew, "i32")}
-        defs: dict[str, object] = {"T": storage, "MODE": self.row.mode}
-        writes = [ctx.output(0)]
+        defs: dict[str, object] = {"MODE": self.row.mode}
+        writes = {"y": ctx.output(0)}
         if self.row.mode == "max":
-            defs["LOWEST"] = EXTREMES["lowest"][storage]
+            defs["LOWEST"] = EXTREMES["lowest"][compute]
             if self.wants_indices(ctx):
                 defs["INDICES"] = True
                 defs["COLMAJOR"] = bool(ctx.attr("storage_order", 0))
-                writes.append(ctx.output(1))
+                writes["indices"] = ctx.output(1)
         elif self.row.mode == "avg":
             defs["COUNT_PAD"] = bool(ctx.attr("count_include_pad", 0))
         else:
             params["LP"] = float(ctx.attr("p", 2))
         return [ctx.dispatch("pooling/pool.wgsl", label=f"pool_{self.row.mode}", defs=defs, params=params,
-                             reads=[ctx.input(0)], writes=writes, workgroups=ctx.grid(total))]
+                             reads={"x": ctx.input(0)}, writes=writes, workgroups=ctx.grid(total))]
 
 
 class MaxUnpool(Operator):
@@ -156,11 +156,12 @@ class MaxUnpool(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         count = numel(ctx.input_shape(0))
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
+        ctx.compute_type(ctx.input_dtype(0), "input")
         return plan_fill(ctx, 0, 0) + [
-            ctx.dispatch("pooling/unpool.wgsl", defs={"T": storage},
+            ctx.dispatch("pooling/unpool.wgsl",
                          params={"N": count, "TOTAL": numel(ctx.output_shape(0))},
-                         reads=[ctx.input(0), ctx.input(1)], writes=[ctx.output(0)], workgroups=ctx.grid(count))]
+                         reads={"x": ctx.input(0), "indices": ctx.input(1)}, writes={"y": ctx.output(0)},
+                         workgroups=ctx.grid(count))]
 
 
 # ---- global pooling: reductions over the spatial axes ---------------------------------------

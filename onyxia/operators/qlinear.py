@@ -13,9 +13,8 @@ op and quantize (x / scale, rounded half to even, plus the zero point, saturated
 onnxruntime computes those in fixed point (QLinearAdd's SIMD kernels) results may differ from
 it by one unit in the last place.
 
-QuantizeLinear/DequantizeLinear (ai.onnx) are here only as a stand-in for the native elementwise
-rows of the storage work (8/16-bit integers, per tensor, per axis, blocked), and so are their
-com.microsoft twins, which the quantization tools emit when asked (UseQDQContribOps).
+QuantizeLinear/DequantizeLinear (ai.onnx and the com.microsoft twins that the quantization tools
+emit with UseQDQContribOps) are elementwise rows of their own: operators/quantize_linear.py.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 from onyxia.operators.base import Operator
@@ -296,74 +294,6 @@ def qlinear_concat(call: Call) -> Decomposition:
     return b.done()
 
 
-# ---- QuantizeLinear / DequantizeLinear (a stand-in) -----------------------------------------------
-# The storage work (issue 10) makes these native elementwise rows over packed 8/16-bit storage;
-# until those land, these decompositions (one fused map kernel) let quantized models run.
-
-def _param(b: Body, i: int, x_shape: tuple, axis: int, block: int) -> str:
-    """Scale or zero point input i shaped to broadcast against x: per tensor as is, per axis
-    ([C] -> [C, 1, ...]) or per block (repeated block times along the axis, cut to x's size)."""
-    call, name, shape = b.call, b.call.input(i), b.call.shapes[i]
-    rank = len(x_shape)
-    if block:
-        if len(shape) != rank or not all(isinstance(d, int) for d in shape) or not isinstance(x_shape[axis], int):
-            raise call.fail(f"blocked quantization needs static shapes of x's rank, got {list(shape)}", i)
-        wide = list(shape[:axis + 1]) + [block] + list(shape[axis + 1:])
-        grown = b.op("Expand", b.op("Unsqueeze", name, b.const([axis + 1])), b.const(wide))
-        merged = b.op("Reshape", grown, b.const(list(shape[:axis]) + [shape[axis] * block] + list(shape[axis + 1:])))
-        return b.op("Slice", merged, b.const([0]), b.const([x_shape[axis]]), b.const([axis]))
-    if len(shape) == 1 and rank > 1 and shape[0] != 1:
-        return b.op("Reshape", name, b.const([-1] + [1] * (rank - axis - 1)))
-    return name
-
-
-def _axis_block(call: Call) -> tuple[int, int]:
-    """(axis, block size); the axis is checked only where it matters (a scale that is not one value)."""
-    rank = len(call.shapes[0])
-    axis, block = int(call.attr("axis", 1)), int(call.attr("block_size", 0))
-    per_tensor = len(call.shapes[1]) == 0 or (len(call.shapes[1]) == 1 and call.shapes[1][0] == 1)
-    if not per_tensor and not -rank <= axis < rank:
-        raise call.fail(f"attribute 'axis' = {axis} is out of range for rank {rank}")
-    return axis % max(rank, 1), block
-
-
-def dequantize_linear(call: Call) -> Decomposition:
-    """DequantizeLinear(x, x_scale, x_zero_point?): (x - zero point) * scale, in the scale's type."""
-    if call.dtypes[0].name not in (*_QUANTIZED, "int32"):
-        raise call.fail(f"x of type {call.dtypes[0]} is not supported by onyxia (8- and 16-bit integers, int32)", 0)
-    b = Body(call)
-    axis, block = _axis_block(call)
-    x = b.op("Cast", call.input(0), to=TensorProto.INT32)
-    if call.has(2):
-        x = b.op("Sub", x, b.op("Cast", _param(b, 2, call.shapes[0], axis, block), to=TensorProto.INT32))
-    scale = b.op("Cast", _param(b, 1, call.shapes[0], axis, block), to=TensorProto.FLOAT)
-    y = b.op("Mul", b.to_float(x), scale)
-    b.op("Cast", y, out=call.output(), to=call.dtypes[1].onnx)
-    return b.done()
-
-
-def quantize_linear(call: Call) -> Decomposition:
-    """QuantizeLinear(x, y_scale, y_zero_point?): saturate(round(x / scale) + zero point)."""
-    if call.has(2):
-        dtype = call.dtypes[2].name
-    else:
-        to = int(call.attr("output_dtype", 0)) or TensorProto.UINT8
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(to).name if to in (2, 3, 4, 5) else str(to)
-    if dtype not in _QUANTIZED:
-        raise call.fail(f"output type {dtype} is not supported by onyxia (int8, uint8, int16, uint16)")
-    b = Body(call)
-    axis, block = _axis_block(call)
-    scale = b.op("Cast", _param(b, 1, call.shapes[0], axis, block), to=TensorProto.FLOAT)
-    value = b.op("Div", b.to_float(call.input(0)), scale)
-    rounded = b.op("Round", value)
-    if call.has(2):
-        rounded = b.op("Add", rounded, b.to_float(_param(b, 2, call.shapes[0], axis, block)))
-    lo, hi = _RANGE[dtype]
-    clipped = b.op("Clip", rounded, b.const(lo, np.float32), b.const(hi, np.float32))
-    b.op("Cast", clipped, out=call.output(), to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
-    return b.done()
-
-
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
     ops: list[tuple[Operator, int]] = [
@@ -372,10 +302,6 @@ def operators() -> list[tuple[Operator, int]]:
         (FunctionOp("", "ConvInteger", conv_integer), 10),
         (FunctionOp("", "QLinearConv", qlinear_conv), 10),
         (FunctionOp("", "DynamicQuantizeLinear", dynamic_quantize_linear), 11),
-        (FunctionOp("", "QuantizeLinear", quantize_linear), 10),
-        (FunctionOp("", "DequantizeLinear", dequantize_linear), 10),
-        (FunctionOp(MS, "QuantizeLinear", quantize_linear), 1),  # what UseQDQContribOps emits
-        (FunctionOp(MS, "DequantizeLinear", dequantize_linear), 1),
         (FunctionOp(MS, "QLinearConv", qlinear_conv), 1),
         (FunctionOp(MS, "MatMulIntegerToFloat", matmul_integer_to_float), 1),
         (FunctionOp(MS, "DynamicQuantizeMatMul", dynamic_quantize_matmul), 1),

@@ -1,12 +1,8 @@
 """Quantized operators (com.microsoft): MatMulNBits, GatherBlockQuantized (4-bit).
 
 Weights stay packed on the device and are dequantized in registers by the kernels; they are
-never expanded on the host. Device storage is one 32-bit word per element, so a packed uint8
-tensor uploaded as is would take 4 bytes per byte. PackNBitsWeightsPass (Optimization stage,
-compiler/passes/pack_nbits.py) therefore replaces each constant packed input (weights and
-4-bit zero points) by a uint32 view of the same bytes (4 per word, little-endian) and records
-the original shape in the node's meta; the kernels read whole words. Without the pass (or for
-a non-constant input) the ops still work, reading one byte per word (defs B_BYTES / ZP_BYTES).
+never expanded on the host. uint8 tensors are stored as they are, 4 bytes to a word (see
+ir/dtypes.py), so the kernels read the packed weights a word (8 weights) at a time.
 
 Semantics (onnxruntime contrib docs): w[n, k] = (q[n, k] - zero_point) * scale with one scale
 and zero point per block of `block_size` along K; the default zero point is 8 (2^(bits-1));
@@ -27,29 +23,21 @@ from dataclasses import dataclass
 
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel, shape_str
-from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import binding_block, ceil_div, select_small
+from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import ceil_div, select_small
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
-# node.meta key: {input index: shape of the packed uint8 tensor it replaced}
-WORDS_META = "nbits_words"
-# The packed uint8 inputs (weights, zero points) of each op, which the pass re-views as words.
-PACKED_INPUTS = {"MatMulNBits": (1, 3), "GatherBlockQuantized": (0, 3)}
 GEMV_MAX_ROWS = 4  # rows one gemv workgroup covers (matmul_nbits_gemv.wgsl ROWS)
 
 
 def packed_shape(ctx: InferenceCtx, i: int) -> Shape:
-    """Shape of packed uint8 input `i` as the model gave it (also after PackNBitsWeightsPass)."""
-    return ctx.node.meta.get(WORDS_META, {}).get(i) or ctx.input_shape(i)
-
-
-def is_words(ctx: InferenceCtx, i: int) -> bool:
-    return i in ctx.node.meta.get(WORDS_META, {})
+    """Shape of packed uint8 input `i`."""
+    return ctx.input_shape(i)
 
 
 def _check_packed(ctx: InferenceCtx, i: int, what: str) -> None:
-    if not is_words(ctx, i) and ctx.input_dtype(i).name != "uint8":
+    if ctx.input_dtype(i).name != "uint8":
         raise ctx.fail(f"{what} must be uint8 (packed 4-bit values), got {ctx.input_dtype(i)}", i)
 
 
@@ -63,14 +51,11 @@ def _check_bits_and_block(ctx: InferenceCtx, default_bits: int = 4) -> int:
     return block
 
 
-def _zero_point_defs(ctx: PlanCtx, i: int) -> tuple[dict, list[str], list[tuple[str, str]]]:
-    """(defs, reads, declarations) for an optional zero-point input."""
+def _zero_point_defs(ctx: PlanCtx, i: int) -> tuple[dict, dict[str, str]]:
+    """(defs, reads) for an optional zero-point input."""
     if not ctx.has_input(i):
-        return {}, [], []
-    if ctx.input_dtype(i).is_float:
-        return {"ZP_FLOAT": True}, [ctx.input(i)], [("zp", "f32")]
-    defs = {"ZP_PACKED": True} if is_words(ctx, i) else {"ZP_PACKED": True, "ZP_BYTES": True}
-    return defs, [ctx.input(i)], [("zp", "u32")]
+        return {}, {}
+    return {"ZP_FLOAT" if ctx.input_dtype(i).is_float else "ZP_PACKED": True}, {"zp": ctx.input(i)}
 
 
 # ---- MatMulNBits --------------------------------------------------------------------------
@@ -144,59 +129,51 @@ class MatMulNBits(Operator):
         m = numel(ctx.input_shape(0)[:-1])
         if isinstance(m, int) and m == 0:
             return []
-        zp_defs, zp_reads, zp_decls = _zero_point_defs(ctx, 3)
-        reads = [ctx.input(0), ctx.input(1), ctx.input(2), *zp_reads]
-        decls = [("b", "u32"), ("scales", "f32"), *zp_decls]
+        zp_defs, zp_reads = _zero_point_defs(ctx, 3)
+        reads: dict[str, str | Buf] = {"b": ctx.input(1), "scales": ctx.input(2), **zp_reads}
         defs: dict[str, object] = dict(zp_defs)
         if ctx.has_input(5):
-            reads.append(ctx.input(5))
-            decls.append(("bias", "f32"))
+            reads["bias"] = ctx.input(5)
             defs["HAS_BIAS"] = True
-        if not is_words(ctx, 1):
-            defs["B_BYTES"] = True
         if k % 8:
             defs["K_TAIL"] = True
         if int(ctx.attr("accuracy_level", 0)) == 4:
-            return self._plan_int8(ctx, c, m, defs, reads, decls)
-        gemv_defs = {**defs, "BINDINGS": binding_block([("a", "vec4<f32>" if k % 8 == 0 else "f32"), *decls],
-                                                       [("y", "f32")])}
-        defs["BINDINGS"] = binding_block([("a", "f32"), *decls], [("y", "f32")])
+            return self._plan_int8(ctx, c, m, defs, reads)
+        gemv_reads = {"a": Buf(ctx.input(0), vector=k % 8 == 0), **reads}
+        reads = {"a": ctx.input(0), **reads}
         params = {"M": m, "N": n, "K": k, "BLOCK": block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * block // 8,
                   "KWORDS": ceil_div(k, 8), "ZP_ROW": c.zp_row}
         small = select_small(m, GEMV_MAX_ROWS)  # both kernels for a symbolic M: one runs
         steps: list[Step] = []
         if not (isinstance(small, int) and small == 0):
-            steps.append(ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=gemv_defs,
-                                      params=params, reads=reads, writes=[ctx.output(0)],
+            steps.append(ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=defs,
+                                      params=params, reads=gemv_reads, writes={"y": ctx.output(0)},
                                       workgroups=(ceil_div(n, 8) * small, 1, ceil_div(m, GEMV_MAX_ROWS))))
         if not (isinstance(small, int) and small == 1):
             steps.append(ctx.dispatch("quantized/matmul_nbits_tiled.wgsl", label="matmul_nbits_tiled", defs=defs,
-                                      params=params, reads=reads, writes=[ctx.output(0)],
+                                      params=params, reads=reads, writes={"y": ctx.output(0)},
                                       workgroups=(ceil_div(n, 64) * (1 - small), ceil_div(m, 64), 1)))
         return steps
 
-    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: list[str],
-                   decls: list[tuple[str, str]]) -> list[Step]:
+    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf]) -> list[Step]:
         """accuracy_level 4: quantize a per block to int8, then integer dots with the weights."""
         if c.block > 256:
             raise ctx.fail(f"accuracy_level 4 with block_size {c.block} is not supported by onyxia (at most 256)")
-        qa = ctx.scratch(m * c.nblk * c.block // 4, "uint32", "qa")
+        # int8 activations, 4 to a word as dot4I8Packed takes them (the kernels read whole words)
+        qa = ctx.scratch(m * c.nblk * c.block, "int8", "qa")
         sa = ctx.scratch(m * c.nblk, "float32", "sa")
         quantize = ctx.dispatch(
             "quantized/quantize_q8.wgsl", label="quantize_q8",
-            defs={"BINDINGS": binding_block([("a", "f32")], [("qa", "u32"), ("sa", "f32")]),
-                  **({"HALF": True} if c.dtype.name == "float16" else {})},
             params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
-            reads=[ctx.input(0)], writes=[qa, sa], workgroups=(c.nblk, m, 1))
-        q8_defs = {k: v for k, v in defs.items() if k not in ("K_TAIL", "BINDINGS")}
+            reads={"a": ctx.input(0)}, writes={"qa": Buf(qa, whole_words=True), "sa": sa}, workgroups=(c.nblk, m, 1))
+        q8_defs = {k: v for k, v in defs.items() if k != "K_TAIL"}
         if not self.packed_dot:
             q8_defs["PLAIN_DOT"] = True
-        q8_defs["BINDINGS"] = binding_block([("qa", "u32"), ("sa", "f32"), *decls], [("y", "f32")])
         matmul = ctx.dispatch(
             "quantized/matmul_nbits_q8.wgsl", label="matmul_nbits_q8", defs=q8_defs,
             params={"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
                     "ZP_ROW": c.zp_row},
-            reads=[qa, sa, *reads[1:]], writes=[ctx.output(0)],
+            reads={"qa": qa, "sa": sa, **reads}, writes={"y": ctx.output(0)},
             workgroups=(ceil_div(c.n, 8), 1, ceil_div(m, GEMV_MAX_ROWS)))
         return [quantize, matmul]
 
@@ -254,15 +231,12 @@ class GatherBlockQuantized(Operator):
         if isinstance(total, int) and total == 0:
             return []
         logical = c.logical
-        zp_defs, zp_reads, zp_decls = _zero_point_defs(ctx, 3)
-        defs: dict[str, object] = dict(zp_defs)
-        if not is_words(ctx, 0):
-            defs["B_BYTES"] = True
-        defs["BINDINGS"] = binding_block([("b", "u32"), ("idx", "i32"), ("scales", "f32"), *zp_decls], [("y", "f32")])
-        return [ctx.dispatch("quantized/gather_block_quantized.wgsl", label="gather_block_quantized", defs=defs,
+        zp_defs, zp_reads = _zero_point_defs(ctx, 3)
+        return [ctx.dispatch("quantized/gather_block_quantized.wgsl", label="gather_block_quantized", defs=zp_defs,
                              params={"N": total, "R": numel(logical[1:]), "ROWS": logical[0], "QDIM": logical[-1],
                                      "NBLK": c.nblk, "BLOCK": c.block, "ZP_ROW": c.zp_row},
-                             reads=[ctx.input(0), ctx.input(1), ctx.input(2), *zp_reads], writes=[ctx.output(0)],
+                             reads={"b": ctx.input(0), "idx": ctx.input(1), "scales": ctx.input(2), **zp_reads},
+                             writes={"y": ctx.output(0)},
                              workgroups=ctx.grid(total))]
 
 
@@ -271,4 +245,4 @@ def operators() -> list[tuple[Operator, int]]:
     return [(MatMulNBits(), 1), (GatherBlockQuantized(), 1)]
 
 
-__all__ = ["GatherBlockQuantized", "MatMulNBits", "WORDS_META", "operators"]
+__all__ = ["GatherBlockQuantized", "MatMulNBits", "operators"]

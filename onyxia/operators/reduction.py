@@ -24,6 +24,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_one
+from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.plan import Step
 
 Groups = list[tuple[Dim, Dim]]  # merged (dim, element stride) pairs, outermost first
@@ -33,6 +34,11 @@ EXTREMES = {
     "lowest": {"f32": "bitcast<f32>(0xff800000u)", "i32": "(-2147483647i - 1i)", "u32": "0u"},
     "highest": {"f32": "bitcast<f32>(0x7f800000u)", "i32": "2147483647i", "u32": "4294967295u"},
 }
+
+
+# int64 accumulates in i32: these forms of the rows' expressions report leaving its range.
+CHECKED = {"a + b": "onyxia_checked_add(a, b)", "a * b": "onyxia_checked_mul(a, b)",
+           "x * x": "onyxia_checked_mul(x, x)", "abs(x)": "onyxia_checked_abs(x)"}
 
 
 def next_pow2(n: int) -> int:
@@ -92,7 +98,8 @@ def lanes_for(count: Dim, per_item: Dim, lanes_adjacent: bool) -> int:
     return lanes
 
 
-def plan_reduce(ctx: PlanCtx, reduced: set[int], defs: dict[str, object], label: str) -> list[Step]:
+def plan_reduce(ctx: PlanCtx, reduced: set[int], defs: dict[str, object], label: str,
+                reports: str | None = None) -> list[Step]:
     """One dispatch of reduce.wgsl over input 0 into output 0 with the row `defs`."""
     shape = ctx.input_shape(0)
     m = numel(ctx.output_shape(0))
@@ -104,13 +111,13 @@ def plan_reduce(ctx: PlanCtx, reduced: set[int], defs: dict[str, object], label:
     lanes = lanes_for(m, k, red_inner)
     base_params, base_fn = walk_code("base_of", kept, "O")
     off_params, off_fn = walk_code("offset_of", red, "R")
-    defs = {**defs, "T": ctx.device_type(ctx.input_dtype(0), "input"),
-            "TY": ctx.device_type(ctx.output_dtype(0), "output"), "LANES": lanes, "RED_INNER": int(red_inner),
-            "BASE": base_fn, "OFFSET": off_fn}
+    ctx.compute_type(ctx.input_dtype(0), "input")
+    ctx.compute_type(ctx.output_dtype(0), "output")
+    defs = {**defs, "LANES": lanes, "RED_INNER": int(red_inner), "BASE": base_fn, "OFFSET": off_fn}
     return [ctx.dispatch("reduction/reduce.wgsl", label=label, defs=defs,
                          params={"M": m, "K": k, **base_params, **off_params},
-                         reads=[ctx.input(0)], writes=[ctx.output(0)],
-                         workgroups=ctx.grid(m, WORKGROUP_SIZE // lanes))]
+                         reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
+                         workgroups=ctx.grid(m, WORKGROUP_SIZE // lanes), reports=reports)]
 
 
 def reduced_shape(shape: Shape, axes: set[int], keepdims: bool) -> Shape:
@@ -250,16 +257,20 @@ class Reduce(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         row = self.row
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
-        acc = "f32" if row.float_acc else storage
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
+        acc = "f32" if row.float_acc else compute
         init = {"zero": f"{acc}(0)", "one": f"{acc}(1)"}.get(row.init) or EXTREMES[row.init][acc]
-        defs: dict[str, object] = {"A": acc, "INIT": init, "MAP": row.map.format(A=acc), "COMBINE": row.combine,
+        map_, combine, reports = row.map.format(A=acc), row.combine, None
+        if ctx.input_dtype(0) == dtypes.INT64 and acc == "i32" and (map_ in CHECKED or combine in CHECKED):
+            # int64 sums and products can leave the int32 range the GPU keeps int64 in: report it
+            map_, combine, reports = CHECKED.get(map_, map_), CHECKED.get(combine, combine), INT64_OVERFLOW
+        defs: dict[str, object] = {"A": acc, "INIT": init, "MAP": map_, "COMBINE": combine,
                                    "FINAL": row.final.format(A=acc)}
         if row.shift:
             defs["SHIFT"] = True
             defs["LOWEST"] = EXTREMES["lowest"][acc]
         axes = self.reduced_axes(ctx, len(ctx.input_shape(0)))
-        return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}")
+        return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}", reports)
 
 
 # ---- ArgMax / ArgMin ----------------------------------------------------------------------
@@ -293,10 +304,10 @@ class ArgReduce(Operator):
         return [ctx.cast_output(idx)]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
         axis = ctx.axis(ctx.attr("axis", 0), len(ctx.input_shape(0)))
-        defs: dict[str, object] = {"A": storage, "ARG": True, "CMP": self.cmp,
-                                   "INIT": EXTREMES["lowest" if self.cmp == ">" else "highest"][storage],
+        defs: dict[str, object] = {"A": compute, "ARG": True, "CMP": self.cmp,
+                                   "INIT": EXTREMES["lowest" if self.cmp == ">" else "highest"][compute],
                                    "LAST": int(bool(ctx.attr("select_last_index", 0)))}
         return plan_reduce(ctx, {axis}, defs, f"reduce_{self.op_type}")
 
@@ -363,12 +374,16 @@ class CumulativeScan(Operator):
         if isinstance(lines, int) and lines == 0:
             return []
         lanes = lanes_for(lines, k, True)
-        defs: dict[str, object] = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes, "RED_INNER": 1,
-                                   "OP": self.row.op, "IDENTITY": self.row.identity,
+        ctx.compute_type(ctx.input_dtype(0), "input")
+        combine = f"a {self.row.op} b"
+        checked = ctx.input_dtype(0) == dtypes.INT64  # int64 in i32: report leaving its range
+        defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "IDENTITY": self.row.identity,
+                                   "COMBINE": CHECKED[combine] if checked else combine,
                                    "REVERSE": bool(ctx.attr("reverse", 0)), "EXCLUSIVE": bool(ctx.attr("exclusive", 0))}
-        return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs,
-                             params={"L": lines, "K": k, "INNER": inner}, reads=[ctx.input(0)],
-                             writes=[ctx.output(0)], workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes))]
+        return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params={"L": lines, "K": k, "INNER": inner},
+                             reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
+                             workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes),
+                             reports=INT64_OVERFLOW if checked else None)]
 
 
 def operators() -> list[tuple[Operator, int]]:

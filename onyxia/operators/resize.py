@@ -193,15 +193,15 @@ class Resize(Operator):
             return []
         if not spec.axes:  # every axis keeps its size and coordinates: the same bytes
             return ctx.alias_output(0, 0)
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
+        ctx.compute_type(ctx.input_dtype(0), "input")
         params, code = _resize_code(ctx.input_shape(0), spec)
-        defs = {"T": storage, "MODE": spec.mode, "COORD": spec.coord, "NEAREST": spec.nearest,
+        defs = {"MODE": spec.mode, "COORD": spec.coord, "NEAREST": spec.nearest,
                 "TAPS": max(r.taps(spec.mode) for r in spec.axes), "EXCLUDE_OUTSIDE": spec.exclude_outside,
                 "ANTIALIAS": any(r.aa_start is not None for r in spec.axes),
                 "EXTRAPOLATE": spec.coord == "tf_crop_and_resize", "BODY": code}
         params.update(TOTAL=total, A=spec.cubic_a, EXTRAPOLATION=spec.extrapolation)
         return [ctx.dispatch("image/resize.wgsl", label=f"resize_{spec.mode}", defs=defs, params=params,
-                             reads=[ctx.input(0)], writes=[ctx.output(0)], workgroups=ctx.grid(total))]
+                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
 
 
 def _resize_code(x: Shape, spec: ResizeSpec) -> tuple[dict[str, object], str]:
@@ -256,7 +256,7 @@ def _resize_code(x: Shape, spec: ResizeSpec) -> tuple[dict[str, object], str]:
         lines.append(f"for (var q{k} = 0u; q{k} < {n}u; q{k}++) {{")
     index = "src + " + " + ".join(f"t{k}.idx[q{k}]{stride}" for k, stride, _ in taps)
     weight = " * ".join(f"t{k}.w[q{k}]" for k, _, _ in taps)
-    lines.append(f"acc = accumulate(acc, {weight}, x[{index}]);")
+    lines.append(f"acc = accumulate(acc, {weight}, x_load({index}));")
     lines.append("}" * len(taps))
     return params, "\n    ".join(lines)
 

@@ -10,10 +10,12 @@ from typing import Mapping
 
 import numpy as np
 
+from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_zero
+from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.operators.indexing import (
     dispatch_gather,
     index_values,
@@ -32,6 +34,7 @@ REDUCTIONS: dict[str, tuple[str, np.ufunc | None]] = {
     "max": ("max(a, v)", np.maximum),
     "min": ("min(a, v)", np.minimum),
 }
+CHECKED = {"add": "onyxia_checked_add(a, v)", "mul": "onyxia_checked_mul(a, v)"}  # int64: report overflow
 
 
 class _Scatter(Operator):
@@ -63,14 +66,18 @@ class _Scatter(Operator):
         return [out]
 
     def plan_scatter(self, ctx: PlanCtx, body: str, params: Mapping[str, object], count: Dim) -> list[Step]:
-        device = ctx.device_type(ctx.output_dtype(0), "output")
+        ctx.compute_type(ctx.output_dtype(0), "output")
         steps = plan_strided_copy(ctx, ctx.output_shape(0), contiguous_strides(ctx.output_shape(0)))
         if is_zero(count):
             return steps
-        defs = {"T": device, "REDUCE": REDUCTIONS[self.reduction(ctx)][0], "BODY": body}
+        reduction = self.reduction(ctx)
+        defs = {"REDUCE": REDUCTIONS[reduction][0], "BODY": body}
+        reports = None
+        if ctx.output_dtype(0) == dtypes.INT64 and reduction in CHECKED:
+            defs["REDUCE"], reports = CHECKED[reduction], INT64_OVERFLOW
         steps.append(ctx.dispatch("indexing/scatter.wgsl", label=f"scatter_{ctx.node.op_type}", defs=defs,
-                                  params={"N": count, **params}, reads=[ctx.input(1), ctx.input(2)],
-                                  writes=[ctx.output(0)], workgroups=ctx.grid(count)))
+                                  params={"N": count, **params}, reads={"idx": ctx.input(1), "upd": ctx.input(2)},
+                                  writes={"y": ctx.output(0)}, workgroups=ctx.grid(count), reports=reports))
         return steps
 
 
@@ -95,12 +102,12 @@ class ScatterND(_Scatter):
         params |= {"SLICE": numel(data[k:]), "NP": numel(idx[:-1])}
         if self.reduction(ctx) == "none":
             # Duplicate indices are undefined without a reduction: every update in parallel.
-            body = f"let p = i / SLICE();\n    var off = i % SLICE();\n    {offsets}\n    y[off] = upd[i];"
+            body = f"let p = i / SLICE();\n    var off = i % SLICE();\n    {offsets}\n    y_store(off, upd_load(i));"
             return self.plan_scatter(ctx, body, params, numel(idx[:-1]) * numel(data[k:]))
         # Reductions must see every update of a slot, in order: one thread per slice element
         # walks the updates sequentially (parallel over the slice, serial over indices).
         body = (f"for (var p = 0u; p < NP(); p++) {{\n    var off = i;\n    {offsets}\n"
-                "    y[off] = combine(y[off], upd[p * SLICE() + i]);\n    }")
+                "    y_store(off, combine(y_load(off), upd_load(p * SLICE() + i)));\n    }")
         return self.plan_scatter(ctx, body, params, numel(data[k:]))
 
 
@@ -134,8 +141,8 @@ class ScatterElements(_Scatter):
         params |= {"IAX": idx[axis], "USAX": u_strides[axis], "DAX": data[axis], "DSAX": d_strides[axis]}
         body = (f"{code}\n    for (var j = 0u; j < IAX(); j++) {{\n"
                 "        let u = base_u + j * USAX();\n"
-                "        let off = base_d + onyxia_wrap_index(idx[u], DAX()) * DSAX();\n"
-                "        y[off] = combine(y[off], upd[u]);\n    }")
+                "        let off = base_d + onyxia_wrap_index(idx_load(u), DAX()) * DSAX();\n"
+                "        y_store(off, combine(y_load(off), upd_load(u)));\n    }")
         count = numel(line) if not is_zero(idx[axis]) else 0
         return self.plan_scatter(ctx, body, params, count)
 
@@ -195,7 +202,7 @@ class TensorScatter(Operator):
         axis, mode = self.layout(ctx)
         cache, update = ctx.input_shape(0), ctx.input_shape(1)
         steps = plan_strided_copy(ctx, cache, contiguous_strides(cache))
-        start = "u32(max(idx[b], 0))" if ctx.has_input(2) else "0u"
+        start = "u32(max(idx_load(b), 0))" if ctx.has_input(2) else "0u"
         where = "pos % LEN()" if mode == "circular" else "min(pos, LEN() - 1u)"
         code = ("let inner = i % INNER(); let t = i / INNER(); let s = t % SEQ(); let outer = t / SEQ();\n"
                 f"    let b = outer / PREFIX();\n    let pos = {start} + s;\n"
@@ -204,7 +211,7 @@ class TensorScatter(Operator):
                   "LEN": cache[axis]}
         return steps + dispatch_gather(ctx, code, params, x=ctx.input(1), y=ctx.output(0),
                                        idx=ctx.input(2) if ctx.has_input(2) else None, count=numel(update),
-                                       label="tensor_scatter")
+                                       label="tensor_scatter", scatter=True)
 
 
 def operators() -> list[tuple[Operator, int]]:

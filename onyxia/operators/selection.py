@@ -26,7 +26,7 @@ from onyxia.ir.shapes import Dim, Shape, SymDim, numel
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import is_zero
 from onyxia.operators.reduction import lanes_for, next_pow2
-from onyxia.plan import Step
+from onyxia.plan import ReadSymbol, Step
 
 # Lines up to this many elements (a power of two) are bitonic-sorted in shared memory:
 # 2048 (value, index) pairs of 4 bytes each fill WebGPU's guaranteed 16 KiB of workgroup memory.
@@ -68,6 +68,14 @@ class TopK(Operator):
     def _k(self, ctx: InferenceCtx) -> Dim:
         if not self.k_input:
             return int(ctx.attr("k"))
+        if ctx.input_value(1) is None:
+            # k is fed (or computed on the device): a data-dependent symbol that a ReadSymbol step
+            # sets before the kernel runs, from the host feed when k is a graph input.
+            if not ctx.same_dim(numel(ctx.input_shape(1)), 1):
+                raise ctx.fail(f"k must hold one integer, got shape {list(ctx.input_shape(1))}", 1)
+            shape = ctx.input_shape(0)
+            axis = ctx.axis(int(ctx.attr("axis", -1)), len(shape))
+            return ctx.env.data_symbol(f"{ctx.node.name}_k", shape[axis])
         value = np.asarray(ctx.require_value(1, "k")).reshape(-1)
         if value.size != 1:
             raise ctx.fail(f"k must hold one integer, got {value.tolist()}", 1)
@@ -104,11 +112,14 @@ class TopK(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         shape, axis, k = self._config(ctx)
         params = {**_line_params(shape, axis), "K": k}
+        read: list[Step] = []
+        if self.k_input and ctx.input_value(1) is None:
+            read = [ReadSymbol(ctx.input(1), str(k), shape[axis])]
         if is_zero(params["L"]) or is_zero(k):
-            return []
-        storage = ctx.device_type(ctx.input_dtype(0), "input")
+            return read
+        compute = ctx.compute_type(ctx.input_dtype(0), "input")
         largest = bool(ctx.attr("largest", 1))
-        defs: dict[str, object] = {"T": storage, "CMP": ">" if largest else "<", "WORST": _WORST[largest][storage]}
+        defs: dict[str, object] = {"CMP": ">" if largest else "<", "WORST": _WORST[largest][compute]}
         n = shape[axis]
         if isinstance(n, int) and next_pow2(n) <= BITONIC_MAX:
             size = max(next_pow2(n), 2)  # a pair at least: the network indexes by size / 2
@@ -117,8 +128,9 @@ class TopK(Operator):
             grid = ctx.grid(params["L"], slots // size)
         else:
             grid = ctx.grid(params["L"], 1)
-        return [ctx.dispatch("selection/topk.wgsl", label="topk", defs=defs, params=params, reads=[ctx.input(0)],
-                             writes=[ctx.output(0), ctx.output(1)], workgroups=grid)]
+        return read + [ctx.dispatch("selection/topk.wgsl", label="topk", defs=defs, params=params,
+                                    reads={"x": ctx.input(0)},
+                                    writes={"values": ctx.output(0), "indices": ctx.output(1)}, workgroups=grid)]
 
 
 # ---- Hardmax ------------------------------------------------------------------------------
@@ -167,9 +179,10 @@ class Hardmax(Operator):
         if is_zero(params["L"]) or is_zero(params["N"]):
             return []
         lanes = lanes_for(params["L"], params["N"], True)
-        defs = {"T": ctx.device_type(ctx.input_dtype(0), "input"), "LANES": lanes, "RED_INNER": 1}
+        ctx.compute_type(ctx.input_dtype(0), "input")
+        defs = {"LANES": lanes, "RED_INNER": 1}
         return [ctx.dispatch("selection/hardmax.wgsl", label="hardmax", defs=defs, params=params,
-                             reads=[ctx.input(0)], writes=[ctx.output(0)],
+                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)},
                              workgroups=ctx.grid(params["L"], WORKGROUP_SIZE // lanes))]
 
 
@@ -217,11 +230,11 @@ class OneHot(Operator):
         count = numel(ctx.output_shape(0))
         if is_zero(count):
             return []
-        defs = {"TI": ctx.device_type(ctx.input_dtype(0), "indices"),
-                "T": ctx.device_type(ctx.input_dtype(2), "values")}
+        ctx.compute_type(ctx.input_dtype(0), "indices")
+        ctx.compute_type(ctx.input_dtype(2), "values")
         params = {"COUNT": count, "DEPTH": depth, "INNER": numel(shape[axis:])}
-        return [ctx.dispatch("selection/onehot.wgsl", label="onehot", defs=defs, params=params,
-                             reads=[ctx.input(0), ctx.input(2)], writes=[ctx.output(0)],
+        return [ctx.dispatch("selection/onehot.wgsl", label="onehot", params=params,
+                             reads={"indices": ctx.input(0), "values": ctx.input(2)}, writes={"y": ctx.output(0)},
                              workgroups=ctx.grid(count))]
 
 

@@ -16,9 +16,9 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, numel, shape_str
-from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import is_zero
-from onyxia.operators.indexing import scalar_param
+from onyxia.operators.indexing import fill_code, scalar_param
 from onyxia.plan import Step
 
 # Storage buffers one dispatch may bind: WebGPU's default maxStorageBuffersPerShaderStage is 8,
@@ -51,14 +51,18 @@ def plan_fill(ctx: PlanCtx, out: int, start: object, delta: object = None) -> li
     count = numel(ctx.output_shape(out))
     if is_zero(count):
         return []
-    device = ctx.device_type(ctx.output_dtype(out), f"output {out}")
-    params = {"N": count, "START": scalar_param(start, device)}
-    defs: dict[str, object] = {"T": device}
+    dtype = ctx.output_dtype(out)
+    compute = ctx.compute_type(dtype, f"output {out}")
+    defs: dict[str, object] = {}
     if delta is not None:
-        params["DELTA"] = scalar_param(delta, device)
+        params = {"N": count, "START": scalar_param(start, compute), "DELTA": scalar_param(delta, compute)}
         defs["RANGE"] = True
+    else:  # a constant fill writes the value's storage code
+        params = {"N": count, "START": fill_code(ctx, start, dtype)}
     return [ctx.dispatch("indexing/fill.wgsl", label="range" if delta is not None else "fill", defs=defs,
-                         params=params, reads=[], writes=[ctx.output(out)], workgroups=ctx.grid(count))]
+                         params=params, reads={},
+                         writes={"y": Buf(ctx.output(out), whole_words=True, raw=delta is None)},
+                         workgroups=ctx.unit_grid(count, ctx.output(out)))]
 
 
 # ---- shape values ---------------------------------------------------------------------------
@@ -162,6 +166,8 @@ class Range(Operator):
             raise ctx.fail("delta must be non-zero", 2)
         if not any(isinstance(v, SymDim) for v in (start, limit, delta)):
             return [(ctx.input_dtype(0), (max(math.ceil((limit - start) / delta), 0),))]  # type: ignore[operator]
+        if isinstance(delta, SymDim):
+            ctx.require_ints([delta], "delta (when start/limit are symbolic)", 2)
         if not isinstance(delta, int):
             raise ctx.fail(f"delta must be a constant integer when start/limit are symbolic, got {delta}", 2)
         # ceil((limit - start) / delta); a symbolic count cannot be clamped at 0, so the model
@@ -257,10 +263,7 @@ def _axes(ctx: InferenceCtx, required: bool) -> list[int] | None:
     if "axes" in ctx.node.attributes:
         return [int(a) for a in ctx.attr("axes")]
     if ctx.has_input(1):
-        dims = ctx.require_dims(1, "axes")
-        if not all(isinstance(a, int) for a in dims):
-            raise ctx.fail(f"axes must be constant integers, got {list(map(str, dims))}", 1)
-        return dims  # type: ignore[return-value]
+        return ctx.require_ints(ctx.require_dims(1, "axes"), "axes", 1)
     if required:
         raise ctx.fail("needs axes (attribute before opset 13, input 1 from 13)")
     return None

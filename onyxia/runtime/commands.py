@@ -61,6 +61,7 @@ def command_for(step: Step, index: int, replay: Replay) -> Command:
 class Command:
     __slots__ = ("index",)
     per_run = True  # False: work done at load and on dimension changes only (host writes)
+    device_sync = False  # True: encoding it may read a value back from the GPU (runtime/control.py)
 
     def __init__(self, step: Step, index: int, replay: Replay) -> None:
         self.index = index
@@ -183,14 +184,15 @@ class CopyCommand(Command):
 class WriteCommand(Command):
     """Host data that depends only on dimensions: written at load and when its values change."""
 
-    __slots__ = ("step", "dst", "data")
+    __slots__ = ("step", "dst", "dtype", "data")
     per_run = False
 
     def __init__(self, step: WriteBuffer, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
         self.step = step
         self.dst = replay.root(step.dst)
-        self.data = np.zeros(len(step.data), dtype=dtypes._DEVICE_NUMPY[step.dtype])
+        self.dtype = dtypes.from_name(step.dtype)
+        self.data = np.zeros(len(step.data), dtype=self.dtype.numpy)
 
     def refresh(self, replay: Replay) -> None:
         for i, v in enumerate(self.step.data):
@@ -201,8 +203,8 @@ class WriteCommand(Command):
         self.data[index] = value
 
     def settle(self, replay: Replay) -> None:
-        if self.data.nbytes:
-            replay.backend.copyin(replay.buffers[self.dst], self.data)
+        if self.data.size:
+            replay.backend.copyin(replay.buffers[self.dst], dtypes.to_device(self.data, self.dtype, f"'{self.dst}'"))
 
     def rebind(self, replay: Replay, grown: set[str]) -> None:
         if self.dst in grown:  # a new buffer starts empty

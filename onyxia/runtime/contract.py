@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from onyxia.codegen.transport import Transport
-from onyxia.plan import Binding, CompiledModel, Dispatch, ShaderSpec
+from onyxia.plan import Binding, CompiledModel, Dispatch, ShaderSpec, Step
 
 
 class Command(Protocol):
@@ -31,6 +31,7 @@ class Limits:
     max_workgroups: int = 65535  # per grid dimension; longer 1-D grids are folded into 2-D
     max_binding_bytes: int = 1 << 27  # maxStorageBufferBindingSize: the largest buffer
     max_immediate_bytes: int = 0  # push-constant bytes (0: none; shaders use the uniform buffer)
+    native_f16: bool = False  # shader-f16: float16 buffers are `array<f16>` (else packed in u32)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,10 @@ class Backend(Protocol):
 
     # Per-command work, called back from Command.encode during execute.
     def dispatch(self, cmd: Any) -> None: ...  # a DispatchCommand
-    def copy(self, cmd: Any) -> None: ...  # a CopyCommand
+    def copy(self, cmd: Any) -> None: ...  # a CopyCommand (or anything with its buffer/offset/size fields)
+    # Host control flow (ReadSymbol, BranchStep, LoopStep): submit what is encoded so far, wait
+    # for it, read `nbytes` of `buffer` back, and go on encoding the rest of the run.
+    def sync_read(self, buffer: Any, nbytes: int) -> bytes | memoryview: ...
 
 
 class Replay(Protocol):
@@ -96,3 +100,5 @@ class Replay(Protocol):
     def root(self, name: str) -> str: ...
     def program_for(self, step: Dispatch) -> Any: ...
     def bind(self, step: Dispatch) -> Any: ...
+    def build(self, step: Step) -> Any: ...  # the command of a nested step (a branch arm, a loop body)
+    def set_data_symbol(self, name: str, value: int) -> None: ...

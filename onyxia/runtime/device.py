@@ -15,6 +15,7 @@ from onyxia.runtime.executor import PlanExecutor
 # Features onyxia uses when the adapter has them.
 WANTED_FEATURES = ("immediates", "shader-f16", "timestamp-query", "timestamp-query-inside-passes",
                    "timestamp-query-inside-encoders", "subgroup")
+_OFF = ("0", "false", "no", "off")
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 
@@ -66,10 +67,14 @@ class Runtime:
     """Owns the wgpu device; `load_model` turns a CompiledModel into a PlanExecutor."""
 
     def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
-                 transport: str | Transport | None = None):
+                 transport: str | Transport | None = None, f16: bool | None = None):
+        """`f16=False` (or ONYXIA_F16=0) leaves shader-f16 unused even where the adapter has it:
+        float16 tensors keep their 2-byte storage, packed in u32 words, as on adapters without it."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
-        self.features = frozenset(f for f in WANTED_FEATURES if f in self.adapter.features)
+        use_f16 = f16 if f16 is not None else os.environ.get("ONYXIA_F16", "1").strip().lower() not in _OFF
+        self.features = frozenset(f for f in WANTED_FEATURES if f in self.adapter.features
+                                  and (use_f16 or f != "shader-f16"))
         limits = dict(self.adapter.limits)
         try:
             self.device = self.adapter.request_device_sync(

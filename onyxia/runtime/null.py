@@ -77,6 +77,7 @@ class NullBackend:
     bind_groups: int = 0
     param_uploads: int = 0  # params_changed calls (the uniform transport's upload)
     runs: list[list[DispatchRecord | CopyRecord]] = field(default_factory=list)  # encoded per run
+    syncs: int = 0  # sync_read calls (host control flow reading a value back mid-run)
     words: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint32))
 
     @property
@@ -147,6 +148,10 @@ class NullBackend:
         params = tuple(int(w) for w in np.frombuffer(cmd.params, np.uint32)) if cmd.params is not None else ()
         self._encoded.append(DispatchRecord(cmd.program.label, cmd.workgroups, params,
                                             tuple(b.label for b in cmd.bindings.buffers)))
+
+    def sync_read(self, buffer: NullBuffer, nbytes: int) -> bytes:
+        self.syncs += 1
+        return self.copyout(buffer, nbytes)
 
     def copy(self, cmd: CopyCommand) -> None:
         src, dst = cmd.src_buffer, cmd.dst_buffer

@@ -14,6 +14,7 @@ import numpy as np
 import wgpu
 
 from onyxia.errors import DeviceError
+from onyxia.plan import walk_steps
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
         raise DeviceError(f"{exe.runtime.info.summary} has no timestamp queries; --profile needs them")
     exe.run(feeds)  # writes the inputs and warms up
     device = exe.device
-    dispatches = [(op, d) for op in exe.model.operations for s in op.steps for d in s.dispatches()]
+    # Nested steps (a loop body, a branch's arms) are timed once each, in walk_steps order.
+    dispatches = [(op, d) for op in exe.model.operations for s in walk_steps(op.steps) for d in s.dispatches()]
     cmds = exe.dispatch_commands()
     count = 2 * len(cmds)
     if not count:

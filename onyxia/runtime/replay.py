@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
+import onyxia.runtime.control  # noqa: F401  (registers the host control-flow commands)
 from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transport
 from onyxia.codegen.wgsl import render
-from onyxia.errors import DeviceError, DimensionError, InputError
+from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
-from onyxia.ir.shapes import SymDim, compile_dim
-from onyxia.plan import CompiledModel, Dispatch
+from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
+from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor
@@ -70,7 +71,7 @@ class _TensorSlot:
 
     def refresh(self, dims: Mapping[str, int]) -> None:
         self.shape = tuple(int(value(d, dims)) for d in self.exprs)
-        self.nbytes = math.prod(self.shape) * dtypes.ELEMENT_BYTES
+        self.nbytes = int(self.dtype.nbytes(math.prod(self.shape)))
 
 
 class PlanReplay:
@@ -98,9 +99,17 @@ class PlanReplay:
         self._layouts: dict[int, Any] = {}
         self.programs: dict[int, Any] = {}  # shader index -> program, for shaders a dispatch uses
         self._constraints = [(a, b, node, compile_dim(a), compile_dim(b)) for a, b, node in model.constraints]
+        # Data-dependent symbols: the capacity each is sized for, as a function of the dims.
+        self._bounds = {name: (compile_dim(b), dim_symbols(b)) for name, b in model.data_symbols.items()
+                        if b is not None}
         self._setup_buffers()
-        self.commands: list[Command] = [command_for(s, i, self) for i, s in enumerate(model.steps)]
-        self._run_commands = [c for c in self.commands if c.per_run]
+        self.commands: list[Command] = []  # every step's command, nested ones included (walk_steps order)
+        top = [self.build(s) for op in model.operations for s in op.steps]
+        self._run_commands = [c for c in top if c.per_run]
+        # Host control flow reads values back mid-run; without it a run is one submission with
+        # the outputs' sizes known up front (the LLM decode path: nothing here costs it anything).
+        self._device_syncs = any(c.device_sync for c in self.commands)
+        self._feed_reads = [c for c in self.commands if getattr(c, "feed", None) is not None]
         self._by_shader: dict[int, list[DispatchCommand]] = {}
         for cmd in self.commands:
             for d in cmd.dispatches():
@@ -134,6 +143,15 @@ class PlanReplay:
                 if data.nbytes:
                     self.backend.copyin(self.buffers[name], data)
 
+    def build(self, step: Step) -> Command:
+        """The command of `step`; a step holding others builds theirs (right after its own
+        index, as walk_steps numbers them)."""
+        index = len(self.commands)
+        self.commands.append(None)  # type: ignore[arg-type]  # reserved: the children come after
+        cmd = command_for(step, index, self)
+        self.commands[index] = cmd
+        return cmd
+
     def _check_binding(self, name: str, size: int) -> None:
         if size > self.limits.max_binding_bytes:
             raise DeviceError(f"tensor '{name}' needs {size} bytes for {self.dims}, over this device's "
@@ -151,7 +169,8 @@ class PlanReplay:
     def _build(self, index: int) -> Any:
         spec = self.model.shaders[index]
         transport = self.shader_transport[index]
-        code = render(spec, self.model.templates[spec.template], self.dims, transport)
+        code = render(spec, self.model.templates[spec.template], self.dims, transport,
+                      native_f16=self.limits.native_f16)
         return self.backend.program(spec, code, self._layouts[index], transport)
 
     def bind(self, step: Dispatch) -> Any:
@@ -249,17 +268,44 @@ class PlanReplay:
         for name, v in dims.items():
             if name not in self.dims:
                 raise DimensionError(f"unknown dimension '{name}' (the plan's symbols: {', '.join(sorted(self.dims))})")
+            if name in self.model.data_symbols:
+                raise DimensionError(f"dimension '{name}' depends on the data: the model sets it while it runs")
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise DimensionError(f"dimension '{name}' must be a non-negative integer, got {v!r}")
             new[name] = int(v)
-        changed = {k for k in new if new[k] != self.dims[k]}
-        if not changed:
+        if all(new[k] == self.dims[k] for k in dims):
             return
+        for name, (fn, _) in self._bounds.items():  # data symbols take their capacity from the dims
+            new[name] = max(fn(new), 0)
+        changed = {k for k in new if new[k] != self.dims[k]}
         for a, b, node, fa, fb in self._constraints:
             if fa(new) != fb(new):
                 what = f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal" if isinstance(b, SymDim) \
                     else f"dimension {a} = {fa(new)} must be {b}"
-                raise DimensionError(f"{what}: node '{node}' needs them equal (they were when the model was compiled)")
+                # The symbols' values too, unless shown already: an expression's value alone does
+                # not say which feed broke it.
+                hidden = sorted((dim_symbols(a) | dim_symbols(b)) - {str(x) for x in (a, b)})
+                given = f" (with {', '.join(f'{s}={new[s]}' for s in hidden)})" if hidden else ""
+                raise DimensionError(f"{what}{given}: node '{node}' needs them equal "
+                                     "(they were when the model was compiled)")
+        self._apply(new, changed)
+        self.stats.dimension_updates += 1
+
+    def set_data_symbol(self, name: str, value: int) -> None:
+        """A data-dependent symbol's value, read back during a run: patches the values that
+        depend on it (grid sizes, parameters, copy sizes) before the steps after it are encoded,
+        and grows the buffers it sizes past their capacity (nothing has written them yet)."""
+        if self.dims[name] == value:
+            return
+        new = dict(self.dims)
+        new[name] = value
+        for other, (fn, symbols) in self._bounds.items():  # capacities bounded by this symbol follow it
+            if name in symbols:
+                new[other] = max(fn(new), 0)
+        self._apply(new, {k for k in new if new[k] != self.dims[k]})
+
+    def _apply(self, new: dict[str, int], changed: set[str]) -> None:
+        """Move to the dims `new` (`changed`: the symbols whose values differ)."""
         affected = [self._exprs[i] for i in sorted({i for s in changed for i in self._by_symbol.get(s, ())})]
         # A shader baking a changed static dim is rebuilt (once, though it may bake several values).
         rebuild = {index for e in affected for index in e.shaders}
@@ -293,7 +339,6 @@ class PlanReplay:
             self.dims = old_dims  # leave the executor as it was: usable with the old dims
             self._refresh_all()
             raise
-        self.stats.dimension_updates += 1
 
     def _commit(self, exprs: list[tuple[_Expression, int]], programs: dict[int, Any], buffers: dict[str, Any],
                 grown: dict[str, int], changed: set[str]) -> None:
@@ -381,21 +426,50 @@ class PlanReplay:
                 data = dtypes.to_device(feed, slot.dtype, f"input '{name}'")
                 if data.nbytes:
                     self.backend.copyin(buf, data)
+        for cmd in self._feed_reads:  # data symbols given by fed values: no GPU sync for them
+            fed = checked[cmd.feed]
+            cmd.resolved = not isinstance(fed, DeviceTensor)
+            if cmd.resolved:
+                cmd.take(fed)
         slots = [self._slot(n) for n in names if n not in device_outputs]
-        readback = [Readback(s.name, self.buffers[s.root], s.nbytes, self.capacity[s.root]) for s in slots]
-        raws = self.backend.execute(self._run_commands, copies, readback)
+        # The status word rides along with outputs read anyway (4 more bytes, no extra drain);
+        # a run reading nothing back leaves it set for the next one that does.
+        status = STATUS_TENSOR in self.buffers and bool(slots)
+        status_raw: bytes | memoryview | None = None
+        if not self._device_syncs:
+            readback = [Readback(s.name, self.buffers[s.root], s.nbytes, self.capacity[s.root]) for s in slots]
+            if status:
+                readback.append(Readback(STATUS_TENSOR, self.buffers[STATUS_TENSOR], 4, 4))
+            raws = self.backend.execute(self._run_commands, copies, readback)
+            status_raw = raws.pop() if status else None
+        else:  # output sizes may depend on values read back during the run: read them after it
+            self.backend.execute(self._run_commands, copies, [])
+            raws = [self.backend.copyout(self.buffers[s.root], s.nbytes) if s.nbytes else b"" for s in slots]
+            status_raw = self.backend.copyout(self.buffers[STATUS_TENSOR], 4) if status else None
+        self.stats.runs += 1
+        if status_raw is not None:
+            self._check_status(status_raw)
         results: dict[str, np.ndarray | DeviceTensor] = {}
         total = 0
         for slot, raw in zip(slots, raws):
-            host = np.frombuffer(raw, dtype=slot.dtype.device_numpy) if slot.nbytes else \
-                np.zeros(0, dtype=slot.dtype.device_numpy)
             total += slot.nbytes
-            results[slot.name] = dtypes.from_device(host, slot.dtype).reshape(slot.shape)
+            count = math.prod(slot.shape)
+            results[slot.name] = dtypes.from_device(raw, slot.dtype, count).reshape(slot.shape)
         for name in device_outputs:
             results[name] = self.device_tensor(name)
-        self.stats.runs += 1
         self.stats.readback_bytes = total
         return {n: results[n] for n in (*names, *[d for d in device_outputs if d not in names])}
+
+    def _check_status(self, raw: bytes | memoryview) -> None:
+        """Raise the error a kernel reported in the status word (and clear it for the next run)."""
+        site = int(np.frombuffer(raw, dtype=np.uint32)[0])
+        if not site:
+            return
+        self.backend.copyin(self.buffers[STATUS_TENSOR], np.zeros(1, np.uint32))
+        sites = self.model.sites
+        node, op_type, what = sites[site - 1] if site <= len(sites) else ("?", "?", f"report {site}")
+        raise ComputeError(f"node '{node}' ({op_type}): {what}; its results are wrong, so the run's outputs "
+                           "are not returned")
 
     # ---- device tensors -------------------------------------------------------------------
     def device_tensor(self, name: str) -> DeviceTensor:
@@ -408,8 +482,8 @@ class PlanReplay:
         dtype = dtypes.from_name(tensor.dtype)
         if not tensor.nbytes:
             return np.zeros(tensor.shape, dtype.numpy)
-        raw = np.frombuffer(self.backend.copyout(tensor.buffer, tensor.nbytes), dtype=dtype.device_numpy)
-        return dtypes.from_device(raw, dtype).reshape(tensor.shape)
+        raw = self.backend.copyout(tensor.buffer, tensor.nbytes)
+        return dtypes.from_device(raw, dtype, math.prod(tensor.shape)).reshape(tensor.shape)
 
     def dispatch_commands(self) -> list[DispatchCommand]:
         """Every kernel launch in replay order (including those whose grid is empty now)."""

@@ -20,13 +20,17 @@ class DeviceTensor:
     dtype: str  # ONNX dtype name
 
     @property
+    def count(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.ELEMENT_BYTES
+        return int(dtypes.from_name(self.dtype).nbytes(self.count))
 
     def numpy(self, device: wgpu.GPUDevice) -> np.ndarray:
         """Read back (costs a GPU drain; meant for debugging and tests)."""
         dtype = dtypes.from_name(self.dtype)
         if not self.nbytes:
             return np.zeros(self.shape, dtype.numpy)
-        raw = np.frombuffer(device.queue.read_buffer(self.buffer, 0, self.nbytes), dtype=dtype.device_numpy)
-        return dtypes.from_device(raw, dtype).reshape(self.shape)
+        raw = device.queue.read_buffer(self.buffer, 0, self.nbytes)
+        return dtypes.from_device(raw, dtype, self.count).reshape(self.shape)

@@ -86,7 +86,8 @@ class WgpuBackend:
         self.limits = Limits(
             max_workgroups=int(runtime.limits.get("max-compute-workgroups-per-dimension", 65535)),
             max_binding_bytes=int(runtime.limits.get("max-storage-buffer-binding-size", 1 << 27)),
-            max_immediate_bytes=runtime.max_immediate_bytes)
+            max_immediate_bytes=runtime.max_immediate_bytes,
+            native_f16="shader-f16" in runtime.features)
         self._params: dict[type[Transport], Any] = {}
         self._staging: dict[str, wgpu.GPUBuffer] = {}
         self.words = np.zeros(1, np.uint32)
@@ -161,7 +162,7 @@ class WgpuBackend:
         encoder = self.device.create_command_encoder()
         for f in feeds:
             encoder.copy_buffer_to_buffer(f.src, 0, f.dst, 0, f.nbytes)
-        self.encode(encoder, commands)
+        encoder = self.encode(encoder, commands)  # a new encoder after each sync_read
         for r in readback:
             if r.nbytes:
                 encoder.copy_buffer_to_buffer(r.buffer, 0, self._staging_buffer(r), 0, r.nbytes)
@@ -188,16 +189,33 @@ class WgpuBackend:
             self._staging[r.name] = buf
         return buf
 
-    def encode(self, encoder: wgpu.GPUCommandEncoder, commands: Sequence[Command]) -> None:
-        """Every command into `encoder`; a compute pass spans each run of dispatches."""
+    def encode(self, encoder: wgpu.GPUCommandEncoder, commands: Sequence[Command]) -> wgpu.GPUCommandEncoder:
+        """Every command into `encoder`; a compute pass spans each run of dispatches. Returns
+        the encoder holding the end of the run (host control flow submits and starts new ones)."""
         self._encoder, self._pass = encoder, None
         try:
             for cmd in commands:
                 cmd.encode(self)
             if self._pass is not None:
                 self._pass.end()
+            return self._encoder
         finally:
             self._encoder = self._pass = None
+
+    def sync_read(self, buffer: wgpu.GPUBuffer, nbytes: int) -> memoryview:
+        """Submit what is encoded so far, wait for it and read `nbytes` of `buffer`; encoding
+        goes on in a fresh encoder (ReadSymbol, BranchStep, a LoopStep's condition)."""
+        if self._encoder is None:
+            return self.copyout(buffer, nbytes)
+        if self._pass is not None:
+            self._pass.end()
+            self._pass = None
+        try:
+            self.device.queue.submit([self._encoder.finish()])
+        except Exception as exc:
+            raise DeviceError(f"GPU submission failed (device lost?): {exc}") from exc
+        self._encoder = self.device.create_command_encoder()
+        return self.device.queue.read_buffer(buffer, 0, nbytes)
 
     def dispatch(self, cmd: DispatchCommand) -> None:
         # The per-run hot path (encode_dispatch inlined): ~10 Python-level calls per dispatch.

@@ -9,21 +9,20 @@
 // end = past_b + s + 1 (causal) or seqlens_k[b] + 1, clamped to T; start = end - WINDOW
 // when a sliding window is set. Scores are scale * q.k, then softcap * tanh(x / softcap).
 // K and V rows are read as vec4 (head sizes are multiples of 8): D4 = D / 4 vectors per row.
-// Bindings (BINDINGS def): query, seqlens, total_len, [cos_cache, sin_cache], present_k,
-// present_v (both array<vec4<f32>>) | output.
+// Buffers: query, seqlens, total_len, [cos_cache, sin_cache], [q_norm], present_k, present_v
+// (or past_k, past_v, new_k, new_v; the K/V buffers read as vec4), output. Computed in f32
+// whatever the storage (fp16 caches are read as fp16).
 // WINDOWED (window-sized cache, sliding_window_cache = 1): keys come from past_k/_v (capacity C,
 // positions P - L(P) .. P - 1, see attention::window) and from this step's rows new_k/_v (S per
 // head) instead of present_k/_v; the window keeps every visible key resident.
 // QK_NORM: the query row is RMS-normalized over its head (weight q_norm, epsilon EPS) before rotary.
-// Defs: BINDINGS, DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
+// Defs: DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
 // CAUSAL, WINDOW, SOFTCAP, QK_NORM, WINDOWED.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
 // HALF, MAXPOS, EPS, C.
 #import attention::rope
 #import attention::softmax
 #import attention::window
-
-#{BINDINGS}
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
@@ -39,11 +38,11 @@ var<private> win_shift: u32;  // WINDOWED: P - L(P), the position of past row 0
 fn key4(j: u32, c: u32) -> vec4<f32> {
 #ifdef WINDOWED
     if (j >= win_past) {
-        return new_k[(new_base + j - win_past) * D4() + c];
+        return vec4<f32>(new_k_load4((new_base + j - win_past) * D4() + c));
     }
-    return past_k[(kv_base + j - win_shift) * D4() + c];
+    return vec4<f32>(past_k_load4((kv_base + j - win_shift) * D4() + c));
 #else
-    return present_k[(kv_base + j) * D4() + c];
+    return vec4<f32>(present_k_load4((kv_base + j) * D4() + c));
 #endif
 }
 
@@ -51,26 +50,26 @@ fn key4(j: u32, c: u32) -> vec4<f32> {
 fn softmax_value(kv: u32, key: u32, column: u32) -> vec4<f32> {
 #ifdef WINDOWED
     if (key >= win_past) {
-        return new_v[(new_base + key - win_past) * D4() + column];
+        return vec4<f32>(new_v_load4((new_base + key - win_past) * D4() + column));
     }
-    return past_v[(kv_base + key - win_shift) * D4() + column];
+    return vec4<f32>(past_v_load4((kv_base + key - win_shift) * D4() + column));
 #else
-    return present_v[(kv_base + key) * D4() + column];
+    return vec4<f32>(present_v_load4((kv_base + key) * D4() + column));
 #endif
 }
 
 fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
     for (var e = 0u; e < 4u; e++) {
-        output[orow + 4u * column + e] = value[e];
+        output_store(orow + 4u * column + e, output_t(value[e]));
     }
 }
 
 // Element e of the query row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
 fn query_at(base: u32, e: u32, inv: f32) -> f32 {
 #ifdef QK_NORM
-    return query[base + e] * inv * q_norm[e];
+    return f32(query_load(base + e)) * inv * f32(q_norm_load(e));
 #else
-    return query[base + e];
+    return f32(query_load(base + e));
 #endif
 }
 
@@ -80,9 +79,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let s = wid.y;
     let b = wid.z;
     let g = h / (H() / KVH());
-    let total_b = u32(max(seqlens[b] + 1, 0));
+    let total_b = u32(max(seqlens_load(b) + 1, 0));
     var past = 0u;
-    if (i32(S()) != total_len[0]) {
+    if (i32(S()) != total_len_load(0u)) {
         past = u32(max(i32(total_b) - i32(S()), 0));
     }
     let pos = past + s;
@@ -108,7 +107,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #ifdef QK_NORM
     var squares = 0.0;
     for (var d = lid; d < D(); d += WG) {
-        let x = query[qrow + d];
+        let x = f32(query_load(qrow + d));
         squares += x * x;
     }
     q_inv = 1.0 / sqrt(reduce_sum(lid, squares) / f32(D()) + EPS());
@@ -119,7 +118,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let rp = rope_pair(d, HALF());
         if (rp.rotated) {
             let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
-            q = q * cos_cache[c] + rp.sign * query_at(qrow, rp.partner, q_inv) * sin_cache[c];
+            q = q * f32(cos_cache_load(c)) + rp.sign * query_at(qrow, rp.partner, q_inv) * f32(sin_cache_load(c));
         }
 #endif
         q_sh[d] = q * SCALE();

@@ -6,34 +6,33 @@
 //   FULL (growing cache, present is a new buffer of T rows): one thread per present element;
 //        rows outside the new range copy past (PAST rows, if HAS_PAST) or become 0.
 //   otherwise (shared buffer, present already holds past): one thread per new element.
-// Bindings (BINDINGS def): key_in, value_in (both the packed QKV buffer when packed), seqlens,
-// total_len, [cos_cache, sin_cache], [past_k, past_v] | present_k, present_v.
+// Buffers: key_in, value_in (both the packed QKV buffer when packed), seqlens, total_len,
+// [cos_cache, sin_cache], [k_norm], [past_k, past_v], present_k, present_v; values computed in
+// f32 and stored in the cache's dtype (fp16 caches stay fp16).
 // WINDOWED (window-sized cache): the new rows go to a scratch [B, KVH, S, D] bound as present_k/_v;
 // gqa_window.wgsl assembles the window from past and them.
 // QK_NORM: the new key is RMS-normalized over its head (weight k_norm, epsilon EPS) before rotary.
-// Defs: BINDINGS, FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED. Params: N (threads), S, T (present
+// Defs: FULL, HAS_PAST, ROTARY, INTERLEAVED, QK_NORM, WINDOWED. Params: N (threads), S, T (present
 // rows), PAST (past rows), KVH, D, ROW (elements per token row of key_in), K_OFF, V_OFF
 // (offsets of the K / V part within a row), HALF (rotary dim / 2), MAXPOS (cache rows), EPS.
 #import common::grid
 #import attention::rope
 
-#{BINDINGS}
-
 // Element e of the new key row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
 fn key_at(base: u32, e: u32, inv: f32) -> f32 {
 #ifdef QK_NORM
-    return key_in[base + e] * inv * k_norm[e];
+    return f32(key_in_load(base + e)) * inv * f32(k_norm_load(e));
 #else
-    return key_in[base + e];
+    return f32(key_in_load(base + e));
 #endif
 }
 
 // Where batch b's new rows start in the cache (i32 math: seqlens_k may be anything).
 fn past_len(b: u32) -> u32 {
-    if (i32(S()) == total_len[0]) {
+    if (i32(S()) == total_len_load(0u)) {
         return 0u;
     }
-    return u32(max(seqlens[b] + 1 - i32(S()), 0));
+    return u32(max(seqlens_load(b) + 1 - i32(S()), 0));
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -58,12 +57,12 @@ fn main(wg: Grid) {
 #ifdef HAS_PAST
         if (t < PAST()) {
             let src = (bh * PAST() + t) * D() + d;
-            k = past_k[src];
-            v = past_v[src];
+            k = f32(past_k_load(src));
+            v = f32(past_v_load(src));
         }
 #endif
-        present_k[i] = k;
-        present_v[i] = v;
+        present_k_store(i, present_k_t(k));
+        present_v_store(i, present_v_t(v));
         return;
     }
     let s = t - past;
@@ -86,7 +85,7 @@ fn main(wg: Grid) {
 #ifdef QK_NORM
     var squares = 0.0;
     for (var e = 0u; e < D(); e++) {
-        let x = key_in[kbase + e];
+        let x = f32(key_in_load(kbase + e));
         squares += x * x;
     }
     inv = 1.0 / sqrt(squares / f32(D()) + EPS());
@@ -96,9 +95,9 @@ fn main(wg: Grid) {
     let rp = rope_pair(d, HALF());
     if (rp.rotated) {
         let c = min(t, MAXPOS() - 1u) * HALF() + rp.col;
-        k = k * cos_cache[c] + rp.sign * key_at(kbase, rp.partner, inv) * sin_cache[c];
+        k = k * f32(cos_cache_load(c)) + rp.sign * key_at(kbase, rp.partner, inv) * f32(sin_cache_load(c));
     }
 #endif
-    present_k[dst] = k;
-    present_v[dst] = value_in[row + V_OFF() + d];
+    present_k_store(dst, present_k_t(k));
+    present_v_store(dst, present_v_t(f32(value_in_load(row + V_OFF() + d))));
 }

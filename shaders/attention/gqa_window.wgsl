@@ -5,12 +5,11 @@
 // cached before this step: x >= P comes from this step's new rows (new_k / new_v, rotated, S rows
 // per head), x < P from past row x - (P - L(P)). present is its own buffer (compaction moves rows
 // down, so it cannot be updated in place). One thread per present element.
-// Bindings (BINDINGS def): new_k, new_v, seqlens, total_len, past_k, past_v | present_k, present_v.
+// Buffers: new_k, new_v, seqlens, total_len, past_k, past_v, present_k, present_v (raw copies: the
+// cache's bits move unchanged).
 // Params: N (threads), S, C (capacity), KVH, D, WINDOW_SIZE.
 #import attention::window
 #import common::grid
-
-#{BINDINGS}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -22,26 +21,26 @@ fn main(wg: Grid) {
     let r = (i / D()) % C();
     let bh = i / (D() * C());
     let b = bh / KVH();
-    let total = u32(max(seqlens[b] + 1, 0));
+    let total = u32(max(seqlens_load(b) + 1, 0));
     var past = 0u;
-    if (i32(S()) != total_len[0]) {
+    if (i32(S()) != total_len_load(0u)) {
         past = u32(max(i32(total) - i32(S()), 0));
     }
     let lt = resident(total, C(), WINDOW_SIZE());
-    var k = 0.0;
-    var v = 0.0;
+    var k = 0u;
+    var v = 0u;
     if (r < lt) {
         let x = total - lt + r;
         if (x >= past) {
             let src = (bh * S() + x - past) * D() + d;
-            k = new_k[src];
-            v = new_v[src];
+            k = new_k_load(src);
+            v = new_v_load(src);
         } else {
             let src = (bh * C() + x - (past - resident(past, C(), WINDOW_SIZE()))) * D() + d;
-            k = past_k[src];
-            v = past_v[src];
+            k = past_k_load(src);
+            v = past_v_load(src);
         }
     }
-    present_k[i] = k;
-    present_v[i] = v;
+    present_k_store(i, k);
+    present_v_store(i, v);
 }

@@ -10,26 +10,24 @@
 // QK_OUT writes the optional qk_matmul_output [B, H, S, T] row: MODE 0 raw scaled q.k, 1 after
 // softcap, 2 after the bias (-inf where masked), 3 the softmax probabilities (the raw scores are
 // stored during the walk and normalized by the same thread afterwards).
-// Bindings (BINDINGS def): q, k, v, [mask], [nonpad] | y, [qk].
-// Defs: BINDINGS, DIM (head size), DPT, CAUSAL, LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL,
+// Buffers: q, k, v, [mask], [nonpad], y, [qk]; computed in f32.
+// Defs: DIM (head size), DPT, CAUSAL, LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL,
 // MASK_FLOAT, SOFTCAP, QK_OUT, MODE.
 // Params: H, S, T, D, DV, GROUP, SCALE, CAP, P, LEFT, RIGHT, MT; element strides QB/QH/QS,
 // KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes).
 
 #import attention::softmax
 
-#{BINDINGS}
-
 var<workgroup> q_sh: array<f32, #{DIM}>;
 
 alias SoftmaxValue = f32;
 
 fn softmax_value(vbase: u32, key: u32, column: u32) -> f32 {
-    return v[vbase + key * VS() + column];
+    return f32(v_load(vbase + key * VS() + column));
 }
 
 fn softmax_store(yrow: u32, column: u32, value: f32) {
-    y[yrow + column] = value;
+    y_store(yrow + column, y_t(value));
 }
 
 @compute @workgroup_size(64)
@@ -41,7 +39,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
     // The allowed key range [lo, hi) from the causal frontier, the window and the padding.
 #ifdef NONPAD
-    let offset = nonpad[b] - i32(S());
+    let offset = nonpad_load(b) - i32(S());
 #else
     let offset = i32(P());
 #endif
@@ -58,7 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     hi = min(hi, pos + i32(RIGHT()) + 1);
 #endif
 #ifdef NONPAD
-    hi = min(hi, nonpad[b]);
+    hi = min(hi, nonpad_load(b));
 #endif
 #ifdef QK_OUT
     // Every score is written, allowed or not.
@@ -71,7 +69,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
     let qrow = b * QB() + h * QH() + s * QS();
     for (var d = lid; d < D(); d += WG) {
-        q_sh[d] = q[qrow + d] * SCALE();
+        q_sh[d] = f32(q_load(qrow + d)) * SCALE();
     }
     workgroupBarrier();
 
@@ -88,7 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let krow = kbase + j * KS();
             var dot = 0.0;
             for (var d = 0u; d < D(); d++) {
-                dot += q_sh[d] * k[krow + d];
+                dot += q_sh[d] * f32(k_load(krow + d));
             }
             var capped = dot;
 #ifdef SOFTCAP
@@ -98,11 +96,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var bias = 0.0;
             ok = i32(j) >= lo && i32(j) < hi;
 #ifdef MASK_BOOL
-            ok = ok && j < MT() && mask[mrow + j] != 0u;
+            ok = ok && j < MT() && mask_load(mrow + j) != 0u;
 #endif
 #ifdef MASK_FLOAT
             if (j < MT()) {
-                bias = mask[mrow + j];
+                bias = f32(mask_load(mrow + j));
                 ok = ok && bias > NEG;  // a -inf entry disallows the key
             } else {
                 ok = false;
@@ -114,13 +112,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #ifdef QK_OUT
             let neg_inf = bitcast<f32>(0xff800000u);
 #if MODE == 0
-            qk[qkrow + j] = dot;
+            qk_store(qkrow + j, qk_t(dot));
 #else if MODE == 1
-            qk[qkrow + j] = capped;
+            qk_store(qkrow + j, qk_t(capped));
 #else if MODE == 2
-            qk[qkrow + j] = select(neg_inf, capped + bias, ok);
+            qk_store(qkrow + j, qk_t(select(neg_inf, capped + bias, ok)));
 #else
-            qk[qkrow + j] = select(neg_inf, score, ok);
+            qk_store(qkrow + j, qk_t(select(neg_inf, score, ok)));
 #endif
 #endif
         }
@@ -131,8 +129,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #if MODE == 3
     // Probabilities: this thread normalizes exactly the entries it stored above.
     for (var j = lid; j < T(); j += WG) {
-        let score = qk[qkrow + j];
-        qk[qkrow + j] = select(0.0, exp(score - st.m) * inv, score > NEG);
+        let score = f32(qk_load(qkrow + j));
+        qk_store(qkrow + j, qk_t(select(0.0, exp(score - st.m) * inv, score > NEG)));
     }
 #endif
 #endif

@@ -4,20 +4,11 @@
 // the output's spatial axis, so the stores coalesce.
 // Every thread gathers the same column in every slice (TN divides 256), so its output position
 // is decoded once, not per element.
-// Defs: T (f32 or i32), RM, RN, TRANSPOSED, HAS_BIAS. Params: M, ROW_BLOCKS and those of
+// Buffers: x, w, [bias], y. Defs: T (the compute type: f32 or i32), RM, RN, TRANSPOSED, HAS_BIAS. Params: M, ROW_BLOCKS and those of
 // conv::window.
 #import common::grid
 #import matmul::tile
 #import conv::window
-
-@group(0) @binding(0) var<storage, read> x: array<#{T}>;
-@group(0) @binding(1) var<storage, read> w: array<#{T}>;
-#ifdef HAS_BIAS
-@group(0) @binding(2) var<storage, read> bias: array<#{T}>;
-@group(0) @binding(3) var<storage, read_write> y: array<#{T}>;
-#else
-@group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
-#endif
 
 alias TileValue = #{T};
 
@@ -40,6 +31,10 @@ fn tile_b(src: TileSource, k: u32, n: u32) -> #{T} {
     return #{T}(0);
 }
 
+fn tile_mac(acc: #{T}, a: #{T}, b: #{T}) -> #{T} {
+    return acc + a * b;
+}
+
 @compute @workgroup_size(16, 16)
 fn main(wg: Grid, @builtin(local_invocation_id) tid: vec3<u32>) {
     // z = group * ROW_BLOCKS + row block; column blocks run along x, folded into y by the
@@ -56,14 +51,14 @@ fn main(wg: Grid, @builtin(local_invocation_id) tid: vec3<u32>) {
         }
         let oc = g * MG() + gm;
 #ifdef HAS_BIAS
-        let b = bias[oc];
+        let b = #{T}(bias_load(oc));
 #else
         let b = #{T}(0);
 #endif
         for (var q = 0u; q < RN; q++) {
             let gn = n0 + tid.x + 16u * q;
             if (gn < NCOLS()) {
-                y[((gn / P()) * M() + oc) * P() + gn % P()] = acc[r][q] + b;
+                y_store(((gn / P()) * M() + oc) * P() + gn % P(), y_t(acc[r][q] + b));
             }
         }
     }

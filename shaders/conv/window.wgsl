@@ -1,7 +1,7 @@
 #define_import_path conv::window
 
-// Patch addressing shared by the convolution kernels (the importer declares `x` and `w` of
-// element type T: f32, or i32 for the integer convolutions of ConvInteger / QLinearConv).
+// Patch addressing shared by the convolution kernels (the importer binds the buffers `x` and `w`;
+// values are computed in T: f32, or i32 for the integer convolutions of ConvInteger / QLinearConv).
 // Every spatial rank is 3-D here (z, y, x; leading unit axes for 1-D and 2-D). An output
 // column j = n * P + p is batch n and output position p; a patch row k = c * KS + tap is
 // input channel c of the group and kernel tap (kd, kh, kw).
@@ -74,16 +74,16 @@ fn conv_patch(col: Column, k: u32) -> #{T} {
     if (iz >= ID() || iy >= IH() || ix >= IW()) {
         return #{T}(0);
     }
-    return x[col.base + c * ISP() + (iz * IH() + iy) * IW() + ix];
+    return #{T}(x_load(col.base + c * ISP() + (iz * IH() + iy) * IW() + ix));
 }
 
 // Weight of output channel m (within group g) for patch row k.
 fn conv_weight(g: u32, m: u32, k: u32) -> #{T} {
 #ifdef TRANSPOSED
     // W is [C, MG, *kernel]
-    return w[((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()];
+    return #{T}(w_load(((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()));
 #else
     // W is [M, CG, *kernel]: row g * MG + m of a [M, K] matrix
-    return w[(g * MG() + m) * K() + k];
+    return #{T}(w_load((g * MG() + m) * K() + k));
 #endif
 }

@@ -270,6 +270,30 @@ fn onyxia_powi(x: i32, y: f32) -> i32 {
     return acc;
 }
 
+#ifdef ONYXIA_CHECKED
+// int64 Pow (a reporting kernel: onyxia_checked_mul comes with onyxia_report). A fractional or
+// negative exponent cannot overflow; squaring the base is checked only when it is used again.
+fn onyxia_checked_powi(x: i32, y: f32) -> i32 {
+    if (floor(y) != y || y < 0.0) {
+        return onyxia_powi(x, y);
+    }
+    var e = u32(min(y, 4294967040.0));
+    var base = x;
+    var acc = 1i;
+    loop {
+        if ((e & 1u) == 1u) {
+            acc = onyxia_checked_mul(acc, base);
+        }
+        e = e >> 1u;
+        if (e == 0u) {
+            break;
+        }
+        base = onyxia_checked_mul(base, base);
+    }
+    return acc;
+}
+#endif
+
 // ONNX integer Mod (fmod=0): the remainder takes the divisor's sign, like Python's %.
 fn onyxia_modi(a: i32, b: i32) -> i32 {
     let r = a % b;

@@ -1,11 +1,8 @@
 // AffineGrid: grid[n, p, k] = theta[n, k, RANK] + sum_j theta[n, k, j] * base_j(p), where base
 // is the normalized position of output point p, last axis first: (x, y[, z]). One thread per
 // output element. ALIGN: -1 and 1 are the end pixels' centers, else their outer edges.
-// Defs: RANK (2 | 3), ALIGN. Params: TOTAL, OD (1 in 2-D), OH, OW.
+// Buffers: theta, grid (floats; computed in f32). Defs: RANK (2 | 3), ALIGN. Params: TOTAL, OD (1 in 2-D), OH, OW.
 #import common::grid
-
-@group(0) @binding(0) var<storage, read> theta: array<f32>;
-@group(0) @binding(1) var<storage, read_write> grid: array<f32>;
 
 const R: u32 = #{RANK}u;
 
@@ -31,9 +28,9 @@ fn main(wg: Grid) {
     let n = nd / OD();
     let base = vec3<f32>(normalized(w, OW()), normalized(h, OH()), normalized(d, OD()));
     let row = (n * R + k) * (R + 1u);
-    var acc = theta[row + R];
+    var acc = f32(theta_load(row + R));
     for (var j = 0u; j < R; j++) {
-        acc += theta[row + j] * base[j];
+        acc += f32(theta_load(row + j)) * base[j];
     }
-    grid[i] = acc;
+    grid_store(i, grid_t(acc));
 }

@@ -5,14 +5,10 @@
 // edges), round to even for nearest, fold a coordinate outside the image back (border: clamp,
 // reflection: mirror), then take 1 / 2 / 4 taps whose out-of-image pixels read 0 (zeros: the
 // tap's weight is 0), the edge (border) or their mirror image (reflection).
-// Defs: MODE (nearest | linear | cubic), PADDING (zeros | border | reflection), ALIGN, RANK,
+// Buffers: x, grid, y (floats; computed in f32). Defs: MODE (nearest | linear | cubic), PADDING (zeros | border | reflection), ALIGN, RANK,
 // TAPS, TY / TZ (taps on the y / z axis: 1 where the axis is missing).
 // Params: TOTAL, C, P (output positions per image), ID, IH, IW.
 #import common::grid
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> grid: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 const TAPS: u32 = #{TAPS}u;
 
@@ -137,14 +133,14 @@ fn main(wg: Grid) {
     let nc = i / P();
     let n = nc / C();
     let g = (n * P() + p) * #{RANK}u;
-    let tx = axis_taps(grid[g], IW());
+    let tx = axis_taps(f32(grid_load(g)), IW());
 #if RANK >= 2
-    let ty = axis_taps(grid[g + 1u], IH());
+    let ty = axis_taps(f32(grid_load(g + 1u)), IH());
 #else
     let ty = unit_taps();
 #endif
 #if RANK == 3
-    let tz = axis_taps(grid[g + 2u], ID());
+    let tz = axis_taps(f32(grid_load(g + 2u)), ID());
 #else
     let tz = unit_taps();
 #endif
@@ -155,9 +151,9 @@ fn main(wg: Grid) {
             let row = base + (tz.idx[a] * IH() + ty.idx[b]) * IW();
             let wzy = tz.w[a] * ty.w[b];
             for (var q = 0u; q < TAPS; q++) {
-                acc += wzy * tx.w[q] * x[row + tx.idx[q]];
+                acc += wzy * tx.w[q] * f32(x_load(row + tx.idx[q]));
             }
         }
     }
-    y[i] = acc;
+    y_store(i, y_t(acc));
 }

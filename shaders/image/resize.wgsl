@@ -2,7 +2,7 @@
 // decodes the output index into copied coordinates (accumulated into `src`) and resized ones;
 // each resized axis k calls axis_taps() for its input indices and weights (`t<k>`), and the
 // loops over the taps of all resized axes sum the separable product (nearest: copy the one tap).
-// Defs: T (storage), MODE (nearest | linear | cubic), TAPS (1 | 2 | 4), COORD
+// Buffers: x, y. Defs: MODE (nearest | linear | cubic), TAPS (1 | 2 | 4), COORD
 // (coordinate_transformation_mode), NEAREST (nearest_mode, or simple: truncate, ceil when
 // downscaling, as opsets < 11), EXCLUDE_OUTSIDE, EXTRAPOLATE (tf_crop_and_resize: an output
 // whose input coordinate falls outside the input is EXTRAPOLATION), ANTIALIAS (axis_taps_aa
@@ -10,8 +10,6 @@
 // Params: TOTAL, A (cubic coefficient), EXTRAPOLATION, and per axis those BODY reads.
 #import common::grid
 
-@group(0) @binding(0) var<storage, read> x: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> y: array<#{T}>;
 
 const TAPS: u32 = #{TAPS}u;
 
@@ -157,16 +155,16 @@ fn axis_taps_aa(o: f32, scale: f32, n_in: u32, n_out: u32, r0: f32, r1: f32, sta
 #endif
 
 #if MODE == nearest
-const ACC_ZERO: #{T} = #{T}(0);
+const ACC_ZERO: x_t = x_t(0);
 
-fn accumulate(acc: #{T}, w: f32, v: #{T}) -> #{T} {
+fn accumulate(acc: x_t, w: f32, v: x_t) -> x_t {
     return v;
 }
 #else
 const ACC_ZERO: f32 = 0.0;
 
-fn accumulate(acc: f32, w: f32, v: f32) -> f32 {
-    return acc + w * v;
+fn accumulate(acc: f32, w: f32, v: x_t) -> f32 {
+    return acc + w * f32(v);
 }
 #endif
 
@@ -177,9 +175,9 @@ fn main(wg: Grid) {
     #{BODY}
 #ifdef EXTRAPOLATE
     if (outside) {
-        y[i] = #{T}(EXTRAPOLATION());
+        y_store(i, y_t(EXTRAPOLATION()));
         return;
     }
 #endif
-    y[i] = #{T}(acc);
+    y_store(i, y_t(acc));
 }

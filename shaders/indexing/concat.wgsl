@@ -1,11 +1,9 @@
 // Concat of up to 7 inputs in one dispatch. y is viewed as [outer, OUT_ROW]; input k as
 // [outer, R_k] placed at column GROUP_OFF + E_(k-1) (E_k: running end column in this group).
 // One thread per element of the group's columns: i < N() = outer * GROUP_ROW.
-// Defs: T (storage type), BINDINGS (generated declarations x0.., y), SELECT (generated code
-// picking the input that owns column r and copying one element).
+// Buffers: x0 .. (raw), y (raw). Defs: SELECT (generated code picking the input that owns
+// column r and copying one element).
 #import common::grid
-
-#{BINDINGS}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {

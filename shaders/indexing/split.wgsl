@@ -2,11 +2,9 @@
 // [outer, IN_ROW]; output k as [outer, R_k] taken from column GROUP_OFF + E_(k-1) (E_k: running
 // end column in this group). One thread per element of the group's columns:
 // i < N() = outer * GROUP_ROW.
-// Defs: T (storage type), BINDINGS (generated declarations x, y0..), SELECT (generated code
-// writing the element to the output that owns column r).
+// Buffers: x (raw), y0 .. (raw). Defs: SELECT (generated code writing the element to the
+// output that owns column r).
 #import common::grid
-
-#{BINDINGS}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -14,6 +12,6 @@ fn main(wg: Grid) {
     if (i >= N()) { return; }
     let o = i / GROUP_ROW();
     let r = i % GROUP_ROW();
-    let v = x[o * IN_ROW() + GROUP_OFF() + r];
+    let v = x_load(o * IN_ROW() + GROUP_OFF() + r);
     #{SELECT}
 }

@@ -1,10 +1,8 @@
 // Det: the determinant of each of COUNT square N x N matrices, one thread per matrix: Gaussian
 // elimination with partial pivoting on a private copy (about N^3 / 3 multiply-adds; N <= 32 keeps
 // every thread's trip count far below lavapipe's loop limit).
-// Defs: BINDINGS (x | y), N (static matrix size). Params: COUNT.
+// Buffers: x, y (computed in f32). Defs: N (static matrix size). Params: COUNT.
 #import common::grid
-
-#{BINDINGS}
 
 const N: u32 = #{N}u;
 
@@ -14,7 +12,7 @@ fn main(wg: Grid) {
     if (m >= COUNT()) { return; }
     var a: array<f32, N * N>;
     for (var e = 0u; e < N * N; e++) {
-        a[e] = f32(x[m * N * N + e]);
+        a[e] = f32(x_load(m * N * N + e));
     }
     var det = 1.0;
     for (var k = 0u; k < N; k++) {
@@ -45,5 +43,5 @@ fn main(wg: Grid) {
             }
         }
     }
-    y[m] = det;
+    y_store(m, y_t(det));
 }

@@ -3,12 +3,10 @@
 // off<k> (operand k's offset of those coordinates); SAVE keeps them as base<k>; OFFSETS adds the
 // summed labels' coordinates of r. Repeated labels (diagonals) have summed strides, broadcast
 // dims stride 0 (see onyxia/operators/linalg.py).
-// Defs: T (storage and accumulator type), BINDINGS (x0.. read-only, y), BASE, SAVE, OFFSETS,
-// TERM (the product of the operands' elements). Params: COUNT (outputs), RED (terms per output)
+// Buffers: x0 .., y. Defs: T (the compute type and accumulator), BASE, SAVE, OFFSETS, ACC (acc
+// plus the product of the operands' elements; checked for int64). Params: COUNT (outputs), RED (terms per output)
 // and the dims / strides the generated code reads.
 #import common::grid
-
-#{BINDINGS}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -19,7 +17,7 @@ fn main(wg: Grid) {
     var acc = #{T}(0);
     for (var r = 0u; r < RED(); r++) {
         #{OFFSETS}
-        acc += #{TERM};
+        acc = #{ACC};
     }
-    y[i] = acc;
+    y_store(i, y_t(acc));
 }

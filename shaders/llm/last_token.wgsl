@@ -1,12 +1,8 @@
 // The last sequence position of each batch row of logits [B, S, V]: copies that row to
 // `last` [B, V] and writes its argmax (first index of the maximum, as numpy) to `token` [B].
 // One workgroup per batch row; 256 threads stride over the vocabulary, then a tree reduction
-// in workgroup memory. Params: S (sequence length, dynamic), V (vocabulary size).
-// HALF: the model's logits are float16 (stored widened to f32): compare them rounded to half
-// precision, as the model outputs them, so a tie in float16 goes to the smaller index too.
-@group(0) @binding(0) var<storage, read> logits: array<f32>;
-@group(0) @binding(1) var<storage, read_write> last: array<f32>;
-@group(0) @binding(2) var<storage, read_write> token: array<i32>;
+// in workgroup memory. Buffers: logits, last, token (compared in f32).
+// Params: S (sequence length, dynamic), V (vocabulary size).
 
 var<workgroup> best_value: array<f32, 256>;
 var<workgroup> best_index: array<u32, 256>;
@@ -18,12 +14,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var value = -3.4028235e38f;
     var index = 0xffffffffu;
     for (var j = lid; j < V(); j += 256u) {
-#ifdef HALF
-        let x = quantizeToF16(logits[src + j]);
-#else
-        let x = logits[src + j];
-#endif
-        last[b * V() + j] = x;
+        let x = f32(logits_load(src + j));
+        last_store(b * V() + j, last_t(x));
         // Strictly greater: within a thread, j grows, so the first maximum wins.
         if (x > value || index == 0xffffffffu) {
             value = x;
@@ -48,6 +40,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
     if (lid == 0u) {
-        token[b] = i32(best_index[0]);
+        token_store(b, token_t(best_index[0]));
     }
 }

@@ -1,19 +1,10 @@
 // Tiled matrix product for many rows: y[i] = finish(A[i] @ B[i]), one TM x TN tile of one output
 // matrix per workgroup (matmul::tile; TRANS_A / TRANS_B: the operand is stored transposed).
-// Defs: T, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, GEMM, HAS_C.
+// Buffers: a, b, [c], y. Defs: T (compute type), CHECKED, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, GEMM, HAS_C.
 // Params: M, N, K; element strides A_MS, A_KS, B_KS, B_NS; batch strides A_BS, B_BS; the INDEX
 // code's dims/strides; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import matmul::epilogue
 #import matmul::tile
-
-@group(0) @binding(0) var<storage, read> a: array<#{T}>;
-@group(0) @binding(1) var<storage, read> b: array<#{T}>;
-#ifdef HAS_C
-@group(0) @binding(2) var<storage, read> c: array<#{T}>;
-@group(0) @binding(3) var<storage, read_write> y: array<#{T}>;
-#else
-@group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
-#endif
 
 alias TileValue = #{T};
 
@@ -25,16 +16,20 @@ struct TileSource {
 
 fn tile_a(src: TileSource, m: u32, k: u32) -> #{T} {
     if (m < M() && k < K()) {
-        return a[src.a_base + m * A_MS() + k * A_KS()];
+        return #{T}(a_load(src.a_base + m * A_MS() + k * A_KS()));
     }
     return #{T}(0);
 }
 
 fn tile_b(src: TileSource, k: u32, n: u32) -> #{T} {
     if (n < N() && k < K()) {
-        return b[src.b_base + k * B_KS() + n * B_NS()];
+        return #{T}(b_load(src.b_base + k * B_KS() + n * B_NS()));
     }
     return #{T}(0);
+}
+
+fn tile_mac(acc: #{T}, a: #{T}, b: #{T}) -> #{T} {
+    return matmul_mac(acc, a, b);
 }
 
 @compute @workgroup_size(16, 16)
@@ -51,7 +46,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) tid
         for (var q = 0u; q < RN; q++) {
             let gn = n0 + tid.x + 16u * q;
             if (gm < M() && gn < N()) {
-                y[y_base + gm * N() + gn] = matmul_finish(acc[r][q], gm, gn);
+                y_store(y_base + gm * N() + gn, y_t(matmul_finish(acc[r][q], gm, gn)));
             }
         }
     }

@@ -10,23 +10,10 @@
 // chunk's sum goes to `partial` ([SPLITS, P] with P = batch * M * N) for splitk.wgsl to add up;
 // otherwise it is finished and stored here.
 //
-// Defs: T, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
+// Buffers: a, b, [c], y (or partial with SPLIT). Defs: T (compute type), CHECKED, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
 // A_BS, B_BS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
-
-@group(0) @binding(0) var<storage, read> a: array<#{T}>;
-@group(0) @binding(1) var<storage, read> b: array<#{T}>;
-#ifdef SPLIT
-@group(0) @binding(2) var<storage, read_write> partial: array<#{T}>;
-#else
-#ifdef HAS_C
-@group(0) @binding(2) var<storage, read> c: array<#{T}>;
-@group(0) @binding(3) var<storage, read_write> y: array<#{T}>;
-#else
-@group(0) @binding(2) var<storage, read_write> y: array<#{T}>;
-#endif
-#endif
 
 const MT = #{MT}u;
 #ifdef TRANS_B
@@ -69,15 +56,16 @@ fn main(wg: Grid) {
         var acc: array<#{T}, #{MT}>;
         if (rows == 1u) {  // decode: a tight loop (the branch is uniform, taken by every thread)
             for (var k = k_begin + lane; k < k_end; k += KL) {
-                acc[0] += a[a_base + m0 * A_MS() + k * A_KS()] * b[b_base + k * B_KS() + n_read * B_NS()];
+                acc[0] = matmul_mac(acc[0], #{T}(a_load(a_base + m0 * A_MS() + k * A_KS())),
+                                    #{T}(b_load(b_base + k * B_KS() + n_read * B_NS())));
             }
         } else {
             for (var k = k_begin + lane; k < k_end; k += KL) {
-                let bv = b[b_base + k * B_KS() + n_read * B_NS()];
+                let bv = #{T}(b_load(b_base + k * B_KS() + n_read * B_NS()));
                 let a_row = a_base + m0 * A_MS() + k * A_KS();
                 for (var r = 0u; r < MT; r++) {
                     if (r < rows) {
-                        acc[r] += a[a_row + r * A_MS()] * bv;
+                        acc[r] = matmul_mac(acc[r], #{T}(a_load(a_row + r * A_MS())), bv);
                     }
                 }
             }
@@ -91,7 +79,7 @@ fn main(wg: Grid) {
         for (var st = KL / 2u; st > 0u; st >>= 1u) {
             if (lane < st) {
                 for (var r = 0u; r < rows; r++) {
-                    red[r * 256u + lid] += red[r * 256u + lid + st * KSTRIDE];
+                    red[r * 256u + lid] = matmul_add(red[r * 256u + lid], red[r * 256u + lid + st * KSTRIDE]);
                 }
             }
             workgroupBarrier();
@@ -101,9 +89,9 @@ fn main(wg: Grid) {
                 let m = m0 + r;
                 let v = red[r * 256u + lid];
 #ifdef SPLIT
-                partial[s * P() + (i * M() + m) * N() + n] = v;
+                partial_store(s * P() + (i * M() + m) * N() + n, partial_t(v));
 #else
-                y[(i * M() + m) * N() + n] = matmul_finish(v, m, n);
+                y_store((i * M() + m) * N() + n, y_t(matmul_finish(v, m, n)));
 #endif
             }
         }

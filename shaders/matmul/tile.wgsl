@@ -17,6 +17,7 @@
 //   struct TileSource { ... }  // what its loads need (batch offsets, a decoded column, ...)
 //   fn tile_a(src: TileSource, m: u32, k: u32) -> TileValue  // A[m, k], 0 outside A
 //   fn tile_b(src: TileSource, k: u32, n: u32) -> TileValue  // B[k, n], 0 outside B
+//   fn tile_mac(acc: TileValue, a: TileValue, b: TileValue) -> TileValue  // acc + a * b
 // and the param K(). Defs: RM, RN, TRANS_A, TRANS_B.
 
 const RM = #{RM}u;
@@ -107,7 +108,7 @@ fn tile_product(src: TileSource, m0: u32, n0: u32, tid: vec3<u32>, lid: u32) -> 
             }
             for (var r = 0u; r < RM; r++) {
                 for (var q = 0u; q < RN; q++) {
-                    acc[r][q] += ra[r] * rb[q];
+                    acc[r][q] = tile_mac(acc[r][q], ra[r], rb[q]);
                 }
             }
         }

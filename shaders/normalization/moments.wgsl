@@ -5,19 +5,10 @@
 // Defs: LANES, RED_INNER, BASE / OFFSET (generated walk functions), OUT:
 //   meanvar  y = (x - mean) / sqrt(var + EPS), or / (sqrt(var) + EPS) with EPS_OUTSIDE;
 //   lp1/lp2  y = x / (sum |x| | sqrt(sum x^2)), 0 where the norm is 0.
-// SCALE / BIAS (bindings 1 / B_BIAS): per-channel affine, channel of element f being
-// (f / CH_INNER) % CH_COUNT. B_Y: binding of y.
+// SCALE / BIAS (buffers scale / bias): per-channel affine, channel of element f being
+// (f / CH_INNER) % CH_COUNT. Buffers: x, [scale], [bias], y; computed in f32.
 // Params: M (rows), K, EPS, CH_INNER, CH_COUNT, and the walks' dims and strides.
 #import reduction::tree
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-#ifdef SCALE
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-#endif
-#ifdef BIAS
-@group(0) @binding(#{B_BIAS}) var<storage, read> bias: array<f32>;
-#endif
-@group(0) @binding(#{B_Y}) var<storage, read_write> y: array<f32>;
 
 // The two sums of a row's lanes meet in reduction::tree.
 alias LaneValue = vec2<f32>;
@@ -39,12 +30,12 @@ fn main(wg: Grid) {
     var c = 0.0;
 #if OUT == meanvar
     if (n > 0u) {
-        c = x[base + offset_of(0u)];
+        c = f32(x_load(base + offset_of(0u)));
     }
 #endif
     var st = vec2<f32>(0.0);
     for (var r = ln.lane; r < n; r += LANES) {
-        let d = x[base + offset_of(r)] - c;
+        let d = f32(x_load(base + offset_of(r))) - c;
 #if OUT == lp1
         st += vec2<f32>(abs(d), 0.0);
 #else
@@ -73,13 +64,13 @@ fn main(wg: Grid) {
 #endif
     for (var r = ln.lane; r < n; r += LANES) {
         let f = base + offset_of(r);
-        var v = (x[f] - mean) * inv;
+        var v = (f32(x_load(f)) - mean) * inv;
 #ifdef SCALE
-        v *= scale[(f / CH_INNER()) % CH_COUNT()];
+        v *= f32(scale_load((f / CH_INNER()) % CH_COUNT()));
 #endif
 #ifdef BIAS
-        v += bias[(f / CH_INNER()) % CH_COUNT()];
+        v += f32(bias_load((f / CH_INNER()) % CH_COUNT()));
 #endif
-        y[f] = v;
+        y_store(f, y_t(v));
     }
 }

@@ -4,36 +4,13 @@
 // row, merged through reduction::tree, a second pass writes the outputs. A workgroup serves
 // 256 / LANES rows.
 // Defs: LANES, RED_INNER (1), OUT (softmax | logsoftmax | layernorm | rmsnorm), STATS (online: running max and
-// sum of exp; moments: sums of d and d^2), STRIDED, optional bindings with their numbers
-// B_<NAME>: SKIP and BIAS (added to x before normalizing), SCALE and BETA (applied after),
-// MEAN_OUT, INV_OUT (per row), SUM_OUT (the x + skip + bias that was normalized).
+// sum of exp; moments: sums of d and d^2), STRIDED, and the optional buffers' flags: SKIP and
+// BIAS (added to x before normalizing), SCALE and BETA (applied after), MEAN_OUT, INV_OUT (per
+// row), SUM_OUT (the x + skip + bias that was normalized). Buffers: x, the optional ones
+// (lower case), y. Every float dtype computes in f32.
 // Params: ROWS, K, INNER (STRIDED), EPS, SKIP_N / SCALE_N / BETA_N (element counts: those
 // operands broadcast over leading dims by index modulo count).
 #import reduction::tree
-
-@group(0) @binding(0) var<storage, read> x_in: array<f32>;
-#ifdef SKIP
-@group(0) @binding(#{B_SKIP}) var<storage, read> skip_in: array<f32>;
-#endif
-#ifdef BIAS
-@group(0) @binding(#{B_BIAS}) var<storage, read> bias_in: array<f32>;
-#endif
-#ifdef SCALE
-@group(0) @binding(#{B_SCALE}) var<storage, read> scale_in: array<f32>;
-#endif
-#ifdef BETA
-@group(0) @binding(#{B_BETA}) var<storage, read> beta_in: array<f32>;
-#endif
-@group(0) @binding(#{B_Y}) var<storage, read_write> y: array<f32>;
-#ifdef MEAN_OUT
-@group(0) @binding(#{B_MEAN_OUT}) var<storage, read_write> mean_out: array<f32>;
-#endif
-#ifdef INV_OUT
-@group(0) @binding(#{B_INV_OUT}) var<storage, read_write> inv_out: array<f32>;
-#endif
-#ifdef SUM_OUT
-@group(0) @binding(#{B_SUM_OUT}) var<storage, read_write> sum_out: array<f32>;
-#endif
 
 const NEG_MAX: f32 = -3.4028234e38;
 
@@ -47,12 +24,12 @@ fn index_of(base: u32, j: u32) -> u32 {
 
 // The value normalized: x, plus skip and bias for the Skip* ops.
 fn load(i: u32, j: u32) -> f32 {
-    var v = x_in[i];
+    var v = f32(x_load(i));
 #ifdef SKIP
-    v += skip_in[i % SKIP_N()];
+    v += f32(skip_load(i % SKIP_N()));
 #endif
 #ifdef BIAS
-    v += bias_in[j];
+    v += f32(bias_load(j));
 #endif
     return v;
 }
@@ -142,24 +119,24 @@ fn main(wg: Grid) {
         var out = v * inv;
 #endif
 #ifdef SCALE
-        out *= scale_in[j % SCALE_N()];
+        out *= f32(scale_load(j % SCALE_N()));
 #endif
 #ifdef BETA
-        out += beta_in[j % BETA_N()];
+        out += f32(beta_load(j % BETA_N()));
 #endif
-        y[i] = out;
+        y_store(i, y_t(out));
 #ifdef SUM_OUT
-        sum_out[i] = v;
+        sum_out_store(i, sum_out_t(v));
 #endif
     }
 #ifdef MEAN_OUT
     if (ln.valid && ln.lane == 0u) {
-        mean_out[row] = mean;
+        mean_out_store(row, mean_out_t(mean));
     }
 #endif
 #ifdef INV_OUT
     if (ln.valid && ln.lane == 0u) {
-        inv_out[row] = inv;
+        inv_out_store(row, inv_out_t(inv));
     }
 #endif
 }

@@ -1,19 +1,14 @@
 // Windowed pooling, one thread per output element (image-channel nc, output position p).
 // Spatial axes are 3-D (z, y, x; leading unit axes for 1-D and 2-D). The window starts at
 // position * stride - pad and steps by the dilation; positions outside the input are skipped.
-// Defs: T (storage type), MODE (max | avg | lp).
-//   max: LOWEST (T's lowest value), INDICES (second output: flat input index, i32),
+// Buffers: x, y, [indices]. Defs: MODE (max | avg | lp).
+//   max: LOWEST (x_t's lowest value), INDICES (second output: flat input index),
 //        COLMAJOR (storage_order 1: spatial index column-major).
 //   avg: COUNT_PAD (divide by the positions inside the padded input, not the input).
 // Params: TOTAL (= N*C*P), P, ISP, ID/IH/IW, OH/OW, KD/KH/KW, SD/SH/SW, DD/DH/DW, PD/PH/PW (i32),
 // ED/EH/EW (i32: end of the padded input), LP (lp: the exponent p).
 #import common::grid
 
-@group(0) @binding(0) var<storage, read> x: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> y: array<#{T}>;
-#ifdef INDICES
-@group(0) @binding(2) var<storage, read_write> indices: array<i32>;
-#endif
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -45,7 +40,7 @@ fn main(wg: Grid) {
                 let ix = x0 + i32(kw * DW());
                 // Negative coordinates wrap to huge u32s: one comparison checks both bounds.
                 if (u32(iz) < ID() && u32(iy) < IH() && u32(ix) < IW()) {
-                    let v = x[base + (u32(iz) * IH() + u32(iy)) * IW() + u32(ix)];
+                    let v = x_load(base + (u32(iz) * IH() + u32(iy)) * IW() + u32(ix));
 #if MODE == max
                     if (!found || v > best) {
                         best = v;
@@ -68,18 +63,18 @@ fn main(wg: Grid) {
         }
     }
 #if MODE == max
-    y[i] = best;
+    y_store(i, best);
 #ifdef INDICES
 #ifdef COLMAJOR
     let spatial = at.x + ID() * (at.y + IH() * at.z);
 #else
     let spatial = (at.x * IH() + at.y) * IW() + at.z;
 #endif
-    indices[i] = i32(base + spatial);
+    indices_store(i, i32(base + spatial));
 #endif
 #else if MODE == avg
-    y[i] = #{T}(acc / f32(max(count, 1u)));
+    y_store(i, y_t(acc / f32(max(count, 1u))));
 #else
-    y[i] = #{T}(pow(acc, 1.0 / LP()));
+    y_store(i, y_t(pow(acc, 1.0 / LP())));
 #endif
 }

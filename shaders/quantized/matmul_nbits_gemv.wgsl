@@ -6,14 +6,11 @@
 // walk row n of B one 32-bit word (8 weights) at a time, adjacent lanes reading adjacent words
 // (coalesced); each dequantized word serves all ROWS rows. Partial sums meet in a shared-memory
 // tree reduction. Block sizes are >= 16, so the 8 weights of a word share one block.
-// Defs: BINDINGS (a (vec4 unless K_TAIL), b, scales, [zp], [bias] | y), B_BYTES / ZP_BYTES (that buffer holds one
-// byte per word: a uint8 tensor not re-viewed by PackNBitsWeightsPass), ZP_PACKED / ZP_FLOAT,
-// HAS_BIAS, K_TAIL (K % 8 != 0). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
+// Buffers: a (read as vec4 unless K_TAIL), b, scales, [zp], [bias], y; computed in f32.
+// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, K_TAIL (K % 8 != 0). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
 // KWORDS (words covering K), ZP_ROW (zero-point bytes per row).
 #import common::grid
 #import quantized::nbits
-
-#{BINDINGS}
 
 const COLS = 8u;
 const LANES = 32u;
@@ -34,7 +31,7 @@ fn main(wg: Grid) {
             let word = b_word(n * ROW_WORDS() + w);
             let k0 = w * 8u;
             let blk = k0 / BLOCK();
-            let scale = scales[n * NBLK() + blk];
+            let scale = f32(scales_load(n * NBLK() + blk));
             let zero = zero_point(n, blk);
             var wv: array<f32, 8>;
             for (var j = 0u; j < 8u; j++) {
@@ -48,15 +45,15 @@ fn main(wg: Grid) {
                     var sum = 0.0;
                     for (var j = 0u; j < 8u; j++) {
                         if (k0 + j < K()) {
-                            sum += a[base + j] * wv[j];
+                            sum += f32(a_load(base + j)) * wv[j];
                         }
                     }
                     acc[r] += sum;
 #else
-                    // K % 8 == 0: a is bound as array<vec4<f32>>, two loads per word
+                    // K % 8 == 0: a is read as vec4s, two loads per word
                     let base = (m * K() + k0) / 4u;
-                    let lo = a[base] * vec4(wv[0], wv[1], wv[2], wv[3]);
-                    let hi = a[base + 1u] * vec4(wv[4], wv[5], wv[6], wv[7]);
+                    let lo = vec4<f32>(a_load4(base)) * vec4(wv[0], wv[1], wv[2], wv[3]);
+                    let hi = vec4<f32>(a_load4(base + 1u)) * vec4(wv[4], wv[5], wv[6], wv[7]);
                     let sum = lo + hi;
                     acc[r] += sum.x + sum.y + sum.z + sum.w;
 #endif
@@ -82,9 +79,9 @@ fn main(wg: Grid) {
             if (m < M()) {
                 var v = red[r * 256u + lid];
 #ifdef HAS_BIAS
-                v += bias[n];
+                v += f32(bias_load(n));
 #endif
-                y[m * N() + n] = v;
+                y_store(m * N() + n, y_t(v));
             }
         }
     }

@@ -8,12 +8,10 @@
 // (q - zero_point in [-15, 15]) for dot4I8Packed, WGSL's packed 4x8 integer dot product (naga
 // lowers it to the device's dot-product instruction where there is one); with PLAIN_DOT the bytes
 // are multiplied one by one instead.
-// Defs: BINDINGS (qa, sa, b, scales, [zp], [bias] | y), B_BYTES, ZP_PACKED / ZP_FLOAT / ZP_BYTES,
-// HAS_BIAS, PLAIN_DOT. Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW.
+// Buffers: qa (int8, read a word at a time), sa, b, scales, [zp], [bias], y.
+// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, PLAIN_DOT. Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW.
 #import quantized::nbits
 #import common::grid
-
-#{BINDINGS}
 
 const COLS = 8u;
 const LANES = 32u;
@@ -48,7 +46,7 @@ fn main(wg: Grid) {
             let word = b_word(n * ROW_WORDS() + w);
             let blk = (w * 8u) / BLOCK();
             let zero = i32(zero_point(n, blk));
-            let scale = scales[n * NBLK() + blk];
+            let scale = f32(scales_load(n * NBLK() + blk));
             var lo = 0u;
             var hi = 0u;
             for (var j = 0u; j < 4u; j++) {
@@ -58,8 +56,8 @@ fn main(wg: Grid) {
             for (var r = 0u; r < ROWS; r++) {
                 let m = m0 + r;
                 if (m < M()) {
-                    let dot = dot4(qa[m * a_words + 2u * w], lo) + dot4(qa[m * a_words + 2u * w + 1u], hi);
-                    acc[r] += (sa[m * NBLK() + blk] * scale) * f32(dot);
+                    let dot = dot4(qa_word(m * a_words + 2u * w), lo) + dot4(qa_word(m * a_words + 2u * w + 1u), hi);
+                    acc[r] += (sa_load(m * NBLK() + blk) * scale) * f32(dot);
                 }
             }
         }
@@ -82,9 +80,9 @@ fn main(wg: Grid) {
             if (m < M()) {
                 var v = red[r * 256u + lid];
 #ifdef HAS_BIAS
-                v += bias[n];
+                v += f32(bias_load(n));
 #endif
-                y[m * N() + n] = v;
+                y_store(m * N() + n, y_t(v));
             }
         }
     }

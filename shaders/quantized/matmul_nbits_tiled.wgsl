@@ -4,10 +4,8 @@
 // 4 x 4 block. K advances 16 at a time: the A tile (64 x 16) and the dequantized B tile
 // (16 x 64; two 32-bit words per column) are staged in shared memory. Tiles of 16 never straddle
 // a quantization block (block sizes are powers of two >= 16): one scale/zero point per column.
-// Defs and params: as matmul_nbits_gemv.wgsl.
+// Buffers, defs and params: as matmul_nbits_gemv.wgsl (a is read one element at a time).
 #import quantized::nbits
-
-#{BINDINGS}
 
 const TM = 64u;
 const TN = 64u;
@@ -31,7 +29,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let k = k0 + e % TK;
             var v = 0.0;
             if (m < M() && k < K()) {
-                v = a[m * K() + k];
+                v = f32(a_load(m * K() + k));
             }
             a_tile[e] = v;
         }
@@ -46,7 +44,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 // B rows are padded to whole blocks, so this word exists even past K
                 word = b_word(n * ROW_WORDS() + (k0 + kk) / 8u);
                 let blk = k0 / BLOCK();
-                scale = scales[n * NBLK() + blk];
+                scale = f32(scales_load(n * NBLK() + blk));
                 zero = zero_point(n, blk);
             }
             for (var j = 0u; j < 8u; j++) {
@@ -76,9 +74,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (m < M() && n < N()) {
                 var v = acc[i * 4u + j];
 #ifdef HAS_BIAS
-                v += bias[n];
+                v += f32(bias_load(n));
 #endif
-                y[m * N() + n] = v;
+                y_store(m * N() + n, y_t(v));
             }
         }
     }

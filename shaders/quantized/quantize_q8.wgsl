@@ -1,23 +1,17 @@
 // MatMulNBits accuracy_level 4, step 1: the activation a [M, K] quantized to int8 per block of
 // BLOCK values along K, as onnxruntime's CPU kernel does (MLAS CompInt8): per block,
 // scale = max|a| / 127, q = round(a * (127 / max|a|)) (ties to even; 0 for an all-zero block), values past K
-// are 0. Writes qa: 4 int8 per u32 word (low byte first), BLOCK / 4 words per block, and
+// are 0. Writes qa (int8, whole words: 4 per u32 word, low byte first), BLOCK / 4 words per block, and
 // sa[m * NBLK + blk] = scale. One workgroup per (block, row); BLOCK <= 256 (threads stride over
 // the block's words: at most one iteration each).
-// Defs: BINDINGS (a | qa, sa), HALF (a is float16, stored as f32). Params: M, K, BLOCK, NBLK.
-
-#{BINDINGS}
+// Buffers: a (any float dtype: a float16 activation is read as the model holds it), qa, sa.
+// Params: M, K, BLOCK, NBLK.
 
 var<workgroup> peak: array<f32, 64>;
 
 fn value(m: u32, k: u32) -> f32 {
     if (k < K()) {
-#ifdef HALF
-        // a float16 tensor held widened to f32: quantize the value the model's fp16 tensor holds
-        return quantizeToF16(a[m * K() + k]);
-#else
-        return a[m * K() + k];
-#endif
+        return f32(a_load(m * K() + k));
     }
     return 0.0;
 }
@@ -46,14 +40,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // (measured: inputs with repeated values, as a 4-bit embedding gives, hit rounding ties).
     let inverse = select(0.0, 127.0 / peak[0], peak[0] != 0.0);
     for (var w = lid; w < BLOCK() / 4u; w += 64u) {
-        var word = 0u;
+        var q: array<qa_t, qa_lanes>;  // qa is int8: 4 lanes to a word
         for (var j = 0u; j < 4u; j++) {
-            let q = i32(round(value(m, k0 + 4u * w + j) * inverse));
-            word |= (u32(q) & 255u) << (8u * j);
+            q[j] = i32(round(value(m, k0 + 4u * w + j) * inverse));
         }
-        qa[(m * NBLK() + blk) * (BLOCK() / 4u) + w] = word;
+        qa_store_unit((m * NBLK() + blk) * (BLOCK() / 4u) + w, q);
     }
     if (lid == 0u) {
-        sa[m * NBLK() + blk] = scale;
+        sa_store(m * NBLK() + blk, scale);
     }
 }

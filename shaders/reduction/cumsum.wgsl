@@ -1,16 +1,18 @@
-// Prefix sums along one axis (products with OP "*" and IDENTITY 1: CumProd). A line is the K
-// elements x[base + j * INNER]; LANES threads (reduction::lanes) scan it in chunks of LANES
+// Prefix sums along one axis (products with COMBINE `a * b` and IDENTITY 1: CumProd). A line is
+// the K elements x[base + j * INNER]; LANES threads (reduction::lanes) scan it in chunks of LANES
 // elements: a Hillis-Steele scan in shared memory per chunk plus the running total of the
 // chunks before. A workgroup serves 256 / LANES lines.
-// Defs: T (storage type), OP (+ or *) and its IDENTITY (0 or 1), LANES, RED_INNER (1), REVERSE
-// (scan from the end), EXCLUSIVE (element j combines the elements before it; the first gets
-// IDENTITY). Params: L (lines), K (line length), INNER (element stride).
+// Buffers: src, dst (scanned in dst_t). Defs: COMBINE (over a and b: `a + b`, `a * b`, or their
+// checked int64 forms) and its IDENTITY (0 or 1), LANES, RED_INNER (1), REVERSE (scan from the
+// end), EXCLUSIVE (element j combines the elements before it; the first gets IDENTITY).
+// Params: L (lines), K (line length), INNER (element stride).
 #import reduction::lanes
 
-@group(0) @binding(0) var<storage, read> src: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> dst: array<#{T}>;
+var<workgroup> sh: array<dst_t, WORKGROUP_SIZE>;
 
-var<workgroup> sh: array<#{T}, WORKGROUP_SIZE>;
+fn combine(a: dst_t, b: dst_t) -> dst_t {
+    return #{COMBINE};
+}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -20,7 +22,7 @@ fn main(wg: Grid) {
     let lid = ln.slot;
     let base = (line / INNER()) * K() * INNER() + line % INNER();
     let chunks = (K() + LANES - 1u) / LANES;
-    var carry = #{T}(#{IDENTITY});
+    var carry = dst_t(#{IDENTITY});
     for (var c = 0u; c < chunks; c++) {
         let j = c * LANES + rl;
         let live = j < ln.length;
@@ -29,34 +31,34 @@ fn main(wg: Grid) {
 #else
         let idx = base + j * INNER();
 #endif
-        var v = #{T}(#{IDENTITY});
+        var v = dst_t(#{IDENTITY});
         if (live) {
-            v = src[idx];
+            v = dst_t(src_load(idx));
         }
         sh[lid] = v;
         // Inclusive scan of this line's chunk; lanes below `s` have no partner at distance s.
         for (var s = 1u; s < LANES; s *= 2u) {
             workgroupBarrier();
-            var add = #{T}(#{IDENTITY});
+            var other = dst_t(#{IDENTITY});
             if (rl >= s) {
-                add = sh[lid - s];
+                other = sh[lid - s];
             }
             workgroupBarrier();
-            sh[lid] = sh[lid] #{OP} add;
+            sh[lid] = combine(sh[lid], other);
         }
         workgroupBarrier();
 #ifdef EXCLUSIVE
         var out = carry;
         if (rl > 0u) {
-            out = out #{OP} sh[lid - 1u];
+            out = combine(out, sh[lid - 1u]);
         }
 #else
-        let out = carry #{OP} sh[lid];
+        let out = combine(carry, sh[lid]);
 #endif
         if (live) {
-            dst[idx] = out;
+            dst_store(idx, out);
         }
-        carry = carry #{OP} sh[lid - rl + LANES - 1u];
+        carry = combine(carry, sh[lid - rl + LANES - 1u]);
         workgroupBarrier();  // the next chunk overwrites sh
     }
 }

@@ -1,7 +1,7 @@
 // Reduction over a strided walk: y[o] = FINAL(COMBINE over r < K of MAP(x[base_of(o) + offset_of(r)])).
 // LANES threads share each output (reduction::lanes) and meet in reduction::tree; a workgroup
 // of 256 threads serves 256 / LANES outputs.
-// Defs: T / TY (input / output storage types), A (accumulator type), LANES, RED_INNER (1: the
+// Buffers: src, dst. Defs: A (accumulator type), LANES, RED_INNER (1: the
 // lanes of one output are adjacent threads, the walk is contiguous; 0: adjacent threads take
 // adjacent outputs), BASE / OFFSET (generated functions base_of(o) and offset_of(r)), INIT.
 // Value mode: MAP (over x: A and the shift m: A), COMBINE (over a, b), FINAL (over acc: A and
@@ -10,9 +10,6 @@
 // Params: M (outputs), K (elements per output) and the dims/strides BASE and OFFSET read.
 #import reduction::tree
 
-@group(0) @binding(0) var<storage, read> src: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> dst: array<#{TY}>;
-
 const NONE: u32 = 0xffffffffu;
 
 #{BASE}
@@ -20,7 +17,7 @@ const NONE: u32 = 0xffffffffu;
 #{OFFSET}
 
 fn load(base: u32, r: u32) -> #{A} {
-    return #{A}(src[base + offset_of(r)]);
+    return #{A}(src_load(base + offset_of(r)));
 }
 
 #ifndef ARG
@@ -97,7 +94,7 @@ fn main(wg: Grid) {
     }
     let acc = tree_merge(ln, part);
     if (ln.valid && ln.lane == 0u) {
-        dst[ln.row] = #{TY}(#{FINAL});
+        dst_store(ln.row, dst_t(#{FINAL}));
     }
 #else
     var best = LaneValue(#{INIT}, NONE);
@@ -109,7 +106,7 @@ fn main(wg: Grid) {
     }
     let winner = tree_merge(ln, best).index;
     if (ln.valid && ln.lane == 0u) {
-        dst[ln.row] = #{TY}(select(winner, 0u, winner == NONE));
+        dst_store(ln.row, dst_t(select(winner, 0u, winner == NONE)));
     }
 #endif
 }

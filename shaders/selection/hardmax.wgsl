@@ -2,18 +2,15 @@
 // for r < N, base = (line / INNER) * N * INNER + line % INNER. LANES threads (reduction::lanes)
 // share a line: each finds its first maximum, reduction::tree keeps the lowest index among
 // equal maxima, then the lanes write the line.
-// Defs: T (storage type), LANES, RED_INNER (1). Params: L (lines), N (line length), INNER
+// Buffers: x, y. Defs: LANES, RED_INNER (1). Params: L (lines), N (line length), INNER
 // (element stride).
 #import reduction::tree
-
-@group(0) @binding(0) var<storage, read> x: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> y: array<#{T}>;
 
 const NONE: u32 = 0xffffffffu;
 
 // A lane's first maximum so far: its value and index (NONE: no element seen).
 struct LaneValue {
-    value: #{T},
+    value: x_t,
     index: u32,
 }
 
@@ -29,15 +26,15 @@ fn main(wg: Grid) {
     let ln = lane_of(wg, L(), N());
     let line = ln.row;
     let base = (line / INNER()) * N() * INNER() + line % INNER();
-    var best = LaneValue(#{T}(0), NONE);
+    var best = LaneValue(x_t(0), NONE);
     for (var r = ln.lane; r < ln.length; r += LANES) {
-        let v = x[base + r * INNER()];
+        let v = x_load(base + r * INNER());
         if (best.index == NONE || v > best.value) {
             best = LaneValue(v, r);
         }
     }
     let winner = tree_merge(ln, best).index;
     for (var r = ln.lane; r < ln.length; r += LANES) {
-        y[base + r * INNER()] = select(#{T}(0), #{T}(1), r == winner);
+        y_store(base + r * INNER(), select(y_t(0), y_t(1), r == winner));
     }
 }

@@ -6,17 +6,14 @@
 // Otherwise (long or symbolic lines): one workgroup per line makes K passes; pass r finds the best
 // element that comes after pass r-1's pick in the (value, index) order, so every element is
 // picked once and equal values come out by increasing index.
-// Defs: T (storage type), CMP (">" largest, "<" smallest), WORST (T's worst value for CMP),
+// Buffers: x, values, indices. Defs: CMP (">" largest, "<" smallest), WORST (x_t's worst value for CMP),
 // BITONIC, SIZE, SLOTS. Params: L (lines), N (line length), INNER (element stride), K.
 #import common::grid
-@group(0) @binding(0) var<storage, read> x: array<#{T}>;
-@group(0) @binding(1) var<storage, read_write> values: array<#{T}>;
-@group(0) @binding(2) var<storage, read_write> indices: array<i32>;
 
 const NONE: u32 = 0xffffffffu;  // "no element": comes after every real one
 
 // Does (va, ia) come before (vb, ib)?
-fn before(va: #{T}, ia: u32, vb: #{T}, ib: u32) -> bool {
+fn before(va: x_t, ia: u32, vb: x_t, ib: u32) -> bool {
     return ia != NONE && (ib == NONE || va #{CMP} vb || (va == vb && ia < ib));
 }
 
@@ -34,7 +31,7 @@ const HALF: u32 = SIZE / 2u;
 const SLOTS: u32 = #{SLOTS}u;
 const LINES: u32 = SLOTS / SIZE;
 
-var<workgroup> sv: array<#{T}, SLOTS>;
+var<workgroup> sv: array<x_t, SLOTS>;
 var<workgroup> si: array<u32, SLOTS>;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -47,7 +44,7 @@ fn main(wg: Grid) {
         var v = #{WORST};
         var idx = NONE;
         if (line < L() && r < N()) {
-            v = x[in_base(line) + r * INNER()];
+            v = x_load(in_base(line) + r * INNER());
             idx = r;
         }
         sv[s] = v;
@@ -81,13 +78,13 @@ fn main(wg: Grid) {
         let r = s % SIZE;
         if (line < L() && r < K()) {
             let o = out_base(line) + r * INNER();
-            values[o] = sv[s];
-            indices[o] = i32(si[s]);
+            values_store(o, sv[s]);
+            indices_store(o, i32(si[s]));
         }
     }
 }
 #else
-var<workgroup> rv: array<#{T}, 256>;
+var<workgroup> rv: array<x_t, 256>;
 var<workgroup> ri: array<u32, 256>;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -106,7 +103,7 @@ fn main(wg: Grid) {
         var bv = #{WORST};
         var bi = NONE;
         for (var j = lid; j < N(); j += 256u) {
-            let v = x[base + j * INNER()];
+            let v = x_load(base + j * INNER());
             if ((pi == NONE || before(pv, pi, v, j)) && before(v, j, bv, bi)) {
                 bv = v;
                 bi = j;
@@ -125,8 +122,8 @@ fn main(wg: Grid) {
         pv = rv[0];
         pi = ri[0];
         if (lid == 0u) {
-            values[ob + r * INNER()] = pv;
-            indices[ob + r * INNER()] = i32(pi);
+            values_store(ob + r * INNER(), pv);
+            indices_store(ob + r * INNER(), i32(pi));
         }
         workgroupBarrier();  // the next pass overwrites rv / ri
     }

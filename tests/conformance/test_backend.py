@@ -54,9 +54,31 @@ globals()[NODE_CLASS] = _node_cases()
 # ---- the backend's own API (what the suite relies on, plus run_node and symbolic dims) ----------
 
 def test_backend_devices() -> None:
-    assert onyxia.backend.supports_device("CPU")
-    assert not onyxia.backend.supports_device("CUDA")
-    assert not onyxia.backend.supports_device("nonsense")
+    for name in ("CPU", "GPU", "gpu", "CPU:0", "GPU:0"):
+        assert onyxia.backend.supports_device(name), name
+    for name in ("CUDA", "GPU:1", "nonsense", "", None):
+        assert not onyxia.backend.supports_device(name), name
+
+
+def test_prepare_on_gpu_and_cpu_runs_on_onyxias_adapter() -> None:
+    """onnxruntime's device names: "GPU" and "CPU" both mean the adapter onyxia picks."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from onyxia.errors import DeviceError
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    x = np.float32([-1, 2, -3, 4])
+    for device in ("GPU", "CPU"):
+        rep = onyxia.backend.prepare(model, device)
+        np.testing.assert_array_equal(rep.run([x])[0], np.maximum(x, 0))
+        assert rep.session.executor.runtime is onyxia.backend.shared_runtime()
+    np.testing.assert_array_equal(onyxia.backend.run_model(model, [x], "GPU")[0], np.maximum(x, 0))
+    with pytest.raises(DeviceError, match="device 'CUDA' is not available \\(use 'GPU' or 'CPU'"):
+        onyxia.backend.prepare(model, "CUDA")
 
 
 def test_prepare_binds_symbolic_dims_from_feeds() -> None:

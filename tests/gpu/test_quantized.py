@@ -1,6 +1,6 @@
 """com.microsoft MatMulNBits and GatherBlockQuantized (4-bit) against onnxruntime.
 
-Each case runs with and without PackNBitsWeightsPass (packed words vs one byte per word), and
+The packed uint8 weights are stored as they are (4 bytes to a word) and read a word at a time.
 MatMulNBits runs M = 1 (gemv kernel) and M > GEMV_MAX_ROWS (tiled kernel) in one executor
 through update_dimensions, without recompiling.
 """
@@ -13,19 +13,16 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline
-from onyxia.compiler.passes import DeadCodeEliminationPass, PackNBitsWeightsPass
+from onyxia.compiler.passes import DeadCodeEliminationPass
 from onyxia.operators import core_operator_registry
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}
 
 
-def compile_with(model, dims, packed: bool):
-    # The packing pass is a default optimization; the unpacked variant opts out explicitly.
+def compile_with(model, dims):
     pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
     pipeline.add_pass(DeadCodeEliminationPass())
-    if packed:
-        pipeline.add_pass(PackNBitsWeightsPass())
     return pipeline.compile(onyxia.load_model(model), dims)
 
 
@@ -58,17 +55,16 @@ def nbits_model(rng, *, k: int, n: int, block: int, zero_points: str | None, bia
     return make_model([node], [("A", dtype, [*batch_dims, k])], ["Y"], inits, extra_opsets=MS)
 
 
-@pytest.mark.parametrize("packed", [True, False], ids=["words", "bytes"])
 @pytest.mark.parametrize("block,k,n,zero_points,bias", [
     (16, 40, 5, None, False),  # K not a multiple of the block (nor of 8)
     (32, 64, 70, "uint8", True),
     (64, 192, 33, "float", False),
     (128, 256, 20, "uint8", False),  # odd block count: padded zero-point rows
 ])
-def test_matmul_nbits(runtime, block, k, n, zero_points, bias, packed):
+def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     rng = np.random.default_rng(block + k)
     model = nbits_model(rng, k=k, n=n, block=block, zero_points=zero_points, bias=bias)
-    exe = runtime.load_model(compile_with(model, {"M": 1}, packed))
+    exe = runtime.load_model(compile_with(model, {"M": 1}))
     for m in (1, 3, 70):  # gemv (m <= 4) and tiled kernels, one plan
         exe.update_dimensions({"M": m})
         a = rng.standard_normal((m, k), dtype=np.float32)
@@ -81,7 +77,7 @@ def test_matmul_nbits_float16_batched(runtime):
     rng = np.random.default_rng(4)
     model = nbits_model(rng, k=64, n=24, block=32, zero_points="uint8", bias=True, dtype=np.float16,
                         batch_dims=(2, "S"))
-    exe = runtime.load_model(compile_with(model, {"S": 3}, True))
+    exe = runtime.load_model(compile_with(model, {"S": 3}))
     for s in (3, 1):
         exe.update_dimensions({"S": s})
         a = rng.standard_normal((2, s, 64)).astype(np.float16)
@@ -90,10 +86,9 @@ def test_matmul_nbits_float16_batched(runtime):
         np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("packed", [True, False], ids=["words", "bytes"])
 @pytest.mark.parametrize("shape,block,zero_points", [((7, 20), 16, False), ((9, 64), 32, True),
                                                      ((3, 4, 16), 16, True)])
-def test_gather_block_quantized(runtime, shape, block, zero_points, packed):
+def test_gather_block_quantized(runtime, shape, block, zero_points):
     rng = np.random.default_rng(sum(shape))
     nblk = -(-shape[-1] * 2 // block)
     inits = {"data": rng.integers(0, 256, shape, dtype=np.uint8),
@@ -105,7 +100,7 @@ def test_gather_block_quantized(runtime, shape, block, zero_points, packed):
     node = helper.make_node("GatherBlockQuantized", names, ["y"], domain="com.microsoft", block_size=block,
                             quantize_axis=len(shape) - 1, bits=4)
     model = make_model([node], [("idx", np.int64, [2, "n"])], ["y"], inits, extra_opsets=MS)
-    exe = runtime.load_model(compile_with(model, {"n": 3}, packed))
+    exe = runtime.load_model(compile_with(model, {"n": 3}))
     rows = shape[0]
     # negative indices wrap; out-of-range ones give zeros (onnxruntime's contract)
     idx = np.array([[0, rows - 1, 2], [-1, 1, rows + 3]], np.int64)

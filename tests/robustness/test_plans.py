@@ -80,7 +80,7 @@ def edit(doc: dict, members: dict[str, bytes], kind: str) -> list[tuple[str, byt
     elif kind == "immediates_count":
         d["immediates"] = d["immediates"] + [1]
     elif kind == "unknown_step":
-        d["t"] = "branch"
+        d["t"] = "teleport"
     elif kind == "unknown_symbol":
         d["immediates"][0] = {"sym": "zz + 1"}
     elif kind == "hostile_expression":
@@ -175,7 +175,7 @@ CASES = {
     "binding_to_nowhere": r"operations\[0\]\.steps\[0\] \(tensor\): names tensor 'ghost'",
     "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'dispatch' step: field 'bindings' is missing",
     "immediates_count": r"operations\[0\]\.steps\[0\]\.immediates: holds 3 values; shader 0 takes 2",
-    "unknown_step": r"operations\[0\]\.steps\[0\]: .*unknown step kind 'branch'",
+    "unknown_step": r"operations\[0\]\.steps\[0\]: .*unknown step kind 'teleport'",
     "unknown_symbol": r"uses symbol 'zz'",
     "hostile_expression": r"dimension expression .* nested more than",
     "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 3\)",

@@ -8,13 +8,11 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
-from onyxia.compiler.passes import PackNBitsWeightsPass
 from onyxia.errors import OnyxiaError, ShapeInferenceError
 from onyxia.ir.shapes import SymDim, dim_symbols, parse_dim
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
 from onyxia.operators.common import select_small
-from onyxia.operators.quantized import WORDS_META
 from onyxia.plan import CopyBuffer, Dispatch
 from tests.helpers import make_model
 
@@ -186,22 +184,12 @@ def test_matmul_nbits_symbolic_rows_plan_both_kernels():
     assert labels == ["matmul_nbits_gemv", "matmul_nbits_tiled"]
 
 
-def test_pack_pass_views_bytes_as_words_once():
-    shared = helper.make_node("MatMulNBits", ["A", "B", "s", "zp"], ["Y2"], domain="com.microsoft", name="mm2",
-                              K=64, N=8, bits=4, block_size=32)
-    model = nbits()
-    model.graph.node.append(shared)
-    model.graph.output.append(helper.make_empty_tensor_value_info("Y2"))
-    g = infer(model, passes=[PackNBitsWeightsPass()])
-    nodes = list(g.nodes)
-    assert nodes[0].inputs[1] == nodes[1].inputs[1] == "B/words"
-    words = g.tensor("B/words")
-    assert words.dtype.name == "uint32" and words.shape == (8 * 2 * 16 // 4,)
-    raw = g.tensor("B").value.reshape(-1)
-    assert np.array_equal(words.value, raw.view("<u4"))
-    assert nodes[0].meta[WORDS_META] == {1: (8, 2, 16), 3: (8,)}
-    zp = g.tensor(nodes[0].inputs[3])
-    assert zp.shape == (2,) and zp.value[0] == 0x88888888  # 8 bytes padded to 2 words
+def test_nbits_weights_keep_their_packed_bytes_on_the_device():
+    """uint8 is stored 4 bytes to a word: the plan uploads B and the zero points as they are."""
+    compiled = onyxia.CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(nbits()), {"S": 1})
+    b = compiled.tensors["B"]
+    assert b.dtype == "uint8" and b.storage == "u8" and b.nbytes == b.data.size == 8 * 2 * 16
+    assert compiled.tensors["zp"].nbytes == 8  # 8 zero-point bytes: two words
 
 
 def gbq(**attrs):

@@ -86,7 +86,7 @@ def plan_summary(name: str, compiled: CompiledModel) -> str:
         lines.append(f"{title}:")
         for n in names:
             t = compiled.tensors[n]
-            lines.append(f"  {n}: {t.dtype} [{', '.join(str(d) for d in t.shape)}]")
+            lines.append(f"  {n}: {t.dtype} ({t.storage}) [{', '.join(str(d) for d in t.shape)}]")
     lines.append("")
     lines.append("operations:")
     for op in compiled.operations:
@@ -119,6 +119,10 @@ def plan_summary(name: str, compiled: CompiledModel) -> str:
         lines.append(f"  defs: {' '.join(f'{k}={_value(v)}' for k, v in spec.defs) or '-'}")
         lines.append(f"  constants: {' '.join(f'{p.name}:{p.type}={v!r}' for p, v in spec.constants) or '-'}")
         lines.append(f"  immediates: {' '.join(f'{p.name}:{p.type}' for p in spec.immediates) or '-'}")
+        flags = ("vector", "whole_words", "raw")
+        lines.append("  buffers: " + " ".join(
+            f"{b.name}:{b.dtype}:{'r' if b.read_only else 'rw'}" + "".join(f"+{f}" for f in flags if getattr(b, f))
+            for b in spec.buffers) + ("  reports" if spec.reports else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -122,6 +122,63 @@ def test_missing_dims_become_fresh_named_symbols():
     assert set(compiled.dims) == set(names)
 
 
+def _raw_input(name: str, dims: list) -> onnx.ValueInfoProto:
+    """An input whose dims are written field by field, as converters do: int -> dim_value (also
+    negative), str -> dim_param (also "" and "?"), None -> a dim entry with neither field."""
+    vi = h.make_tensor_value_info(name, TensorProto.FLOAT, [])
+    for d in dims:
+        dim = vi.type.tensor_type.shape.dim.add()
+        if isinstance(d, int):
+            dim.dim_value = d
+        elif isinstance(d, str):
+            dim.dim_param = d
+    return vi
+
+
+def _raw_model(inputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
+    nodes = [h.make_node("Relu", [vi.name], [f"{vi.name}_out"]) for vi in inputs]
+    outs = [h.make_empty_tensor_value_info(f"{vi.name}_out") for vi in inputs]
+    return h.make_model(h.make_graph(nodes, "g", inputs, outs), opset_imports=[h.make_opsetid("", 18)],
+                        ir_version=IR_VERSION)
+
+
+def test_unnamed_dynamic_dims_as_converters_write_them_become_fresh_symbols():
+    """paddle2onnx writes x: [-1, 3, "?", "?"]: -1, "?", "" and an empty dim entry all mean "dynamic,
+    no name". Each gets its own symbol `<input>_dim<axis>` (two "?" are not one dim)."""
+    model = _raw_model([_raw_input("x", [-1, 3, "?", "?"]), _raw_input("y", [-7, "", None, 0])])
+    g = onyxia.load_model(model)
+    assert symbols_of(g.tensor("x").shape) == ["x_dim0", 3, "x_dim2", "x_dim3"]
+    assert symbols_of(g.tensor("y").shape) == ["y_dim0", "y_dim1", "y_dim2", 0]
+
+
+def test_fresh_dim_names_are_identifiers_and_avoid_the_models_own_names():
+    # "input.1" (torch) and "x:0" (tf2onnx) are not identifiers; a dim_param may already be x_dim0.
+    model = _raw_model([_raw_input("input.1", [-1]), _raw_input("x:0", [-1, "x_0_dim1", None])])
+    g = onyxia.load_model(model)
+    assert symbols_of(g.tensor("input.1").shape) == ["input_1_dim0"]
+    assert symbols_of(g.tensor("x:0").shape) == ["x_0_dim0", "x_0_dim1", "x_0_dim2"]
+    model = _raw_model([_raw_input("x", [-1, "x_dim0"])])
+    first, second = onyxia.load_model(model).tensor("x").shape
+    assert str(second) == "x_dim0" and str(first) != "x_dim0"
+    # Names survive the text round trip plans use for expressions.
+    d = onyxia.load_model(_raw_model([_raw_input("input.1", [-1])])).tensor("input.1").shape[0]
+    assert parse_dim(str(d * 2 + 1)) == d * 2 + 1
+
+
+def test_a_missing_dimension_error_lists_every_missing_name_and_the_models_names():
+    from onyxia.errors import DimensionError
+
+    g = onyxia.load_model(_raw_model([_raw_input("x", [-1, 3, "?", "?"])]))
+    pipeline = onyxia.CompilerPipeline(onyxia.core_operator_registry())
+    with pytest.raises(DimensionError) as info:
+        pipeline.compile(g, {"x_dim0": 1})
+    msg = str(info.value)
+    assert "'x_dim2' (input 'x')" in msg and "'x_dim3' (input 'x')" in msg
+    assert "--dim x_dim2=N --dim x_dim3=N" in msg and "x_dim0, x_dim2, x_dim3" in msg
+    compiled = pipeline.compile(g, {"x_dim0": 1, "x_dim2": 4, "x_dim3": 5})
+    assert compiled.dims == {"x_dim0": 1, "x_dim2": 4, "x_dim3": 5}
+
+
 def test_initializers_and_constant_nodes_become_weights():
     nodes = [h.make_node("Constant", [], ["c"], value=h.make_tensor("v", TensorProto.FLOAT, [2], [1.5, -2.0])),
              h.make_node("Constant", [], ["ci"], value_ints=[3, 4]),

@@ -255,8 +255,8 @@ def test_add_pass_orders_by_stage_then_registration():
                         ("res2", Stage.RESOLUTION)):
         assert pipe.add_pass(RecordingPass(name, stage, log)) is pipe
     order = [p.name for p in pipe.passes]
-    assert order == ["symbolic-resolution", "res1", "res2", "function-expansion", "shape-inference", "inf1",
-                     "constant-folding", "fold1", "opt1", "opt2", "plan1"]
+    assert order == ["symbolic-resolution", "res1", "res2", "function-expansion", "sequence-lowering",
+                     "shape-inference", "inf1", "constant-folding", "fold1", "opt1", "opt2", "plan1"]
     compiled = pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 2})
     assert isinstance(compiled, CompiledModel)
     assert log == ["res1", "res2", "inf1", "fold1", "opt1", "opt2", "plan1"]
@@ -363,15 +363,6 @@ def test_pass_requires_another_pass_before_it():
     ok = pipeline(optimize=False).add_pass(Named("helper")).add_pass(Named("needy", requires=("helper",)))
     ok.run_passes(model, {"batch": 1, "seq": 1})
     assert [r.name for r in ok.history][-2:] == ["helper", "needy"]
-
-
-def test_builtin_pack_pass_must_follow_the_split_pass():
-    from onyxia.compiler.passes import PackNBitsWeightsPass, SplitLargeTensorsPass
-
-    pipe = pipeline(optimize=False).add_pass(PackNBitsWeightsPass()).add_pass(SplitLargeTensorsPass())
-    with pytest.raises(PipelineError, match="'pack-nbits-weights' must run after pass 'split-large-tensors'"):
-        pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 1})
-    assert pipeline().check_order(pipeline().passes) is None  # the default order is right
 
 
 def test_unsupported_operators_are_listed_at_once():

@@ -176,7 +176,7 @@ def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
         elif corruption == "bad_step":
             doc["operations"][0]["steps"][0] = {"t": "dispatch"}
         elif corruption == "unknown_step":
-            doc["operations"][0]["steps"][0]["t"] = "branch"
+            doc["operations"][0]["steps"][0]["t"] = "teleport"
         else:
             doc["symbolic_bindings"].append(["buffer", "x", 0, "batch ** 2"])
         _write_zip(path, {**files, "plan.json": json.dumps(doc).encode()})
@@ -193,7 +193,7 @@ def test_corrupt_plan_files_are_plan_errors(tmp_path, corruption):
         load_plan(path)
     assert path.name in str(info.value)
     if corruption == "unknown_step":
-        assert "unknown step kind 'branch'" in str(info.value)
+        assert "unknown step kind 'teleport'" in str(info.value)
 
 
 def test_pickled_arrays_are_refused(tmp_path):

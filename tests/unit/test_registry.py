@@ -28,14 +28,12 @@ CUSTOM_DOMAIN = "com.example"
 SCALED_SQUARE_WGSL = """
 #import common::grid
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
     let i = grid_thread(wg);
     if (i >= N()) { return; }
-    y[i] = x[i] * x[i] * ALPHA();
+    let v = x_load(i);
+    y_store(i, v * v * ALPHA());
 }
 """
 
@@ -55,7 +53,7 @@ class ScaledSquare(Operator):
         n = numel(ctx.output_shape(0))
         return [ctx.dispatch("", source=SCALED_SQUARE_WGSL, label="scaled_square",
                              params={"N": n, "ALPHA": float(ctx.attr("alpha", 1.0))},
-                             reads=[ctx.input(0)], writes=[ctx.output(0)], workgroups=ctx.grid(n))]
+                             reads={"x": ctx.input(0)}, writes={"y": ctx.output(0)}, workgroups=ctx.grid(n))]
 
 
 def scaled_square_model(alpha: float = 0.5, custom: bool = True):
@@ -171,7 +169,7 @@ def test_custom_operator_compiles_on_top_of_the_core_registry():
     labels = [s.label for s in compiled.shaders]
     assert labels == ["scaled_square", "map_Add"]
     spec = compiled.shaders[0]
-    assert "x[i] * x[i] * ALPHA()" in compiled.templates[spec.template]
+    assert "v * v * ALPHA()" in compiled.templates[spec.template]
     assert {p.name: v for p, v in spec.constants} == {"ALPHA": 0.5}
     assert [p.name for p in spec.immediates] == ["N"]
     assert isinstance(compiled.steps[0], Dispatch) and compiled.steps[0].shader == 0

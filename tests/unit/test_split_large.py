@@ -14,9 +14,8 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompileContext, CompilerPipeline, Stage
-from onyxia.compiler.passes import PackNBitsWeightsPass, default_optimization_passes
+from onyxia.compiler.passes import default_optimization_passes
 from onyxia.compiler.passes.split_large import MAX_BINDING_BYTES, SplitLargeTensorsPass, SplitReport, chunk_ranges
-from onyxia.errors import PipelineError
 from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
@@ -27,13 +26,10 @@ MS = {"com.microsoft": 1}
 
 
 def split_pipeline(limit: int = LIMIT) -> CompilerPipeline:
-    """The default optimization passes with the split pass (this limit) just before packing."""
+    """The default optimization passes with the split pass at this limit."""
     pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
     for p in default_optimization_passes():
-        if isinstance(p, PackNBitsWeightsPass):
-            pipeline.add_pass(SplitLargeTensorsPass(limit))
-        if not isinstance(p, SplitLargeTensorsPass):
-            pipeline.add_pass(p)
+        pipeline.add_pass(SplitLargeTensorsPass(limit) if isinstance(p, SplitLargeTensorsPass) else p)
     return pipeline
 
 
@@ -80,7 +76,7 @@ def gemm_model(rng, *, trans_b: bool, c: str | None, k: int = 24, n: int = 100):
 
 def weights(model) -> dict[str, int]:
     """Device bytes of every constant a compiled model uploads."""
-    return {n: t.data.size * 4 for n, t in model.tensors.items() if t.data is not None}
+    return {n: int(t.nbytes) for n, t in model.tensors.items() if t.data is not None}
 
 
 @settings(max_examples=200, deadline=None)
@@ -179,7 +175,6 @@ def test_matmul_nbits_pieces_change_n():
     nodes = [n for n in graph.nodes if n.op_type == "MatMulNBits"]
     # Per row: 32 packed bytes of B, 2 scales (8 bytes), 1 zero-point byte, 1 bias (4 bytes).
     assert [n.attributes["N"] for n in nodes] == [30] * 10  # at most 32 rows, near-equal pieces
-    assert all(set(n.meta["nbits_words"]) == {1, 3} for n in nodes)  # PackNBitsWeightsPass packed each piece
     assert max(weights(compiled(model, {"M": 1}, limit=1024)).values()) <= 1024
 
 
@@ -205,23 +200,6 @@ def test_reasons_for_what_stays():
     assert report.split == {}
     assert report.skipped == {"gather_cols": "the large constant is not the data gathered along axis 0",
                                  "add": "no split rule for Add"}
-
-
-def test_matmul_nbits_after_packing_is_left_with_a_reason():
-    """The pipeline refuses packing before splitting (PackNBitsWeightsPass.after); a split pass run
-    by hand on packed weights still leaves them whole, saying why."""
-    from tests.gpu.test_quantized import nbits_model
-
-    model = nbits_model(np.random.default_rng(9), k=64, n=300, block=32, zero_points=None, bias=False)
-    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
-    pipeline.add_pass(PackNBitsWeightsPass()).add_pass(SplitLargeTensorsPass(1024))
-    with pytest.raises(PipelineError, match="'pack-nbits-weights' must run after pass 'split-large-tensors'"):
-        pipeline.run_passes(onyxia.load_model(model), {"M": 1}, until=Stage.OPTIMIZATION)
-    pipeline = CompilerPipeline(core_operator_registry(), optimize=False).add_pass(PackNBitsWeightsPass())
-    graph = pipeline.run_passes(onyxia.load_model(model), {"M": 1}, until=Stage.OPTIMIZATION)
-    SplitLargeTensorsPass(1024).run(graph, pipeline.context)
-    [reason] = pipeline.context.reports["split-large-tensors"].skipped.values()
-    assert "PackNBitsWeightsPass" in reason
 
 
 def test_limit_must_hold_an_element():

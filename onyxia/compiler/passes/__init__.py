@@ -5,18 +5,17 @@ from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
-from onyxia.compiler.passes.pack_nbits import PackNBitsWeightsPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
+from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    # Splitting runs before packing: it sizes 4-bit weights as packed and skips packed nodes.
-    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), PackNBitsWeightsPass(), ElementwiseFusionPass()]
+    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), ElementwiseFusionPass()]
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
-           "PackNBitsWeightsPass",
+           "SequenceLoweringPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]

@@ -72,7 +72,7 @@ class FunctionExpansionPass(Pass):
             try:
                 own = op.decompose(self._call(graph, node))
             except ValueRequiredError as exc:
-                exc.sources = graph.input_sources(exc.tensor)
+                exc.sources, exc.symbols = graph.value_sources(exc.tensor)
                 raise
             body = onnx.helper.make_model(onnx.helper.make_graph(list(own.nodes), "decomposition", [], []),
                                           opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in own.opsets.items()])
@@ -101,7 +101,8 @@ class FunctionExpansionPass(Pass):
             label = f"{node.name}/{proto.name or f'{proto.op_type}_{i}'}"
             outputs = [name_of(t) or graph.fresh_name(f"{label}/absent_output_{k}") for k, t in enumerate(proto.output)]
             added.append(graph.add_node(proto.op_type, [name_of(t) for t in proto.input], outputs,
-                                        node_attributes(proto, label), domain=_domain(proto.domain), name=label))
+                                        node_attributes(proto, label, graph, rename),
+                                        domain=_domain(proto.domain), name=label))
             if opsets:  # a decomposition's nodes keep the opset they were written for
                 graph.node(added[-1]).meta[OPSETS_META] = opsets
         for opset in body.opset_import:
@@ -192,6 +193,10 @@ def _attribute_proto(name: str, value: Any, schema: onnx.defs.OpSchema) -> onnx.
     """An IR attribute value back as ONNX (the schema gives the type of an empty list)."""
     if isinstance(value, np.ndarray):
         return onnx.helper.make_attribute(name, numpy_helper.from_array(value))
+    if isinstance(value, IrGraph):  # a graph attribute (FlexAttention's score_mod): as it was loaded
+        if not isinstance(value.source, onnx.GraphProto):
+            raise ValueError(f"attribute '{name}' is a graph built in the IR, which onnx cannot read back")
+        return onnx.helper.make_attribute(name, value.source)
     if isinstance(value, (list, tuple)) and not value:
         spec = schema.attributes.get(name)
         attr_type = onnx.AttributeProto.AttributeType(int(spec.type)) if spec is not None else None

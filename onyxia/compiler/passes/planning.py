@@ -6,11 +6,20 @@ from __future__ import annotations
 from onyxia.compiler.context import CompileContext
 from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.compiler.passes.memory import plan_memory
-from onyxia.errors import OnyxiaError, PlanError, UnsupportedDtypeError
+from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
-from onyxia.plan import CompiledModel, PlannedOp, ShaderSpec, Step, SymbolicBinding, TensorInfo
+from onyxia.plan import (
+    STATUS_TENSOR,
+    CompiledModel,
+    PlannedOp,
+    ShaderSpec,
+    Step,
+    SymbolicBinding,
+    TensorInfo,
+    walk_steps,
+)
 
 
 def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
@@ -21,10 +30,49 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     4. Records a SymbolicBinding for every expression over dynamic dimensions.
     """
     state = PlanState(graph, ctx)
+    state.subgraph_planner = lambda sub: _plan_subgraph(sub, ctx, state)
+    operations, planned_nodes, folded = _plan_nodes(graph, ctx, state)
+    folded += ctx.folded_nodes
+
+    tensors, prelude = _tensor_table(graph, state, operations)
+    if prelude:
+        operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
+    tensors, memory = plan_memory(operations, tensors)
+    steps = walk_steps([s for op in operations for s in op.steps])
+    bindings = _symbolic_bindings(steps, tensors, state.shaders, ctx.static)
+    weight_bytes = sum(int(t.nbytes) for t in tensors.values() if t.data is not None)
+    return CompiledModel(
+        shaders=tuple(state.shaders),
+        templates={key: state.templates[key] for key in dict.fromkeys(s.template for s in state.shaders)},
+        operations=tuple(operations),
+        tensors=tensors,
+        inputs=tuple(graph.inputs),
+        outputs=tuple(graph.outputs),
+        symbolic_bindings=tuple(bindings),
+        dims=dict(ctx.dims),
+        static_symbols=ctx.static,
+        constraints=tuple(ctx.constraints.values()),
+        data_symbols=dict(ctx.data_symbols),
+        sites=tuple(state.sites),
+        metadata={
+            "name": graph.name,
+            "opsets": dict(graph.opsets),
+            "nodes": planned_nodes + folded,
+            "planned_nodes": planned_nodes,
+            "folded_nodes": folded,
+            "weight_bytes": weight_bytes,
+            "memory": memory,
+            **({"containers": ctx.containers} if ctx.containers else {}),
+            **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
+        },
+    )
+
+
+def _plan_nodes(graph: IrGraph, ctx: CompileContext, state: PlanState) -> tuple[list[PlannedOp], int, int]:
+    """(operations, planned nodes, folded nodes) of `graph`'s live nodes in topological order."""
     live = graph.live_nodes()
     operations: list[PlannedOp] = []
-    folded = ctx.folded_nodes
-    planned_nodes = 0
+    folded = planned_nodes = 0
     for nid in graph.topological_order():
         node = graph.node(nid)
         if nid not in live:
@@ -44,36 +92,16 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
         planned_nodes += 1
         scratch = tuple(n for n in state.scratch if n not in scratch_before)
         operations.append(PlannedOp(node.name, node.op_type, tuple(steps), scratch))
+    return operations, planned_nodes, folded
 
-    tensors, prelude = _tensor_table(graph, state, operations)
-    if prelude:
-        operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
-    tensors, memory = plan_memory(operations, tensors)
-    steps = [s for op in operations for s in op.steps]
-    bindings = _symbolic_bindings(steps, tensors, state.shaders, ctx.static)
-    weight_bytes = sum(t.data.size * 4 for t in tensors.values() if t.data is not None)
-    return CompiledModel(
-        shaders=tuple(state.shaders),
-        templates={key: state.templates[key] for key in dict.fromkeys(s.template for s in state.shaders)},
-        operations=tuple(operations),
-        tensors=tensors,
-        inputs=tuple(graph.inputs),
-        outputs=tuple(graph.outputs),
-        symbolic_bindings=tuple(bindings),
-        dims=dict(ctx.dims),
-        static_symbols=ctx.static,
-        constraints=tuple(ctx.constraints.values()),
-        metadata={
-            "name": graph.name,
-            "opsets": dict(graph.opsets),
-            "nodes": planned_nodes + folded,
-            "planned_nodes": planned_nodes,
-            "folded_nodes": folded,
-            "weight_bytes": weight_bytes,
-            "memory": memory,
-            **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
-        },
-    )
+
+def _plan_subgraph(graph: IrGraph, ctx: CompileContext, state: PlanState) -> list[Step]:
+    """The steps of a subgraph (an If branch, a loop body), for the op that owns it; its tensors
+    join the plan's tensor table."""
+    for sub in (graph, *graph.all_subgraphs()):
+        state.subgraph_tensors.update(sub.tensors)
+    operations, _, _ = _plan_nodes(graph, ctx, state)
+    return [s for op in operations for s in op.steps]
 
 
 def _referenced(operations: list[PlannedOp]) -> list[str]:
@@ -93,23 +121,25 @@ def _tensor_table(graph: IrGraph, state: PlanState,
     tensors: dict[str, TensorInfo] = {}
     prelude: list[Step] = []
     for name in needed:
+        if name == STATUS_TENSOR:  # one word: the highest report site hit in a run (0: none)
+            tensors[name] = TensorInfo(name, "uint32", (1,), "status")
+            continue
         if name in state.scratch:
             dtype, shape = state.scratch[name]
             tensors[name] = TensorInfo(name, dtype, shape, "scratch")
             continue
-        t = graph.tensor(name)
+        t = state.subgraph_tensors.get(name) or graph.tensor(name)
         if t.dtype is None or t.shape is None:
             raise PlanError(f"tensor '{name}' has no inferred dtype/shape")
-        try:
-            device = t.dtype.require_device(f"tensor '{name}'")
-        except UnsupportedDtypeError:
-            raise
+        t.dtype.require_device(f"tensor '{name}'")
         kind = "output" if name in graph.outputs else t.kind.value
+        if name in state.subgraph_tensors and kind in ("input", "output"):
+            kind = "intermediate"  # a subgraph's parameters and results: buffers the copies fill
         alias = state.aliases.get(name)
         while alias in state.aliases:  # collapse chains: Reshape of a Reshape
             alias = state.aliases[alias]
         if t.value is not None and t.value.dtype == object:
-            prelude.append(symbolic_write(name, t.value, device))
+            prelude.append(symbolic_write(name, t.value, t.dtype))
             tensors[name] = TensorInfo(name, t.dtype.name, t.shape, "output" if kind == "output" else "intermediate")
         elif t.value is not None:
             tensors[name] = TensorInfo(name, t.dtype.name, t.shape, "output" if kind == "output" else "weight",

@@ -37,10 +37,16 @@ class SymbolicResolutionPass(Pass):
         for name in static:
             if name not in dims:
                 raise DimensionError(f"static dimension '{name}' has no value; give it with the dims")
-        for sym, tid in sorted(used.items()):
-            if sym not in dims:
-                raise DimensionError(f"dimension '{sym}' of input '{tid}' is not given "
-                                     f"(pass --dim {sym}=N, or dims={{'{sym}': N}})")
+        missing = sorted(sym for sym in used if sym not in dims)
+        if missing:
+            # All of them at once, with the names the model has: unnamed dims get made-up names
+            # (x_dim0) that the user cannot guess.
+            which = ", ".join(f"'{sym}' (input '{used[sym]}')" for sym in missing)
+            example = " ".join(f"--dim {sym}=N" for sym in missing)
+            given = ", ".join(f"'{sym}': N" for sym in missing)
+            raise DimensionError(f"dimension{'s' if len(missing) > 1 else ''} {which} "
+                                 f"{'are' if len(missing) > 1 else 'is'} not given (pass {example}, "
+                                 f"or dims={{{given}}}); the model's dimensions: {', '.join(sorted(used))}")
         for tid in graph.inputs:
             for i, d in enumerate(graph.tensor(tid).shape or ()):
                 if evaluate_dim(d, dims) < 0:

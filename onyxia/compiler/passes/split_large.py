@@ -96,8 +96,8 @@ class _Rewrite:
 
 
 class SplitLargeTensorsPass(Pass):
-    """Optimization stage, after DCE and before PackNBitsWeightsPass (4-bit inputs are counted
-    packed, 4 bytes per word as that pass stores them; any other device element takes 4 bytes).
+    """Optimization stage, after DCE. Weights are sized as the device stores them (ir/dtypes.py:
+    float16 2 bytes an element, packed uint8 4-bit weights a byte per byte).
 
     1. MatMul(A, W), W a constant [K, N] (or a Transpose of one: a tied lm_head) over the limit:
        column pieces [K, n_i], a MatMul each, Concat on the last axis. When one column is too big,
@@ -126,7 +126,7 @@ class SplitLargeTensorsPass(Pass):
     def __init__(self, max_binding_bytes: int = MAX_BINDING_BYTES):
         if max_binding_bytes < 4:
             raise ValueError(f"max_binding_bytes must be >= 4, got {max_binding_bytes}")
-        self.limit = max_binding_bytes // 4 * 4  # bindings hold whole 4-byte elements
+        self.limit = max_binding_bytes // 4 * 4  # bindings hold whole 4-byte words
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> PassResult:
         rules: dict[tuple[str, str], Callable] = {
@@ -169,7 +169,8 @@ class SplitLargeTensorsPass(Pass):
         trans = gemm and bool(attrs.get("transB", 0))
         (k, n), w = (b.shape[::-1], b.T) if trans else (b.shape, b)
         source, tag = (node.inputs[1], "") if via is None else (graph.node(via).inputs[0], "T/")
-        k_ranges = [(0, k)] if k * 4 <= self.limit else chunk_ranges(k, self.limit // 4)
+        esize = _element_bytes(b)
+        k_ranges = [(0, k)] if k * esize <= self.limit else chunk_ranges(k, self.limit // esize)
         cut = len(k_ranges) > 1
         if cut and (gemm or not graph.tensor(a).dtype.is_float):
             return "one column of B is over the limit, and K is cut for float MatMul only"
@@ -185,7 +186,7 @@ class SplitLargeTensorsPass(Pass):
         for k0, k1 in k_ranges:
             a_k = rw.emit("Slice", [a, rw.ints([k0]), rw.ints([k1]), rw.ints([-1])], f"k_{k0}_{k1}") if cut else a
             parts = []
-            for n0, n1 in chunk_ranges(n, self.limit // ((k1 - k0) * 4), COLUMN_ALIGN):
+            for n0, n1 in chunk_ranges(n, self.limit // ((k1 - k0) * esize), COLUMN_ALIGN):
                 key = (f"rows_{k0}_{k1}/" if cut else "") + f"cols_{n0}_{n1}"
                 ins = [a_k, rw.piece(source, tag + key, w[k0:k1, n0:n1].T if trans else w[k0:k1, n0:n1])]
                 if c is not None:
@@ -250,12 +251,10 @@ class SplitLargeTensorsPass(Pass):
             piece = rw.piece(source, tag + key, columns[:, cols[0]:cols[1]])
             picked = rw.emit("Gather", [piece, idx], f"{key}/gather", {"axis": 1})  # [K, *idx]
             return rw.emit("Transpose", [picked], key, {"perm": [*range(1, rank + 1), 0]})
-        self._select_rows(graph, node, rw, n, k * 4, gather, COLUMN_ALIGN)
+        self._select_rows(graph, node, rw, n, k * _element_bytes(columns), gather, COLUMN_ALIGN)
 
     def _by_rows(self, graph: IrGraph, node: Node, n: int) -> tuple[dict, int] | str:
         """({input index: value} of the inputs cut by rows, the most bytes per row) or a reason."""
-        if node.meta.get("nbits_words"):
-            return "runs after PackNBitsWeightsPass: its inputs are packed words already"
         values = {i: graph.tensor(node.inputs[i]).value for i in ROW_INPUTS[node.op_type]
                   if i < len(node.inputs) and node.inputs[i] is not None}
         if missing := [i for i, v in values.items() if v is None]:
@@ -307,16 +306,19 @@ def _tied_columns(graph: IrGraph, node: Node, limit: int) -> tuple[str, str, np.
         for c in graph.consumers(data):  # Gather(E), MatMul(x, Transpose(E))
             if transpose2d(c) and read_by_matmul(graph.node(c).outputs[0]):
                 found = (data, "T/", e.T, None)
-    if found is None or found[2].shape[0] * 4 > limit:
+    if found is None or found[2].shape[0] * _element_bytes(found[2]) > limit:
         return None
     return found
 
 
 def _nbytes(value: np.ndarray, node: Node) -> int:
-    """Device bytes of a constant input of `node`."""
-    if node.domain == MS and value.dtype == np.uint8:
-        return -(-value.size // 4) * 4  # PackNBitsWeightsPass stores 4 packed bytes per word
-    return value.size * 4
+    """Device bytes of a constant input of `node` (its dtype's storage, padded to a word)."""
+    return int(from_numpy(value.dtype).nbytes(value.size))
+
+
+def _element_bytes(value: np.ndarray) -> int:
+    """Device bytes per element of a matrix cut into rows/columns (at least one)."""
+    return max(from_numpy(value.dtype).bits // 8, 1)
 
 
 def _constant(graph: IrGraph, tid: str) -> tuple[np.ndarray | None, NodeId | None]:
