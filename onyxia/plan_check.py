@@ -9,12 +9,16 @@ the runtime, exhaust memory, or run with a plan that silently means something el
    at most the decompressed-size cap, and reads never go past a member's declared size.
 2. The document (`check_document`): every field present and of its type (workgroup counts are
    integers or expressions, never floats), every index in range (shader, template, step targets
-   of symbolic bindings), every tensor a step, alias, scratch, input or output names exists,
-   immediates match their shader's parameters, expressions parse and use the plan's symbols
-   only; the `.npy` members are exactly the ones the tensors name. Steps are checked through
-   the Step interface, so a new kind of step needs nothing here.
+   of symbolic bindings, report sites), every tensor a step, alias, scratch, input or output
+   names exists, a dispatch's bindings match its shader's buffers (count, access, dtype; the
+   status word last where the shader reports), immediates match their shader's parameters,
+   expressions parse and use the plan's symbols only, the symbols a run sets are data symbols;
+   the `.npy` members are exactly the ones the tensors name. Steps, nested ones included (a
+   branch's arms, a loop's body), are checked through the Step interface, so a new kind of
+   step needs nothing here.
 3. The model (`check_model`): at the plan's own dims, every size and count evaluates to a
-   non-negative integer, copies are 4-byte aligned and inside their tensors, a dispatch launches
+   non-negative integer, copies (a loop's first slice copies too) are 4-byte aligned and inside
+   their tensors, a dispatch launches
    at most one workgroup per element of the largest tensor it binds (a 2^31 grid is refused),
    and each constant's array has its TensorInfo's shape and dtype.
 
@@ -33,7 +37,7 @@ import numpy as np
 
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir import dtypes
-from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, parse_dim
+from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, numel, parse_dim
 
 PLAN_JSON = "plan.json"
 MAX_PLAN_JSON_BYTES = 256 << 20
@@ -42,6 +46,9 @@ _NPY_HEADER_SLACK = 1 << 16  # an .npy header is at most 64 KiB (format 2.0)
 _DATA_MEMBER = re.compile(r"data_[0-9]{1,9}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch", "status"})
+# plan.STATUS_TENSOR (plan.py imports this module, so the name is repeated here): the one word
+# reporting kernels write, bound after their buffers.
+STATUS_TENSOR = "onyxia/status"
 PARAM_TYPES = frozenset({"u32", "i32", "f32"})
 WRITE_TYPES = frozenset({"i32", "u32", "f32"})
 # Symbolic bindings that target a tensor or a shader; the others name a kind of value that the
@@ -49,6 +56,8 @@ WRITE_TYPES = frozenset({"i32", "u32", "f32"})
 TABLE_BINDING_KINDS = frozenset({"buffer", "shader"})
 # Values of these expression kinds may be floats (f32 shader parameters); all others are counts.
 FLOAT_KINDS = frozenset({"immediate"})
+
+
 def _fail(where: str, message: str) -> PlanError:
     return PlanError(f"{where}: {message}" if where else message)
 
@@ -185,7 +194,7 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
     checked through the Step interface (uses, expressions, dispatches), so a new kind of step is
     validated without this module knowing its fields."""
     top = ("templates", "shaders", "operations", "tensors", "inputs", "outputs", "symbolic_bindings",
-           "dims", "static_symbols", "metadata")
+           "dims", "static_symbols", "metadata", "sites")
     d = _Doc()
     d.obj(doc, "", top)
     dims = d.obj(doc["dims"], "dims", ())
@@ -196,6 +205,16 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
         if name not in dims:
             raise _fail(f"static_symbols[{i}]", f"{name!r} is not one of the plan's dims")
     d.obj(doc["metadata"], "metadata", ())
+    data_symbols = d.obj(doc.get("data_symbols", {}), "data_symbols", ())
+    for name, bound in data_symbols.items():
+        if name not in dims or name in doc["static_symbols"]:
+            raise _fail(f"data_symbols.{name}", "is not one of the plan's dynamic dims")
+        if bound is not None:
+            d.expr(bound, f"data_symbols.{name}")
+    sites = d.list(doc["sites"], "sites")
+    for i, site in enumerate(sites):
+        if not isinstance(site, list) or len(site) != 3 or not all(isinstance(x, str) for x in site):
+            raise _fail(f"sites[{i}]", f"must be [node, op type, what it detects], got {site!r}")
 
     templates = d.obj(doc["templates"], "templates", ())
     for key, text in templates.items():
@@ -211,10 +230,7 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
         name = d.str(t["name"], f"{where}.name")
         if not name or name in tensors:
             raise _fail(f"{where}.name", f"{name!r} is empty or names a second tensor")
-        try:
-            dtypes.from_name(d.str(t["dtype"], f"{where}.dtype"))
-        except OnyxiaError as exc:
-            raise _fail(f"{where}.dtype", str(exc)) from None
+        _device_dtype(d, t["dtype"], f"{where}.dtype")
         for j, dim in enumerate(d.list(t["shape"], f"{where}.shape")):
             if isinstance(d.expr(dim, f"{where}.shape[{j}]"), int) and dim < 0:
                 raise _fail(f"{where}.shape[{j}]", f"must be non-negative, got {dim}")
@@ -224,8 +240,15 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
             d.str(t["data"], f"{where}.data", _DATA_MEMBER)
             if not all(isinstance(dim, int) for dim in t["shape"]):
                 raise _fail(f"{where}.shape", "a tensor with data must have a static shape")
+        if (t["kind"] == "status") != (name == STATUS_TENSOR):
+            raise _fail(f"{where}.kind", f"only tensor '{STATUS_TENSOR}' is the status word, got {name!r} "
+                        f"of kind {t['kind']!r}")
+        if name == STATUS_TENSOR and (t["dtype"], t["shape"], t["data"], t["alias_of"]) != ("uint32", [1], None, None):
+            raise _fail(where, "the status word must be one uint32 of its own, without data")
         tensors[name] = t
     _check_aliases(d, doc["tensors"], tensors)
+    if sites and STATUS_TENSOR not in tensors:
+        raise _fail("sites", f"the plan has report sites but no status tensor '{STATUS_TENSOR}'")
 
     def tensor(v: Any, where: str) -> str:
         if d.str(v, where) not in tensors:
@@ -239,7 +262,7 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
                 raise _fail(f"{field}[{i}]", f"{name!r} is listed twice")
             seen.add(name)
 
-    step_exprs: list[dict[str, int]] = []  # per flat step: {expression kind: how many}
+    steps = _StepChecks(d, shaders, tensors, tensor, data_symbols.keys())
     for i, op in enumerate(d.list(doc["operations"], "operations")):
         where = f"operations[{i}]"
         d.obj(op, where, ("name", "op_type", "scratch", "steps"))
@@ -248,7 +271,8 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
         for j, name in enumerate(d.list(op["scratch"], f"{where}.scratch")):
             tensor(name, f"{where}.scratch[{j}]")
         for j, raw in enumerate(d.list(op["steps"], f"{where}.steps")):
-            step_exprs.append(_check_step(d, raw, f"{where}.steps[{j}]", shaders, tensor, decode_step))
+            steps.check(raw, f"{where}.steps[{j}]", decode_step)
+    step_exprs = steps.exprs
 
     for i, b in enumerate(d.list(doc["symbolic_bindings"], "symbolic_bindings")):
         where = f"symbolic_bindings[{i}]"
@@ -275,7 +299,7 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
 
 
 def _check_shader(d: _Doc, s: Any, where: str, templates: dict) -> None:
-    d.obj(s, where, ("label", "template", "entry_point", "defs", "constants", "immediates"))
+    d.obj(s, where, ("label", "template", "entry_point", "defs", "constants", "immediates", "buffers", "reports"))
     d.str(s["label"], f"{where}.label")
     if d.str(s["template"], f"{where}.template") not in templates:
         raise _fail(f"{where}.template", f"names template {s['template']!r}, which the plan does not hold")
@@ -293,6 +317,25 @@ def _check_shader(d: _Doc, s: Any, where: str, templates: dict) -> None:
         d.scalar(c[2], f"{where}.constants[{j}][2]")
     for j, p in enumerate(d.list(s["immediates"], f"{where}.immediates")):
         _check_param(d, p, f"{where}.immediates[{j}]")
+    names: set[str] = set()
+    for j, b in enumerate(d.list(s["buffers"], f"{where}.buffers")):
+        at = f"{where}.buffers[{j}]"
+        if not isinstance(b, list) or len(b) != 6 or not all(isinstance(x, bool) for x in b[2:]):
+            raise _fail(at, f"must be [name, dtype, read_only, vector, whole_words, raw] (4 true/false), got {b!r}")
+        if d.str(b[0], f"{at}[0]", _IDENTIFIER) in names:
+            raise _fail(f"{at}[0]", f"{b[0]!r} names a second buffer of the shader")
+        names.add(b[0])
+        _device_dtype(d, b[1], f"{at}[1]")
+    if not isinstance(s["reports"], bool):
+        raise _fail(f"{where}.reports", f"must be true/false, got {s['reports']!r}")
+
+
+def _device_dtype(d: _Doc, name: Any, where: str) -> None:
+    """A dtype name the device stores (every plan tensor and buffer has one)."""
+    try:
+        dtypes.from_name(d.str(name, where)).require_device()
+    except OnyxiaError as exc:
+        raise _fail(where, str(exc)) from None
 
 
 def _check_param(d: _Doc, p: Any, where: str) -> None:
@@ -317,40 +360,93 @@ def _check_aliases(d: _Doc, raw: list, tensors: dict[str, dict]) -> None:
             target = tensors[target]["alias_of"]
 
 
-def _check_step(d: _Doc, raw: Any, where: str, shaders: list, tensor: Callable[[Any, str], str],
-                decode_step: Callable[[dict], Any]) -> dict[str, int]:
-    """Decodes and checks one step; returns {expression kind: how many} for binding targets."""
-    d.obj(raw, where, ("t",))
-    try:
-        step = decode_step(raw)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OnyxiaError) as exc:
-        missing = f"field {exc} is missing" if isinstance(exc, KeyError) else str(exc)
-        raise _fail(where, f"not a valid {raw.get('t')!r} step: {missing}") from None
-    for name, _written in step.uses():
-        tensor(name, f"{where} (tensor)")
-    counts: dict[str, int] = {}
-    for kind, j, v in step.expressions():
-        at = f"{where} {kind}[{j}]"
-        if kind in FLOAT_KINDS and isinstance(v, float):
-            pass
-        elif isinstance(v, SymDim):
-            unknown = sorted(v.symbols - d.symbols)
-            if unknown:
-                raise _fail(at, f"uses symbol {unknown[0]!r}, which is not one of the plan's dims")
-        elif isinstance(v, bool) or not isinstance(v, int):
-            raise _fail(at, f"must be an integer or a dimension expression, got {v!r}")
-        counts[kind] = max(counts.get(kind, 0), j + 1)
-    for dispatch in step.dispatches():
+class _StepChecks:
+    """Decodes and checks steps, nested ones included; `exprs` collects, per flat step (the
+    pre-order of plan.walk_steps), {expression kind: how many} for symbolic binding targets."""
+
+    def __init__(self, d: _Doc, shaders: list, tensors: dict[str, dict], tensor: Callable[[Any, str], str],
+                 data_symbols: Iterable[str]):
+        self.d, self.shaders, self.tensors, self.tensor = d, shaders, tensors, tensor
+        self.data_symbols = frozenset(data_symbols)
+        self.exprs: list[dict[str, int]] = []
+
+    def check(self, raw: Any, where: str, decode_step: Callable[[dict], Any]) -> None:
+        self.d.obj(raw, where, ("t",))
+        try:
+            step = decode_step(raw)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OnyxiaError) as exc:
+            missing = f"field {exc} is missing" if isinstance(exc, KeyError) else str(exc)
+            raise _fail(where, f"not a valid {raw.get('t')!r} step: {missing}") from None
+        self._check(step, raw, where)
+
+    def _check(self, step: Any, raw: dict, where: str) -> None:
+        counts: dict[str, int] = {}
+        self.exprs.append(counts)
+        for kind, j, v in step.expressions():
+            at = f"{where} {kind}[{j}]"
+            if kind in FLOAT_KINDS and isinstance(v, float):
+                pass
+            elif isinstance(v, SymDim):
+                unknown = sorted(v.symbols - self.d.symbols)
+                if unknown:
+                    raise _fail(at, f"uses symbol {unknown[0]!r}, which is not one of the plan's dims")
+            elif isinstance(v, bool) or not isinstance(v, int):
+                raise _fail(at, f"must be an integer or a dimension expression, got {v!r}")
+            counts[kind] = max(counts.get(kind, 0), j + 1)
+        for dispatch in step.dispatches():
+            self._dispatch(dispatch, where)
+        # The symbols a run sets (ReadSymbol, a loop's iteration count) must be data symbols:
+        # the caller's dims are never overwritten by values read off the device.
+        for field in ("symbol", "iterations"):
+            symbol = getattr(step, field, None) if step.tag in ("read_symbol", "loop") else None
+            if symbol is not None and symbol not in self.data_symbols:
+                raise _fail(f"{where}.{field}", f"{symbol!r} is not one of the plan's data symbols")
+        for child, child_raw, at in _children(step, raw, where):
+            self._check(child, child_raw, at)
+        for name, _written in step.uses():  # after the children: an error names the innermost step
+            self.tensor(name, f"{where} (tensor)")
+
+    def _dispatch(self, dispatch: Any, where: str) -> None:
         shader = dispatch.shader
-        if isinstance(shader, bool) or not isinstance(shader, int) or not 0 <= shader < len(shaders):
-            raise _fail(f"{where}.shader", f"must be an index in [0, {len(shaders)}), got {shader!r}")
+        if isinstance(shader, bool) or not isinstance(shader, int) or not 0 <= shader < len(self.shaders):
+            raise _fail(f"{where}.shader", f"must be an index in [0, {len(self.shaders)}), got {shader!r}")
         if len(dispatch.workgroups) != 3:
             raise _fail(f"{where}.workgroups", f"must hold 3 counts, got {len(dispatch.workgroups)}")
-        params = shaders[shader]["immediates"]
+        spec = self.shaders[shader]
+        params = spec["immediates"]
         if len(dispatch.immediates) != len(params):
             raise _fail(f"{where}.immediates", f"holds {len(dispatch.immediates)} values; shader {shader} "
                         f"takes {len(params)}")
-    return counts
+        # Bindings are the shader's buffers in order, then the status word if it reports: a
+        # tensor of another dtype would be decoded with the wrong storage codec, silently.
+        wanted = [(b[0], b[1], b[2], None) for b in spec["buffers"]]
+        if spec["reports"]:
+            wanted.append(("the status word", "uint32", False, STATUS_TENSOR))
+        if len(dispatch.bindings) != len(wanted):
+            raise _fail(f"{where}.bindings", f"holds {len(dispatch.bindings)} tensors; shader {shader} binds "
+                        f"{len(wanted)}")
+        for j, (binding, (name, dtype, read_only, only)) in enumerate(zip(dispatch.bindings, wanted)):
+            at = f"{where}.bindings[{j}]"
+            t = self.tensors[self.tensor(binding.tensor, f"{at}[0]")]
+            if binding.read_only != read_only:
+                raise _fail(f"{at}[1]", f"must be {str(read_only).lower()} (shader {shader}'s buffer {name!r})")
+            status_misplaced = only != binding.tensor if only else binding.tensor == STATUS_TENSOR
+            if t["dtype"] != dtype or status_misplaced:
+                raise _fail(f"{at}[0]", f"tensor {binding.tensor!r} ({t['dtype']}) cannot bind to shader "
+                            f"{shader}'s buffer {name!r} ({dtype})")
+
+
+def _children(step: Any, raw: dict, where: str) -> list[tuple[Any, dict, str]]:
+    """(child step, its JSON, its label) for the steps nested in `step`, labelled by the field
+    holding them (`operations[0].steps[2].then[1]`) where the JSON lists them in order."""
+    kids = step.children()
+    if not kids:
+        return []
+    found = [(row, f"{where}.{key}[{k}]") for key, rows in raw.items() if isinstance(rows, list)
+             for k, row in enumerate(rows) if isinstance(row, dict) and "t" in row]
+    if len(found) != len(kids) or any(row["t"] != kid.tag for (row, _), kid in zip(found, kids)):
+        found = [({}, f"{where} nested step {k}") for k in range(len(kids))]
+    return [(kid, row, at) for kid, (row, at) in zip(kids, found)]
 
 
 # ---- 3. the decoded model ------------------------------------------------------------------
@@ -369,7 +465,9 @@ def check_model(model: Any) -> None:
         return out
 
     nbytes = {name: value(t.nbytes, f"tensor '{name}' size") for name, t in model.tensors.items()}
-    numel = {name: n // 4 for name, n in nbytes.items()}
+    # Elements, not words: a thread or workgroup per element of a packed (8/16-bit) tensor.
+    elements = {name: max(value(numel(t.shape), f"tensor '{name}' shape"), n // 4)
+                for (name, t), n in zip(model.tensors.items(), nbytes.values())}
     for name, t in model.tensors.items():
         if t.data is None:
             continue
@@ -382,7 +480,7 @@ def check_model(model: Any) -> None:
         for dispatch in step.dispatches():
             counts = [value(w, f"{where} workgroups[{j}]") for j, w in enumerate(dispatch.workgroups)]
             total = counts[0] * counts[1] * counts[2]
-            most = max([numel[b.tensor] for b in dispatch.bindings] + [1])
+            most = max([elements[b.tensor] for b in dispatch.bindings] + [1])
             if total > most:
                 raise _fail(f"{where} workgroups", f"{counts} launch {total} workgroups, more than the "
                             f"{most} elements of the largest tensor the dispatch binds")
@@ -390,15 +488,27 @@ def check_model(model: Any) -> None:
             if kind in ("copy", "write"):
                 value(v, f"{where} {kind}[{j}]")
         if step.tag == "copy":
-            size, src_off, dst_off = (value(v, f"{where} copy") for v in (step.size, step.src_offset,
-                                                                          step.dst_offset))
-            if size % 4 or src_off % 4 or dst_off % 4:
-                raise _fail(f"{where} copy", f"size {size} and offsets {src_off}, {dst_off} must be "
-                            "multiples of 4")
-            for tensor, offset in ((step.src, src_off), (step.dst, dst_off)):
-                if offset + size > nbytes[tensor]:
-                    raise _fail(f"{where} copy", f"bytes {offset}..{offset + size} of tensor '{tensor}', "
-                                f"which has {nbytes[tensor]}")
+            _check_copy(step, (step.size, step.src_offset, step.dst_offset), value, nbytes, f"{where} copy")
+        elif step.tag == "loop":
+            trips = value(step.trip_count, f"{where} trip_count")
+            for j, c in enumerate((*step.enter, *step.leave)):
+                at = f"{where} slice copy {j}"
+                size, src_off, src_stride, dst_off, dst_stride = (value(v, at) for v in c.values())
+                if src_stride % 4 or dst_stride % 4:
+                    raise _fail(at, f"strides {src_stride}, {dst_stride} must be multiples of 4")
+                if trips:  # the first iteration's copy; later ones move by the strides
+                    _check_copy(c, (size, src_off, dst_off), value, nbytes, at)
         elif step.tag == "write" and 4 * len(step.data) > nbytes[step.dst]:
             raise _fail(f"{where} write", f"{len(step.data)} words into tensor '{step.dst}' of "
                         f"{nbytes[step.dst]} bytes")
+
+
+def _check_copy(copy: Any, values: tuple, value: Callable[[object, str], int], nbytes: dict[str, int],
+                where: str) -> None:
+    """A buffer copy (size, src offset, dst offset) is word-aligned and inside both tensors."""
+    size, src_off, dst_off = (value(v, where) for v in values)
+    if size % 4 or src_off % 4 or dst_off % 4:
+        raise _fail(where, f"size {size} and offsets {src_off}, {dst_off} must be multiples of 4")
+    for tensor, offset in ((copy.src, src_off), (copy.dst, dst_off)):
+        if offset + size > nbytes[tensor]:
+            raise _fail(where, f"bytes {offset}..{offset + size} of tensor '{tensor}', which has {nbytes[tensor]}")

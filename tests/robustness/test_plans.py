@@ -30,12 +30,29 @@ def plan_model():
                       [("x", np.float32, ["n", 4])], ["y"], {"w": W})
 
 
-def write_plan(path: Path) -> tuple[dict, dict[str, bytes]]:
-    """A valid plan at `path`; returns its plan.json and its other members."""
+def control_model():
+    """A Loop with a fed trip count (ReadSymbol), a device condition and a scan output (LoopStep
+    with slice copies, a data symbol), in front of an int64 Add (a shader that reports overflow)."""
+    from onnx import TensorProto
+
+    from tests.control_models import counting_loop
+
+    model = counting_loop(m_input=True, while_limit=10.0)
+    g = model.graph
+    g.input.append(h.make_tensor_value_info("k", TensorProto.INT64, ["n"]))
+    g.node.append(h.make_node("Add", ["k", "k"], ["k2"], name="add64"))
+    g.output.append(h.make_tensor_value_info("k2", TensorProto.INT64, ["n"]))
+    return model
+
+
+def write_plan(path: Path, control: bool = False) -> tuple[dict, dict[str, bytes]]:
+    """A valid plan at `path` (of control_model() if `control`, else plan_model()); returns its
+    plan.json and its other members."""
     import onyxia
     from onyxia.compiler import CompilerPipeline
 
-    CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(plan_model()), {"n": 2}).save(path)
+    model = control_model() if control else plan_model()
+    CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(model), {"n": 2}).save(path)
     with zipfile.ZipFile(path) as zf:
         return json.loads(zf.read("plan.json")), {n: zf.read(n) for n in zf.namelist() if n != "plan.json"}
 
@@ -56,10 +73,20 @@ def first(doc: dict, t: str = "dispatch") -> dict:
     return next(s for op in doc["operations"] for s in op["steps"] if s["t"] == t)
 
 
+def loop_step(doc: dict) -> dict:
+    return first(doc, "loop")
+
+
+def tensor_entry(doc: dict, name: str) -> dict:
+    return next(t for t in doc["tensors"] if t["name"] == name)
+
+
 def edit(doc: dict, members: dict[str, bytes], kind: str) -> list[tuple[str, bytes]] | None:
     """Apply one hostile edit; returns the members to write (None: plan.json + members)."""
     d = first(doc)
-    if kind == "huge_grid":
+    if kind in CONTROL_CASES:
+        edit_control(doc, kind)
+    elif kind == "huge_grid":
         d["workgroups"] = [2**31, 1, 1]
     elif kind == "float_workgroups":
         d["workgroups"] = [2.5, 1, 1]
@@ -120,6 +147,30 @@ def edit(doc: dict, members: dict[str, bytes], kind: str) -> list[tuple[str, byt
         size = 6 if kind == "copy_misaligned" else 4096
         doc["operations"].append({"name": "evil", "op_type": "Copy", "scratch": [], "steps": [
             {"t": "copy", "src": "x", "dst": "m", "size": size, "src_offset": 0, "dst_offset": 0}]})
+    elif kind == "buffer_dtype":
+        doc["shaders"][0]["buffers"][0][1] = "float16"
+    elif kind == "buffer_no_device_dtype":
+        doc["shaders"][0]["buffers"][0][1] = "string"
+    elif kind == "buffer_flag_not_bool":
+        doc["shaders"][0]["buffers"][0][2] = 1
+    elif kind == "buffer_name_twice":
+        doc["shaders"][0]["buffers"][1][0] = doc["shaders"][0]["buffers"][0][0]
+    elif kind == "binding_access":
+        d["bindings"][0][1] = False
+    elif kind == "binding_extra":
+        d["bindings"].append(["x", True])
+    elif kind == "reports_not_bool":
+        doc["shaders"][0]["reports"] = "yes"
+    elif kind == "reports_without_status":
+        doc["shaders"][0]["reports"] = True
+    elif kind == "status_kind_forged":
+        doc["tensors"][0]["kind"] = "status"
+    elif kind == "sites_without_status":
+        doc["sites"] = [["mm", "MatMul", "int64 overflow"]]
+    elif kind == "site_malformed":
+        doc["sites"] = [["mm", 2]]
+    elif kind == "missing_sites":
+        del doc["sites"]
     elif kind == "weight_wrong_shape":
         members["data_0.npy"] = npy(W.reshape(3, 4))
     elif kind == "weight_wrong_dtype":
@@ -149,11 +200,60 @@ def edit(doc: dict, members: dict[str, bytes], kind: str) -> list[tuple[str, byt
     return None
 
 
+def edit_control(doc: dict, kind: str) -> None:
+    """Edits of control_model()'s plan: steps nested in a loop, data symbols, the status word."""
+    loop = loop_step(doc)
+    inner = loop["body"][0]
+    if kind == "nested_binding_to_nowhere":
+        inner["bindings"][0][0] = "ghost"
+    elif kind == "nested_shader_out_of_range":
+        inner["shader"] = 99
+    elif kind == "nested_unknown_step":
+        inner["t"] = "teleport"
+    elif kind == "nested_huge_grid":
+        inner["workgroups"] = [2**31, 1, 1]
+    elif kind == "nested_binding_target":  # a copy binding aimed at the loop's first body step
+        doc["symbolic_bindings"].append(["copy", doc_flat_index(doc, inner), 0, "n"])
+    elif kind == "loop_counter_unknown":
+        loop["counter"] = "ghost"
+    elif kind == "loop_sets_caller_dim":
+        loop["iterations"] = "n"
+    elif kind == "read_symbol_sets_caller_dim":
+        first(doc, "read_symbol")["symbol"] = "n"
+    elif kind == "slice_copy_out_of_range":
+        loop["leave"][0][3] = 4096  # src_offset
+    elif kind == "slice_stride_misaligned":
+        loop["leave"][0][6] = 6  # dst_stride
+    elif kind == "data_symbol_unknown":
+        doc["data_symbols"]["ghost"] = None
+    elif kind == "status_bound_elsewhere":
+        reporting = next(i for i, sh in enumerate(doc["shaders"]) if sh["reports"])
+        step = next(s for op in doc["operations"] for s in op["steps"]
+                    if s["t"] == "dispatch" and s["shader"] == reporting)
+        step["bindings"][-1][0] = step["bindings"][-2][0]
+    elif kind == "status_shape":
+        tensor_entry(doc, "onyxia/status")["shape"] = [1 << 20]
+    else:
+        raise AssertionError(kind)
+
+
+def doc_flat_index(doc: dict, target: dict) -> int:
+    """`target`'s index in the pre-order of every step (plan.walk_steps)."""
+    flat: list[dict] = []
+
+    def walk(steps: list[dict]) -> None:
+        for s in steps:
+            flat.append(s)
+            walk([c for key in ("then", "orelse", "body") for c in s.get(key, [])])
+    walk([s for op in doc["operations"] for s in op["steps"]])
+    return next(i for i, s in enumerate(flat) if s is target)
+
+
 def load_edited(tmp: str, kind: str) -> None:
     from onyxia.plan import CompiledModel
 
     path = Path(tmp) / "p.onyxia"
-    doc, members = write_plan(path)
+    doc, members = write_plan(path, control=kind in CONTROL_CASES)
     written = edit(doc, members, kind)
     import warnings
 
@@ -172,7 +272,7 @@ CASES = {
     "negative_shader": r"operations\[0\]\.steps\[0\]\.shader: must be an index in \[0, 3\), got -1",
     "shader_out_of_range": r"operations\[0\]\.steps\[0\]\.shader: must be an index in \[0, 3\), got 3",
     "bool_shader": r"operations\[0\]\.steps\[0\]\.shader: must be an index",
-    "binding_to_nowhere": r"operations\[0\]\.steps\[0\] \(tensor\): names tensor 'ghost'",
+    "binding_to_nowhere": r"operations\[0\]\.steps\[0\]\.bindings\[0\]\[0\]: names tensor 'ghost'",
     "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'dispatch' step: field 'bindings' is missing",
     "immediates_count": r"operations\[0\]\.steps\[0\]\.immediates: holds 3 values; shader 0 takes 2",
     "unknown_step": r"operations\[0\]\.steps\[0\]: .*unknown step kind 'teleport'",
@@ -206,7 +306,41 @@ CASES = {
     "duplicate_plan_json": r"member 'plan\.json': appears twice",
     "not_json": r"cannot read plan .*JSONDecodeError",
     "json_list": r"is not an onyxia plan",
+    "buffer_dtype": r"operations\[0\]\.steps\[0\]\.bindings\[0\]\[0\]: tensor 'x' \(float32\) cannot bind to "
+                    r"shader 0's buffer 'a' \(float16\)",
+    "buffer_no_device_dtype": r"shaders\[0\]\.buffers\[0\]\[1\]: .*has dtype string, which has no GPU",
+    "buffer_flag_not_bool": r"shaders\[0\]\.buffers\[0\]: must be \[name, dtype, read_only",
+    "buffer_name_twice": r"shaders\[0\]\.buffers\[1\]\[0\]: 'a' names a second buffer",
+    "binding_access": r"operations\[0\]\.steps\[0\]\.bindings\[0\]\[1\]: must be true",
+    "binding_extra": r"operations\[0\]\.steps\[0\]\.bindings: holds 4 tensors; shader 0 binds 3",
+    "reports_not_bool": r"shaders\[0\]\.reports: must be true/false, got 'yes'",
+    "reports_without_status": r"operations\[0\]\.steps\[0\]\.bindings: holds 3 tensors; shader 0 binds 4",
+    "status_kind_forged": r"tensors\[0\]\.kind: only tensor 'onyxia/status' is the status word",
+    "sites_without_status": r"sites: the plan has report sites but no status tensor",
+    "site_malformed": r"sites\[0\]: must be \[node, op type, what it detects\]",
+    "missing_sites": r"^plan .*: sites: is missing",
 }
+
+# Edits of control_model()'s plan (operations[0] is the Loop: a ReadSymbol, a copy, the LoopStep).
+CONTROL_CASES = {
+    "nested_binding_to_nowhere": r"operations\[0\]\.steps\[2\]\.body\[0\]\.bindings\[0\]\[0\]: names tensor 'ghost'",
+    "nested_shader_out_of_range": r"operations\[0\]\.steps\[2\]\.body\[0\]\.shader: must be an index in \[0, \d+\), "
+                                  r"got 99",
+    "nested_unknown_step": r"operations\[0\]\.steps\[2\]: not a valid 'loop' step: unknown step kind 'teleport'",
+    "nested_huge_grid": r"step 3 workgroups: \[2147483648, 1, 1\] launch 2147483648 workgroups",
+    "nested_binding_target": r"symbolic_bindings\[\d\]\[0\]: a binding of kind 'copy' cannot target step 3, "
+                             r"which has \['workgroups'\]",
+    "loop_counter_unknown": r"operations\[0\]\.steps\[2\] \(tensor\): names tensor 'ghost'",
+    "loop_sets_caller_dim": r"operations\[0\]\.steps\[2\]\.iterations: 'n' is not one of the plan's data symbols",
+    "read_symbol_sets_caller_dim": r"operations\[0\]\.steps\[0\]\.symbol: 'n' is not one of the plan's data symbols",
+    "slice_copy_out_of_range": r"step 2 slice copy 0: bytes 4096\.\.4108 of tensor 'sc', which has 12",
+    "slice_stride_misaligned": r"step 2 slice copy 0: strides 0, 6 must be multiples of 4",
+    "data_symbol_unknown": r"data_symbols\.ghost: is not one of the plan's dynamic dims",
+    "status_bound_elsewhere": r"bindings\[3\]\[0\]: tensor '.*' \(int64\) cannot bind to shader \d+'s "
+                              r"buffer 'the status word'",
+    "status_shape": r"tensors\[\d+\]: the status word must be one uint32 of its own",
+}
+CASES.update(CONTROL_CASES)
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
@@ -270,6 +404,38 @@ def valid_plan_round_trip(tmp: str) -> None:
 
 def test_valid_plan_still_loads_and_runs(tmp_path):
     expect_value(valid_plan_round_trip, str(tmp_path))
+
+
+def valid_control_plan_round_trip(tmp: str) -> None:
+    """control_model()'s plan (nested steps, data symbols, a reporting shader) loads and computes
+    what onnxruntime does; its int64 overflow is still reported after the round trip."""
+    import onyxia
+    from onyxia.errors import ComputeError
+    from onyxia.plan import CompiledModel
+    from tests.robustness.hostile import reference
+
+    path = Path(tmp) / "p.onyxia"
+    write_plan(path, control=True)
+    exe = onyxia.Runtime().load_model(CompiledModel.load(path))
+    rng = np.random.default_rng(0)
+    for n, trips in ((2, 3), (4, 7)):
+        exe.update_dimensions({"n": n})
+        feeds = {"x": rng.standard_normal(3).astype(np.float32), "a0": rng.standard_normal(3).astype(np.float32),
+                 "M": np.array(trips, np.int64), "k": rng.integers(-1000, 1000, n).astype(np.int64)}
+        got = exe.run(feeds)
+        for name, want in zip(("af", "scan", "k2"), reference(control_model(), feeds)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    feeds["k"] = np.full(4, 2**31 - 1, np.int64)
+    try:
+        exe.run(feeds)
+    except ComputeError as exc:
+        assert "add64" in str(exc), exc
+    else:
+        raise AssertionError("the int64 overflow was not reported")
+
+
+def test_valid_control_plan_still_loads_and_runs(tmp_path):
+    expect_value(valid_control_plan_round_trip, str(tmp_path))
 
 
 def cli_runs_edited_plan(tmp: str) -> tuple[int, str, str]:
