@@ -4,12 +4,12 @@ A `.onyxia` file is a zip of `plan.json` and one `.npy` per constant. Loading on
 the runtime, exhaust memory, or run with a plan that silently means something else, so
 `load_plan` checks, in order, and reports each violation as a PlanError naming the field:
 
-1. The container (`check_members`): members are exactly `plan.json` and `data_N.npy` names, none
-   twice (zip allows that; the last would win), none with a path; their declared sizes add up to
-   at most the decompressed-size cap, and reads never go past a member's declared size.
+1. The container (onyxia/plan_archive.py): members are exactly `plan.json` and `data_N.npy`
+   names, none twice (zip allows that; the last would win), none with a path; their declared
+   sizes add up to at most the decompressed-size cap, and reads never go past a member's size.
 2. The document (`check_document`): every field present and of its type (workgroup counts are
    integers or expressions, never floats), every index in range (shader, template, step targets
-   of symbolic bindings, report sites), every tensor a step, alias, scratch, input or output
+   of symbolic bindings), every tensor a step, alias, scratch, input or output
    names exists, a dispatch's bindings match its shader's buffers (count, access, dtype; the
    status word last where the shader reports), immediates match their shader's parameters,
    expressions parse and use the plan's symbols only, the symbols a run sets are data symbols;
@@ -18,9 +18,8 @@ the runtime, exhaust memory, or run with a plan that silently means something el
    step needs nothing here.
 3. The model (`check_model`): at the plan's own dims, every size and count evaluates to a
    non-negative integer, copies (a loop's first slice copies too) are 4-byte aligned and inside
-   their tensors, a dispatch launches
-   at most one workgroup per element of the largest tensor it binds (a 2^31 grid is refused),
-   and each constant's array has its TensorInfo's shape and dtype.
+   their tensors, a dispatch launches at most one workgroup per element of the largest tensor it
+   binds (a 2^31 grid is refused), and each constant's array has its TensorInfo's shape and dtype.
 
 A plan still carries WGSL that runs on the GPU: these checks keep a damaged or edited file from
 misleading the runtime, they do not make an untrusted plan safe to run (see README, Security).
@@ -29,98 +28,26 @@ misleading the runtime, they do not make an untrusted plan safe to run (see READ
 from __future__ import annotations
 
 import re
-import zipfile
 from collections.abc import Callable, Iterable
 from typing import Any
-
-import numpy as np
 
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, numel, parse_dim
+from onyxia.plan_archive import DATA_MEMBER
 
-PLAN_JSON = "plan.json"
-MAX_PLAN_JSON_BYTES = 256 << 20
-DEFAULT_MAX_PLAN_BYTES = 32 << 30  # decompressed, all members together
-_NPY_HEADER_SLACK = 1 << 16  # an .npy header is at most 64 KiB (format 2.0)
-_DATA_MEMBER = re.compile(r"data_[0-9]{1,9}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch", "status"})
 # plan.STATUS_TENSOR (plan.py imports this module, so the name is repeated here): the one word
 # reporting kernels write, bound after their buffers.
 STATUS_TENSOR = "onyxia/status"
 PARAM_TYPES = frozenset({"u32", "i32", "f32"})
-WRITE_TYPES = frozenset({"i32", "u32", "f32"})
-# Symbolic bindings that target a tensor or a shader; the others name a kind of value that the
-# targeted step lists in Step.expressions() (immediate, workgroups, copy, write, or a new kind's).
-TABLE_BINDING_KINDS = frozenset({"buffer", "shader"})
 # Values of these expression kinds may be floats (f32 shader parameters); all others are counts.
 FLOAT_KINDS = frozenset({"immediate"})
 
 
 def _fail(where: str, message: str) -> PlanError:
     return PlanError(f"{where}: {message}" if where else message)
-
-
-# ---- 1. the container ----------------------------------------------------------------------
-
-def check_members(zf: zipfile.ZipFile, max_bytes: int = DEFAULT_MAX_PLAN_BYTES) -> dict[str, zipfile.ZipInfo]:
-    """{member name: ZipInfo}; refuses duplicates, foreign names and an oversized total."""
-    members: dict[str, zipfile.ZipInfo] = {}
-    total = 0
-    for info in zf.infolist():
-        name = info.filename
-        if name in members:
-            raise _fail(f"member '{name}'", "appears twice in the plan file")
-        if name != PLAN_JSON and not (name.endswith(".npy") and _DATA_MEMBER.fullmatch(name[:-4])):
-            raise _fail(f"member {name!r}", f"is not a plan member (expected {PLAN_JSON} and data_N.npy)")
-        if info.flag_bits & 0x1:
-            raise _fail(f"member '{name}'", "is encrypted")
-        members[name] = info
-        total += info.file_size
-    if PLAN_JSON not in members:
-        raise _fail("", f"the file has no {PLAN_JSON}")
-    if members[PLAN_JSON].file_size > MAX_PLAN_JSON_BYTES:
-        raise _fail(f"member '{PLAN_JSON}'", f"inflates to {members[PLAN_JSON].file_size} bytes "
-                    f"(at most {MAX_PLAN_JSON_BYTES})")
-    if total > max_bytes:
-        raise _fail("", f"members inflate to {total} bytes, over the cap of {max_bytes} "
-                    "(load_plan(..., max_bytes=) raises it)")
-    return members
-
-
-def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
-    """A member's bytes, never more than `limit` (zipfile stops at the declared size and checks
-    the CRC, so a member that inflates past its header is a BadZipFile, not a 4 GiB string)."""
-    if info.file_size > limit:
-        raise _fail(f"member '{info.filename}'", f"inflates to {info.file_size} bytes, more than the "
-                    f"{limit} its tensor needs")
-    with zf.open(info) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise _fail(f"member '{info.filename}'", f"inflates past {limit} bytes")
-    return data
-
-
-def data_limits(doc: dict, members: dict[str, zipfile.ZipInfo]) -> dict[str, int]:
-    """{data ref: most bytes its member may hold}; the members must be exactly these refs."""
-    limits: dict[str, int] = {}
-    for i, t in enumerate(doc["tensors"]):
-        ref = t["data"]
-        if ref is None:
-            continue
-        where = f"tensors[{i}].data"
-        if ref in limits:
-            raise _fail(where, f"'{ref}' is named by two tensors")
-        if f"{ref}.npy" not in members:
-            raise _fail(where, f"names member '{ref}.npy', which the plan file does not hold")
-        shape = [int(d) for d in t["shape"]]  # check_document made sure these are ints
-        itemsize = dtypes.from_name(t["dtype"]).numpy.itemsize
-        limits[ref] = int(np.prod(shape, dtype=object)) * itemsize + _NPY_HEADER_SLACK
-    extra = sorted(set(members) - {PLAN_JSON} - {f"{ref}.npy" for ref in limits})
-    if extra:
-        raise _fail(f"member '{extra[0]}'", "is not named by any tensor")
-    return limits
 
 
 # ---- 2. the document -----------------------------------------------------------------------
@@ -237,7 +164,7 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
         if t["kind"] not in TENSOR_KINDS:
             raise _fail(f"{where}.kind", f"must be one of {sorted(TENSOR_KINDS)}, got {t['kind']!r}")
         if t["data"] is not None:
-            d.str(t["data"], f"{where}.data", _DATA_MEMBER)
+            d.str(t["data"], f"{where}.data", DATA_MEMBER)
             if not all(isinstance(dim, int) for dim in t["shape"]):
                 raise _fail(f"{where}.shape", "a tensor with data must have a static shape")
         if (t["kind"] == "status") != (name == STATUS_TENSOR):
