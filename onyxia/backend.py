@@ -32,6 +32,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from onyxia.errors import DeviceError, InputError
+from onyxia.onnx import DEFAULT_OPSET
 from onyxia.runtime.device import Runtime
 from onyxia.session import InferenceSession
 
@@ -122,7 +123,10 @@ class OnyxiaBackend(Backend):
                              for n, (dt, shape) in zip(node.output, outputs_info)]
         else:
             graph_outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in node.output if n]
-        opsets = [onnx.helper.make_opsetid(node.domain, opset)] if opset else []
+        # A model must import the opset its node uses (onnxruntime and the checker refuse it
+        # otherwise); without one given, the loader's default (contrib domains start at 1).
+        default = DEFAULT_OPSET if node.domain in ("", "ai.onnx") else 1
+        opsets = [onnx.helper.make_opsetid(node.domain, opset or default)]
         model = onnx.helper.make_model(onnx.helper.make_graph([node], f"{node.op_type}_node", graph_inputs,
                                                               graph_outputs), opset_imports=opsets)
         return cls.run_model(model, list(inputs)[:len(names)], device, **kwargs)

@@ -15,9 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from onyxia.errors import DimensionError, OnyxiaError
+from onyxia.errors import CliError, DimensionError, OnyxiaError
 
 EXIT_USER_ERROR = 1
+EXIT_INTERNAL_ERROR = 2
 
 
 def _parse_dims(items: Sequence[str] | None) -> dict[str, int]:
@@ -101,13 +102,27 @@ def _summary(compiled) -> list[str]:
     ]
 
 
+def _check_output_path(output: str) -> None:
+    """Refuse an output path that cannot be written before spending time compiling."""
+    path = Path(output)
+    if path.is_dir():
+        raise CliError(f"-o {output}: is a directory; give a file name such as {path / 'model.onyxia'}")
+    if not path.parent.is_dir():
+        raise CliError(f"-o {output}: directory '{path.parent}' does not exist")
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
+    if args.output:
+        _check_output_path(args.output)
     _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
     print(f"compiled {args.model}")
     for line in _summary(compiled):
         print("  " + line)
     if args.output:
-        compiled.save(args.output)
+        try:
+            compiled.save(args.output)
+        except OSError as exc:
+            raise CliError(f"-o {args.output}: cannot write the plan ({exc.strerror or exc})") from None
         print(f"plan written to {args.output} ({_fmt_bytes(Path(args.output).stat().st_size)})")
     return 0
 
@@ -249,9 +264,13 @@ def _check(model_path: str, is_plan: bool, feeds, outputs) -> int:
     except ImportError:
         print("check: onnxruntime is not installed; skipped")
         return 0
-    sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    reference = dict(zip(names, sess.run(names, feeds)))
+    try:
+        sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        reference = dict(zip(names, sess.run(names, feeds)))
+    except Exception as exc:  # onnxruntime raises its own exception types for any refusal
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliError(f"--check: onnxruntime cannot run {model_path} with these inputs: {message}") from None
     worst = 0.0
     for name, ours in outputs.items():
         ref = reference[name]
@@ -270,6 +289,9 @@ def _check(model_path: str, is_plan: bool, feeds, outputs) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.iterations < 1 or args.warmup < 0:
+        raise CliError(f"--iterations must be at least 1 and --warmup at least 0, got "
+                       f"{args.iterations} and {args.warmup}")
     graph, compiled, runtime, exe = _executor(args)
     feeds = _feeds(exe, compiled, None, 0)
     for _ in range(args.warmup):
@@ -365,6 +387,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("onyxia: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file the user named cannot be read or written
+        if args.debug:
+            raise
+        print(f"onyxia: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:  # a bug: still one line; --debug shows where
+        if args.debug:
+            raise
+        print(f"onyxia: error: internal error ({type(exc).__name__}: {exc}); this is a bug in "
+              "onyxia, --debug shows the traceback", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":

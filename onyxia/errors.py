@@ -86,6 +86,11 @@ class PipelineError(OnyxiaError):
     """The pass pipeline breaks a pass's declared needs (a pass missing, or passes out of order)."""
 
 
+class CliError(OnyxiaError):
+    """A command-line request cannot be carried out: an argument out of range, an output path
+    that cannot be written, a `--check` reference run that onnxruntime refused."""
+
+
 class ComputeError(OnyxiaError):
     """A kernel detected a result the device cannot represent (an int64 value outside the
     32-bit range the GPU computes int64 in); the run's outputs are not returned."""

@@ -18,41 +18,128 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from onyxia.errors import ModelLoadError, OnyxiaError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import Dim, SymDim, parse_dim
+from onyxia.onnx_checks import all_tensors, check_model_proto, domain_of, node_label
+from onyxia.paths import resolve_inside
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
+DEFAULT_OPSET = 21  # the default-domain opset assumed where a model imports none
+
+# Sub-byte element types pack several values per byte; their bit widths (INT2/UINT2 exist in
+# newer onnx versions only).
+_PACKED_BITS = {getattr(TensorProto, name): bits for name, bits in
+                (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+                if hasattr(TensorProto, name)}
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
 
 
-def read_model_proto(source: ModelSource) -> onnx.ModelProto:
-    """Parse a model (with its external data) without any IR conversion."""
+def read_model_proto(source: ModelSource, base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
+    """Parse and check a model and read its external data, without any IR conversion.
+
+    The structural checks (onyxia.onnx_checks) run before any external data is read.
+    External data files must lie inside the model's folder: the file's own folder for a path,
+    `base_dir` for bytes or a ModelProto (without it, such a model is refused rather than read
+    relative to the current directory). A ModelProto passed in is never modified.
+    """
+    what = f"'{source}'" if isinstance(source, (str, os.PathLike)) else (
+        "the model bytes" if isinstance(source, (bytes, bytearray)) else "the ModelProto")
     if isinstance(source, onnx.ModelProto):
-        return source
-    try:
-        if isinstance(source, (bytes, bytearray)):
-            return onnx.load_model_from_string(bytes(source))
-        path = Path(source)
-        if not path.is_file():
-            raise ModelLoadError(f"model file '{path}' does not exist")
-        return onnx.load(str(path), load_external_data=True)
-    except OnyxiaError:
-        raise
-    except Exception as exc:  # protobuf DecodeError, truncated external data, ...
-        what = f"'{source}'" if not isinstance(source, (bytes, bytearray)) else "the model bytes"
-        raise ModelLoadError(f"cannot read {what} as an ONNX model: {type(exc).__name__}: {exc}") from exc
-
-
-def load_model(source: ModelSource) -> IrGraph:
-    """Load an ONNX model into an IrGraph."""
-    proto = read_model_proto(source)
+        proto = source
+    else:
+        try:
+            if isinstance(source, (bytes, bytearray)):
+                proto = onnx.load_model_from_string(bytes(source))
+            else:
+                path = Path(source)
+                if not path.is_file():
+                    raise ModelLoadError(f"model file '{path}' does not exist")
+                proto = onnx.load(str(path), load_external_data=False)
+                base_dir = path.parent if base_dir is None else base_dir
+        except OnyxiaError:
+            raise
+        except Exception as exc:  # protobuf DecodeError, unreadable file, ...
+            raise ModelLoadError(f"cannot read {what} as an ONNX model: {type(exc).__name__}: {exc}") from exc
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
-        raise ModelLoadError("the model has no graph (empty or not an ONNX file)")
-    opsets = {_domain(o.domain): int(o.version) for o in proto.opset_import}
-    opsets.setdefault("", 21 if not proto.opset_import else opsets.get("", 21))
+        raise ModelLoadError(f"{what} has no graph (an empty file, or not an ONNX model)")
+    check_model_proto(proto)
+    external = [(t, where) for t, where in all_tensors(proto.graph)
+                if t.data_location == TensorProto.EXTERNAL]
+    if not external:
+        return proto
+    if base_dir is None:
+        raise ModelLoadError(
+            f"{what}: {external[0][1]} keeps its data in an external file; pass base_dir= (the "
+            "folder holding the model's files) to load a model with external data from bytes "
+            "or a ModelProto")
+    if proto is source:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(source)
+        external = [(t, where) for t, where in all_tensors(proto.graph)
+                    if t.data_location == TensorProto.EXTERNAL]
+    for tensor, where in external:
+        _read_external(tensor, Path(base_dir), f"{what}: {where}")
+    return proto
+
+
+def _read_external(tensor: onnx.TensorProto, folder: Path, what: str) -> None:
+    """Read one tensor's external data into raw_data, after checking its location and bounds.
+
+    Done here rather than by onnx so that the checks do not depend on the onnx version; exactly
+    the tensor's declared size is read, so a huge or endless file cannot exhaust memory."""
+    entries = {e.key: e.value for e in tensor.external_data}
+    unknown = sorted(set(entries) - _EXTERNAL_KEYS)
+    if unknown:
+        raise ModelLoadError(f"{what}: unknown external data keys {unknown}")
+    if tensor.data_type == TensorProto.STRING:
+        raise ModelLoadError(f"{what}: string tensors cannot use external data")
+    try:
+        offset = int(entries.get("offset") or 0)
+        length = int(entries["length"]) if entries.get("length") else None
+    except ValueError:
+        raise ModelLoadError(f"{what}: external data offset/length must be integers, got "
+                             f"{entries.get('offset')!r}/{entries.get('length')!r}") from None
+    path = resolve_inside(folder, entries.get("location"), f"{what} external data", ModelLoadError)
+    numel = int(np.prod(tensor.dims, dtype=object)) if tensor.dims else 1
+    bits = _PACKED_BITS.get(tensor.data_type)
+    try:
+        expected = -(-numel * bits // 8) if bits else numel * np.dtype(
+            onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        raise ModelLoadError(f"{what}: unknown element type {tensor.data_type}") from None
+    if offset < 0 or (length is not None and length != expected):
+        raise ModelLoadError(f"{what}: external data offset {offset} / length {length} do not fit "
+                             f"the tensor's {expected} bytes (dims {list(tensor.dims)})")
+    if not path.is_file():
+        raise ModelLoadError(f"{what}: external data file '{entries['location']}' does not exist "
+                             f"in {folder} (or is not a regular file)")
+    size = path.stat().st_size
+    if offset + expected > size:
+        raise ModelLoadError(f"{what}: needs bytes {offset}..{offset + expected} of '{entries['location']}', "
+                             f"which has {size}")
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        tensor.raw_data = fh.read(expected)
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
+def load_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -> IrGraph:
+    """Load an ONNX model into an IrGraph.
+
+    `base_dir`: the folder of the model's external data files, for a model given as bytes or
+    a ModelProto (a path's own folder is used otherwise). The model is checked structurally
+    first (onyxia.onnx_checks); every problem is a ModelLoadError naming the element.
+    """
+    proto = read_model_proto(source, base_dir)
+    opsets = {domain_of(o.domain): int(o.version) for o in proto.opset_import}
+    # A model without a default-domain import has no default-domain nodes (the checker saw to
+    # that); the entry only gives passes that add such nodes an opset to resolve them with.
+    opsets.setdefault("", DEFAULT_OPSET)
     graph = IrGraph(proto.graph.name or "graph", opsets)
     graph.metadata = {p.key: p.value for p in proto.metadata_props}
     graph.metadata["producer"] = f"{proto.producer_name} {proto.producer_version}".strip()
@@ -75,14 +162,14 @@ def load_model(source: ModelSource) -> IrGraph:
 
     names = _Names.of(proto.graph)
     for index, np_node in enumerate(proto.graph.node):
-        name = np_node.name or f"{np_node.op_type}_{index}"
+        name = node_label(np_node, index)
         attrs = _node_attributes(np_node, name, graph, names, {})
-        if np_node.op_type == "Constant" and _domain(np_node.domain) == "":
+        if np_node.op_type == "Constant" and domain_of(np_node.domain) == "":
             _add_constant(graph, name, np_node, attrs)
             continue
         inputs = [t if t else None for t in np_node.input]
         graph.add_node(np_node.op_type, inputs, _outputs(graph, name, np_node), attrs,
-                       domain=_domain(np_node.domain), name=name)
+                       domain=domain_of(np_node.domain), name=name)
 
     for vi in proto.graph.output:
         graph.outputs.append(vi.name)
@@ -104,10 +191,6 @@ def _outputs(graph: IrGraph, node_name: str, node: onnx.NodeProto) -> list[str]:
     return [n or graph.fresh_name(f"{node_name}/absent_output_{i}") for i, n in enumerate(node.output)]
 
 
-def _domain(domain: str) -> str:
-    return "" if domain in ("", "ai.onnx") else domain
-
-
 def _dtype(elem_type: int, what: str) -> dtypes.DType:
     try:
         return dtypes.from_onnx(elem_type)
@@ -116,6 +199,8 @@ def _dtype(elem_type: int, what: str) -> dtypes.DType:
 
 
 def _to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
+    if tensor.data_location == TensorProto.EXTERNAL:  # numpy_helper would read the cwd
+        raise ModelLoadError(f"{what}: external data was not loaded")
     try:
         return numpy_helper.to_array(tensor)
     except Exception as exc:
@@ -297,13 +382,13 @@ def _subgraph(proto: onnx.GraphProto, parent: IrGraph, names: _Names, outer: dic
     for index, np_node in enumerate(proto.node):
         name = names.node(f"{label}/{np_node.name or f'{np_node.op_type}_{index}'}")
         attrs = _node_attributes(np_node, name, sub, names, scope)
-        if np_node.op_type == "Constant" and _domain(np_node.domain) == "":
+        if np_node.op_type == "Constant" and domain_of(np_node.domain) == "":
             _add_constant(sub, name, np_node, attrs, define(np_node.output[0]) if np_node.output else None)
             continue
         inputs = [scope.get(t, t) if t else None for t in np_node.input]
         outputs = [define(t) if t else sub.fresh_name(f"{name}/absent_output_{i}")
                    for i, t in enumerate(np_node.output)]
-        sub.add_node(np_node.op_type, inputs, outputs, attrs, domain=_domain(np_node.domain), name=name)
+        sub.add_node(np_node.op_type, inputs, outputs, attrs, domain=domain_of(np_node.domain), name=name)
     sub.outputs = [scope.get(vi.name, vi.name) for vi in proto.output]
     return sub
 

@@ -22,6 +22,7 @@ from typing import ClassVar, Sequence, Union
 
 import numpy as np
 
+from onyxia import plan_archive, plan_check
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.dtypes import from_name
 from onyxia.ir.shapes import Dim, SymDim, numel, parse_dim
@@ -462,8 +463,8 @@ class CompiledModel:
         save_plan(self, path)
 
     @staticmethod
-    def load(path: str | Path) -> CompiledModel:
-        return load_plan(path)
+    def load(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:
+        return load_plan(path, max_bytes=max_bytes)
 
 
 # ---- save / load: one zip holding plan.json and one .npy per constant --------------------
@@ -530,22 +531,33 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
             zf.writestr(f"{key}.npy", buf.getvalue())
 
 
-def load_plan(path: str | Path) -> CompiledModel:
+def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:
+    """Read a plan file, validated before anything trusts it (onyxia/plan_archive.py: members;
+    onyxia/plan_check.py: schema, indices, names, sizes, weights). `max_bytes` caps the
+    decompressed size."""
     try:
         with zipfile.ZipFile(path) as zf:
-            doc = json.loads(zf.read("plan.json"))
+            members = plan_archive.check_members(zf, max_bytes)
+            doc = json.loads(plan_archive.read_member(zf, members[plan_archive.PLAN_JSON],
+                                                      plan_archive.MAX_PLAN_JSON_BYTES))
             if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
                 raise PlanError(f"'{path}' is not an onyxia plan")
             if doc.get("version") != PLAN_VERSION:
                 raise PlanError(f"'{path}' is an onyxia plan of version {doc.get('version')!r}; this onyxia "
                                 f"reads version {PLAN_VERSION} only: compile the model again")
-            arrays = {n[:-4]: np.load(io.BytesIO(zf.read(n)), allow_pickle=False)
-                      for n in zf.namelist() if n.endswith(".npy")}
-        return _plan_from_json(doc, arrays)
-    except PlanError:
-        raise
+            plan_check.check_document(doc, lambda d: Step.kind(d["t"]).from_json(d))
+            arrays = {ref: np.load(io.BytesIO(plan_archive.read_member(zf, members[f"{ref}.npy"], limit)),
+                                   allow_pickle=False)
+                      for ref, limit in plan_archive.data_limits(doc, members).items()}
+        model = _plan_from_json(doc, arrays)
+        plan_check.check_model(model)
+        return model
+    except PlanError as exc:
+        if str(path) in str(exc):
+            raise
+        raise PlanError(f"plan '{path}': {exc}") from None
     except (OSError, KeyError, ValueError, TypeError, IndexError, zipfile.BadZipFile, OnyxiaError) as exc:
-        # A damaged or hand-edited file: missing keys, bad steps, unparsable expressions.
+        # A damaged file the checks above do not describe: a bad zip, a truncated .npy.
         raise PlanError(f"cannot read plan '{path}': {type(exc).__name__}: {exc}") from exc
 
 

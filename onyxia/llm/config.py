@@ -8,11 +8,13 @@ file, invalid JSON, missing or mistyped field) is a ConfigError naming the file 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onyxia.errors import ConfigError
+from onyxia.paths import resolve_inside
 
 CONFIG_FILE = "genai_config.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -188,6 +190,8 @@ def load_genai_config(model_dir: str | Path) -> GenaiConfig:
         bos_token_id=model.get("bos_token_id", int, None),
         pad_token_id=model.get("pad_token_id", int, None),
     )
+    # The decoder must be a file of the model folder: no '..', absolute path or symlink out.
+    resolve_inside(path.parent, decoder.filename, f"{path}: field 'model.decoder.filename'", ConfigError)
     if not cfg.model_path.is_file():
         raise dec.error(f"names '{decoder.filename}', which does not exist in {path.parent}", "filename")
     return cfg
@@ -207,18 +211,21 @@ def _sliding_window(dec: _Reader) -> SlidingWindowConfig | None:
                                cache_slack=slack, slide_key_value_cache=sw.get("slide_key_value_cache", bool, False))
 
 
+# Exactly one %d and no other conversion ("%%" is a literal percent sign): "past_%" or
+# "%.999999999d" must be a config error, not a ValueError or a gigabyte string.
+_LAYER_PATTERN = re.compile(r"(?:[^%]|%%)*%d(?:[^%]|%%)*")
+
+
 def _pattern(reader: _Reader, key: str, default: str) -> str:
     value = reader.get(key, str, default)
-    try:
-        value % 0
-    except TypeError:
-        raise reader.error(f"must contain one %d for the layer index, got {value!r}", key) from None
+    if not _LAYER_PATTERN.fullmatch(value):
+        raise reader.error(f"must contain one %d for the layer index, got {value!r}", key)
     return value
 
 
 def load_tokenizer(model_dir: str | Path):
     """`tokenizers.Tokenizer` from `model_dir/tokenizer.json`."""
-    path = Path(model_dir) / TOKENIZER_FILE
+    path = resolve_inside(model_dir, TOKENIZER_FILE, f"{model_dir}: {TOKENIZER_FILE}", ConfigError)
     if not path.is_file():
         raise ConfigError(f"{path}: not found (the model folder needs a Hugging Face tokenizer.json)")
     try:

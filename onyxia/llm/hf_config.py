@@ -15,6 +15,7 @@ from pathlib import Path
 
 from onyxia.errors import ConfigError
 from onyxia.llm.config import CONFIG_FILE, DecoderConfig, GenaiConfig, SearchConfig, _Reader, load_genai_config
+from onyxia.paths import resolve_inside
 
 HF_CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -57,6 +58,7 @@ def load_hf_config(model_dir: str | Path) -> GenaiConfig:
     if filename is None:
         raise ConfigError(f"{folder}: config.json is there, but no decoder ONNX file "
                           f"(looked for {', '.join(DECODER_FILES)})")
+    resolve_inside(folder, filename, f"{folder}: {filename}", ConfigError)  # no symlink out of the folder
     decoder = DecoderConfig(
         filename=filename,
         num_hidden_layers=text.get("num_hidden_layers", int, positive=True),

@@ -142,7 +142,7 @@ class LlmSession:
     # ---- setup ----------------------------------------------------------------------------
     def _max_length(self, requested: int | None) -> int:
         context = self.config.context_length
-        value = requested or self.config.search.max_length or context
+        value = requested if requested is not None else self.config.search.max_length or context
         if isinstance(value, bool) or not isinstance(value, int) or value < 2:
             raise DimensionError(f"max_length must be an integer >= 2, got {value!r}")
         if value > context:

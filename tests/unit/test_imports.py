@@ -19,9 +19,9 @@ import onyxia
 # Layers, lowest first. A module belongs to the layer of its longest matching prefix; the bare
 # package name "onyxia" (its __init__: re-exports only) matches itself alone.
 LAYERS: list[tuple[str, ...]] = [
-    ("onyxia.errors",),
-    ("onyxia.ir", "onyxia.onnx"),  # the loader builds IR and nothing else
-    ("onyxia.plan",),
+    ("onyxia.errors", "onyxia.paths"),  # paths: file names from a model folder stay inside it
+    ("onyxia.ir", "onyxia.onnx", "onyxia.onnx_checks"),  # the loader builds IR and nothing else
+    ("onyxia.plan", "onyxia.plan_check", "onyxia.plan_archive"),
     ("onyxia.codegen",),
     ("onyxia.operators",),
     ("onyxia.compiler",),

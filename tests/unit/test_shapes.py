@@ -313,3 +313,23 @@ def test_shape_helpers() -> None:
     assert numel((2, 3)) == 6 and numel(()) == 1
     assert evaluate_dim(5, {}) == 5
     assert evaluate_dim(numel(shape), {"batch": 2, "seq": 3}) == 2 * 12 * 768
+
+
+# ---- bounds on hostile dim_param expressions (issue 12, root cause 6) ----------------------
+
+
+@pytest.mark.parametrize("text,match", [
+    ("-" * 1000 + "n", "characters long"),
+    ("-" * 40 + "n", "nested more than"),
+    ("+".join(["n"] * 300), "nested more than|names, numbers and operators"),
+    ("*".join("(" + "+".join("abcdefghijkl") + ")" for _ in range(4)), "more than 256 terms"),
+])
+def test_parse_dim_bounds(text, match):
+    with pytest.raises(DimensionError, match=match):
+        parse_dim(text)
+
+
+def test_parse_dim_within_bounds():
+    assert parse_dim("-" * 30 + "n") == SymDim.symbol("n")
+    product = parse_dim("(a + b) * (a + b)")
+    assert product.evaluate({"a": 2, "b": 3}) == 25

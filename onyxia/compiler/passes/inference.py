@@ -84,6 +84,19 @@ def _normalize(value: object, t) -> np.ndarray:
     return value
 
 
+def _check_dims(ctx: InferenceCtx, env: DimEnv, out: str, shape: tuple) -> None:
+    """A negative output dim (Pad by -5 on a dim of 3, Split sizes < 0) is the model's error:
+    report it here, naming the node, rather than let it reach a kernel as a huge u32."""
+    for axis, d in enumerate(shape):
+        if isinstance(d, SymDim) and env.placeholders & d.symbols:
+            continue  # stand-in values say nothing about the real dims
+        value = env.value(d)
+        if value is not None and value < 0:
+            given = "" if isinstance(d, int) else f" (= {d} at the dims given)"
+            raise ctx.fail(f"output '{out}' would have dimension {value}{given} on axis {axis}; "
+                           "dimensions cannot be negative")
+
+
 class ShapeInferencePass(Pass):
     """1. Fails at once, listing every unsupported operator with its nodes.
     2. Calls each operator's `infer` in topological order and records dtype and shape.
@@ -114,6 +127,7 @@ def infer_node(graph: IrGraph, compile_ctx: CompileContext, node: Node) -> None:
     if len(results) < len(node.outputs):
         raise ctx.fail(f"inferred {len(results)} outputs, the node has {len(node.outputs)}")
     for out, (dtype, shape) in zip(node.outputs, results):
+        _check_dims(ctx, compile_ctx, out, tuple(shape))
         t = graph.tensor(out)
         t.dtype, t.shape = dtype, tuple(shape)
     fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
