@@ -20,6 +20,12 @@ def ceil_div(a: Dim, b: int) -> Dim:
     return (a + b - 1) // b
 
 
+def more_than_one(parts: Dim) -> Dim:
+    """1 when `parts` >= 2, else 0 (parts 0 or 1), as an expression without dividing by `parts`
+    (a zero-length row has zero parts). Exact for parts up to 2**32: (p + 2**32 - 2) // 2**32."""
+    return (parts + 2**32 - 2) // 2**32
+
+
 def select_small(m: Dim, limit: int) -> Dim:
     """1 when 0 <= m <= limit, else 0, as an expression when `m` is symbolic.
 

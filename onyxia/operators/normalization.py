@@ -21,6 +21,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import more_than_one
 from onyxia.operators.reduction import bound_of, lanes_for, split_axes, walk_code
 from onyxia.plan import Step
 
@@ -83,7 +84,7 @@ def in_parts(ctx: PlanCtx, shader: str, label: str, rows: Dim, k: Dim, lanes: in
     # At most 2^32 / CHUNK parts: a few per lane when merged.
     parts = (k + chunk - 1) // chunk
     partial = ctx.scratch(rows * parts * 2, "float32", "row_stats")
-    several = (2 * parts - 2) // parts  # 0 for one part, else 1
+    several = more_than_one(parts)  # 0 for one part (or none), else 1
     split = {"PARTS": (parts, "u32")}
     stat_defs, stat_params, stat_reads = stats
     return [ctx.dispatch(shader, label=label, defs={**stat_defs, "CHUNK": chunk, "PARTIALS_OUT": True},

@@ -23,7 +23,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import MAX_TRIPS, UNBOUNDED_AXIS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import contiguous_strides, is_one
+from onyxia.operators.common import contiguous_strides, is_one, more_than_one
 from onyxia.operators.elementwise import INT64_OVERFLOW
 from onyxia.plan import Step
 
@@ -468,7 +468,7 @@ class CumulativeScan(Operator):
         totals = ctx.scratch(lines * parts, ctx.output_dtype(0).name, "part_totals")
         params["PARTS"] = (parts, "u32")
         defs["CHUNK"] = chunk
-        several = (2 * parts - 2) // parts  # 0 for one part, else 1
+        several = more_than_one(parts)  # 0 for one part (or none), else 1
         return [ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_TOTALS": True}, params=params,
                              reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0), "totals": totals},
                              workgroups=ctx.grid(lines * parts * several, WORKGROUP_SIZE // lanes), reports=reports),

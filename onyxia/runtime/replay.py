@@ -326,7 +326,8 @@ class PlanReplay:
             for name in e.buffers:
                 size = max(v, 4)
                 if size > self.limits.max_binding_bytes:
-                    raise DeviceError(f"tensor '{name}' would need {size} bytes for {new}, over this "
+                    shown = {k: n for k, n in new.items() if k != ADAPTER_CPU}  # the user's dims only
+                    raise DeviceError(f"tensor '{name}' would need {size} bytes for {shown}, over this "
                                       f"device's max storage binding of {self.limits.max_binding_bytes} bytes")
                 if size > self.capacity[name]:
                     grown[name] = max(size, grown.get(name, 0))

@@ -93,7 +93,6 @@ def out_of_range_index(kind: str) -> str:
     return matches_or_refuses(model, feeds, refusal="node 'idx'.*(index|range|bounds)")
 
 
-@pytest.mark.xfail(strict=True, reason=RC2 + "out-of-range indices are clamped, not reported")
 @pytest.mark.parametrize("kind", ["Gather", "GatherElements", "GatherND", "ScatterND"])
 def test_out_of_range_indices_are_reported(kind):
     assert expect_value(out_of_range_index, kind) == "refused"
@@ -135,10 +134,15 @@ def test_reshape_minus_one_is_rechecked_after_update_dimensions():
 def reduce_with_nan(op: str) -> str:
     x = np.float32([[1, np.nan, 3], [4, 5, 6], [np.nan, -np.inf, 0]])
     model = make_model([h.make_node(op, ["x"], ["y"], keepdims=0, axes=[1])], [("x", F, [3, 3])], ["y"], opset=17)
-    return matches_or_refuses(model, {"x": x})
+    # The oracle is onnx.reference (numpy's max/min: a NaN anywhere in a row gives NaN). onnxruntime
+    # is not one here: its ReduceMax returns NaN only when a row starts with it ([1, nan, 3] -> 3).
+    from onnx.reference import ReferenceEvaluator
+
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(compile_and_run(model, {"x": x})["y"], want)
+    return "matched"
 
 
-@pytest.mark.xfail(strict=True, reason=RC2 + "ReduceMax/ReduceMin drop NaN; onnxruntime propagates it")
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
 def test_reduce_max_propagates_nan(op):
     expect_value(reduce_with_nan, op)
@@ -159,7 +163,6 @@ def long_row(op: str) -> None:
     onyxia_vs_reference(model, {"x": x}, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=RC1 + "one invocation loops over a whole 16.8M-element row")
 @pytest.mark.parametrize("op", ["ReduceSum", "ArgMax", "Softmax", "LayerNormalization"])
 def test_long_rows_are_reduced_exactly(op):
     expect_value(long_row, op, timeout=300)
@@ -172,7 +175,6 @@ def topk_large_vocab() -> None:
     onyxia_vs_reference(model, {"x": logits})
 
 
-@pytest.mark.xfail(strict=True, reason=RC1 + "TopK loops k x vocab/256 times in one invocation")
 def test_topk_over_a_large_vocabulary():
     expect_value(topk_large_vocab, timeout=300)
 
@@ -191,7 +193,6 @@ def scatter_many_updates(op: str) -> None:
     onyxia_vs_reference(model, feeds, rtol=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason=RC1 + "one invocation loops over all > 65,535 updates")
 @pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
 def test_scatter_reduction_with_many_updates(op):
     expect_value(scatter_many_updates, op, timeout=300)
@@ -209,7 +210,6 @@ def attention_long_kv() -> None:
     onyxia_vs_reference(model, {"q": q, "k": k, "v": v}, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason=RC1 + "attention loops over 20,000 keys x head 128 in one invocation")
 def test_attention_over_20000_keys():
     expect_value(attention_long_kv, timeout=300)
 

@@ -42,7 +42,7 @@ def test_a_symbolic_activation_over_the_limit_is_refused_by_update_dimensions():
     exe.run({"x": np.zeros((1, 16, 16), F)})
     with pytest.raises(DeviceError, match=rf"tensor 'y' would need 40960 bytes for {{'S': 160}}.* {LIMIT} bytes"):
         exe.update_dimensions({"S": 160})
-    assert exe.dims == {"S": 16}  # nothing changed: the executor still runs at the old size
+    assert exe.dims["S"] == 16  # nothing changed: the executor still runs at the old size
     exe.run({"x": np.zeros((1, 16, 16), F)})
     exe.update_dimensions({"S": 128})  # 32 KiB exactly: fits
     exe.run({"x": np.zeros((1, 128, 16), F)})
