@@ -21,7 +21,7 @@ import onyxia
 LAYERS: list[tuple[str, ...]] = [
     ("onyxia.errors", "onyxia.paths"),  # paths: file names from a model folder stay inside it
     ("onyxia.ir", "onyxia.onnx", "onyxia.onnx_checks"),  # the loader builds IR and nothing else
-    ("onyxia.plan", "onyxia.plan_check", "onyxia.plan_archive"),
+    ("onyxia.plan", "onyxia.plan_steps", "onyxia.plan_check", "onyxia.plan_archive"),
     ("onyxia.codegen",),
     ("onyxia.operators",),
     ("onyxia.compiler",),
