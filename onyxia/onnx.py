@@ -22,8 +22,9 @@ from onnx import TensorProto, numpy_helper
 
 from onyxia.errors import ModelLoadError, OnyxiaError
 from onyxia.ir import dtypes
+from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
-from onyxia.ir.shapes import Dim, SymDim, parse_dim
+from onyxia.ir.shapes import Dim, SymDim
 from onyxia.onnx_checks import all_tensors, check_model_proto, domain_of, node_label
 from onyxia.paths import resolve_inside
 

@@ -23,8 +23,9 @@ import numpy as np
 
 from onyxia import plan_archive, plan_check
 from onyxia.errors import OnyxiaError, PlanError
+from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.dtypes import from_name
-from onyxia.ir.shapes import SymDim, numel, parse_dim
+from onyxia.ir.shapes import SymDim, numel
 from onyxia.plan_steps import (  # noqa: F401 - re-exported: the step types are part of the plan's API
     Binding,
     BranchStep,

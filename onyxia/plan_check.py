@@ -33,7 +33,8 @@ from typing import Any
 
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir import dtypes
-from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, numel, parse_dim
+from onyxia.ir.dim_parse import parse_dim
+from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, numel
 from onyxia.plan_archive import DATA_MEMBER
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Sequence, Union
 
-from onyxia.ir.shapes import Dim, SymDim, parse_dim
+from onyxia.ir.dim_parse import parse_dim
+from onyxia.ir.shapes import Dim, SymDim
 
 Expr = Dim  # int | SymDim
 Scalar = Union[int, float, SymDim]

@@ -21,8 +21,9 @@ import numpy as np
 import onnx
 
 from onyxia.errors import ConfigError
+from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.graph import IrGraph
-from onyxia.ir.shapes import Dim, Shape, SymDim, parse_dim
+from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.llm.config import GenaiConfig
 
 MS_DOMAIN = "com.microsoft"

@@ -9,7 +9,8 @@ from onnx import helper
 import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError
-from onyxia.ir.shapes import SymDim, dim_symbols, parse_dim
+from onyxia.ir.dim_parse import parse_dim
+from onyxia.ir.shapes import SymDim, dim_symbols
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
 from onyxia.operators.common import select_small

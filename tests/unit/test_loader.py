@@ -10,8 +10,9 @@ from onnx import helper as h
 
 import onyxia
 from onyxia.errors import ModelLoadError
+from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.graph import TensorKind
-from onyxia.ir.shapes import SymDim, parse_dim
+from onyxia.ir.shapes import SymDim
 from tests.helpers import IR_VERSION, make_model
 
 

@@ -19,7 +19,8 @@ import onyxia
 from onyxia.codegen.transport import IMMEDIATE, TRANSPORTS, UNIFORM
 from onyxia.compiler import CompilerPipeline
 from onyxia.errors import DeviceError, DimensionError, InputError, PlanError, ShaderError
-from onyxia.ir.shapes import SymDim, numel, parse_dim
+from onyxia.ir.dim_parse import parse_dim
+from onyxia.ir.shapes import SymDim, numel
 from onyxia.operators import Operator, core_operator_registry
 from onyxia.plan import ADAPTER_CPU, CompiledModel, Expr, PlannedOp, Step
 from onyxia.runtime import DeviceTensor

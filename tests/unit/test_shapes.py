@@ -12,16 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onyxia.errors import DimensionError
-from onyxia.ir.shapes import (
-    Dim,
-    SymDim,
-    compile_dim,
-    dim_symbols,
-    evaluate_dim,
-    numel,
-    parse_dim,
-    shape_str,
-)
+from onyxia.ir.dim_parse import parse_dim
+from onyxia.ir.shapes import Dim, SymDim, compile_dim, dim_symbols, evaluate_dim, numel, shape_str
 
 s, t, a, b = (SymDim.symbol(name) for name in ("s", "t", "a", "b"))
 

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from onyxia.codegen.storage import buffer_code
 from onyxia.ir import dtypes
-from onyxia.ir.shapes import parse_dim
+from onyxia.ir.dim_parse import parse_dim
 from onyxia.plan import BufferDecl
 from tests.helpers import compile_model, make_model
 
