@@ -32,7 +32,7 @@ from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
 from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
-from onyxia.runtime.tensor import DeviceTensor
+from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 
 
 @dataclass
@@ -55,23 +55,6 @@ class _Expression:
     buffers: list[str] = field(default_factory=list)  # buffers sized by it (capacity checks)
     shaders: list[int] = field(default_factory=list)  # shaders baking it (recompiled on change)
     params: bool = False  # some dispatch parameter word is this expression
-
-
-@dataclass(eq=False)
-class _TensorSlot:
-    """A tensor the caller sees (feed, output, device tensor): shape and bytes for the dims."""
-
-    name: str
-    root: str
-    dtype: dtypes.DType
-    exprs: tuple[Any, ...]  # the shape as the plan has it
-    symbols: frozenset[str]
-    shape: tuple[int, ...] = ()
-    nbytes: int = 0
-
-    def refresh(self, dims: Mapping[str, int]) -> None:
-        self.shape = tuple(int(value(d, dims)) for d in self.exprs)
-        self.nbytes = int(self.dtype.nbytes(math.prod(self.shape)))
 
 
 class PlanReplay:
@@ -119,7 +102,7 @@ class PlanReplay:
         self._layout_params()
         self.backend.prepare(self.commands, self.param_words, self._uniform_words)
         self._setup_expressions()
-        self._slots: dict[str, _TensorSlot] = {}
+        self._slots: dict[str, TensorSlot] = {}
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
         self._live_commands = self._run_commands
@@ -254,12 +237,12 @@ class PlanReplay:
         self._live_commands = self._run_commands if self._device_syncs else [
             c for c in self._run_commands if not isinstance(c, DispatchCommand) or all(c.workgroups)]
 
-    def _slot(self, name: str) -> _TensorSlot:
+    def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
         if slot is None:
             info = self.model.tensors[name]
             symbols = frozenset().union(*(d.symbols for d in info.shape if isinstance(d, SymDim)))
-            slot = self._slots[name] = _TensorSlot(name, self.root(name), dtypes.from_name(info.dtype),
+            slot = self._slots[name] = TensorSlot(name, self.root(name), dtypes.from_name(info.dtype),
                                                    tuple(info.shape), symbols)
             slot.refresh(self.dims)
         return slot
