@@ -42,6 +42,7 @@ def input_sources(graph: IrGraph, tid: TensorId) -> frozenset[TensorId]:
     nodes = graph.ancestors(src) | {src}
     return frozenset(t for n in nodes for t in graph.node(n).inputs if t in graph.inputs)
 
+
 def value_sources(graph: IrGraph, tid: TensorId) -> tuple[frozenset[TensorId], frozenset[str]]:
     """Why the value of `tid` is unknown: (graph inputs whose *values* it reads, symbols whose
     values would let it fold).
