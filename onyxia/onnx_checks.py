@@ -7,7 +7,8 @@ means nothing. Two layers, each error a ModelLoadError naming the element at fau
    versions (ir_version and opsets newer than the installed onnx knows, opset 0), single
    assignment of names (duplicate graph inputs and initializers, a node writing an initializer,
    an input or another node's output), negative initializer dims, negative Conv/pool pads, and
-   the attribute types of the contrib ops onyxia implements.
+   the attribute types of the contrib ops onyxia implements; in subgraphs (If branches, Loop and
+   Scan bodies) as in the main graph.
 2. The onnx checker's per-node check (`onnx.checker.check_node`: input/output counts, unknown
    and mistyped attributes) for every node the installed onnx has a schema for at the model's
    opset and does not mark deprecated. Contrib ops (com.microsoft, and onnxruntime's own
@@ -67,21 +68,31 @@ def domain_of(domain: str) -> str:
 def check_model_proto(proto: onnx.ModelProto) -> None:
     """Raise ModelLoadError for the first structural problem in `proto` (see the module doc)."""
     opsets = _check_versions(proto)
-    graph = proto.graph
-    _check_names(graph)
-    for tensor in graph.initializer:
-        _check_tensor(tensor, f"initializer '{tensor.name}'")
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = proto.ir_version
     ctx.opset_imports = opsets
+    _check_graph(proto.graph, ctx, opsets, "")
+
+
+def _check_graph(graph: onnx.GraphProto, ctx, opsets: dict[str, int], prefix: str) -> None:
+    """The checks of one graph, then of its subgraphs (If branches, Loop and Scan bodies): their
+    nodes are labelled `<node>/<attribute>/<node>`, as the loader names them."""
+    _check_names(graph, prefix)
+    for tensor in graph.initializer:
+        _check_tensor(tensor, f"initializer '{tensor.name}'" + (f" of subgraph '{prefix[:-1]}'" if prefix else ""))
     for index, node in enumerate(graph.node):
         if not node.op_type.strip():
-            raise ModelLoadError(f"node {index} ('{node.name}') has no op_type")
-        label = f"node '{node_label(node, index)}' ({node.op_type})"
+            raise ModelLoadError(f"node {index} ('{node.name}') {_where(prefix)}has no op_type")
+        name = f"{prefix}{node_label(node, index)}"
+        label = f"node '{name}' ({node.op_type})"
         _check_spatial_attributes(node, label)
         _check_contrib_attributes(node, label)
-        # Subgraphs (If/Loop/Scan bodies) read outer-scope names the per-node check cannot see;
-        # onyxia has no control-flow operators, so such nodes are reported as unsupported later.
+        subgraphs = [(a.name, g) for a in node.attribute for g in ([a.g] if a.HasField("g") else [])]
+        subgraphs += [(f"{a.name}{i}", g) for a in node.attribute for i, g in enumerate(a.graphs)]
+        for attr, sub in subgraphs:
+            _check_graph(sub, ctx, opsets, f"{name}/{attr}/")
+        # A node holding subgraphs is left to the loader and its operator: the per-node check
+        # would check the subgraph too, without the outer names it may read.
         if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
             continue
         if not _has_schema(node, opsets):
@@ -92,6 +103,10 @@ def check_model_proto(proto: onnx.ModelProto) -> None:
             onnx.checker.check_node(node, ctx)
         except onnx.checker.ValidationError as exc:
             raise ModelLoadError(f"{label}: {_first_line(exc)}") from None
+
+
+def _where(prefix: str) -> str:
+    return f"in subgraph '{prefix[:-1]}' " if prefix else ""
 
 
 def _with_domain(node: onnx.NodeProto, domain: str) -> onnx.NodeProto:
@@ -141,23 +156,25 @@ def _check_versions(proto: onnx.ModelProto) -> dict[str, int]:
     return opsets
 
 
-def _check_names(graph: onnx.GraphProto) -> None:
-    """Every tensor name is assigned once: by a graph input, an initializer or one node output.
-
-    An input may repeat an initializer's name (that gives the input a default value)."""
+def _check_names(graph: onnx.GraphProto, prefix: str = "") -> None:
+    """Every tensor name is assigned once in its graph: by a graph input, an initializer or one
+    node output. An input may repeat an initializer's name (that gives the input a default
+    value). A subgraph may reuse an outer name (the loader renames it); within itself, the same
+    rule holds for what it assigns."""
+    graph_kind = f"subgraph '{prefix[:-1]}'" if prefix else "graph"
     owner: dict[str, str] = {}
     for vi in graph.input:
         if vi.name in owner:
-            raise ModelLoadError(f"graph input '{vi.name}' is declared twice")
-        owner[vi.name] = f"graph input '{vi.name}'"
+            raise ModelLoadError(f"{graph_kind} input '{vi.name}' is declared twice")
+        owner[vi.name] = f"{graph_kind} input '{vi.name}'"
     initializers: set[str] = set()
     for tensor in graph.initializer:
         if tensor.name in initializers:
-            raise ModelLoadError(f"initializer '{tensor.name}' is declared twice")
+            raise ModelLoadError(f"initializer '{tensor.name}' {_where(prefix)}is declared twice")
         initializers.add(tensor.name)
         owner.setdefault(tensor.name, f"initializer '{tensor.name}'")
     for index, node in enumerate(graph.node):
-        label = f"node '{node_label(node, index)}' ({node.op_type})"
+        label = f"node '{prefix}{node_label(node, index)}' ({node.op_type})"
         for out in node.output:
             if not out:
                 continue  # an absent optional output
@@ -166,10 +183,12 @@ def _check_names(graph: onnx.GraphProto) -> None:
             if out in owner:
                 raise ModelLoadError(f"tensor '{out}' is produced twice: by {owner[out]} and {label}")
             owner[out] = label
+    if prefix:
+        return  # a body may list one tensor as several outputs (a carried value and a scan output)
     outputs: set[str] = set()
     for vi in graph.output:
         if vi.name in outputs:
-            raise ModelLoadError(f"graph output '{vi.name}' is declared twice")
+            raise ModelLoadError(f"{graph_kind} output '{vi.name}' is declared twice")
         outputs.add(vi.name)
 
 

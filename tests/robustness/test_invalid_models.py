@@ -86,11 +86,35 @@ def build(kind: str) -> onnx.ModelProto:
         m = make_model([h.make_node("Relu", ["x"], ["y"], name="nameless")], _x(), ["y"])
         m.graph.node[0].op_type = ""
         return m
+    if kind.startswith("subgraph_"):
+        return _in_branch(kind)
     if kind == "initializer_data_size":
         m = make_model([h.make_node("Add", ["x", "w"], ["y"])], _x(), ["y"], w)
         m.graph.initializer[0].raw_data = b"\0" * 5
         return m
     raise AssertionError(kind)
+
+
+def _in_branch(kind: str) -> onnx.ModelProto:
+    """An If whose then-branch holds the invalid element: subgraphs are checked like the graph."""
+    nodes, inits = [h.make_node("Relu", ["x"], ["t"], name="r")], []
+    if kind == "subgraph_unknown_attribute":
+        nodes[0].attribute.append(h.make_attribute("slope", 2.0))
+    elif kind == "subgraph_negative_pads":
+        nodes = [h.make_node("MaxPool", ["x"], ["t"], name="pool", kernel_shape=[1, 1], pads=[0, -1, 0, -1])]
+    elif kind == "subgraph_writes_initializer":
+        inits = [onnx.numpy_helper.from_array(np.ones((2, 3), F), "w")]
+        nodes = [h.make_node("Relu", ["x"], ["w"], name="clobber"), h.make_node("Add", ["x", "w"], ["t"])]
+    elif kind == "subgraph_negative_initializer_dims":
+        w = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[-2, 3])
+        inits, nodes = [w], [h.make_node("Add", ["x", "w"], ["t"], name="add")]
+    else:
+        raise AssertionError(kind)
+    then = h.make_graph(nodes, "then", [], [h.make_tensor_value_info("t", TensorProto.FLOAT, None)], inits)
+    orelse = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [],
+                          [h.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    return make_model([h.make_node("If", ["c"], ["y"], name="choose", then_branch=then, else_branch=orelse)],
+                      [("x", F, [1, 1, 2, 3]), ("c", np.bool_, [])], ["y"])
 
 
 def load(kind: str) -> None:
@@ -121,6 +145,10 @@ def load(kind: str) -> None:
     ("contrib_float_num_heads", "node 'gqa' \\(GroupQueryAttention\\): attribute 'num_heads' must be INT, got FLOAT"),
     ("contrib_string_epsilon", "node 'norm' .*attribute 'epsilon' must be FLOAT, got STRING"),
     ("empty_op_type", "node 0 \\('nameless'\\) has no op_type"),
+    ("subgraph_unknown_attribute", "node 'choose/then_branch/r' \\(Relu\\): Unrecognized attribute: slope"),
+    ("subgraph_negative_pads", "node 'choose/then_branch/pool' \\(MaxPool\\): attribute 'pads' must be non-negative"),
+    ("subgraph_writes_initializer", "node 'choose/then_branch/clobber'.*writes tensor 'w', which is an initializer"),
+    ("subgraph_negative_initializer_dims", "initializer 'w' of subgraph 'choose/then_branch' has a negative dimension"),
 ])
 def test_invalid_model_is_refused_naming_the_element(kind, match):
     expect_error(load, kind, error=ModelLoadError, match=match)
@@ -140,6 +168,12 @@ def load_file(path: str) -> int:
 @pytest.mark.parametrize("name", sorted(p.name for p in EXPORTED.glob("*.onnx")))
 def test_torch_exports_load(name):
     assert expect_value(load_file, str(EXPORTED / name)) > 0
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (EXPORTED.parent / "control").glob("*.onnx")))
+def test_torch_control_flow_exports_load(name):
+    """If/Loop subgraphs as torch.onnx writes them pass the checks of subgraphs."""
+    assert expect_value(load_file, str(EXPORTED.parent / "control" / name)) > 0
 
 
 def genai_decoder_loads(tmp: str, int4: bool) -> int:
