@@ -160,12 +160,14 @@ def long_row(op: str) -> None:
     inits = {"axes": I64([1])} if op == "ReduceSum" else (
         {"s": np.ones(LONG_ROW, F), "b": np.zeros(LONG_ROW, F)} if op == "LayerNormalization" else {})
     model = make_model([h.make_node(op, inputs, ["y"], **attrs)], [("x", F, [1, LONG_ROW])], ["y"], inits)
-    onyxia_vs_reference(model, {"x": x}, rtol=1e-4, atol=1e-6)
+    # onnxruntime's LayerNormalization sums x and x^2 over the row in f32 running sums: over
+    # 16.8M elements its 1/std is 0.054% off the float64 value (3.46631 for 3.46444), onyxia's
+    # and onnx.reference's 1e-7. Measured 2026-11-23 (onnxruntime 1.32.0, CPU).
+    oracle = "onnx.reference" if op == "LayerNormalization" else "onnxruntime"
+    onyxia_vs_reference(model, {"x": x}, rtol=1e-4, atol=1e-6, oracle=oracle)
 
 
-@pytest.mark.parametrize("op", ["ReduceSum", "ArgMax", "Softmax", pytest.param("LayerNormalization", marks=(
-    pytest.mark.xfail(strict=True, reason=RC1 + "the loop cap is fixed (parts), but the parts' merged variance "
-                      "is 0.1% off onnxruntime's over 16.8M elements (f32 statistics): an open precision gap")))])
+@pytest.mark.parametrize("op", ["ReduceSum", "ArgMax", "Softmax", "LayerNormalization"])
 def test_long_rows_are_reduced_exactly(op):
     expect_value(long_row, op, timeout=300)
 
