@@ -22,6 +22,7 @@ import pytest
 import onyxia
 from onyxia.operators import core_operator_registry
 from tests.helpers import compile_model
+from tests.ort_oracle import exact_for_ort
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "quantized"
 FILES = sorted(p.name for p in DATA.glob("*.onnx"))
@@ -38,7 +39,10 @@ def _model(name: str) -> onnx.ModelProto:
 
 @functools.lru_cache(maxsize=None)
 def _ort(name: str) -> ort.InferenceSession:
-    return ort.InferenceSession(str(DATA / name), providers=["CPUExecutionProvider"])
+    """onnxruntime on the file with its int8 weights as uint8 (tests/ort_oracle.py): exact
+    integer products on every x86 CPU, VNNI or not."""
+    model, _ = exact_for_ort(_model(name), {})
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 def _feeds(name: str, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
