@@ -61,7 +61,10 @@ GAPS: dict[str, str] = {}
 # 1.32.0 on an AVX512-VNNI CPU). Both engines compute each op to within an f32 ulp or two, but
 # MatMulNBits accuracy_level 4 rounds its activation to int8 (127 * x / max|x|) and float16
 # rounds logits: a value within ~1e-7 of a rounding midpoint goes one way in onnxruntime and the
-# other here, and one int8 step moves the logits by ~1e-2. Strict xfails: the tie is measured.
+# other here, and one int8 step moves the logits by ~1e-2. Non-strict xfails (which way onnxruntime
+# rounds depends on the CPU: on an AVX2-only AMD EPYC mistral-cpu-int4 matches). A tie of the
+# logits themselves (gemma2-webgpu-fp16's exact float16 tie at token 28) is no longer listed: the
+# test accepts either token where the oracle's two best logits are within the tolerance.
 NEAR_TIES = {
     "genai/mistral-cpu-int4": "token 23, layer 0 down_proj activation: 127x/max = -110.50013 here, -110.49998 in "
                               "onnxruntime (inputs 4.9e-7 apart), one int8 step: logits 1.6e-2 apart, 48 tokens equal",
@@ -73,12 +76,6 @@ NEAR_TIES = {
     "genai/phi3-webgpu-int4": "prefill, layer 0 qkv_proj: 13 of 3648 float16 outputs on the other side of a midpoint "
                               "in onnxruntime than the exactly rounded value (onyxia: 1), e.g. exact -0.8312989, "
                               "onnxruntime -0.831, onyxia -0.8315: logits 1.26e-2 apart at token 0, tokens equal",
-    # onnxruntime's CPU provider has no float16 MatMul: it runs it in float32 and removes the
-    # model's Cast pairs around it (InsertCastTransformer), skipping float16 roundings the graph
-    # asks for; onyxia rounds where the graph says. Logits agree to 1.5e-3 (tolerance 1e-2).
-    "genai/gemma2-webgpu-fp16": "token 28: the oracle's two best logits are an exact float16 tie (ids 177 and 305 "
-                                "both 0.8105469; genai takes the lower id), onyxia's are one float16 ulp apart "
-                                "(0.81104, 0.81152)",
 }
 
 

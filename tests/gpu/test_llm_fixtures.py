@@ -33,13 +33,16 @@ def tolerance(fixture) -> float:
 def params(fixtures, blocking=tuple(GAPS), ties=False):
     """pytest params, a strict xfail naming the missing feature where the folder uses one of
     `blocking` (the ledger of issue 8's remaining work, see tests/llm_fixtures.py GAPS) and, with
-    `ties`, the measured rounding tie of a folder in NEAR_TIES."""
+    `ties`, a non-strict xfail for the measured int8 rounding midpoints of a folder in NEAR_TIES:
+    onnxruntime's side of such a midpoint depends on the CPU it runs on (mistral-cpu-int4 matches
+    on an AVX2-only AMD EPYC and not on the AVX-512 machine it was measured on), so a strict
+    marker would fail on one CPU or the other."""
     out = []
     for f in fixtures:
         missing = [GAPS[g] for g in gaps(f) if g in blocking]
-        if ties and f.name in NEAR_TIES:
-            missing.append("rounding tie: " + NEAR_TIES[f.name])
         marks = [pytest.mark.xfail(strict=True, reason="known gap: " + "; ".join(missing))] if missing else []
+        if ties and not missing and f.name in NEAR_TIES:
+            marks = [pytest.mark.xfail(strict=False, reason="int8 rounding midpoint: " + NEAR_TIES[f.name])]
         out.append(pytest.param(f, id=f.name, marks=marks))
     return out
 
@@ -50,23 +53,34 @@ NOT_COMPILING: tuple[str, ...] = ()
 
 @pytest.mark.parametrize("fixture", params(FIXTURES, ties=True))
 def test_greedy_matches_oracle(fixture, runtime, tmp_path):
+    """onyxia's logits agree with onnxruntime(-genai)'s before each of 48 greedy tokens, and so do
+    the tokens, except where the oracle's two best logits are closer than the logits' tolerance
+    allows to order (a near tie, e.g. an exact float16 tie: which side wins depends on the CPU
+    onnxruntime runs on). Both engines are fed the oracle's tokens, so one near tie cannot hide
+    the steps after it; generate() then gives exactly the oracle's tokens when no near tie came up."""
     session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime)
     prompt = session.encode(PROMPT)
     ref_tokens, ref_logits = reference(fixture, prompt, STEPS, tmp_path)
     assert len(ref_tokens) == STEPS
     tol = tolerance(fixture)
 
+    near_ties = []
     step = session.forward(prompt, last_logits=True)
     for i in range(STEPS):
         ref = ref_logits[i]
         scale = float(np.abs(ref).max())
         np.testing.assert_allclose(step.last_logits, ref, rtol=tol, atol=tol * scale,
                                    err_msg=f"{fixture.name}: logits before token {i}")
-        assert step.token == ref_tokens[i], f"{fixture.name}: token {i}"
+        if step.token != ref_tokens[i]:
+            second, best = np.sort(ref.ravel())[-2:]
+            margin = 2 * (tol * scale + tol * abs(best))  # what logits within tolerance may reorder
+            assert best - second <= margin, (f"{fixture.name}: token {i} is {step.token}, the oracle's "
+                                             f"{ref_tokens[i]} leads by {best - second:.3g} > {margin:.3g}")
+            near_ties.append(i)
         if i + 1 < STEPS:
-            step = session.forward([step.token], last_logits=True)
-    # The same tokens through generate(), reading back only token ids.
-    assert session.generate(prompt, max_new_tokens=STEPS) == ref_tokens
+            step = session.forward([ref_tokens[i]], last_logits=True)
+    if not near_ties:  # the same tokens through generate(), reading back only token ids
+        assert session.generate(prompt, max_new_tokens=STEPS) == ref_tokens
 
 
 SLIDING = [f for f in FIXTURES if f.family in ("gemma2", "gemma3", "mistral")]
