@@ -31,6 +31,7 @@ def labels(model) -> list[str]:
 def test_matmul_long_k(runtime, m, n):
     model = make_model([h.make_node("MatMul", ["a", "b"], ["y"])], [("a", F, [m, LONG_K]), ("b", F, [LONG_K, n])],
                        ["y"])
+    assert "matmul/splitk" in labels(model)  # every kernel a product of these rows may take splits K
     assert_matches_ort(runtime, model, {"a": rand(m, LONG_K), "b": rand(LONG_K, n)}, rtol=1e-3, atol=2e-2)
 
 
@@ -60,3 +61,45 @@ def test_conv_many_input_channels(runtime, maps, group):
     node = h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], group=group)
     model = make_model([node], [("x", F, [1, c, 5, 6])], ["y"], {"w": w, "b": bias})
     assert_matches_ort(runtime, model, {"x": rand(1, c, 5, 6)}, rtol=1e-3, atol=2e-2)
+
+
+# ---- the many-rows variants, each forced on this adapter ---------------------------------------
+
+def run_variant(runtime, model, feeds, cpu: int) -> list[np.ndarray]:
+    from onyxia.plan import ADAPTER_CPU
+
+    compiled = compile_model(model)
+    exe = runtime.load_model(compiled)
+    if ADAPTER_CPU in compiled.dims:
+        exe.update_dimensions({ADAPTER_CPU: cpu})
+    ran = {exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)}
+    assert ("matmul/gemv_chunked" in ran) == bool(cpu and ADAPTER_CPU in compiled.dims), ran
+    out = exe.run(feeds)
+    return [out[name] for name in compiled.outputs]
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+@pytest.mark.parametrize("k", [68, LONG_K])
+def test_many_rows_gemm_epilogue(runtime, cpu, k):
+    """Gemm with C on 100 rows: the register-tiled variant (CPU) or the shared-memory one."""
+    from tests.helpers import run_ort
+
+    a, b, c = rand(100, k), rand(k, 72), rand(100, 1)
+    model = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0)],
+                       [("a", F, [100, k]), ("b", F, [k, 72]), ("c", F, [100, 1])], ["y"])
+    feeds = {"a": a, "b": b, "c": c}
+    np.testing.assert_allclose(run_variant(runtime, model, feeds, cpu)[0], run_ort(model, feeds)[0], rtol=1e-3,
+                               atol=2e-2 if k == LONG_K else 1e-4)
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+@pytest.mark.parametrize("dtype", [F, np.float16])
+def test_many_rows_batched_and_float16(runtime, cpu, dtype):
+    from tests.helpers import run_ort
+
+    model = make_model([h.make_node("MatMul", ["a", "b"], ["y"])], [("a", dtype, [2, 3, 70, 64]),
+                                                                     ("b", dtype, [3, 64, 40])], ["y"])
+    feeds = {"a": rand(2, 3, 70, 64).astype(dtype), "b": rand(3, 64, 40).astype(dtype)}
+    tol = 1e-4 if dtype == F else 5e-2
+    np.testing.assert_allclose(run_variant(runtime, model, feeds, cpu)[0].astype(F),
+                               run_ort(model, feeds)[0].astype(F), rtol=tol, atol=tol)
