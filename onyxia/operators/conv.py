@@ -7,7 +7,11 @@ Both ops run on one of two kernels over the same patch addressing (shaders/conv/
   stored; each tile of it is gathered from the input into shared memory (im2col on the fly)
   and multiplied with register blocking as in matmul/gemm.wgsl.
 - `conv/conv_direct.wgsl`, one thread per output element, for products too thin to tile:
-  depthwise and other convolutions with few channels per group.
+  depthwise and other convolutions with few channels per group (and a K short enough for one
+  invocation to walk).
+
+A reduction K longer than gemm_variants.TILED_KCHUNK is split: partial sums per K range, added
+with the bias by `matmul/splitk.wgsl` (lavapipe stops an invocation's loops after ~65,535).
 
 Every spatial rank is computed as 3-D with leading unit axes (static: the compiler drops them).
 Batch and spatial dims may be symbolic; they reach the kernels as params. Kernel shape,
@@ -27,6 +31,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
+from onyxia.operators.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
 from onyxia.operators.matmul import Product, plan_product
 from onyxia.operators.window import MAX_SPATIAL, Window, auto_pad_of, int_list, padded_windows, window_of, window_params
 from onyxia.plan import Step
@@ -36,6 +41,9 @@ from onyxia.plan import Step
 MIN_GEMM_ROWS = 8
 MIN_GEMM_K = 8
 SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgroups
+# The direct kernel walks all of K in one invocation (lavapipe stops an invocation's loops after
+# ~65,535 iterations): a longer reduction takes the GEMM kernel, which splits K.
+DIRECT_MAX_K = 16384
 
 
 def _is_int(d: object) -> bool:
@@ -239,7 +247,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     has_bias = ctx.has_input(2)
     defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
     reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
-    if spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K:
+    if (spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K) and k <= DIRECT_MAX_K:
         total = spec.batch * spec.maps * p
         return [ctx.dispatch("conv/conv_direct.wgsl", defs=defs, params={**params, "TOTAL": total},
                              reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
@@ -252,11 +260,28 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
             if ceil_div(hint, 16 * rn) * ceil_div(spec.mg, 16 * rm) * spec.group >= SMALL_GRID:
                 break
     row_blocks = ceil_div(spec.mg, 16 * rm)
+    splits, chunk, split = k_splits(k, TILED_KCHUNK, BK)
     # Column blocks along x alone (y = 1): the runtime may fold a long x into y.
-    workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group)
-    return [ctx.dispatch("conv/conv_gemm.wgsl", defs={**defs, "RM": rm, "RN": rn},
-                         params={**params, "ROW_BLOCKS": row_blocks},
-                         reads=reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
+    workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group * splits)
+    gemm_defs = {**defs, "RM": rm, "RN": rn}
+    if not split:
+        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params={**params, "ROW_BLOCKS": row_blocks},
+                             reads=reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
+    # A long reduction (many input channels x taps): partial sums per K range, added up with the
+    # bias by the split-K pass of the matrix product (bias = Gemm's C broadcast along P).
+    total = spec.batch * spec.maps * p
+    partial = ctx.scratch(splits * total, SCRATCH_DTYPE[compute], "splitk")
+    one = (1.0, "f32") if compute == "f32" else (1, compute)
+    steps = [ctx.dispatch("conv/conv_gemm.wgsl", defs={**gemm_defs, "HAS_BIAS": False, "SPLIT": True},
+                          params={**params, "ROW_BLOCKS": row_blocks, "SPLITS": splits, "KCHUNK": chunk},
+                          reads={"x": ctx.input(0), "w": ctx.input(1)}, writes={"partial": partial},
+                          workgroups=workgroups)]
+    finish_params = {"ALPHA": one, "BETA": one, "C_MS": 1, "C_NS": 0} if has_bias else {}
+    steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=spec.maps, n=p, params=finish_params,
+                             defs={"T": compute, "GEMM": has_bias, "HAS_C": has_bias},
+                             epilogue_reads={"c": ctx.input(2)} if has_bias else {}, y=ctx.output(0), enabled=1,
+                             reports=None))
+    return steps
 
 
 # ---- CausalConvWithState --------------------------------------------------------------------

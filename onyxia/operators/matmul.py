@@ -1,7 +1,9 @@
 """MatMul and Gemm, planned onto kernels chosen by the shapes and the kind of adapter.
 
-- `matmul/gemm.wgsl`: register-blocked tiles (64x128 per workgroup, 4x8 per thread; smaller for
-  small products) for many rows;
+- many rows (operators/gemm_variants.py): `matmul/gemm.wgsl`, shared-memory tiles (64x128 per
+  workgroup, 4x8 per thread; smaller for small products), or on a CPU-type adapter the
+  barrier-free register-tiled `matmul/gemv_chunked.wgsl` with 16 rows per invocation; both
+  split a long K and add the partials with `matmul/splitk.wgsl`;
 - `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
   element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;
 - `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 64 rows (operators/gemv.py
@@ -33,6 +35,7 @@ from onyxia.operators.common import (
     strided_index_params,
 )
 from onyxia.operators.elementwise import INT64_OVERFLOW
+from onyxia.operators.gemm_variants import many_rows_heuristic, plan_register, plan_shared
 from onyxia.operators.gemv import few_rows_heuristic, plan_chunked
 from onyxia.plan import Step
 
@@ -42,11 +45,6 @@ SMALL_M = 8
 GEMV_LANES = {False: (64, 4), True: (4, 64)}  # trans_b -> (columns, K lanes) per workgroup
 TARGET_WORKGROUPS = 512  # split K until a decode product fills a large GPU about this well
 MIN_K_CHUNK = 256  # ... but never below this much K per split (the extra pass must pay off)
-# Register micro-tiles (rows, columns per thread) of the tiled kernel, largest first: 64x128
-# output tiles need the fewest loads per multiply-add; a small product takes a smaller tile when
-# the larger one would give fewer than SMALL_GRID workgroups (a large GPU would sit idle).
-TILES = ((4, 8), (4, 4), (2, 2))
-SMALL_GRID = 32
 _EPILOGUE_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
 _SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
 
@@ -121,8 +119,11 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         steps += plan_chunked(ctx, p, nbatch, choice.chunked, params, defs, epilogue_reads, reports)
     if not is_zero(choice.coalesced):
         steps += _plan_gemv(ctx, p, m, nbatch, choice.coalesced, params, defs, epilogue_reads, reports)
-    if not is_zero(choice.tiled):
-        steps += _plan_tiled(ctx, p, m, nbatch, choice.tiled, params, defs, epilogue_reads, reports)
+    many = many_rows_heuristic(ctx, p, m, SMALL_M, choice.tiled, checked="CHECKED" in defs)
+    if not is_zero(many.register):
+        steps += plan_register(ctx, p, nbatch, many.register, params, defs, epilogue_reads, reports)
+    if not is_zero(many.shared):
+        steps += plan_shared(ctx, p, nbatch, many.shared, params, defs, epilogue_reads, reports)
     return steps
 
 
@@ -132,20 +133,6 @@ def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | 
     if float(value) != int(value):
         raise ctx.fail(f"{name}={value} must be an integer for an integer product")
     return int(value), dtype
-
-
-def _plan_tiled(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
-                epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
-    rm, rn = TILES[-1]
-    for rm, rn in TILES:  # the largest tile that still gives enough workgroups (symbolic: many)
-        grid = ceil_div(m, 16 * rm) * ceil_div(p.n, 16 * rn) * nbatch
-        if not isinstance(grid, int) or grid >= SMALL_GRID:
-            break
-    tiled_defs = {**defs, "RM": rm, "RN": rn, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b}
-    workgroups = (ceil_div(p.n, 16 * rn), ceil_div(m, 16 * rm) * enabled, nbatch)
-    return [ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=params,
-                         reads={"a": p.a, "b": p.b, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
-                         reports=reports)]
 
 
 def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,

@@ -18,7 +18,7 @@
 //   fn tile_a(src: TileSource, m: u32, k: u32) -> TileValue  // A[m, k], 0 outside A
 //   fn tile_b(src: TileSource, k: u32, n: u32) -> TileValue  // B[k, n], 0 outside B
 //   fn tile_mac(acc: TileValue, a: TileValue, b: TileValue) -> TileValue  // acc + a * b
-// and the param K(). Defs: RM, RN, TRANS_A, TRANS_B.
+// and the param K() (the whole reduction). Defs: RM, RN, TRANS_A, TRANS_B.
 
 const RM = #{RM}u;
 const RN = #{RN}u;
@@ -82,20 +82,25 @@ fn tile_store_b(v: array<TileValue, RN>, lid: u32) {
     }
 }
 
-// The micro-tile of thread `tid` in the tile at (m0, n0):
+// The micro-tile of thread `tid` in the tile at (m0, n0) over the K range [k_begin, k_end):
 // acc[r][q] = sum over k of A[m0 + tid.y + 16r, k] * B[k, n0 + tid.x + 16q].
-fn tile_product(src: TileSource, m0: u32, n0: u32, tid: vec3<u32>, lid: u32) -> array<array<TileValue, RN>, RM> {
+// k_begin is a multiple of BK and k_end either one too or K (tile_a / tile_b return 0 past K),
+// so consecutive ranges add up to the whole product. The caller bounds k_end - k_begin: the
+// slice loop and its unrolled-or-not inner loop run about (k_end - k_begin) * 17 / 16 times,
+// and lavapipe stops an invocation's loops after ~65,535 iterations in all.
+fn tile_product(src: TileSource, m0: u32, n0: u32, tid: vec3<u32>, lid: u32, k_begin: u32,
+                k_end: u32) -> array<array<TileValue, RN>, RM> {
     var acc: array<array<TileValue, RN>, RM>;
     var ra: array<TileValue, RM>;
     var rb: array<TileValue, RN>;
     // Software pipelining: registers carry the next slice while shared memory holds this one.
-    var next_a = tile_load_a(src, m0, 0u, lid);
-    var next_b = tile_load_b(src, n0, 0u, lid);
-    for (var k0 = 0u; k0 < K(); k0 += BK) {
+    var next_a = tile_load_a(src, m0, k_begin, lid);
+    var next_b = tile_load_b(src, n0, k_begin, lid);
+    for (var k0 = k_begin; k0 < k_end; k0 += BK) {
         tile_store_a(next_a, lid);
         tile_store_b(next_b, lid);
         workgroupBarrier();
-        if (k0 + BK < K()) {
+        if (k0 + BK < k_end) {
             next_a = tile_load_a(src, m0, k0 + BK, lid);
             next_b = tile_load_b(src, n0, k0 + BK, lid);
         }

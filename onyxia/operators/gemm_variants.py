@@ -1,0 +1,155 @@
+"""The many-rows matrix product: kernel variants, the split-K they share, and the heuristic
+choosing among them (operators/gemv.py holds the few-rows family).
+
+Variants (each a `plan_*` function taking the product and returning its steps, the shape an
+autotuner's alternatives have):
+- `shared` (`matmul/gemm.wgsl` over `matmul/tile.wgsl`): 16x16 threads stage K-slices of A and B
+  in shared memory and keep an RM x RN micro-tile each in registers: the pattern a GPU wants.
+  Every operand layout (TRANS_A / TRANS_B), integer types and int64's checked arithmetic.
+- `register` (`matmul/gemv_chunked.wgsl` with 16 rows per invocation): no shared memory, no
+  barriers; each invocation holds 16 rows x 2 vec4 column groups in mat4x4 accumulators and
+  streams A and B with vec4 loads: the pattern a CPU-type adapter runs fastest (lavapipe,
+  1024^3 under load: 2.6 s against the shared-memory kernel's 11.8 s). f32 compute over any
+  float storage (f16 included), row-major operands, K and N static multiples of 4.
+
+Both bound each invocation's trip count by construction: K is split into ranges (at most
+TILED_KCHUNK, resp. gemv.MAX_KCHUNK, elements of K per invocation) whose raw partial sums
+`matmul/splitk.wgsl` adds up, applying the epilogue (alpha, beta * C, bias) once. lavapipe stops
+an invocation's loops after ~65,535 iterations in all, silently.
+
+`many_rows_heuristic` is the deterministic choice: the register kernel on a CPU-type adapter
+where it applies, the shared-memory kernel elsewhere. The adapter enters as the ADAPTER_CPU
+symbol, so one plan holds both and the adapter at hand runs its own (the other's grid is 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onyxia.ir.shapes import Dim
+from onyxia.operators.base import Buf, PlanCtx
+from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.gemv import CHUNKED_MAX_M, COLUMNS_PER_WORKGROUP, MAX_KCHUNK, Product, chunked_applies
+from onyxia.plan import Step
+
+# Register micro-tiles (rows, columns per thread) of the shared-memory kernel, largest first:
+# 64x128 output tiles need the fewest loads per multiply-add; a small product takes a smaller
+# tile when the larger one would give fewer than SMALL_GRID workgroups (a large GPU sits idle).
+TILES = ((4, 8), (4, 4), (2, 2))
+SMALL_GRID = 32
+BK = 16  # the K-slice of matmul/tile.wgsl
+# K per invocation of the shared-memory kernel: its slice loop and inner loop run ~K * 17/16
+# times in all, 8,704 here, far below lavapipe's ~65,535 (a multiple of BK: ranges meet exactly).
+TILED_KCHUNK = 8192
+REGISTER_ROWS = 16  # gemv_chunked.wgsl's largest row class: 16 rows x 8 columns per invocation
+FINISH_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
+SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
+
+
+@dataclass(frozen=True)
+class ManyRowsChoice:
+    """Where each many-rows kernel runs: 1 or 0, or an expression over M and ADAPTER_CPU."""
+
+    register: Dim
+    shared: Dim
+
+
+def register_applies(p: Product, checked: bool) -> bool:
+    return not checked and chunked_applies(p)
+
+
+def many_rows_heuristic(ctx: PlanCtx, p: Product, m: Dim, small_m: int, tiled: Dim, checked: bool) -> ManyRowsChoice:
+    """Split `tiled` (where the few-rows kernels do not run) between the two variants."""
+    if is_zero(tiled) or not register_applies(p, checked):
+        return ManyRowsChoice(0, tiled)
+    # few_rows_heuristic gave the chunked kernel M <= CHUNKED_MAX_M on a CPU adapter and the
+    # coalesced one M <= small_m elsewhere: the complements, written without cpu * cpu terms.
+    cpu = ctx.adapter_cpu()
+    return ManyRowsChoice(cpu * (1 - select_small(m, CHUNKED_MAX_M)), (1 - cpu) * (1 - select_small(m, small_m)))
+
+
+def k_splits(k: Dim, chunk_max: int, align: int) -> tuple[Dim, Dim, bool]:
+    """(splits, chunk, split?) for K: ranges of at most chunk_max, multiples of `align`."""
+    if isinstance(k, int):
+        splits = max(ceil_div(k, chunk_max), 1)
+        chunk = align * ceil_div(ceil_div(k, splits), align) if k else align
+        return splits, chunk, splits > 1
+    return ceil_div(k, chunk_max), chunk_max, True  # grows at run time: split whenever it is long
+
+
+def rows_capacity(m: Dim, enabled: Dim) -> Dim:
+    """Rows a scratch buffer holds: M where the kernel runs, one row where it is skipped (a plan
+    whose M switches kernels must not grow a buffer the other kernel never uses)."""
+    return m if isinstance(enabled, int) else m * enabled + (1 - enabled)
+
+
+def plan_finish(ctx: PlanCtx, *, partial: str, total: Dim, splits: Dim, m: Dim, n: Dim, params: dict, defs: dict,
+                epilogue_reads: dict[str, str], y: str, enabled: Dim, reports: str | None) -> Step:
+    """splitk.wgsl: y = finish(sum of the partials) over `total` = batch * m * n elements."""
+    finish_defs = {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")}
+    finish_params = {key: v for key, v in params.items() if key in FINISH_PARAMS}
+    return ctx.dispatch("matmul/splitk.wgsl", defs=finish_defs,
+                        params={"M": m, "N": n, **finish_params, "P": total, "SPLITS": splits},
+                        reads={"partial": partial, **epilogue_reads}, writes={"y": y},
+                        workgroups=ctx.grid(total * enabled), reports=reports)
+
+
+def plan_shared(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
+                epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
+    """The shared-memory tiled variant, split-K past TILED_KCHUNK."""
+    m, n = p.m, p.n
+    rm, rn = TILES[-1]
+    for rm, rn in TILES:  # the largest tile that still gives enough workgroups (symbolic: many)
+        grid = ceil_div(m, 16 * rm) * ceil_div(n, 16 * rn) * nbatch
+        if not isinstance(grid, int) or grid >= SMALL_GRID:
+            break
+    splits, chunk, split = k_splits(p.k, TILED_KCHUNK, BK)
+    tiled_defs = {**defs, "RM": rm, "RN": rn, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b}
+    workgroups = (ceil_div(n, 16 * rn), ceil_div(m, 16 * rm) * enabled, nbatch * splits)
+    if not split:
+        return [ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=params,
+                             reads={"a": p.a, "b": p.b, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
+                             reports=reports)]
+    total = nbatch * m * n
+    partial = ctx.scratch(splits * nbatch * rows_capacity(m, enabled) * n, SCRATCH_DTYPE[p.dtype], "splitk")
+    tiled_defs.update(GEMM=False, HAS_C=False, SPLIT=True)  # the epilogue runs in the second pass
+    kernel_params = {key: v for key, v in params.items() if key not in FINISH_PARAMS}
+    kernel_params.update(SPLITS=splits, KCHUNK=chunk, P=total)
+    return [
+        ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=kernel_params, reads={"a": p.a, "b": p.b},
+                     writes={"partial": partial}, workgroups=workgroups, reports=reports),
+        plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=n, params=params, defs=defs,
+                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports),
+    ]
+
+
+def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
+                  epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
+    """The register-tiled variant (see the module doc), split-K past gemv.MAX_KCHUNK."""
+    m, n = p.m, p.n
+    splits, chunk, split = k_splits(p.k, MAX_KCHUNK, 4)
+    kernel_params = {key: v for key, v in params.items() if key not in ("A_MS", "A_KS", "B_KS", "B_NS")}
+    rblocks = ceil_div(m, REGISTER_ROWS)
+    kernel_params.update(SPLITS=splits, KCHUNK=chunk, RBLOCKS=rblocks)
+    reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True)}
+    kernel_defs = {**defs, "ROWS": REGISTER_ROWS, "SPLIT": split}
+    workgroups = (ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits * enabled)
+    if not split:
+        return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params,
+                             reads={**reads, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
+                             reports=reports)]
+    total = nbatch * m * n
+    partial = ctx.scratch(splits * nbatch * rows_capacity(m, enabled) * n, "float32", "splitk")
+    kernel_defs.update(GEMM=False, HAS_C=False)
+    kernel_params = {key: v for key, v in kernel_params.items() if key not in FINISH_PARAMS}
+    kernel_params["P"] = total
+    return [
+        ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
+                     writes={"partial": partial}, workgroups=workgroups, reports=reports),
+        plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=n, params=params, defs=defs,
+                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports),
+    ]
+
+
+__all__ = ["BK", "ManyRowsChoice", "SCRATCH_DTYPE", "TILED_KCHUNK", "k_splits", "many_rows_heuristic",
+           "plan_finish", "plan_register", "plan_shared", "register_applies"]
