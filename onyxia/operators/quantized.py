@@ -282,6 +282,40 @@ class QuantizeQ8(Operator):
                                   ctx.output(0), ctx.output(1), ctx.output(2))]
 
 
+class RmsNormQ8(Operator):
+    """onyxia::RmsNormQ8(x, [skip], gamma, [bias]) -> (y, qa, sa, qsum, [sum]): an RMS norm over
+    the last axis ((Skip)SimplifiedLayerNormalization: attributes epsilon, skip, bias, sum) that
+    also writes QuantizeQ8's outputs (attributes K, block_size): shaders/llm/rmsnorm_q8.wgsl.
+    float32 only (a float16 y would be rounded before its quantization)."""
+
+    op_type = "RmsNormQ8"
+    domain = FUSED_DOMAIN
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        x = (ctx.input_dtype(0), tuple(ctx.input_shape(0)))
+        return [x, *QuantizeQ8().infer(ctx)] + ([x] if ctx.attr("sum", 0) else [])
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        k, block = int(ctx.attr("K")), int(ctx.attr("block_size"))
+        m = numel(ctx.input_shape(0)[:-1])
+        if isinstance(m, int) and m == 0:
+            return []
+        reads: dict[str, str | Buf] = {"x": ctx.input(0), "gamma": ctx.input(2)}
+        writes: dict[str, str | Buf] = {"y": ctx.output(0), "qa": ctx.output(1), "sa": ctx.output(2),
+                                        "qsum": ctx.output(3)}
+        defs = {"SKIP": ctx.has_input(1), "HAS_BIAS": ctx.has_input(3), "SUM_OUT": bool(ctx.attr("sum", 0))}
+        if defs["SKIP"]:
+            reads["skip"] = ctx.input(1)
+        if defs["HAS_BIAS"]:
+            reads["bias"] = ctx.input(3)
+        if defs["SUM_OUT"]:
+            writes["s"] = ctx.output(4)
+        return [ctx.dispatch("llm/rmsnorm_q8.wgsl", label="rmsnorm_q8", defs=defs,
+                             params={"M": m, "K": k, "BLOCK": block, "NBLK": ceil_div(k, block),
+                                     "EPS": (float(ctx.attr("epsilon")), "f32")},
+                             reads=reads, writes=writes, workgroups=ctx.grid(m, 1))]
+
+
 class MatMulNBitsShared(MatMulNBits):
     """onyxia::MatMulNBitsShared: MatMulNBits (inputs 0-5 as there) whose chunked kernel reads the
     int8 activation of a QuantizeQ8 node (inputs 6-8: qa, sa, qsum) instead of making its own."""
@@ -357,7 +391,9 @@ class GatherBlockQuantized(Operator):
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(MatMulNBits(), 1), (GatherBlockQuantized(), 1), (QuantizeQ8(), 1), (MatMulNBitsShared(), 1)]
+    return [(MatMulNBits(), 1), (GatherBlockQuantized(), 1), (QuantizeQ8(), 1), (MatMulNBitsShared(), 1),
+            (RmsNormQ8(), 1)]
 
 
-__all__ = ["GatherBlockQuantized", "MatMulNBits", "MatMulNBitsShared", "QuantizeQ8", "chunked_q8", "operators"]
+__all__ = ["GatherBlockQuantized", "MatMulNBits", "MatMulNBitsShared", "QuantizeQ8", "RmsNormQ8", "chunked_q8",
+           "operators"]
