@@ -9,6 +9,7 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline
+from onyxia.compiler.passes import default_optimization_passes
 from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
 from tests.helpers import make_model, run_ort
@@ -44,9 +45,10 @@ def shared_model():
 
 
 def _compile(model, dims, optimize=True):
-    pipeline = CompilerPipeline(core_operator_registry())
-    if not optimize:
-        pipeline.passes = [p for p in pipeline.passes if p.name != "quantize-sharing"]
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
+    for p in default_optimization_passes():
+        if optimize or p.name != "quantize-sharing":
+            pipeline.add_pass(p)
     return pipeline, pipeline.compile(onyxia.load_model(model), dims)
 
 
@@ -79,6 +81,50 @@ def test_shared_quantization_matches_onnxruntime(runtime, m):
     for cpu in (0, 1):  # both adapter kinds' kernels, whatever this adapter is
         exe.update_dimensions({ADAPTER_CPU: cpu})
         ours = exe.run({"a": a})
+        for name in outs:
+            np.testing.assert_allclose(ours[name], ref[name], rtol=1e-5, atol=1e-5 * float(np.abs(ref[name]).max()),
+                                       err_msg=f"{name} cpu={cpu}")
+
+
+def norm_model(bias: bool):
+    """SkipSimplifiedLayerNormalization -> q, k (a group); its sum (a graph output) ->
+    SimplifiedLayerNormalization -> lm (a lone reader): both norms quantize for their readers."""
+    rng = np.random.default_rng(1)
+    inits: dict = {"g1": rng.standard_normal(K).astype(np.float32), "g2": rng.standard_normal(K).astype(np.float32)}
+    skip_inputs = ["x", "skip", "g1"]
+    if bias:
+        inits["b1"] = rng.standard_normal(K).astype(np.float32)
+        skip_inputs.append("b1")
+    nodes = [helper.make_node("SkipSimplifiedLayerNormalization", skip_inputs, ["y", "", "", "sum"],
+                              domain="com.microsoft", epsilon=1e-6),
+             _nbits(rng, "q", "y", 64, 32, 4, inits), _nbits(rng, "k", "y", 40, 32, 4, inits),
+             helper.make_node("SimplifiedLayerNormalization", ["sum", "g2"], ["z"], epsilon=1e-5, axis=-1),
+             _nbits(rng, "lm", "z", 48, 32, 4, inits)]
+    outs = ["q", "k", "lm", "sum"]
+    inputs = [("x", np.float32, [1, "M", K]), ("skip", np.float32, [1, "M", K])]
+    return make_model(nodes, inputs, outs, inits, extra_opsets=MS), outs
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m", [1, 9])
+def test_norm_quantizes_its_output_as_onnxruntime(runtime, bias, m):
+    model, outs = norm_model(bias)
+    rng = np.random.default_rng(m)
+    feeds = {"x": rng.standard_normal((1, m, K)).astype(np.float32),
+             "skip": rng.standard_normal((1, m, K)).astype(np.float32)}
+    ref = dict(zip(outs, run_ort(model, feeds)))
+    pipeline, compiled = _compile(model, {"M": m})
+    assert len(pipeline.context.reports["quantize-sharing"].fused_norms) == 2
+    dims = {"M": m, ADAPTER_CPU: 1}
+    fused = sum(1 for s in compiled.steps for d in s.dispatches()
+                if all(w.evaluate(dims) if hasattr(w, "evaluate") else w for w in d.workgroups))
+    unfused = _compile(model, {"M": m}, optimize=False)[1]
+    assert fused < sum(1 for s in unfused.steps for d in s.dispatches()
+                       if all(w.evaluate(dims) if hasattr(w, "evaluate") else w for w in d.workgroups))
+    exe = runtime.load_model(compiled)
+    for cpu in (0, 1):
+        exe.update_dimensions({ADAPTER_CPU: cpu})
+        ours = exe.run(feeds)
         for name in outs:
             np.testing.assert_allclose(ours[name], ref[name], rtol=1e-5, atol=1e-5 * float(np.abs(ref[name]).max()),
                                        err_msg=f"{name} cpu={cpu}")
