@@ -142,8 +142,9 @@ class MatMulNBits(Operator):
         if isinstance(m, int) and m == 0:
             return []
         zp_defs, zp_reads = _zero_point_defs(ctx, 3)
-        reads: dict[str, str | Buf] = {"b": ctx.input(1), "scales": ctx.input(2), **zp_reads}
-        defs: dict[str, object] = dict(zp_defs)
+        epilogue_defs, epilogue_reads = self.epilogue(ctx)
+        reads: dict[str, str | Buf] = {"b": ctx.input(1), "scales": ctx.input(2), **zp_reads, **epilogue_reads}
+        defs: dict[str, object] = {**zp_defs, **epilogue_defs}
         if ctx.has_input(5):
             reads["bias"] = ctx.input(5)
             defs["HAS_BIAS"] = True
@@ -184,6 +185,10 @@ class MatMulNBits(Operator):
     def shared_activation(self, ctx: PlanCtx) -> dict[str, str | Buf] | None:
         """The chunked kernel's int8 activation when another node made it (MatMulNBitsShared)."""
         return None
+
+    def epilogue(self, ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
+        """(defs, reads) of fused elementwise ops after the product (MatMulNBitsShared)."""
+        return {}, {}
 
     def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf],
                    enabled: Dim) -> list[Step]:
@@ -318,13 +323,38 @@ class RmsNormQ8(Operator):
 
 class MatMulNBitsShared(MatMulNBits):
     """onyxia::MatMulNBitsShared: MatMulNBits (inputs 0-5 as there) whose chunked kernel reads the
-    int8 activation of a QuantizeQ8 node (inputs 6-8: qa, sa, qsum) instead of making its own."""
+    int8 activation of a QuantizeQ8 node (inputs 6-8: qa, sa, qsum, when present) instead of
+    making its own, and whose kernels may end with fused elementwise ops (an epilogue: inputs 9
+    on hold its other operands; passes/epilogue_fusion.py)."""
 
     op_type = "MatMulNBitsShared"
     domain = FUSED_DOMAIN
 
     def shared_activation(self, ctx: PlanCtx) -> dict[str, str | Buf] | None:
+        if not ctx.has_input(6):
+            return None
         return {"qa": Buf(ctx.input(6), vector=True), "sa": ctx.input(7), "qsum": ctx.input(8)}
+
+    def epilogue(self, ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
+        """Attributes `epilogue_exprs` (a FusedElementwise program over x0, x1, ...) and
+        `epilogue_inputs` (per x: -1 for the product, else the node input holding it, from 9 on):
+        shaders/quantized/epilogue.wgsl's defs. An operand is read at (m, n) as the [M, N]
+        output's shape, as an [N] row or as a scalar (the pass checked it is one of these)."""
+        exprs = list(ctx.attr("epilogue_exprs", []))
+        if not exprs:
+            return {}, {}
+        out, loads, reads = ctx.output_shape(0), [], {}
+        for k, i in enumerate(ctx.attr("epilogue_inputs")):
+            if i < 0:
+                loads.append(f"let x{k} = v;")
+                continue
+            shape = ctx.input_shape(i)
+            index = "0u" if numel(shape) == 1 else "m * N() + n" if ctx.same_shape(shape, out) else "n"
+            loads.append(f"let x{k} = f32(e{k}_load({index}));")
+            reads[f"e{k}"] = ctx.input(i)
+        body = " ".join(f"let v{j} = {e};" for j, e in enumerate(exprs))
+        return {"EPILOGUE": True, "EPILOGUE_LOADS": " ".join(loads), "EPILOGUE_BODY": body,
+                "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------

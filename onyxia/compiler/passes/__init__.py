@@ -1,6 +1,7 @@
 """Built-in passes, one per file."""
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
+from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
 from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
@@ -13,10 +14,12 @@ from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass()]
+    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
+            EpilogueFusionPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "EpilogueFusionPass", "ElementwiseFusionPass",
+           "FunctionExpansionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]
