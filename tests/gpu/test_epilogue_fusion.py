@@ -122,3 +122,14 @@ def test_declines_with_reasons():
     assert "read by 2 nodes" in skipped["two"]
     assert "neither the product's shape" in skipped["bcast"]
     assert "not a fusible elementwise op" in skipped["reshape"]
+
+
+def test_elementwise_fusion_says_why_a_producer_stays_apart():
+    nodes = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Exp", ["r"], ["e"]), helper.make_node("Mul", ["s", "e"], ["y"]),
+             helper.make_node("Neg", ["y"], ["z"])]
+    model = make_model(nodes, [("a", np.float32, [4, 8])], ["y", "z"], opset=20)
+    pipeline, _ = _compile(model, {})
+    report = pipeline.context.reports["elementwise-fusion"]
+    assert any("is a graph output" in why for why in report.declined.values())
+    assert report.fused  # Mul absorbed Sigmoid, Exp and Relu (read only inside the group)
