@@ -92,7 +92,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=64, help="prompt tokens (64)")
     parser.add_argument("--new", type=int, default=64, help="tokens to generate (64)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine (3)")
-    parser.add_argument("--int4", action="store_true", help="int4 weights (MatMulNBits, GatherBlockQuantized)")
+    parser.add_argument("--int4", action="store_true",
+                        help="int4 weights (MatMulNBits with accuracy_level 4, GatherBlockQuantized)")
     parser.add_argument("--model-dir", type=Path, action="append",
                         help="an existing model folder instead of building one (repeatable)")
     args = parser.parse_args()
@@ -101,7 +102,8 @@ def main() -> None:
         model_dirs = args.model_dir
         if not model_dirs:
             start = time.perf_counter()
-            model_dirs = [build_decoder(BENCH_SPEC.with_(int4=args.int4), Path(tmp) / "decoder")]
+            spec = BENCH_SPEC.with_(int4=True, accuracy_level=4) if args.int4 else BENCH_SPEC
+            model_dirs = [build_decoder(spec, Path(tmp) / "decoder")]
             print(f"built the decoder in {time.perf_counter() - start:.1f} s")
         for model_dir in model_dirs:
             run(model_dir, args)

@@ -65,6 +65,7 @@ class DecoderSpec:
     embed_scale: bool = False  # Gemma: embeddings × √hidden
     int4: bool = False  # MatMulNBits / GatherBlockQuantized with zero points
     block_size: int = 16
+    accuracy_level: int | None = None  # MatMulNBits accuracy_level (4: int8 activations, genai's builder)
     rope_theta: float = 10000.0
     epsilon: float = 1e-6
     seed: int = 0
@@ -233,11 +234,11 @@ def _attention(g: _Graph, spec: DecoderSpec, x: str, i: int, seqlens_k: str, tot
     return g.matmul(out, f"layers.{i}.attn.o_proj", nh * hs, h)
 
 
-def quantize_int4(model: onnx.ModelProto, block_size: int) -> onnx.ModelProto:
+def quantize_int4(model: onnx.ModelProto, block_size: int, accuracy_level: int | None = None) -> onnx.ModelProto:
     """MatMul → MatMulNBits and Gather(embedding) → GatherBlockQuantized, with zero points."""
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=False, accuracy_level=None,
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=False, accuracy_level=accuracy_level,
                                           op_types_to_quantize=("MatMul", "Gather"),
                                           quant_axes=(("MatMul", 0), ("Gather", 1)))
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
@@ -330,7 +331,7 @@ def build_decoder(spec: DecoderSpec, folder: str | Path, *, model: onnx.ModelPro
     if model is None:
         model = build_graph(spec)
         if spec.int4:
-            model = quantize_int4(model, spec.block_size)
+            model = quantize_int4(model, spec.block_size, spec.accuracy_level)
     onnx.save_model(model, str(folder / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                     location="model.onnx.data", size_threshold=1024)
     (folder / "genai_config.json").write_text(json.dumps(genai_config(spec), indent=4))

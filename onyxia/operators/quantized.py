@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.fused import FUSED_DOMAIN
 from onyxia.operators.gemv import CHUNKED_MAX_M
 from onyxia.plan import Step
 
@@ -140,8 +142,9 @@ class MatMulNBits(Operator):
         if isinstance(m, int) and m == 0:
             return []
         zp_defs, zp_reads = _zero_point_defs(ctx, 3)
-        reads: dict[str, str | Buf] = {"b": ctx.input(1), "scales": ctx.input(2), **zp_reads}
-        defs: dict[str, object] = dict(zp_defs)
+        epilogue_defs, epilogue_reads = self.epilogue(ctx)
+        reads: dict[str, str | Buf] = {"b": ctx.input(1), "scales": ctx.input(2), **zp_reads, **epilogue_reads}
+        defs: dict[str, object] = {**zp_defs, **epilogue_defs}
         if ctx.has_input(5):
             reads["bias"] = ctx.input(5)
             defs["HAS_BIAS"] = True
@@ -156,7 +159,7 @@ class MatMulNBits(Operator):
         steps: list[Step] = []
         if not is_zero(chunked):
             chunked_defs = {**defs, "PLAIN_DOT": q8 and not self.packed_dot}
-            steps += _plan_chunked(ctx, c, m, q8, chunked, chunked_defs, reads)
+            steps += _plan_chunked(ctx, c, m, q8, chunked, chunked_defs, reads, self.shared_activation(ctx))
         if k % 8:
             defs["K_TAIL"] = True
         if q8:
@@ -178,6 +181,14 @@ class MatMulNBits(Operator):
                                       params=params, reads=reads, writes={"y": ctx.output(0)},
                                       workgroups=(ceil_div(n, 64) * tiled, ceil_div(m, 64), 1)))
         return steps
+
+    def shared_activation(self, ctx: PlanCtx) -> dict[str, str | Buf] | None:
+        """The chunked kernel's int8 activation when another node made it (MatMulNBitsShared)."""
+        return None
+
+    def epilogue(self, ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
+        """(defs, reads) of fused elementwise ops after the product (MatMulNBitsShared)."""
+        return {}, {}
 
     def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf],
                    enabled: Dim) -> list[Step]:
@@ -207,22 +218,31 @@ def _chunked_applies(c: NBitsSpec) -> bool:
     return c.block >= 32 and c.k % c.block == 0 and c.k <= 32 * CHUNKED_MAX_GROUPS
 
 
+def _quantize_chunked(ctx: PlanCtx, m: Dim, k: int, block: int, enabled: Dim, qa: str, sa: str,
+                      qsum: str) -> Step:
+    """quantize_q8_chunked.wgsl: a [M, K] to int8 per block, in the chunked kernel's layout."""
+    nblk = ceil_div(k, block)
+    return ctx.dispatch("quantized/quantize_q8_chunked.wgsl", label="quantize_q8_chunked",
+                        params={"M": m, "K": k, "BLOCK": block, "NBLK": nblk},
+                        reads={"a": ctx.input(0)}, writes={"qa": qa, "sa": sa, "qsum": qsum},
+                        workgroups=ctx.grid(m * nblk * enabled, QUANTIZE_THREADS))
+
+
 def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, defs: dict,
-                  reads: dict[str, str | Buf]) -> list[Step]:
-    """matmul_nbits_chunked.wgsl (after quantize_q8_chunked.wgsl with int8 activations): one
-    dispatch per row class (ROWS 1 for decode, 4 above), whichever holds M runs."""
+                  reads: dict[str, str | Buf], shared: dict[str, str | Buf] | None = None) -> list[Step]:
+    """matmul_nbits_chunked.wgsl (after quantize_q8_chunked.wgsl with int8 activations, unless
+    `shared` holds them already): one dispatch per row class (ROWS 1 for decode, 4 above),
+    whichever holds M runs."""
     steps: list[Step] = []
     reads = {**reads, "b": Buf(ctx.input(1), raw=True, vector=True)}
-    if q8:
+    if q8 and shared is not None:
+        activation: dict[str, str | Buf] = shared
+    elif q8:
         qa = ctx.scratch(m * c.nblk * c.block // 4, "uint32", "qa")
         sa = ctx.scratch(m * c.nblk, "float32", "sa")
         qsum = ctx.scratch(m * c.nblk, "float32", "qsum")
-        steps.append(ctx.dispatch(
-            "quantized/quantize_q8_chunked.wgsl", label="quantize_q8_chunked",
-            params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
-            reads={"a": ctx.input(0)}, writes={"qa": qa, "sa": sa, "qsum": qsum},
-            workgroups=ctx.grid(m * c.nblk * enabled, QUANTIZE_THREADS)))
-        activation: dict[str, str | Buf] = {"qa": Buf(qa, vector=True), "sa": sa, "qsum": qsum}
+        steps.append(_quantize_chunked(ctx, m, c.k, c.block, enabled, qa, sa, qsum))
+        activation = {"qa": Buf(qa, vector=True), "sa": sa, "qsum": qsum}
     else:
         activation = {"a": Buf(ctx.input(0), vector=True)}
     params = {"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
@@ -235,6 +255,106 @@ def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, de
             params=params, reads={**activation, **reads}, writes={"y": ctx.output(0)},
             workgroups=(ceil_div(c.n, 32), 1, ceil_div(m, rows) * enabled * holds)))
     return steps
+
+
+# ---- one int8 activation for several MatMulNBits (passes/quantize_sharing.py) --------------
+
+def chunked_q8(c: NBitsSpec, accuracy_level: int) -> bool:
+    """Whether a MatMulNBits runs the chunked int8 kernels on a CPU-type adapter."""
+    return accuracy_level == 4 and c.block <= 256 and _chunked_applies(c)
+
+
+class QuantizeQ8(Operator):
+    """onyxia::QuantizeQ8(a) -> (qa, sa, qsum): accuracy_level 4's int8 activation as
+    quantize_q8_chunked.wgsl writes it (attributes K, block_size), made once for every
+    MatMulNBitsShared that reads `a`. Runs on a CPU-type adapter only, where the chunked
+    kernels do; elsewhere each consumer quantizes for its own coalesced kernel."""
+
+    op_type = "QuantizeQ8"
+    domain = FUSED_DOMAIN
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        k, block = int(ctx.attr("K")), int(ctx.attr("block_size"))
+        lead, nblk = tuple(ctx.input_shape(0)[:-1]), ceil_div(k, block)
+        return [(dtypes.UINT32, lead + (nblk * block // 4,)), (dtypes.FLOAT32, lead + (nblk,)),
+                (dtypes.FLOAT32, lead + (nblk,))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        m = numel(ctx.input_shape(0)[:-1])
+        if isinstance(m, int) and m == 0:
+            return []
+        return [_quantize_chunked(ctx, m, int(ctx.attr("K")), int(ctx.attr("block_size")), ctx.adapter_cpu(),
+                                  ctx.output(0), ctx.output(1), ctx.output(2))]
+
+
+class RmsNormQ8(Operator):
+    """onyxia::RmsNormQ8(x, [skip], gamma, [bias]) -> (y, qa, sa, qsum, [sum]): an RMS norm over
+    the last axis ((Skip)SimplifiedLayerNormalization: attributes epsilon, skip, bias, sum) that
+    also writes QuantizeQ8's outputs (attributes K, block_size): shaders/llm/rmsnorm_q8.wgsl.
+    float32 only (a float16 y would be rounded before its quantization)."""
+
+    op_type = "RmsNormQ8"
+    domain = FUSED_DOMAIN
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        x = (ctx.input_dtype(0), tuple(ctx.input_shape(0)))
+        return [x, *QuantizeQ8().infer(ctx)] + ([x] if ctx.attr("sum", 0) else [])
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        k, block = int(ctx.attr("K")), int(ctx.attr("block_size"))
+        m = numel(ctx.input_shape(0)[:-1])
+        if isinstance(m, int) and m == 0:
+            return []
+        reads: dict[str, str | Buf] = {"x": ctx.input(0), "gamma": ctx.input(2)}
+        writes: dict[str, str | Buf] = {"y": ctx.output(0), "qa": ctx.output(1), "sa": ctx.output(2),
+                                        "qsum": ctx.output(3)}
+        defs = {"SKIP": ctx.has_input(1), "HAS_BIAS": ctx.has_input(3), "SUM_OUT": bool(ctx.attr("sum", 0))}
+        if defs["SKIP"]:
+            reads["skip"] = ctx.input(1)
+        if defs["HAS_BIAS"]:
+            reads["bias"] = ctx.input(3)
+        if defs["SUM_OUT"]:
+            writes["s"] = ctx.output(4)
+        return [ctx.dispatch("llm/rmsnorm_q8.wgsl", label="rmsnorm_q8", defs=defs,
+                             params={"M": m, "K": k, "BLOCK": block, "NBLK": ceil_div(k, block),
+                                     "EPS": (float(ctx.attr("epsilon")), "f32")},
+                             reads=reads, writes=writes, workgroups=ctx.grid(m, 1))]
+
+
+class MatMulNBitsShared(MatMulNBits):
+    """onyxia::MatMulNBitsShared: MatMulNBits (inputs 0-5 as there) whose chunked kernel reads the
+    int8 activation of a QuantizeQ8 node (inputs 6-8: qa, sa, qsum, when present) instead of
+    making its own, and whose kernels may end with fused elementwise ops (an epilogue: inputs 9
+    on hold its other operands; passes/epilogue_fusion.py)."""
+
+    op_type = "MatMulNBitsShared"
+    domain = FUSED_DOMAIN
+
+    def shared_activation(self, ctx: PlanCtx) -> dict[str, str | Buf] | None:
+        if not ctx.has_input(6):
+            return None
+        return {"qa": Buf(ctx.input(6), vector=True), "sa": ctx.input(7), "qsum": ctx.input(8)}
+
+    def epilogue(self, ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
+        """Attributes `epilogue_exprs` (a FusedElementwise program over x0, x1, ...) and
+        `epilogue_inputs` (per x: -1 for the product, else the node input holding it, from 9 on):
+        shaders/quantized/epilogue.wgsl's defs. An operand is read at (m, n) as the [M, N]
+        output's shape, as an [N] row or as a scalar (the pass checked it is one of these)."""
+        exprs = list(ctx.attr("epilogue_exprs", []))
+        if not exprs:
+            return {}, {}
+        out, loads, reads = ctx.output_shape(0), [], {}
+        for k, i in enumerate(ctx.attr("epilogue_inputs")):
+            if i < 0:
+                loads.append(f"let x{k} = v;")
+                continue
+            shape = ctx.input_shape(i)
+            index = "0u" if numel(shape) == 1 else "m * N() + n" if ctx.same_shape(shape, out) else "n"
+            loads.append(f"let x{k} = f32(e{k}_load({index}));")
+            reads[f"e{k}"] = ctx.input(i)
+        body = " ".join(f"let v{j} = {e};" for j, e in enumerate(exprs))
+        return {"EPILOGUE": True, "EPILOGUE_LOADS": " ".join(loads), "EPILOGUE_BODY": body,
+                "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------
@@ -301,7 +421,9 @@ class GatherBlockQuantized(Operator):
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(MatMulNBits(), 1), (GatherBlockQuantized(), 1)]
+    return [(MatMulNBits(), 1), (GatherBlockQuantized(), 1), (QuantizeQ8(), 1), (MatMulNBitsShared(), 1),
+            (RmsNormQ8(), 1)]
 
 
-__all__ = ["GatherBlockQuantized", "MatMulNBits", "operators"]
+__all__ = ["GatherBlockQuantized", "MatMulNBits", "MatMulNBitsShared", "QuantizeQ8", "RmsNormQ8", "chunked_q8",
+           "operators"]

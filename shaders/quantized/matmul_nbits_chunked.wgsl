@@ -18,6 +18,7 @@
 // Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW, RBLOCKS.
 #import common::grid
 #import quantized::nbits
+#import quantized::epilogue
 
 const COLS = 4u;
 const ROWS = #{ROWS}u;
@@ -87,9 +88,7 @@ fn put(m: u32, n0: u32, v: vec4<f32>) {
         let n = n0 + c;
         if (n < N()) {
             var out = v[c];
-#ifdef HAS_BIAS
-            out += f32(bias_load(n));
-#endif
+            out = nbits_epilogue(out, m, n);
             y_store(m * N() + n, y_t(out));
         }
     }

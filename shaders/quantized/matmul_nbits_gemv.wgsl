@@ -7,10 +7,11 @@
 // (coalesced); each dequantized word serves all ROWS rows. Partial sums meet in a shared-memory
 // tree reduction. Block sizes are >= 16, so the 8 weights of a word share one block.
 // Buffers: a (read as vec4 unless K_TAIL), b, scales, [zp], [bias], y; computed in f32.
-// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, K_TAIL (K % 8 != 0). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
+// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, EPILOGUE (quantized/epilogue.wgsl), K_TAIL (K % 8 != 0). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
 // KWORDS (words covering K), ZP_ROW (zero-point bytes per row).
 #import common::grid
 #import quantized::nbits
+#import quantized::epilogue
 
 const COLS = 8u;
 const LANES = 32u;
@@ -78,9 +79,7 @@ fn main(wg: Grid) {
             let m = m0 + r;
             if (m < M()) {
                 var v = red[r * 256u + lid];
-#ifdef HAS_BIAS
-                v += f32(bias_load(n));
-#endif
+                v = nbits_epilogue(v, m, n);
                 y_store(m * N() + n, y_t(v));
             }
         }

@@ -11,6 +11,7 @@
 // Buffers: qa (int8, read a word at a time), sa, b, scales, [zp], [bias], y.
 // Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, PLAIN_DOT. Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW.
 #import quantized::nbits
+#import quantized::epilogue
 #import common::grid
 
 const COLS = 8u;
@@ -79,9 +80,7 @@ fn main(wg: Grid) {
             let m = m0 + r;
             if (m < M()) {
                 var v = red[r * 256u + lid];
-#ifdef HAS_BIAS
-                v += f32(bias_load(n));
-#endif
+                v = nbits_epilogue(v, m, n);
                 y_store(m * N() + n, y_t(v));
             }
         }

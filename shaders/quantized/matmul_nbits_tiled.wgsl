@@ -6,6 +6,7 @@
 // a quantization block (block sizes are powers of two >= 16): one scale/zero point per column.
 // Buffers, defs and params: as matmul_nbits_gemv.wgsl (a is read one element at a time).
 #import quantized::nbits
+#import quantized::epilogue
 
 const TM = 64u;
 const TN = 64u;
@@ -73,9 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let n = n0 + tx * 4u + j;
             if (m < M() && n < N()) {
                 var v = acc[i * 4u + j];
-#ifdef HAS_BIAS
-                v += f32(bias_load(n));
-#endif
+                v = nbits_epilogue(v, m, n);
                 y_store(m * N() + n, y_t(v));
             }
         }

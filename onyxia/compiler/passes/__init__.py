@@ -1,10 +1,12 @@
 """Built-in passes, one per file."""
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
+from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
 from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
+from onyxia.compiler.passes.quantize_sharing import SharedQuantizationPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
@@ -12,10 +14,12 @@ from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), ElementwiseFusionPass()]
+    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
+            EpilogueFusionPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "ElementwiseFusionPass", "FunctionExpansionPass",
-           "SequenceLoweringPass",
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "EpilogueFusionPass", "ElementwiseFusionPass",
+           "FunctionExpansionPass",
+           "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
            "default_optimization_passes"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from onyxia.compiler.pass_api import CompileContext, Pass, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
@@ -14,6 +15,14 @@ from onyxia.operators.fused import FUSED_DOMAIN
 _OPERAND = re.compile(r"\bx(\d+)\b")
 
 
+@dataclass(frozen=True)
+class FusionReport:
+    """{fused node: the nodes it absorbed}, {"member <- producer": why the producer stayed apart}."""
+
+    fused: dict[str, list[str]]
+    declined: dict[str, str]
+
+
 class ElementwiseFusionPass(Pass):
     """1. Finds fusible nodes: table elementwise ops (BinaryElementwise / UnaryElementwise) over
        float tensors whose output has the input's dtype (no comparisons, no Pow's mixed types,
@@ -21,7 +30,9 @@ class ElementwiseFusionPass(Pass):
     2. From each fusible root (reverse topological order) absorbs producers whose output feeds
        only that group and is not a graph output, while the group reads at most
        MAX_MAP_INPUTS distinct tensors.
-    3. Rewrites the root into an onyxia::FusedElementwise node whose `exprs` program evaluates
+    3. Every producer of a group member it does not absorb, it reports why (a FusionReport in
+       ctx.reports["elementwise-fusion"], keyed by the member).
+    4. Rewrites the root into an onyxia::FusedElementwise node whose `exprs` program evaluates
        the group (attribute params renamed per member, e.g. ALPHA() → ALPHA_2()), and removes
        the absorbed nodes.
     The generated kernel is specialized per chain (codegen, not an interpreter), so it keeps
@@ -37,19 +48,38 @@ class ElementwiseFusionPass(Pass):
     name = "elementwise-fusion"
     stage = Stage.OPTIMIZATION
 
-    def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
+    def run(self, graph: IrGraph, ctx: CompileContext) -> PassResult:
         absorbed: set[NodeId] = set()
-        modified = False
+        fused: dict[str, list[str]] = {}
+        self.declined: dict[str, str] = {}
         for root in reversed(graph.topological_order()):
             if root in absorbed or self._expression(graph, ctx, root) is None:
                 continue
             group = self._grow(graph, ctx, root, absorbed)
             if len(group) < 2:
                 continue
+            fused[graph.node(root).name] = [graph.node(n).name for n in group[1:]]
             self._rewrite(graph, ctx, root, group)
             absorbed.update(group)
-            modified = True
-        return modified
+        ctx.reports[self.name] = FusionReport(fused, self.declined)
+        return PassResult(bool(fused), f"{len(fused)} fused groups; {len(self.declined)} producers kept apart")
+
+    def _why_not(self, graph: IrGraph, ctx: CompileContext, tid: str, producer: NodeId | None,
+                 members: set[NodeId], absorbed: set[NodeId]) -> str | None:
+        """Why `producer` of `tid` cannot join the group `members` (None: it can, shapes allowing)."""
+        if producer is None or producer in members:
+            return None if producer is not None else "no producer"
+        if producer in absorbed:
+            return "already in another fused group"
+        if tid in graph.outputs:
+            return f"'{tid}' is a graph output"
+        if any(c not in members for c in graph.consumers(tid)):
+            return f"'{tid}' is also read outside the group"
+        if self._expression(graph, ctx, producer) is None:
+            return f"{graph.node(producer).op_type} is not a float elementwise table op"
+        if len(self._external(graph, members | {producer})) > MAX_MAP_INPUTS:
+            return f"the group would read more than {MAX_MAP_INPUTS} tensors"
+        return None
 
     def _expression(self, graph: IrGraph, ctx: CompileContext, nid: NodeId):
         """(op, ctx, wgsl, params) if `nid` can join a fused group, else None."""
@@ -89,11 +119,10 @@ class ElementwiseFusionPass(Pass):
             nid = frontier.pop()
             for tid in graph.node(nid).inputs:
                 producer = graph.producer(tid) if tid is not None else None
-                if (producer is None or producer in members or producer in absorbed or tid in graph.outputs
-                        or any(c not in members for c in graph.consumers(tid))
-                        or self._expression(graph, ctx, producer) is None):
+                if producer is None or producer in members or graph.tensor(tid).value is not None:
                     continue
-                if len(self._external(graph, members | {producer})) > MAX_MAP_INPUTS:
+                if reason := self._why_not(graph, ctx, tid, producer, members, absorbed):
+                    self.declined[f"{graph.node(nid).name} <- {graph.node(producer).name}"] = reason
                     continue
                 members.add(producer)
                 group.append(producer)
