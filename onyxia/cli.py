@@ -115,8 +115,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.output:
         _check_output_path(args.output)
     _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+    from onyxia.plan_cost import cost_summary
+
     print(f"compiled {args.model}")
-    for line in _summary(compiled):
+    for line in (*_summary(compiled), *cost_summary(compiled)):
         print("  " + line)
     if args.output:
         try:
