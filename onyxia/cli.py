@@ -322,11 +322,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ort_median = statistics.median(ort_times)
         print(f"onnxruntime CPU: median {ort_median * 1e3:.3f} ms; onyxia/onnxruntime time ratio "
               f"{median / ort_median:.2f}")
+    if args.trace and not args.profile:
+        raise CliError("--trace needs --profile")
     if args.profile:
-        from onyxia.runtime.profile import profile_dispatches
+        from onyxia.runtime.peaks import adapter_peaks
+        from onyxia.runtime.profile import profile, profile_lines, write_trace
 
-        for line in profile_dispatches(exe, feeds):
+        profiles = profile(exe, feeds)
+        peaks = adapter_peaks(runtime)
+        for line in profile_lines(profiles, peaks):
             print("  " + line)
+        if args.trace:
+            write_trace(args.trace, profiles, peaks, runtime.info.summary)
+            print(f"trace of {len(profiles)} dispatches written to {args.trace} (open it in ui.perfetto.dev)")
     return 0
 
 
@@ -363,7 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-ort", action="store_true", help="skip the onnxruntime comparison")
-    p.add_argument("--profile", action="store_true", help="per-dispatch GPU time (timestamp queries)")
+    p.add_argument("--profile", action="store_true",
+                   help="per-dispatch GPU time (timestamp queries), bytes, flops and roofline fraction")
+    p.add_argument("--trace", metavar="FILE.json", help="with --profile: write a Chrome/Perfetto trace")
     p.add_argument("--adapter", help="adapter index or name substring")
     p.set_defaults(func=cmd_bench)
 
