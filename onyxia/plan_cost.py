@@ -141,16 +141,20 @@ def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None) -> Pl
 
 @dataclass(frozen=True)
 class MemoryPeak:
-    peak_bytes: int  # most activation bytes alive at once (between first and last use)
+    peak_bytes: int  # most activation buffer bytes in use at once (a shared buffer: all its tensors' uses)
     allocated_bytes: int  # activation buffers the memory plan allocates (shared ones once)
     buffers: int
+    # Most activation bytes live at once by tensor lifetimes, at the compile dims (planning's
+    # figure, before buffers are shared: the floor an ideal allocator reaches); None: not recorded.
+    planned_peak: int | None = None
 
 
 def activation_memory(model: CompiledModel, dims: Mapping[str, int] | None = None) -> MemoryPeak:
-    """Peak live activation memory over the plan's operations, and what the memory plan allocates.
+    """Peak activation memory over the plan's operations, and what the memory plan allocates.
 
     Activations are intermediate and scratch buffers (not weights, inputs or outputs); a buffer
-    is live from the operation that first uses it to the one that last does.
+    is in use from the operation that first uses it to the one that last does (a buffer that
+    several tensors share: from the first use of any to the last).
     """
     env = {**model.dims, **(dims or {})}
     tensors = model.tensors
@@ -174,7 +178,9 @@ def activation_memory(model: CompiledModel, dims: Mapping[str, int] | None = Non
     for d in delta:
         live += d
         peak = max(peak, live)
-    return MemoryPeak(peak, sum(size.values()), len(roots))
+    order = model.metadata.get("order")
+    planned = int(order["peak_after"]) if isinstance(order, dict) and "peak_after" in order else None
+    return MemoryPeak(peak, sum(size.values()), len(roots), planned)
 
 
 @dataclass(frozen=True)
@@ -244,8 +250,9 @@ def cost_summary(model: CompiledModel) -> list[str]:
     lines = [
         f"bytes per run:    {fmt_bytes(cost.bytes)} moved by {len(cost.live)} dispatches at the dims given "
         f"({cost.flops / 1e6:.3g} Mflop)",
-        f"peak activations: {fmt_bytes(memory.peak_bytes)} live at once ({fmt_bytes(memory.allocated_bytes)} "
-        f"in {memory.buffers} buffers)",
+        f"peak activations: {fmt_bytes(memory.peak_bytes)} of buffers in use at once, "
+        + (f"{fmt_bytes(memory.planned_peak)} of tensors live at once, " if memory.planned_peak is not None else "")
+        + f"{fmt_bytes(memory.allocated_bytes)} allocated in {memory.buffers} buffers",
     ]
     step = decode_cost(model)
     if step is not None:

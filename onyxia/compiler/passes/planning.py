@@ -6,6 +6,7 @@ from __future__ import annotations
 from onyxia.compiler.context import CompileContext
 from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.compiler.passes.memory import plan_memory
+from onyxia.compiler.passes.ordering import order_for_memory
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
@@ -27,7 +28,9 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     2. Calls `plan` of each remaining node in topological order, collecting its steps.
     3. Materializes the values the steps read: numeric ones as weight data, symbolic ones
        (shape tensors over dynamic dims) as WriteBuffer steps patched on dimension changes.
-    4. Records a SymbolicBinding for every expression over dynamic dimensions.
+    4. Orders the operations to lower the peak of live activations (passes/ordering.py) and
+       lets intermediates with disjoint lifetimes share buffers (passes/memory.py).
+    5. Records a SymbolicBinding for every expression over dynamic dimensions.
     """
     state = PlanState(graph, ctx)
     state.subgraph_planner = lambda sub: _plan_subgraph(sub, ctx, state)
@@ -35,6 +38,9 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     folded += ctx.folded_nodes
 
     tensors, prelude = _tensor_table(graph, state, operations)
+    order = None
+    if ctx.memory_order:
+        operations, order = order_for_memory(operations, tensors, {**ctx.dims, **state.runtime_dims})
     if prelude:
         operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
     tensors, memory = plan_memory(operations, tensors)
@@ -62,6 +68,8 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
             "folded_nodes": folded,
             "weight_bytes": weight_bytes,
             "memory": memory,
+            **({"order": {"memory_aware": order.applied, "peak_before": order.peak_before,
+                          "peak_after": order.peak_after}} if order is not None else {}),
             **({"containers": ctx.containers} if ctx.containers else {}),
             **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
         },
