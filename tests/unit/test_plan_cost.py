@@ -86,3 +86,14 @@ def test_no_decode_line_without_a_past_cache():
     compiled = compile_model(_matmul_add(), {"m": 4})
     assert decode_cost(compiled) is None
     assert not any("decode" in line for line in cost_summary(compiled))
+
+
+def test_compile_prints_the_decode_step_of_an_llm_folder(capsys):
+    from onyxia.cli import main
+
+    assert main(["compile", "tests/data/llm/genai/llama-cpu-fp32", "--dim", "max_length=32"]) == 0
+    out = capsys.readouterr().out
+    assert "bytes per run:" in out and "peak activations:" in out
+    assert "decode step:" in out and "sequence_length=1" in out
+    ratio = float(out.split("decode traffic:")[1].split("x")[0])
+    assert 1.0 <= ratio < 2.0
