@@ -22,7 +22,9 @@ class CompileContext(DimEnv):
                   adds the folded nodes it skips), reported in the plan's metadata;
     containers    sequence/optional graph outputs and their element tensors;
     memory_order  planning orders the operations to lower peak activation memory
-                  (passes/ordering.py); False keeps the graph's topological order.
+                  (passes/ordering.py) and lets elementwise maps write into a dying input's
+                  buffer (passes/inplace.py); False keeps the graph's topological order and
+                  gives every map its own output buffer.
     """
 
     registry: OperatorRegistry

@@ -48,7 +48,8 @@ class CompilerPipeline:
 
     def __init__(self, registry: OperatorRegistry, *, optimize: bool = True, memory_order: bool = True):
         """`memory_order=False` plans the operations in the graph's topological order instead
-        of the memory-aware one (compiler/passes/ordering.py)."""
+        of the memory-aware one (compiler/passes/ordering.py), without in-place elementwise
+        writes (compiler/passes/inplace.py)."""
         self.registry = registry
         self.memory_order = memory_order
         self._passes: list[Pass] = [SymbolicResolutionPass(), FunctionExpansionPass(), SequenceLoweringPass(),

@@ -52,3 +52,19 @@ def test_reordered_llama_matches_onnxruntime(runtime):
 
     _check(runtime, model, [{"batch_size": 1, "sequence_length": 16, "past_sequence_length": 16},
                             {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 30}], feeds)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_in_place_maps_match_onnxruntime(runtime, dtype):
+    from tests.unit.test_memory_order import chain
+
+    model = chain(dtype)
+    compiled = compile_model(model, {"n": 16})
+    assert compiled.metadata["memory"]["in_place"] == 2
+    exe = runtime.load_model(compiled)
+    rng = np.random.default_rng(4)
+    for n in (16, 3, 33):
+        exe.update_dimensions({"n": n})
+        x = rng.standard_normal((n, 8)).astype(dtype)
+        tol = 1e-5 if dtype == np.float32 else 2e-3
+        np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=tol, atol=tol)
