@@ -66,7 +66,7 @@ def write_in_place(ops: list[PlannedOp], tensors: dict[str, TensorInfo], shaders
             continue
         src, dst = step.bindings[0].tensor, _output(step, spec)
         loads = dict(spec.defs)["LOADS"]
-        new_spec = replace(spec, label=spec.label + "_inplace",
+        new_spec = replace(spec,
                            defs=tuple((k, str(v).replace("in0_load(", "y_load(") if k == "LOADS" else v)
                                       for k, v in spec.defs),
                            buffers=spec.buffers[1:])
