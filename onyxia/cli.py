@@ -58,6 +58,12 @@ def _compile(model_path: str, dims: dict[str, int], static: Sequence[str]):
     import onyxia
     from onyxia.compiler import CompilerPipeline
 
+    if Path(model_path).is_dir():  # an LLM folder (genai_config.json or config.json + model.onnx)
+        from onyxia.llm.compile import compile_decoder
+
+        compiled, _io = compile_decoder(model_path, dims.pop("max_length", None),
+                                        progress=lambda rec, done, total: _progress("compiling", done, total))
+        return None, compiled
     graph = onyxia.load_model(model_path)
     pipeline = CompilerPipeline(onyxia.core_operator_registry())
     return graph, pipeline.compile(graph, dims, static,
@@ -115,8 +121,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.output:
         _check_output_path(args.output)
     _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+    from onyxia.plan_cost import cost_summary
+
     print(f"compiled {args.model}")
-    for line in _summary(compiled):
+    for line in (*_summary(compiled), *cost_summary(compiled)):
         print("  " + line)
     if args.output:
         try:
@@ -320,11 +328,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ort_median = statistics.median(ort_times)
         print(f"onnxruntime CPU: median {ort_median * 1e3:.3f} ms; onyxia/onnxruntime time ratio "
               f"{median / ort_median:.2f}")
+    if args.trace and not args.profile:
+        raise CliError("--trace needs --profile")
     if args.profile:
-        from onyxia.runtime.profile import profile_dispatches
+        from onyxia.runtime.peaks import adapter_peaks
+        from onyxia.runtime.profile import profile, profile_lines, write_trace
 
-        for line in profile_dispatches(exe, feeds):
+        profiles = profile(exe, feeds)
+        peaks = adapter_peaks(runtime)
+        for line in profile_lines(profiles, peaks):
             print("  " + line)
+        if args.trace:
+            write_trace(args.trace, profiles, peaks, runtime.info.summary)
+            print(f"trace of {len(profiles)} dispatches written to {args.trace} (open it in ui.perfetto.dev)")
     return 0
 
 
@@ -339,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--static", action="append", metavar="NAME",
                        help="bake this dimension into the shaders (changing it later recompiles them)")
 
-    p = sub.add_parser("compile", help="compile a model and print a plan summary")
+    p = sub.add_parser("compile", help="compile a model (or an LLM folder) and print a plan summary with its "
+                       "bytes moved, peak activations and, for a decoder, a decode step's traffic")
     model_args(p, plan_ok=False)
     p.add_argument("-o", "--output", metavar="PLAN", help="write the compiled plan to this file")
     p.set_defaults(func=cmd_compile)
@@ -361,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-ort", action="store_true", help="skip the onnxruntime comparison")
-    p.add_argument("--profile", action="store_true", help="per-dispatch GPU time (timestamp queries)")
+    p.add_argument("--profile", action="store_true",
+                   help="per-dispatch GPU time (timestamp queries), bytes, flops and roofline fraction")
+    p.add_argument("--trace", metavar="FILE.json", help="with --profile: write a Chrome/Perfetto trace")
     p.add_argument("--adapter", help="adapter index or name substring")
     p.set_defaults(func=cmd_bench)
 

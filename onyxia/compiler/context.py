@@ -20,7 +20,11 @@ class CompileContext(DimEnv):
                   SplitLargeTensorsPass's SplitReport);
     folded_nodes  nodes removed because every output was a constant (DCE counts them; planning
                   adds the folded nodes it skips), reported in the plan's metadata;
-    containers    sequence/optional graph outputs and their element tensors.
+    containers    sequence/optional graph outputs and their element tensors;
+    memory_order  planning orders the operations to lower peak activation memory
+                  (passes/ordering.py) and lets elementwise maps write into a dying input's
+                  buffer (passes/inplace.py); False keeps the graph's topological order and
+                  gives every map its own output buffer.
     """
 
     registry: OperatorRegistry
@@ -30,6 +34,7 @@ class CompileContext(DimEnv):
     # output names, "structure": {name: {"kind", "items"}}}; planning puts it in the plan's
     # metadata and InferenceSession reassembles them from their element tensors.
     containers: dict[str, object] = field(default_factory=dict)
+    memory_order: bool = True
 
 
 __all__ = ["CompileContext"]

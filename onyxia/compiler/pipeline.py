@@ -46,8 +46,12 @@ class CompilerPipeline:
     report) describe the most recent run.
     """
 
-    def __init__(self, registry: OperatorRegistry, *, optimize: bool = True):
+    def __init__(self, registry: OperatorRegistry, *, optimize: bool = True, memory_order: bool = True):
+        """`memory_order=False` plans the operations in the graph's topological order instead
+        of the memory-aware one (compiler/passes/ordering.py), without in-place elementwise
+        writes (compiler/passes/inplace.py)."""
         self.registry = registry
+        self.memory_order = memory_order
         self._passes: list[Pass] = [SymbolicResolutionPass(), FunctionExpansionPass(), SequenceLoweringPass(),
                                     ShapeInferencePass(),
                                     ConstantFoldingPass()]
@@ -110,7 +114,8 @@ class CompilerPipeline:
         self.check_order(passes)
         work = graph.copy()
         self.context = ctx = CompileContext(dims=dict(dims), static=frozenset(static),
-                                            placeholders=frozenset(placeholders), registry=self.registry)
+                                            placeholders=frozenset(placeholders), registry=self.registry,
+                                            memory_order=self.memory_order)
         self.history = []
         self._total = len(passes) + int(lowering)
         for p in passes:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from onyxia.compiler.context import CompileContext
 from onyxia.compiler.passes.inference import resolve_operator
+from onyxia.compiler.passes.inplace import drop_unused_shaders, write_in_place
 from onyxia.compiler.passes.memory import plan_memory
+from onyxia.compiler.passes.ordering import order_for_memory
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
@@ -27,7 +29,10 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     2. Calls `plan` of each remaining node in topological order, collecting its steps.
     3. Materializes the values the steps read: numeric ones as weight data, symbolic ones
        (shape tensors over dynamic dims) as WriteBuffer steps patched on dimension changes.
-    4. Records a SymbolicBinding for every expression over dynamic dimensions.
+    4. Orders the operations to lower the peak of live activations (passes/ordering.py), lets
+       elementwise maps write into a dying input's buffer (passes/inplace.py) and
+       intermediates with disjoint lifetimes share buffers (passes/memory.py).
+    5. Records a SymbolicBinding for every expression over dynamic dimensions.
     """
     state = PlanState(graph, ctx)
     state.subgraph_planner = lambda sub: _plan_subgraph(sub, ctx, state)
@@ -35,8 +40,15 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     folded += ctx.folded_nodes
 
     tensors, prelude = _tensor_table(graph, state, operations)
+    order = None
+    if ctx.memory_order:
+        operations, order = order_for_memory(operations, tensors, {**ctx.dims, **state.runtime_dims})
     if prelude:
         operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
+    in_place = None
+    if ctx.memory_order:
+        operations, tensors, in_place = write_in_place(operations, tensors, state.shaders, state.add_shader)
+        operations, state.shaders[:] = drop_unused_shaders(operations, state.shaders)
     tensors, memory = plan_memory(operations, tensors)
     steps = walk_steps([s for op in operations for s in op.steps])
     bindings = _symbolic_bindings(steps, tensors, state.shaders, ctx.static)
@@ -61,7 +73,9 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
             "planned_nodes": planned_nodes,
             "folded_nodes": folded,
             "weight_bytes": weight_bytes,
-            "memory": memory,
+            "memory": {**memory, **(in_place or {})},
+            **({"order": {"memory_aware": order.applied, "peak_before": order.peak_before,
+                          "peak_after": order.peak_after}} if order is not None else {}),
             **({"containers": ctx.containers} if ctx.containers else {}),
             **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
         },

@@ -1,0 +1,162 @@
+"""The adapter's measured memory bandwidth and arithmetic peak: the roof of `onyxia bench --profile`.
+
+Measured once per adapter with two kernels — a vec4 copy (bytes read + written per second) and
+independent FMA chains (flops per second) — and cached on disk in `adapter-peaks.json` under the
+user's cache folder (ONYXIA_CACHE_DIR, else $XDG_CACHE_HOME/onyxia, else ~/.cache/onyxia), keyed
+by adapter vendor, device, driver and backend. Each kernel runs several times; the fastest
+submission counts (the others met a busy machine). Timed on the host around a submission and a
+16-byte readback, so the figures include one submission's latency: the kernels are sized to
+make that small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import wgpu
+
+CACHE_FILE = "adapter-peaks.json"
+COPY_BYTES = 32 << 20  # per buffer: well past the caches of GPUs and CPUs
+COPY_PER_THREAD = 4  # vec4s each invocation copies
+FMA_THREADS = 64 * 1024
+FMA_ITERATIONS = 512  # loop trips per invocation: far under lavapipe's ~65,535 bound
+FMA_CHAINS = 8  # independent vec4 accumulators per invocation
+REPEATS = 5
+
+_COPY = f"""
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let stride = nwg.x * 256u;
+    for (var k = 0u; k < {COPY_PER_THREAD}u; k++) {{
+        let i = gid.x + k * stride;
+        dst[i] = src[i];
+    }}
+}}
+"""
+
+_FMA = f"""
+@group(0) @binding(0) var<storage, read_write> out: array<vec4<f32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+    let seed = f32(gid.x) * 1e-7;
+    var acc: array<vec4<f32>, {FMA_CHAINS}>;
+    for (var c = 0u; c < {FMA_CHAINS}u; c++) {{ acc[c] = vec4<f32>(seed + f32(c)); }}
+    let m = vec4<f32>(0.9999);
+    let a = vec4<f32>(1e-4);
+    for (var k = 0u; k < {FMA_ITERATIONS}u; k++) {{
+        for (var c = 0u; c < {FMA_CHAINS}u; c++) {{ acc[c] = fma(acc[c], m, a); }}
+    }}
+    var total = vec4<f32>(0.0);
+    for (var c = 0u; c < {FMA_CHAINS}u; c++) {{ total += acc[c]; }}
+    out[gid.x] = total;
+}}
+"""
+
+
+@dataclass(frozen=True)
+class AdapterPeaks:
+    bandwidth: float  # bytes per second a copy kernel moves (read + written)
+    flops: float  # f32 flops per second of FMA chains (an FMA is 2 flops)
+    key: str  # the adapter this was measured on
+
+    @property
+    def ridge(self) -> float:
+        """Flops per byte where a kernel stops being bound by memory."""
+        return self.flops / max(self.bandwidth, 1.0)
+
+
+def cache_dir() -> Path:
+    given = os.environ.get("ONYXIA_CACHE_DIR")
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "onyxia"
+
+
+def adapter_key(adapter: wgpu.GPUAdapter) -> str:
+    info = adapter.info
+    parts = [str(info.get(k, "")) for k in ("vendor", "device", "driver", "driver_description", "backend_type")]
+    return " / ".join(p for p in parts if p) or adapter.summary
+
+
+def _timed(device: wgpu.GPUDevice, pipeline, bind_group, groups: int, written) -> float:
+    """Seconds of the fastest of REPEATS submissions of one dispatch (after a warm-up)."""
+    best = float("inf")
+    for i in range(REPEATS + 1):
+        encoder = device.create_command_encoder()
+        cpass = encoder.begin_compute_pass()
+        cpass.set_pipeline(pipeline)
+        cpass.set_bind_group(0, bind_group)
+        cpass.dispatch_workgroups(groups, 1, 1)
+        cpass.end()
+        start = time.perf_counter()
+        device.queue.submit([encoder.finish()])
+        # Reading 16 bytes of the written buffer waits for the kernel (wgpu-py's
+        # on_submitted_work_done_sync fails on some wgpu-native builds).
+        device.queue.read_buffer(written, 0, 16)
+        if i:
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _pipeline(device: wgpu.GPUDevice, code: str):
+    module = device.create_shader_module(code=code)
+    return device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+
+
+def measure(device: wgpu.GPUDevice, key: str, max_binding: int | None = None) -> AdapterPeaks:
+    """Run the copy and FMA kernels on `device`."""
+    size = COPY_BYTES if max_binding is None else min(COPY_BYTES, max_binding)
+    groups = size // (16 * 256 * COPY_PER_THREAD)
+    size = groups * 16 * 256 * COPY_PER_THREAD
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
+    src = device.create_buffer(size=size, usage=usage)
+    dst = device.create_buffer(size=size, usage=usage | wgpu.BufferUsage.COPY_SRC)
+    device.queue.write_buffer(src, 0, np.ones(size // 4, np.float32))
+    copy = _pipeline(device, _COPY)
+    bind = device.create_bind_group(layout=copy.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}}])
+    bandwidth = 2 * size / _timed(device, copy, bind, groups, dst)
+    out = device.create_buffer(size=16 * FMA_THREADS, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    fma = _pipeline(device, _FMA)
+    bind = device.create_bind_group(layout=fma.get_bind_group_layout(0),
+                                    entries=[{"binding": 0, "resource": {"buffer": out}}])
+    flops = FMA_THREADS * FMA_ITERATIONS * FMA_CHAINS * 4 * 2 / _timed(device, fma, bind, FMA_THREADS // 256, out)
+    for buf in (src, dst, out):
+        buf.destroy()
+    return AdapterPeaks(bandwidth, flops, key)
+
+
+def adapter_peaks(runtime, *, refresh: bool = False) -> AdapterPeaks:
+    """The peaks of `runtime`'s adapter: from the cache, or measured now and cached."""
+    key = adapter_key(runtime.adapter)
+    path = cache_dir() / CACHE_FILE
+    try:
+        table = json.loads(path.read_text())
+        if not isinstance(table, dict):
+            table = {}
+    except (OSError, ValueError):
+        table = {}
+    entry = table.get(key)
+    if not refresh and isinstance(entry, dict):
+        try:
+            return AdapterPeaks(float(entry["bandwidth"]), float(entry["flops"]), key)
+        except (KeyError, TypeError, ValueError):
+            pass  # a damaged entry: measure again
+    peaks = measure(runtime.device, key, int(runtime.limits.get("max-storage-buffer-binding-size", COPY_BYTES)))
+    table[key] = {k: v for k, v in asdict(peaks).items() if k != "key"}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache folder: measured again next time
+    return peaks

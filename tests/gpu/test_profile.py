@@ -1,0 +1,71 @@
+"""`onyxia bench --profile --trace`: the roofline report and a Chrome/Perfetto trace with one
+slice per dispatch that runs."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper as h
+
+from onyxia.cli import main
+from onyxia.plan_cost import plan_cost
+from onyxia.runtime import peaks as peaks_module
+from onyxia.runtime.peaks import CACHE_FILE, AdapterPeaks, adapter_peaks
+from tests.helpers import compile_model, make_model
+
+pytestmark = pytest.mark.gpu
+
+
+def _model():
+    nodes = [h.make_node("MatMul", ["x", "w"], ["t"]), h.make_node("Relu", ["t"], ["u"]),
+             h.make_node("Add", ["u", "x"], ["y"])]
+    return make_model(nodes, [("x", np.float32, ["m", 16])], ["y"], {"w": np.eye(16, dtype=np.float32)})
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONYXIA_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_bench_profile_writes_a_trace_with_one_slice_per_dispatch(runtime, tmp_path, cache, capsys, monkeypatch):
+    # Seed the cache so the test does not spend seconds measuring the adapter.
+    monkeypatch.setattr(peaks_module, "measure", lambda device, key, limit=None: AdapterPeaks(1e9, 1e10, key))
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    trace = tmp_path / "out.json"
+    assert main(["bench", str(path), "--dim", "m=8", "--iterations", "1", "--warmup", "0", "--no-ort",
+                 "--profile", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "GB/s" in out and "GF/s" in out and "roof" in out
+    doc = json.loads(trace.read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    exe = runtime.load_model(compile_model(_model(), {"m": 8}))  # the dims the adapter runs with
+    live = plan_cost(exe.model, exe.dims).live
+    assert len(slices) == len(live)
+    for event, cost in zip(slices, live):
+        assert event["args"]["node"] == cost.op and event["args"]["shader"] == cost.shader
+        assert event["args"]["bytes"] == cost.bytes
+        assert event["dur"] >= 0 and "roofline_fraction" in event["args"]
+    assert (cache / CACHE_FILE).exists()
+
+
+def test_trace_needs_profile(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    assert main(["bench", str(path), "--dim", "m=8", "--iterations", "1", "--no-ort",
+                 "--trace", str(tmp_path / "t.json")]) == 1
+    assert "--trace needs --profile" in capsys.readouterr().err
+
+
+def test_adapter_peaks_are_measured_once_and_cached(runtime, cache, monkeypatch):
+    monkeypatch.setattr(peaks_module, "COPY_BYTES", 1 << 20)  # small kernels: this checks the plumbing
+    monkeypatch.setattr(peaks_module, "REPEATS", 1)
+    first = adapter_peaks(runtime)
+    assert first.bandwidth > 0 and first.flops > 0
+    table = json.loads((cache / CACHE_FILE).read_text())
+    assert set(table) == {first.key}
+    monkeypatch.setattr(peaks_module, "measure", lambda *a, **k: pytest.fail("measured twice"))
+    again = adapter_peaks(runtime)
+    assert (again.bandwidth, again.flops) == (first.bandwidth, first.flops)

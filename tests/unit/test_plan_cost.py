@@ -1,0 +1,99 @@
+"""The plan cost model (onyxia/plan_cost.py): exact bytes and flops for known kernels, peak live
+activations, and the decode-step traffic of a decoder with a past KV cache."""
+
+import numpy as np
+from onnx import helper as h
+
+from onyxia.plan_cost import activation_memory, cost_summary, decode_cost, plan_cost
+from tests.helpers import compile_model, make_model
+
+
+def _matmul_add(k=16, n=8):
+    w = np.ones((k, n), np.float32)
+    nodes = [h.make_node("MatMul", ["x", "w"], ["t"]), h.make_node("Relu", ["t"], ["y"])]
+    return make_model(nodes, [("x", np.float32, ["m", k])], ["y"], {"w": w})
+
+
+def test_matmul_bytes_and_flops_are_exact_at_the_dims():
+    compiled = compile_model(_matmul_add(), {"m": 4})
+    for m in (4, 1, 7):
+        cost = plan_cost(compiled, {"m": m})
+        (mm,) = [d for d in cost.live if d.op_type == "MatMul"]
+        assert mm.flops == 2 * m * 8 * 16
+        assert mm.read_bytes == 4 * (m * 16 + 16 * 8)
+        assert mm.written_bytes == 4 * m * 8
+        (relu,) = [d for d in cost.live if d.op_type == "Relu"]
+        assert (relu.read_bytes, relu.written_bytes, relu.flops) == (4 * m * 8, 4 * m * 8, m * 8)
+        assert cost.bytes == sum(d.bytes for d in cost.live)
+
+
+def test_empty_grid_variants_cost_nothing():
+    compiled = compile_model(_matmul_add(), {"m": 4})
+    cost = plan_cost(compiled)
+    # MatMul plans several kernel variants; only the one for these dims has a grid.
+    assert len(cost.dispatches) == compiled.num_dispatches
+    assert [d.op_type for d in cost.live].count("MatMul") == 1
+    assert all(not d.live for d in cost.dispatches if d not in cost.live)
+
+
+def test_peak_activations_count_overlapping_lifetimes():
+    # x -> a -> b -> c -> y with a and c both alive at the last Add.
+    nodes = [h.make_node("Neg", ["x"], ["a"]), h.make_node("Exp", ["a"], ["b"]),
+             h.make_node("MatMul", ["b", "w"], ["c"]), h.make_node("Add", ["c", "a"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, [4, 4])], ["y"], {"w": np.eye(4, dtype=np.float32)})
+    memory = activation_memory(compile_model(model, {}))
+    # a lives to the end; b and c overlap a: never more than three 64-byte buffers at once.
+    assert memory.peak_bytes <= 3 * 64
+    assert memory.peak_bytes >= 2 * 64
+    assert memory.allocated_bytes >= memory.peak_bytes
+
+
+def _decoder():
+    """One attention-free 'layer' over a past cache: y = concat(past, x·w) read back through MatMul."""
+    hidden = 8
+    nodes = [
+        h.make_node("Gather", ["embed", "input_ids"], ["x"]),  # [b, s, hidden]
+        h.make_node("MatMul", ["x", "w"], ["kv"]),
+        h.make_node("Unsqueeze", ["kv", "one"], ["kv4"]),  # [b, 1, s, hidden]
+        h.make_node("Concat", ["past_key", "kv4"], ["present_key"], axis=2),
+        h.make_node("ReduceSum", ["present_key", "two"], ["ctx"], keepdims=0),  # [b, 1, hidden]
+        h.make_node("MatMul", ["ctx", "head"], ["logits"]),
+    ]
+    rng = np.random.default_rng(0)
+    inits = {"embed": rng.standard_normal((32, hidden)).astype(np.float32),
+             "w": rng.standard_normal((hidden, hidden)).astype(np.float32),
+             "head": rng.standard_normal((hidden, 32)).astype(np.float32),
+             "one": np.array([1], np.int64), "two": np.array([2], np.int64)}
+    return make_model(nodes, [("input_ids", np.int64, ["batch", "seq"]),
+                              ("past_key", np.float32, ["batch", 1, "past", hidden])],
+                      ["logits", "present_key"], inits)
+
+
+def test_decode_step_traffic_against_weights_and_kv():
+    compiled = compile_model(_decoder(), {"batch": 1, "seq": 5, "past": 12})
+    step = decode_cost(compiled)
+    assert step is not None
+    assert step.dims["seq"] == 1 and step.dims["past"] == 12
+    assert step.weight_bytes == 4 * (32 * 8 + 8 * 8 + 8 * 32)
+    assert step.kv_bytes == 4 * 12 * 8
+    assert step.plan_bytes == plan_cost(compiled, step.dims).bytes
+    assert step.ratio > 0
+    lines = cost_summary(compiled)
+    assert any(line.startswith("decode traffic:") for line in lines)
+
+
+def test_no_decode_line_without_a_past_cache():
+    compiled = compile_model(_matmul_add(), {"m": 4})
+    assert decode_cost(compiled) is None
+    assert not any("decode" in line for line in cost_summary(compiled))
+
+
+def test_compile_prints_the_decode_step_of_an_llm_folder(capsys):
+    from onyxia.cli import main
+
+    assert main(["compile", "tests/data/llm/genai/llama-cpu-fp32", "--dim", "max_length=32"]) == 0
+    out = capsys.readouterr().out
+    assert "bytes per run:" in out and "peak activations:" in out
+    assert "decode step:" in out and "sequence_length=1" in out
+    ratio = float(out.split("decode traffic:")[1].split("x")[0])
+    assert 1.0 <= ratio < 2.0
