@@ -11,16 +11,20 @@ Variants (one family; each a shader specialized by defs):
   M = 1, ~10x the tiled kernel's GF/s at M = 32 - 64).
 - `tiled` (`matmul/gemm.wgsl`) takes every product with more rows.
 
-`few_rows_heuristic` is the one deterministic choice: on a CPU-type adapter the chunked kernel
-up to CHUNKED_MAX_M rows wherever it applies, elsewhere the coalesced kernel up to the caller's
-small-M bound, the tiled kernel above. The adapter enters as the ADAPTER_CPU symbol, which the
-runtime sets at load, so one plan holds both variants and the adapter at hand runs its own
-(their grids are scaled by the choice; an empty grid is skipped). Each variant's `plan_*`
-function takes the product and returns its steps, the shape an autotuner's alternatives have.
+`plan_few_rows` offers the variants that apply as the alternatives of one Tunable step: the
+runtime times them on the adapter at hand and replays the fastest (runtime/tuner.py). With
+tuning off it replays `few_rows_heuristic`'s choice, the one deterministic one: on a CPU-type
+adapter the chunked kernel up to CHUNKED_MAX_M rows wherever it applies, elsewhere the coalesced
+kernel up to the caller's small-M bound, the tiled kernel above. The adapter enters as the
+ADAPTER_CPU symbol, which the runtime sets at load, so one plan serves every adapter. With a
+symbolic M each alternative covers every M (its few-rows kernel up to its bound, the tiled one
+above: grids scaled by select_small, an empty grid is skipped), and the shape class (M rounded
+up to a power of two) lets decode and prefill pick differently with nothing recompiled.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -138,4 +142,40 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "FewRowsChoice", "chunked_applies", "few_rows_heuristic", "plan_chunked"]
+Variant = Callable[[Dim], list[Step]]  # steps of one kernel, given where it runs (1/0/expression)
+_BOUNDS = {"chunked": CHUNKED_MAX_M}  # rows each few-rows variant takes (coalesced: the caller's)
+
+
+def plan_few_rows(ctx: PlanCtx, p: Product, small_m: int, checked: bool, variants: Mapping[str, Variant],
+                  nbatch: Dim = 1) -> list[Step]:
+    """The product as a Tunable over the variants that apply (`variants`: "chunked",
+    "coalesced", "tiled" -> their planners), defaulting to few_rows_heuristic's choice."""
+    m = p.m
+    choice = few_rows_heuristic(ctx, p, m, small_m, checked)
+    bounds = {**_BOUNDS, "coalesced": small_m}
+    static_m = isinstance(m, int)
+    offered = [label for label, applies in (
+        ("chunked", chunked_applies(p) and not checked and (not static_m or m <= CHUNKED_MAX_M)),
+        ("coalesced", not static_m or m <= small_m),
+        ("tiled", True)) if applies]
+    alternatives: dict[str, list[Step]] = {}
+    for label in offered:
+        if label == "tiled":
+            alternatives[label] = variants["tiled"](1)
+            continue
+        # Each alternative covers every M: its few-rows kernel up to its bound, tiled above.
+        fits = select_small(m, bounds[label])
+        steps = variants[label](fits)
+        if not is_zero(1 - fits):
+            steps += variants["tiled"](1 - fits)
+        alternatives[label] = steps
+    # The heuristic as an index: exactly one of its weights is 1 for any adapter and M.
+    default = sum(offered.index(label) * getattr(choice, label) for label in offered)
+    dims = "x".join(str(d) for d in (p.n, p.k) if isinstance(d, int))
+    key = f"matmul/few_rows/{p.dtype}{'/ta' if p.trans_a else ''}{'/tb' if p.trans_b else ''}" \
+          f"{'/checked' if checked else ''}/{dims}"
+    return ctx.tunable(key, alternatives, default, shape=(m, p.n, p.k, nbatch))
+
+
+__all__ = ["CHUNKED_MAX_M", "FewRowsChoice", "Variant", "chunked_applies", "few_rows_heuristic", "plan_chunked",
+           "plan_few_rows"]

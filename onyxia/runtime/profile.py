@@ -30,8 +30,9 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
         raise DeviceError(f"{exe.runtime.info.summary} has no timestamp queries; --profile needs them")
     exe.run(feeds)  # writes the inputs and warms up
     device = exe.device
-    # Nested steps (a loop body, a branch's arms) are timed once each, in walk_steps order.
-    dispatches = [(op, d) for op in exe.model.operations for s in walk_steps(op.steps) for d in s.dispatches()]
+    # Nested steps (a loop body, a branch's arms) are timed once each, in walk_steps order; of a
+    # Tunable's alternatives only the one it replays now.
+    owner = {id(s): op for op in exe.model.operations for s in walk_steps(op.steps)}
     cmds = exe.dispatch_commands()
     count = 2 * len(cmds)
     if not count:
@@ -47,8 +48,8 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
     encoder.resolve_query_set(queries, 0, count, resolved, 0)
     device.queue.submit([encoder.finish()])
     stamps = np.frombuffer(device.queue.read_buffer(resolved), dtype=np.uint64).astype(np.float64)
-    return [DispatchTiming(op.name, op.op_type, exe.model.shaders[step.shader].label, stamps[2 * i + 1] - stamps[2 * i])
-            for i, (op, step) in enumerate(dispatches)]
+    return [DispatchTiming(owner[id(cmd.step)].name, owner[id(cmd.step)].op_type, exe.model.shaders[cmd.shader].label,
+                           stamps[2 * i + 1] - stamps[2 * i]) for i, cmd in enumerate(cmds)]
 
 
 def profile_dispatches(exe, feeds: Mapping[str, Any], top: int = 10) -> list[str]:

@@ -33,6 +33,7 @@ from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Ste
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
+from onyxia.runtime.tuner import TunableCommand, Tuner, TuneResult, TuneSettings, idle_commands, live_commands
 
 
 @dataclass
@@ -42,6 +43,8 @@ class ExecutorStats:
     reallocs: int = 0  # buffers regrown past their capacity
     dimension_updates: int = 0
     readback_bytes: int = 0  # bytes copied to the host by the last run
+    tuning_timings: int = 0  # Tunable alternatives timed (runtime/tuner.py): 0 when all were cached
+    tuned: int = 0  # Tunable steps chosen by timing
 
 
 @dataclass(eq=False)
@@ -65,12 +68,14 @@ class PlanReplay:
     by root tensor, `programs` the built shaders, `stats` the counters tests assert on.
     """
 
-    def __init__(self, model: CompiledModel, backend: Backend, *, transport: str | Transport = IMMEDIATE):
+    def __init__(self, model: CompiledModel, backend: Backend, *, transport: str | Transport = IMMEDIATE,
+                 tuning: TuneSettings | None = None):
         self.model = model
         self.backend = backend
         self.transport = get_transport(transport)
         self.limits: Limits = backend.limits
         self.stats = ExecutorStats()
+        self.tuner = Tuner(tuning or TuneSettings.from_env(), self.limits.adapter, self.stats)
         self.dims: dict[str, int] = dict(model.dims)
         if ADAPTER_CPU in self.dims:  # kernel variants for this kind of adapter (ir/dim_env.py)
             self.dims[ADAPTER_CPU] = int(self.limits.cpu_adapter)
@@ -232,10 +237,15 @@ class PlanReplay:
         self._refresh_live()
 
     def _refresh_live(self) -> None:
-        """What a run encodes: not the dispatches with an empty grid now (other kernel variants:
-        half of an LLM decode step's). Mid-run readbacks may change grids: such plans keep all."""
-        self._live_commands = self._run_commands if self._device_syncs else [
-            c for c in self._run_commands if not isinstance(c, DispatchCommand) or all(c.workgroups)]
+        """What a run encodes (tuner.live_commands); mid-run readbacks may change grids: keep all."""
+        self._live_commands = self._run_commands if self._device_syncs else live_commands(self._run_commands)
+
+    def tune(self, *, force: bool = False, budget_s: float | None = None) -> list[TuneResult]:
+        """Time the Tunable steps waiting for a choice (`force`: all) and replay the fastest."""
+        cmds = [c for c in self.commands if isinstance(c, TunableCommand)] if force else list(self.tuner.pending)
+        results = self.tuner.tune(self, cmds, budget_s)
+        self._refresh_live()
+        return results
 
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
@@ -410,6 +420,8 @@ class PlanReplay:
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
+        if self.tuner.pending:  # before the feeds land: timing overwrites what kernels write
+            self.tune()
 
         copies = []
         for name, feed in checked.items():
@@ -482,5 +494,7 @@ class PlanReplay:
         return dtypes.from_device(raw, dtype, math.prod(tensor.shape)).reshape(tensor.shape)
 
     def dispatch_commands(self) -> list[DispatchCommand]:
-        """Every kernel launch in replay order (including those whose grid is empty now)."""
-        return [d for cmd in self.commands for d in cmd.dispatches()]
+        """Every kernel launch in replay order (including those whose grid is empty now), but
+        not those of the alternatives a Tunable step does not replay now."""
+        idle = idle_commands(self.commands)
+        return [d for cmd in self.commands if id(cmd) not in idle for d in cmd.dispatches()]
