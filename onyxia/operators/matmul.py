@@ -28,12 +28,11 @@ from onyxia.operators.common import (
     broadcast_strides,
     ceil_div,
     is_one,
-    is_zero,
     prefer_literal,
     strided_index_params,
 )
 from onyxia.operators.elementwise import INT64_OVERFLOW
-from onyxia.operators.gemv import few_rows_heuristic, plan_chunked
+from onyxia.operators.gemv import plan_chunked, plan_few_rows
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -114,16 +113,11 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
-    # Static M and adapter: one kernel; otherwise several, each grid scaled by where it runs.
-    choice = few_rows_heuristic(ctx, p, m, SMALL_M, checked="CHECKED" in defs)
-    steps: list[Step] = []
-    if not is_zero(choice.chunked):
-        steps += plan_chunked(ctx, p, nbatch, choice.chunked, params, defs, epilogue_reads, reports)
-    if not is_zero(choice.coalesced):
-        steps += _plan_gemv(ctx, p, m, nbatch, choice.coalesced, params, defs, epilogue_reads, reports)
-    if not is_zero(choice.tiled):
-        steps += _plan_tiled(ctx, p, m, nbatch, choice.tiled, params, defs, epilogue_reads, reports)
-    return steps
+    # The few-rows variants that apply, as one Tunable (operators/gemv.py): the runtime picks.
+    variants = {"chunked": lambda on: plan_chunked(ctx, p, nbatch, on, params, defs, epilogue_reads, reports),
+                "coalesced": lambda on: _plan_gemv(ctx, p, m, nbatch, on, params, defs, epilogue_reads, reports),
+                "tiled": lambda on: _plan_tiled(ctx, p, m, nbatch, on, params, defs, epilogue_reads, reports)}
+    return plan_few_rows(ctx, p, SMALL_M, "CHECKED" in defs, variants, nbatch)
 
 
 def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | int, str]:
