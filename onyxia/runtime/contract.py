@@ -87,9 +87,10 @@ class Backend(Protocol):
     # for it, read `nbytes` of `buffer` back, and go on encoding the rest of the run.
     def sync_read(self, buffer: Any, nbytes: int) -> bytes | memoryview: ...
 
-    # The autotuner (runtime/tuner.py): seconds each of `repeats` replays of `commands` took,
-    # after a warm-up (GPU timestamps where the adapter has them, else wall time to completion).
-    def time_commands(self, commands: Sequence[Command], repeats: int) -> list[float]: ...
+    # The autotuner (runtime/tuner.py): seconds each of up to `repeats` replays of `commands`
+    # took after a warm-up, fewer (at least one) once time.perf_counter passes `deadline` (GPU
+    # timestamps where the adapter has them, else wall time to completion).
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]: ...
 
 
 class Replay(Protocol):

@@ -162,7 +162,7 @@ class NullBackend:
         self._encoded.append(CopyRecord(src.label, dst.label, cmd.size, cmd.src_offset, cmd.dst_offset))
 
 
-    def time_commands(self, commands: Sequence[Command], repeats: int) -> list[float]:
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]:
         """No kernels run here: a stand-in cost, one microsecond per workgroup launched (so
         tests of the tuner see a deterministic fastest alternative)."""
         saved = getattr(self, "_encoded", None)

@@ -33,7 +33,7 @@ from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Ste
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
-from onyxia.runtime.tuner import TunableCommand, Tuner, TuneResult, TuneSettings, idle_commands, live_commands
+from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings, idle_commands, live_commands
 
 
 @dataclass
@@ -112,6 +112,7 @@ class PlanReplay:
             self._slot(name)
         self._live_commands = self._run_commands
         self._refresh_all()
+        self.tune()  # the Tunable steps the cache has no choice for (none when tuning is off)
 
     # ---- setup --------------------------------------------------------------------------
     def root(self, name: str) -> str:
@@ -242,8 +243,7 @@ class PlanReplay:
 
     def tune(self, *, force: bool = False, budget_s: float | None = None) -> list[TuneResult]:
         """Time the Tunable steps waiting for a choice (`force`: all) and replay the fastest."""
-        cmds = [c for c in self.commands if isinstance(c, TunableCommand)] if force else list(self.tuner.pending)
-        results = self.tuner.tune(self, cmds, budget_s)
+        results = self.tuner.tune(self, self.commands if force else list(self.tuner.pending), budget_s)
         self._refresh_live()
         return results
 
@@ -420,7 +420,7 @@ class PlanReplay:
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
-        if self.tuner.pending:  # before the feeds land: timing overwrites what kernels write
+        if self.tuner.pending:  # new shape classes; before the feeds land (timing writes outputs)
             self.tune()
 
         copies = []

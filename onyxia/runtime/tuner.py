@@ -247,8 +247,10 @@ class Tuner:
         if self.settings.enabled and cmd.timeable:
             self.pending[cmd] = None
 
-    def tune(self, replay: Any, commands: list[TunableCommand], budget_s: float | None = None) -> list[TuneResult]:
-        """Time every alternative of `commands` (one per key and shape class) and choose."""
+    def tune(self, replay: Any, commands: list[Command], budget_s: float | None = None) -> list[TuneResult]:
+        """Time every alternative of the TunableCommands in `commands` (one per key and shape
+        class) and choose; the others keep their choice."""
+        commands = [c for c in commands if isinstance(c, TunableCommand)]
         budget = self.settings.budget_s if budget_s is None else budget_s
         deadline = time.perf_counter() + budget
         results: list[TuneResult] = []
@@ -268,7 +270,7 @@ class Tuner:
                 for label, alt in zip(cmd.step.labels, cmd.alternatives):
                     if time.perf_counter() > deadline:
                         break
-                    samples = backend.time_commands(alt, self.settings.repeats)
+                    samples = backend.time_commands(alt, self.settings.repeats, deadline)
                     times[label] = statistics.median(samples)
                     self.stats.tuning_timings += 1
             finally:

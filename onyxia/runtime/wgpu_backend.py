@@ -251,17 +251,24 @@ class WgpuBackend:
                                             cmd.dst_buffer, cmd.dst_offset, cmd.size)
 
     # ---- autotuning (runtime/tuner.py) ----------------------------------------------------
-    def time_commands(self, commands: Sequence[Command], repeats: int) -> list[float]:
-        """Seconds per replay of `commands`, `repeats` times after a warm-up: GPU timestamps
-        around one compute pass each where the adapter has them and the commands are all
-        dispatches, else wall time from encoding to the queue's completion."""
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]:
+        """Seconds per replay of `commands`, up to `repeats` times after a warm-up (fewer, at
+        least one, past `deadline` on time.perf_counter): GPU timestamps around one compute pass
+        each where the adapter has them and the commands are all dispatches, else wall time
+        from encoding to the queue's completion."""
         queue = self.device.queue
+        # Reading a word back waits for the work before it (on_submitted_work_done_sync does
+        # not work with this wgpu-native); the same cost for every alternative.
+        fence = self.device.create_buffer(size=4, usage=_USAGE)
         wall: list[float] = []
         for _ in range(1 + repeats):
             start = time.perf_counter()
             queue.submit([self.encode(self.device.create_command_encoder(), commands).finish()])
-            queue.on_submitted_work_done_sync()
+            queue.read_buffer(fence, 0, 4)
             wall.append(time.perf_counter() - start)
+            if len(wall) >= 2 and time.perf_counter() + wall[-1] > deadline:
+                break
+        repeats = len(wall) - 1
         if "timestamp-query" not in self.runtime.features or not all(isinstance(c, DispatchCommand) for c in commands):
             return wall[1:]
         count = 2 * repeats
