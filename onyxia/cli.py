@@ -344,6 +344,36 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Time every kernel choice (Tunable step) for these dims and write the tuning cache."""
+    from dataclasses import replace
+
+    from onyxia.runtime import Runtime
+    from onyxia.runtime.tuner import TuneSettings
+
+    if args.budget <= 0:
+        raise CliError(f"--budget must be positive, got {args.budget}")
+    dims = _parse_dims(args.dim)
+    graph, compiled = _load_for_run(args.model, dims, args.static or ())
+    runtime = Runtime(adapter=args.adapter)
+    # Timing happens below, for every step: the load only finds cached choices.
+    exe = runtime.load_model(compiled, tuning=replace(TuneSettings.from_env(), enabled=False))
+    if graph is None and dims:
+        exe.update_dimensions(dims)
+    exe.tuner.settings = replace(exe.tuner.settings, enabled=True)
+    results = exe.tune(force=True, budget_s=args.budget)
+    cache = exe.tuner.cache.path if exe.tuner.cache is not None else "none"
+    print(f"tuned {len(results)} kernel choices of {args.model} on {runtime.info.summary} "
+          f"({exe.stats.tuning_timings} alternatives timed; cache {cache})")
+    for r in results:
+        times = ", ".join(f"{label} {t * 1e6:.1f} µs" for label, t in sorted(r.times.items(), key=lambda kv: kv[1]))
+        print(f"  {r.key} [{r.shape_class}]: {r.choice}  ({times})")
+    missed = sum(1 for c in exe.commands if getattr(c, "source", None) == "default")
+    if missed:
+        print(f"  {missed} steps keep the heuristic's choice (over --budget, or not timeable)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onyxia", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -383,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE.json", help="with --profile: write a Chrome/Perfetto trace")
     p.add_argument("--adapter", help="adapter index or name substring")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tune", help="time the kernel variants for these dims and cache the fastest")
+    model_args(p)
+    p.add_argument("--budget", type=float, default=120.0, help="seconds of timing at most (default 120)")
+    p.add_argument("--adapter", help="adapter index or name substring")
+    p.set_defaults(func=cmd_tune)
 
     try:
         from onyxia.llm.cli import add_generate_parser

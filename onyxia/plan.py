@@ -37,6 +37,7 @@ from onyxia.plan_steps import (  # noqa: F401 - re-exported: the step types are 
     Scalar,
     SliceCopy,
     Step,
+    Tunable,
     WriteBuffer,
     _dec,
     _enc,
@@ -45,7 +46,9 @@ from onyxia.plan_steps import (  # noqa: F401 - re-exported: the step types are 
 )
 
 PLAN_FORMAT = "onyxia-plan"
-PLAN_VERSION = 3  # 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
+# 4: Tunable steps (kernel variants the runtime chooses among); 3: shaders declare typed
+# buffers, tensors keep native storage (2: 32-bit words)
+PLAN_VERSION = 4
 
 # The plan's status word: kernels that can detect a wrong result (an int64 value out of the
 # range the GPU computes it in) record a report site in it, and the runtime raises an error
@@ -141,7 +144,8 @@ class SymbolicBinding:
 
     kind: "immediate" (target=flat step index, index=word), "workgroups" (step, axis),
     "copy" (step, 0=size 1=src_offset 2=dst_offset), "write" (step, element), "buffer"
-    (target=tensor name, size in bytes), "shader" (target=shader index; a static dim the
+    (target=tensor name, size in bytes), "tune" (step, 0=default index, 1.. = shape class
+    values of a Tunable), "shader" (target=shader index; a static dim the
     shader's defs or constants depend on — changing it recompiles that shader).
     """
 

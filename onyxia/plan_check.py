@@ -12,7 +12,8 @@ the runtime, exhaust memory, or run with a plan that silently means something el
    of symbolic bindings), every tensor a step, alias, scratch, input or output
    names exists, a dispatch's bindings match its shader's buffers (count, access, dtype; the
    status word last where the shader reports), immediates match their shader's parameters,
-   expressions parse and use the plan's symbols only, the symbols a run sets are data symbols;
+   expressions parse and use the plan's symbols only, the symbols a run sets are data symbols,
+   a Tunable has one distinct label per alternative and a default index in range;
    the `.npy` members are exactly the ones the tensors name. Steps, nested ones included (a
    branch's arms, a loop's body), are checked through the Step interface, so a new kind of
    step needs nothing here.
@@ -300,6 +301,8 @@ class _StepChecks:
 
     def check(self, raw: Any, where: str, decode_step: Callable[[dict], Any]) -> None:
         self.d.obj(raw, where, ("t",))
+        if raw["t"] == "tunable":
+            self._tunable(raw, where)
         try:
             step = decode_step(raw)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OnyxiaError) as exc:
@@ -333,6 +336,31 @@ class _StepChecks:
             self._check(child, child_raw, at)
         for name, _written in step.uses():  # after the children: an error names the innermost step
             self.tensor(name, f"{where} (tensor)")
+
+    def _tunable(self, raw: dict, where: str) -> None:
+        """A Tunable's own fields: a key, one distinct label per alternative (each a list of
+        steps), a default index in range (or an expression, checked at the plan's dims in
+        check_model and by the runtime at every other), shape values that are expressions."""
+        d = self.d
+        d.obj(raw, where, ("key", "labels", "alternatives", "default", "shape"))
+        if not d.str(raw["key"], f"{where}.key"):
+            raise _fail(f"{where}.key", "must not be empty")
+        labels = d.list(raw["labels"], f"{where}.labels")
+        for k, label in enumerate(labels):
+            if not d.str(label, f"{where}.labels[{k}]") or label in labels[:k]:
+                raise _fail(f"{where}.labels[{k}]", f"{label!r} is empty or names a second alternative")
+        alternatives = d.list(raw["alternatives"], f"{where}.alternatives")
+        if not alternatives or len(alternatives) != len(labels):
+            raise _fail(f"{where}.alternatives", f"holds {len(alternatives)} alternatives for {len(labels)} labels "
+                        "(one per label, at least one)")
+        for k, alt in enumerate(alternatives):
+            for j, step in enumerate(d.list(alt, f"{where}.alternatives[{k}]")):
+                d.obj(step, f"{where}.alternatives[{k}][{j}]", ("t",))
+        default = d.expr(raw["default"], f"{where}.default")
+        if isinstance(default, int):
+            d.int(default, f"{where}.default", 0, len(alternatives))
+        for j, v in enumerate(d.list(raw["shape"], f"{where}.shape")):
+            d.expr(v, f"{where}.shape[{j}]")
 
     def _dispatch(self, dispatch: Any, where: str) -> None:
         shader = dispatch.shader
@@ -372,6 +400,9 @@ def _children(step: Any, raw: dict, where: str) -> list[tuple[Any, dict, str]]:
         return []
     found = [(row, f"{where}.{key}[{k}]") for key, rows in raw.items() if isinstance(rows, list)
              for k, row in enumerate(rows) if isinstance(row, dict) and "t" in row]
+    found += [(row, f"{where}.{key}[{k}][{j}]") for key, rows in raw.items() if isinstance(rows, list)
+              for k, group in enumerate(rows) if isinstance(group, list)  # a Tunable's alternatives
+              for j, row in enumerate(group) if isinstance(row, dict) and "t" in row]
     if len(found) != len(kids) or any(row["t"] != kid.tag for (row, _), kid in zip(found, kids)):
         found = [({}, f"{where} nested step {k}") for k in range(len(kids))]
     return [(kid, row, at) for kid, (row, at) in zip(kids, found)]
@@ -426,6 +457,9 @@ def check_model(model: Any) -> None:
                     raise _fail(at, f"strides {src_stride}, {dst_stride} must be multiples of 4")
                 if trips:  # the first iteration's copy; later ones move by the strides
                     _check_copy(c, (size, src_off, dst_off), value, nbytes, at)
+        elif step.tag == "tunable" and not 0 <= value(step.default, f"{where} default") < len(step.alternatives):
+            raise _fail(f"{where} default", f"index {value(step.default, where)} is not one of the "
+                        f"{len(step.alternatives)} alternatives at the plan's dims")
         elif step.tag == "write" and 4 * len(step.data) > nbytes[step.dst]:
             raise _fail(f"{where} write", f"{len(step.data)} words into tensor '{step.dst}' of "
                         f"{nbytes[step.dst]} bytes")

@@ -12,7 +12,9 @@ A cost model read off the plan alone (a loaded plan file works too), evaluated a
   dispatch that reads the most bytes; its other dispatches (split-K reductions, packing) count
   their elements.
 - dispatches whose grid is empty at these dims (kernel variants for other shapes or adapters)
-  are listed but cost nothing, as the runtime skips them.
+  are listed but cost nothing, as the runtime skips them. Of a Tunable step's alternatives only
+  the one replayed counts: the executor's choice where the caller passes it (`choices`), else
+  the step's default (the heuristic) at these dims.
 
 Nested steps (a loop body, a branch's arms) count once. The model is first-order: a kernel that
 reads an operand twice, or caches it, moves other bytes than it binds.
@@ -21,10 +23,10 @@ reads an operand twice, or caches it, moves other bytes than it binds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from onyxia.ir.shapes import Dim, evaluate_dim, numel
-from onyxia.plan import STATUS_TENSOR, CompiledModel, CopyBuffer, Dispatch, TensorInfo, walk_steps
+from onyxia.plan import STATUS_TENSOR, CompiledModel, CopyBuffer, Dispatch, Step, TensorInfo, Tunable, walk_steps
 
 PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMulInteger", "QLinearMatMul",
                          "Conv", "ConvTranspose", "QLinearConv", "ConvInteger"})
@@ -99,14 +101,32 @@ def _op_flops(op_type: str, reads: list[TensorInfo], writes: list[TensorInfo], d
     return 0
 
 
-def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None) -> PlanCost:
-    """The cost of one run of `model` at `dims` (default: the dims it was compiled for)."""
+def replayed_steps(steps: Sequence[Step], dims: Mapping[str, int], choices: Mapping[int, int] | None = None
+                   ) -> list[Step]:
+    """`walk_steps` with each Tunable replaced by the alternative a run replays: `choices[id(step)]`
+    where given (PlanReplay.tunable_choices), else its default at `dims`."""
+    out: list[Step] = []
+    for s in steps:
+        if isinstance(s, Tunable):
+            index = (choices or {}).get(id(s))
+            out.extend(replayed_steps(s.alternatives[_eval(s.default, dims) if index is None else index], dims,
+                                      choices))
+        else:
+            out.append(s)
+            out.extend(replayed_steps(s.children(), dims, choices))
+    return out
+
+
+def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
+              choices: Mapping[int, int] | None = None) -> PlanCost:
+    """The cost of one run of `model` at `dims` (default: the dims it was compiled for), with the
+    Tunable alternatives `choices` picks (default: the heuristic's)."""
     env = {**model.dims, **(dims or {})}
     tensors = model.tensors
     out: list[DispatchCost] = []
     copies = 0
     for op in model.operations:
-        steps = walk_steps(op.steps)
+        steps = replayed_steps(op.steps, env, choices)
         own: list[tuple[Dispatch, bool]] = []
         for s in steps:
             if isinstance(s, CopyBuffer):

@@ -24,6 +24,15 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
     os.environ["XDG_RUNTIME_DIR"] = _xdg_dir
     atexit.register(shutil.rmtree, _xdg_dir, ignore_errors=True)
 
+# Kernel variants (Tunable steps): the deterministic heuristic unless the run asks for tuning
+# (ONYXIA_TUNE=1 python3 dev.py test runs the suite with it on); either way the tuning cache
+# lives in a private folder, never in the user's ~/.cache.
+os.environ.setdefault("ONYXIA_TUNE", "0")
+if not os.environ.get("ONYXIA_CACHE_DIR"):
+    _cache_dir = tempfile.mkdtemp(prefix="onyxia-cache-")
+    os.environ["ONYXIA_CACHE_DIR"] = _cache_dir
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+
 GPU_TEST_DIR = (Path(__file__).parent / "gpu").resolve()
 
 

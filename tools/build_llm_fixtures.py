@@ -28,7 +28,7 @@ special_tokens_map.json) are dropped to keep the fixtures small. An exporter tha
 (family, target, precision) is recorded in tests/data/llm/MANIFEST.json instead of aborting, with
 every exporter's version.
 
-`--big DIR` instead writes one ~30M-parameter Llama (webgpu fp16 and cpu int4) to DIR for
+`--big DIR` instead writes one ~30M-parameter Llama (cpu fp32, webgpu fp16 and cpu int4) to DIR for
 benchmarks/bench_llm.py; it is not committed.
 """
 
@@ -248,7 +248,7 @@ def build_all(only: list[str] | None, out_dir: Path, optimum_python: str) -> dic
 
 
 def build_big(dest: Path) -> None:
-    """A ~30M-parameter Llama for the LLM benchmark (webgpu fp16 and cpu int4), not committed."""
+    """A ~30M-parameter Llama for the LLM benchmark (cpu fp32, webgpu fp16, cpu int4), not committed."""
     family = Family("llama", "LlamaConfig", {})
     family.config = families(hidden=512, layers=8, intermediate=1408, vocab=8000)[0].config
     family.config.update(num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024)  # head 64
@@ -257,7 +257,7 @@ def build_big(dest: Path) -> None:
         make_checkpoint(family, hf_dir, weight_scale=0.05)
         log = dest / "build.log"
         dest.mkdir(parents=True, exist_ok=True)
-        for ep, precision in [("webgpu", "fp16"), ("cpu", "int4")]:
+        for ep, precision in [("cpu", "fp32"), ("webgpu", "fp16"), ("cpu", "int4")]:
             out = dest / f"llama30m-{ep}-{precision}"
             shutil.rmtree(out, ignore_errors=True)
             ok, why = genai_export(hf_dir, out, ep, precision, Path(tmp) / "cache", log)

@@ -33,6 +33,7 @@ from onyxia.plan import (
     ShaderParam,
     ShaderSpec,
     Step,
+    Tunable,
     WriteBuffer,
 )
 
@@ -464,6 +465,18 @@ class PlanCtx(InferenceCtx):
 
     def copy(self, src: str, dst: str, nbytes: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> CopyBuffer:
         return CopyBuffer(src, dst, nbytes, src_offset, dst_offset)
+
+    def tunable(self, key: str, alternatives: Mapping[str, Sequence[Step]], default: Dim | str = 0,
+                shape: Sequence[Dim] = ()) -> list[Step]:
+        """Kernel variants computing the same outputs, {label: steps}: the runtime replays the
+        fastest on its adapter (timed once, cached on disk by adapter, `key` and the shape class
+        of `shape`), or `default` (a label, or an index that may be an expression over the dims
+        and adapter_cpu(): the heuristic) with tuning off. One alternative: its steps as they are."""
+        labels = list(alternatives)
+        if len(labels) == 1:
+            return list(alternatives[labels[0]])
+        index = labels.index(default) if isinstance(default, str) else default
+        return [Tunable(key, tuple(labels), tuple(tuple(alternatives[k]) for k in labels), index, tuple(shape))]
 
 
 def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:

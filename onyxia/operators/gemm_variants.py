@@ -17,19 +17,31 @@ TILED_KCHUNK, resp. gemv.MAX_KCHUNK, elements of K per invocation) whose raw par
 `matmul/splitk.wgsl` adds up, applying the epilogue (alpha, beta * C, bias) once. lavapipe stops
 an invocation's loops after ~65,535 iterations in all, silently.
 
-`many_rows_heuristic` is the deterministic choice: the register kernel on a CPU-type adapter
-where it applies, the shared-memory kernel elsewhere. The adapter enters as the ADAPTER_CPU
-symbol, so one plan holds both and the adapter at hand runs its own (the other's grid is 0).
+`plan_alternatives` offers every variant that applies, few-rows ones (operators/gemv.py)
+included, as the alternatives of one Tunable step: the runtime times them on the adapter at hand
+and replays the fastest per shape class (runtime/tuner.py). With tuning off it replays the
+deterministic heuristic: few_rows_heuristic's kernel for few rows, above that
+`many_rows_heuristic`'s, the register kernel on a CPU-type adapter where it applies, the
+shared-memory kernel elsewhere. The adapter enters as the ADAPTER_CPU symbol, so one plan serves
+every adapter (a kernel's grid is 0 where it does not run).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
-from onyxia.operators.gemv import CHUNKED_MAX_M, COLUMNS_PER_WORKGROUP, MAX_KCHUNK, Product, chunked_applies
+from onyxia.operators.gemv import (
+    CHUNKED_MAX_M,
+    COLUMNS_PER_WORKGROUP,
+    MAX_KCHUNK,
+    Product,
+    chunked_applies,
+    few_rows_heuristic,
+)
 from onyxia.plan import Step
 
 # Register micro-tiles (rows, columns per thread) of the shared-memory kernel, largest first:
@@ -151,5 +163,54 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: d
     ]
 
 
-__all__ = ["BK", "ManyRowsChoice", "SCRATCH_DTYPE", "TILED_KCHUNK", "k_splits", "many_rows_heuristic",
-           "plan_finish", "plan_register", "plan_shared", "register_applies"]
+Planner = Callable[[Dim], list[Step]]  # one variant's steps, given where it runs (1, 0 or an expression)
+
+
+def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, planners: Mapping[str, Planner],
+                      nbatch: Dim = 1) -> list[Step]:
+    """The product as one Tunable over every variant that applies (`planners`: "chunked",
+    "coalesced", "register", "shared"), defaulting to the heuristic's choice.
+
+    Each alternative computes the product for every M: a few-rows kernel up to its bound and the
+    heuristic's many-rows kernel above, a many-rows kernel everywhere. The tuner chooses per shape
+    class (M rounded up to a power of two), so decode and prefill may take different kernels with
+    nothing recompiled; a static M offers only the kernels that take it.
+    """
+    m = p.m
+    bounds = {"chunked": CHUNKED_MAX_M, "coalesced": small_m}
+    applies = {"chunked": chunked_applies(p) and not checked, "coalesced": True,
+               "register": register_applies(p, checked), "shared": True}
+    offered = [label for label, ok in applies.items()
+               if ok and (label not in bounds or not isinstance(m, int) or m <= bounds[label])]
+    few = few_rows_heuristic(ctx, p, m, small_m, checked)
+    many = many_rows_heuristic(ctx, p, m, small_m, few.tiled, checked)
+
+    def many_rows(where: Dim) -> list[Step]:
+        """The heuristic's many-rows kernel where `where` says (1, 0 or an expression)."""
+        if is_zero(where):
+            return []
+        if not applies["register"]:
+            return planners["shared"](where)
+        cpu = ctx.adapter_cpu()
+        return [*(planners["register"](cpu * where) if not is_zero(cpu) else []),
+                *(planners["shared"]((1 - cpu) * where) if not is_zero(1 - cpu) else [])]
+
+    alternatives: dict[str, list[Step]] = {}
+    for label in offered:
+        if label in bounds:
+            fits = select_small(m, bounds[label])
+            alternatives[label] = [*planners[label](fits), *many_rows(1 - fits)]
+        else:
+            alternatives[label] = planners[label](1)
+    weights = {"chunked": few.chunked, "coalesced": few.coalesced, "register": many.register, "shared": many.shared}
+    assert all(is_zero(w) for label, w in weights.items() if label not in offered), (offered, weights)
+    # The heuristic as an index: exactly one weight is 1 for any adapter and M.
+    default = sum(offered.index(label) * weights[label] for label in offered)
+    dims = "x".join(str(d) for d in (p.n, p.k) if isinstance(d, int))
+    key = f"matmul/{p.dtype}{'/ta' if p.trans_a else ''}{'/tb' if p.trans_b else ''}" \
+          f"{'/checked' if checked else ''}/{dims}"
+    return ctx.tunable(key, alternatives, default, shape=(m, p.n, p.k, nbatch))
+
+
+__all__ = ["BK", "ManyRowsChoice", "Planner", "SCRATCH_DTYPE", "TILED_KCHUNK", "k_splits", "many_rows_heuristic",
+           "plan_alternatives", "plan_finish", "plan_register", "plan_shared", "register_applies"]

@@ -9,14 +9,14 @@ Variants (one family; each a shader specialized by defs):
   its own contiguous runs of B with vec4 loads and holds up to 16 rows in registers: the
   pattern a CPU-type adapter runs fastest (lavapipe: ~2x the coalesced kernel's bandwidth at
   M = 1, ~10x the tiled kernel's GF/s at M = 32 - 64).
-- `tiled` (`matmul/gemm.wgsl`) takes every product with more rows.
+- many rows: the GEMM variants of operators/gemm_variants.py.
 
-`few_rows_heuristic` is the one deterministic choice: on a CPU-type adapter the chunked kernel
-up to CHUNKED_MAX_M rows wherever it applies, elsewhere the coalesced kernel up to the caller's
-small-M bound, the tiled kernel above. The adapter enters as the ADAPTER_CPU symbol, which the
-runtime sets at load, so one plan holds both variants and the adapter at hand runs its own
-(their grids are scaled by the choice; an empty grid is skipped). Each variant's `plan_*`
-function takes the product and returns its steps, the shape an autotuner's alternatives have.
+`few_rows_heuristic` is the deterministic choice: on a CPU-type adapter the chunked kernel up to
+CHUNKED_MAX_M rows wherever it applies, elsewhere the coalesced kernel up to the caller's small-M
+bound, the many-rows kernels above. The adapter enters as the ADAPTER_CPU symbol, which the
+runtime sets at load, so one plan serves every adapter. gemm_variants.plan_alternatives offers
+every variant that applies as one Tunable step, which the runtime times on the adapter at hand
+(runtime/tuner.py), the heuristic being its choice with tuning off.
 """
 
 from __future__ import annotations

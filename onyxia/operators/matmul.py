@@ -30,13 +30,12 @@ from onyxia.operators.common import (
     broadcast_strides,
     ceil_div,
     is_one,
-    is_zero,
     prefer_literal,
     strided_index_params,
 )
 from onyxia.operators.elementwise import INT64_OVERFLOW
-from onyxia.operators.gemm_variants import many_rows_heuristic, plan_register, plan_shared
-from onyxia.operators.gemv import few_rows_heuristic, plan_chunked
+from onyxia.operators.gemm_variants import plan_alternatives, plan_register, plan_shared
+from onyxia.operators.gemv import plan_chunked
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -112,19 +111,14 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
-    # Static M and adapter: one kernel; otherwise several, each grid scaled by where it runs.
-    choice = few_rows_heuristic(ctx, p, m, SMALL_M, checked="CHECKED" in defs)
-    steps: list[Step] = []
-    if not is_zero(choice.chunked):
-        steps += plan_chunked(ctx, p, nbatch, choice.chunked, params, defs, epilogue_reads, reports)
-    if not is_zero(choice.coalesced):
-        steps += _plan_gemv(ctx, p, m, nbatch, choice.coalesced, params, defs, epilogue_reads, reports)
-    many = many_rows_heuristic(ctx, p, m, SMALL_M, choice.tiled, checked="CHECKED" in defs)
-    if not is_zero(many.register):
-        steps += plan_register(ctx, p, nbatch, many.register, params, defs, epilogue_reads, reports)
-    if not is_zero(many.shared):
-        steps += plan_shared(ctx, p, nbatch, many.shared, params, defs, epilogue_reads, reports)
-    return steps
+    # Every kernel variant that applies, as one Tunable (operators/gemm_variants.py): the runtime
+    # replays the fastest on its adapter, or the heuristic's choice with tuning off.
+    def planner(plan):
+        return lambda on: plan(ctx, p, nbatch, on, params, defs, epilogue_reads, reports)
+
+    planners = {"chunked": planner(plan_chunked), "register": planner(plan_register), "shared": planner(plan_shared),
+                "coalesced": lambda on: _plan_gemv(ctx, p, m, nbatch, on, params, defs, epilogue_reads, reports)}
+    return plan_alternatives(ctx, p, SMALL_M, "CHECKED" in defs, planners, nbatch)
 
 
 def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | int, str]:

@@ -33,6 +33,7 @@ class Limits:
     max_immediate_bytes: int = 0  # push-constant bytes (0: none; shaders use the uniform buffer)
     native_f16: bool = False  # shader-f16: float16 buffers are `array<f16>` (else packed in u32)
     cpu_adapter: bool = False  # a CPU-type adapter (lavapipe): sets the plan's ADAPTER_CPU symbol
+    adapter: str = "null"  # vendor/device/driver/backend: whose timings the tuning cache holds
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class Backend(Protocol):
     # for it, read `nbytes` of `buffer` back, and go on encoding the rest of the run.
     def sync_read(self, buffer: Any, nbytes: int) -> bytes | memoryview: ...
 
+    # The autotuner (runtime/tuner.py): seconds each of up to `repeats` replays of `commands`
+    # took after a warm-up, fewer (at least one) once time.perf_counter passes `deadline` (GPU
+    # timestamps where the adapter has them, else wall time to completion).
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]: ...
+
 
 class Replay(Protocol):
     """What a command reads of the replay that owns it (PlanReplay implements it)."""
@@ -102,4 +108,5 @@ class Replay(Protocol):
     def program_for(self, step: Dispatch) -> Any: ...
     def bind(self, step: Dispatch) -> Any: ...
     def build(self, step: Step) -> Any: ...  # the command of a nested step (a branch arm, a loop body)
+    tuner: Any  # runtime/tuner.py's Tuner: TunableCommands ask it which alternative to replay
     def set_data_symbol(self, name: str, value: int) -> None: ...

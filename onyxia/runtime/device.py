@@ -11,6 +11,7 @@ from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transpor
 from onyxia.errors import DeviceError
 from onyxia.plan import CompiledModel
 from onyxia.runtime.executor import PlanExecutor
+from onyxia.runtime.tuner import TuneSettings
 
 # Features onyxia uses when the adapter has them.
 WANTED_FEATURES = ("immediates", "shader-f16", "timestamp-query", "timestamp-query-inside-passes",
@@ -26,12 +27,20 @@ class AdapterInfo:
     adapter_type: str  # DiscreteGPU | IntegratedGPU | CPU | ...
     backend: str  # Vulkan | Metal | D3D12 | OpenGL
     summary: str
+    vendor: str = ""
+    driver: str = ""  # the driver's description (e.g. "Mesa 22.3.6 (LLVM 15.0.6)")
+
+    @property
+    def identity(self) -> str:
+        """vendor/device/driver/backend: what the tuning cache keys timings by."""
+        return "/".join((self.vendor, self.name, self.driver, self.backend))
 
 
 def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:
     info = adapter.info
     return AdapterInfo(info.get("device", "") or adapter.summary, info.get("adapter_type", ""),
-                       info.get("backend_type", ""), adapter.summary)
+                       info.get("backend_type", ""), adapter.summary, str(info.get("vendor", "")),
+                       str(info.get("description", "")))
 
 
 def list_adapters() -> list[AdapterInfo]:
@@ -98,8 +107,11 @@ class Runtime:
     def max_immediate_bytes(self) -> int:
         return int(self.limits.get("max-immediate-size", 0)) if "immediates" in self.features else 0
 
-    def load_model(self, model: CompiledModel, *, transport: str | Transport | None = None):
-        return PlanExecutor(self, model, transport=get_transport(transport or self.transport))
+    def load_model(self, model: CompiledModel, *, transport: str | Transport | None = None,
+                   tuning: TuneSettings | None = None):
+        """`tuning`: how kernel variants are chosen (runtime/tuner.py; default: the environment's
+        ONYXIA_TUNE and ONYXIA_CACHE_DIR)."""
+        return PlanExecutor(self, model, transport=get_transport(transport or self.transport), tuning=tuning)
 
     def describe(self) -> str:
         features = ", ".join(sorted(self.features)) or "none"

@@ -19,16 +19,18 @@ import wgpu
 from onyxia.codegen.transport import IMMEDIATE, Transport
 from onyxia.plan import CompiledModel
 from onyxia.runtime.replay import ExecutorStats, PlanReplay
+from onyxia.runtime.tuner import TuneSettings
 from onyxia.runtime.wgpu_backend import WgpuBackend
 
 
 class PlanExecutor(PlanReplay):
     backend: WgpuBackend
 
-    def __init__(self, runtime: Any, model: CompiledModel, *, transport: str | Transport = IMMEDIATE):
+    def __init__(self, runtime: Any, model: CompiledModel, *, transport: str | Transport = IMMEDIATE,
+                 tuning: TuneSettings | None = None):
         self.runtime = runtime
         self.device: wgpu.GPUDevice = runtime.device
-        super().__init__(model, WgpuBackend(runtime), transport=transport)
+        super().__init__(model, WgpuBackend(runtime), transport=transport, tuning=tuning)
 
 
 __all__ = ["ExecutorStats", "PlanExecutor"]

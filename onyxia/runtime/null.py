@@ -24,6 +24,7 @@ from onyxia.plan import Binding, CompiledModel, ShaderSpec
 from onyxia.runtime.commands import Command, CopyCommand, DispatchCommand
 from onyxia.runtime.contract import FeedCopy, Limits, Readback
 from onyxia.runtime.replay import PlanReplay
+from onyxia.runtime.tuner import TuneSettings
 
 # Vulkan guarantees 128 bytes of push constants; most desktop drivers give 256.
 NULL_LIMITS = Limits(max_workgroups=65535, max_binding_bytes=1 << 27, max_immediate_bytes=128)
@@ -78,6 +79,7 @@ class NullBackend:
     param_uploads: int = 0  # params_changed calls (the uniform transport's upload)
     runs: list[list[DispatchRecord | CopyRecord]] = field(default_factory=list)  # encoded per run
     syncs: int = 0  # sync_read calls (host control flow reading a value back mid-run)
+    timed: list[list[str]] = field(default_factory=list)  # shader labels of each time_commands call
     words: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint32))
 
     @property
@@ -160,10 +162,24 @@ class NullBackend:
         self._encoded.append(CopyRecord(src.label, dst.label, cmd.size, cmd.src_offset, cmd.dst_offset))
 
 
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]:
+        """No kernels run here: a stand-in cost, one microsecond per workgroup launched (so
+        tests of the tuner see a deterministic fastest alternative)."""
+        saved = getattr(self, "_encoded", None)
+        self._encoded = []
+        for cmd in commands:
+            cmd.encode(self)
+        launched = [r for r in self._encoded if isinstance(r, DispatchRecord)]
+        self._encoded = saved  # type: ignore[assignment]
+        self.timed.append([r.shader for r in launched])
+        cost = sum(x * y * z for r in launched for x, y, z in (r.workgroups,)) * 1e-6
+        return [cost] * repeats
+
+
 def null_executor(model: CompiledModel, *, transport: str | Transport = IMMEDIATE,
-                  limits: Limits = NULL_LIMITS) -> PlanReplay:
+                  limits: Limits = NULL_LIMITS, tuning: TuneSettings | None = None) -> PlanReplay:
     """A PlanReplay of `model` on a fresh NullBackend (no GPU, no kernels run)."""
-    return PlanReplay(model, NullBackend(limits), transport=transport)
+    return PlanReplay(model, NullBackend(limits), transport=transport, tuning=tuning)
 
 
 __all__ = ["CopyRecord", "DispatchRecord", "NULL_LIMITS", "NullBackend", "NullBuffer", "NullProgram", "null_executor"]

@@ -61,8 +61,9 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
         raise DeviceError(f"{exe.runtime.info.summary} has no timestamp queries; --profile needs them")
     exe.run(feeds)  # writes the inputs and warms up
     device = exe.device
-    # Nested steps (a loop body, a branch's arms) are timed once each, in walk_steps order.
-    dispatches = [(op, d) for op in exe.model.operations for s in walk_steps(op.steps) for d in s.dispatches()]
+    # Nested steps (a loop body, a branch's arms) are timed once each, in walk_steps order; of a
+    # Tunable's alternatives only the one it replays now.
+    owner = {id(s): op for op in exe.model.operations for s in walk_steps(op.steps)}
     cmds = exe.dispatch_commands()
     count = 2 * len(cmds)
     if not count:
@@ -79,15 +80,14 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
     device.queue.submit([encoder.finish()])
     stamps = np.frombuffer(device.queue.read_buffer(resolved), dtype=np.uint64).astype(np.float64)
     origin = stamps[0]
-    return [DispatchTiming(op.name, op.op_type, exe.model.shaders[step.shader].label,
-                           stamps[2 * i + 1] - stamps[2 * i], stamps[2 * i] - origin)
-            for i, (op, step) in enumerate(dispatches)]
+    return [DispatchTiming(owner[id(cmd.step)].name, owner[id(cmd.step)].op_type, exe.model.shaders[cmd.shader].label,
+                           stamps[2 * i + 1] - stamps[2 * i], stamps[2 * i] - origin) for i, cmd in enumerate(cmds)]
 
 
 def profile(exe, feeds: Mapping[str, Any]) -> list[DispatchProfile]:
     """Every dispatch that runs at the executor's dims (empty grids aside), timed and costed."""
     timings = time_dispatches(exe, feeds)
-    costs = plan_cost(exe.model, exe.dims).dispatches
+    costs = plan_cost(exe.model, exe.dims, exe.tunable_choices()).dispatches
     assert len(costs) == len(timings), (len(costs), len(timings))
     return [DispatchProfile(t, c) for t, c in zip(timings, costs) if c.live]
 

@@ -33,6 +33,14 @@ from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Ste
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
+from onyxia.runtime.tuner import (
+    TunableCommand,
+    Tuner,
+    TuneResult,
+    TuneSettings,
+    idle_commands,
+    live_commands,
+)
 
 
 @dataclass
@@ -42,6 +50,8 @@ class ExecutorStats:
     reallocs: int = 0  # buffers regrown past their capacity
     dimension_updates: int = 0
     readback_bytes: int = 0  # bytes copied to the host by the last run
+    tuning_timings: int = 0  # Tunable alternatives timed (runtime/tuner.py): 0 when all were cached
+    tuned: int = 0  # Tunable steps chosen by timing
 
 
 @dataclass(eq=False)
@@ -65,12 +75,14 @@ class PlanReplay:
     by root tensor, `programs` the built shaders, `stats` the counters tests assert on.
     """
 
-    def __init__(self, model: CompiledModel, backend: Backend, *, transport: str | Transport = IMMEDIATE):
+    def __init__(self, model: CompiledModel, backend: Backend, *, transport: str | Transport = IMMEDIATE,
+                 tuning: TuneSettings | None = None):
         self.model = model
         self.backend = backend
         self.transport = get_transport(transport)
         self.limits: Limits = backend.limits
         self.stats = ExecutorStats()
+        self.tuner = Tuner(tuning or TuneSettings.from_env(), self.limits.adapter, self.stats)
         self.dims: dict[str, int] = dict(model.dims)
         if ADAPTER_CPU in self.dims:  # kernel variants for this kind of adapter (ir/dim_env.py)
             self.dims[ADAPTER_CPU] = int(self.limits.cpu_adapter)
@@ -107,6 +119,7 @@ class PlanReplay:
             self._slot(name)
         self._live_commands = self._run_commands
         self._refresh_all()
+        self.tune()  # the Tunable steps the cache has no choice for (none when tuning is off)
 
     # ---- setup --------------------------------------------------------------------------
     def root(self, name: str) -> str:
@@ -232,10 +245,14 @@ class PlanReplay:
         self._refresh_live()
 
     def _refresh_live(self) -> None:
-        """What a run encodes: not the dispatches with an empty grid now (other kernel variants:
-        half of an LLM decode step's). Mid-run readbacks may change grids: such plans keep all."""
-        self._live_commands = self._run_commands if self._device_syncs else [
-            c for c in self._run_commands if not isinstance(c, DispatchCommand) or all(c.workgroups)]
+        """What a run encodes (tuner.live_commands); mid-run readbacks may change grids: keep all."""
+        self._live_commands = self._run_commands if self._device_syncs else live_commands(self._run_commands)
+
+    def tune(self, *, force: bool = False, budget_s: float | None = None) -> list[TuneResult]:
+        """Time the Tunable steps waiting for a choice (`force`: all) and replay the fastest."""
+        results = self.tuner.tune(self, self.commands if force else list(self.tuner.pending), budget_s)
+        self._refresh_live()
+        return results
 
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
@@ -374,24 +391,7 @@ class PlanReplay:
         return self._slot(name).shape
 
     def _check_feed(self, name: str, feed: Any) -> np.ndarray | DeviceTensor:
-        slot = self._slot(name)
-        expected, dtype = slot.shape, slot.dtype
-        if isinstance(feed, DeviceTensor):
-            if feed.dtype != dtype.name or feed.shape != expected:
-                raise InputError(f"input '{name}': device tensor is {feed.dtype}{list(feed.shape)}, "
-                                 f"expected {dtype.name}{list(expected)}")
-            return feed
-        array = np.asarray(feed)
-        if array.dtype != dtype.numpy:
-            raise InputError(f"input '{name}' has dtype {array.dtype}, expected {dtype.name}")
-        if array.ndim != len(expected):
-            raise InputError(f"input '{name}' has rank {array.ndim}, expected {len(expected)} "
-                             f"(shape {[str(d) for d in slot.exprs]})")
-        for axis, (got, want, sym) in enumerate(zip(array.shape, expected, slot.exprs)):
-            if got != want:
-                hint = f" ({sym} = {want}; call update_dimensions to change it)" if isinstance(sym, SymDim) else ""
-                raise InputError(f"input '{name}' dim {axis} is {got}, expected {want}{hint}")
-        return array
+        return self._slot(name).check_feed(feed)
 
     def run(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None = None, *,
             device_outputs: Sequence[str] = ()) -> dict[str, np.ndarray | DeviceTensor]:
@@ -410,6 +410,8 @@ class PlanReplay:
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
+        if self.tuner.pending:  # new shape classes; before the feeds land (timing writes outputs)
+            self.tune()
 
         copies = []
         for name, feed in checked.items():
@@ -481,6 +483,12 @@ class PlanReplay:
         raw = self.backend.copyout(tensor.buffer, tensor.nbytes)
         return dtypes.from_device(raw, dtype, math.prod(tensor.shape)).reshape(tensor.shape)
 
+    def tunable_choices(self) -> dict[int, int]:
+        """{id of a Tunable step: the alternative it replays now} (plan_cost's `choices`)."""
+        return {id(c.step): c.chosen for c in self.commands if isinstance(c, TunableCommand)}
+
     def dispatch_commands(self) -> list[DispatchCommand]:
-        """Every kernel launch in replay order (including those whose grid is empty now)."""
-        return [d for cmd in self.commands for d in cmd.dispatches()]
+        """Every kernel launch in replay order (including those whose grid is empty now), but
+        not those of the alternatives a Tunable step does not replay now."""
+        idle = idle_commands(self.commands)
+        return [d for cmd in self.commands if id(cmd) not in idle for d in cmd.dispatches()]

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onyxia.errors import InputError
 from onyxia.ir import dtypes
+from onyxia.ir.shapes import SymDim
 from onyxia.runtime.commands import value
 
 if TYPE_CHECKING:  # the replay core and the null backend run without wgpu
@@ -54,3 +56,23 @@ class TensorSlot:
     def refresh(self, dims: Mapping[str, int]) -> None:
         self.shape = tuple(int(value(d, dims)) for d in self.exprs)
         self.nbytes = int(self.dtype.nbytes(math.prod(self.shape)))
+
+    def check_feed(self, feed: Any) -> np.ndarray | DeviceTensor:
+        """`feed` as this input takes it (an array or a DeviceTensor), or an InputError."""
+        name, expected, dtype = self.name, self.shape, self.dtype
+        if isinstance(feed, DeviceTensor):
+            if feed.dtype != dtype.name or feed.shape != expected:
+                raise InputError(f"input '{name}': device tensor is {feed.dtype}{list(feed.shape)}, "
+                                 f"expected {dtype.name}{list(expected)}")
+            return feed
+        array = np.asarray(feed)
+        if array.dtype != dtype.numpy:
+            raise InputError(f"input '{name}' has dtype {array.dtype}, expected {dtype.name}")
+        if array.ndim != len(expected):
+            raise InputError(f"input '{name}' has rank {array.ndim}, expected {len(expected)} "
+                             f"(shape {[str(d) for d in self.exprs]})")
+        for axis, (got, want, sym) in enumerate(zip(array.shape, expected, self.exprs)):
+            if got != want:
+                hint = f" ({sym} = {want}; call update_dimensions to change it)" if isinstance(sym, SymDim) else ""
+                raise InputError(f"input '{name}' dim {axis} is {got}, expected {want}{hint}")
+        return array

@@ -12,6 +12,7 @@ per dispatch, bound with a dynamic offset and uploaded only when values change.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -88,7 +89,7 @@ class WgpuBackend:
             max_binding_bytes=int(runtime.limits.get("max-storage-buffer-binding-size", 1 << 27)),
             max_immediate_bytes=runtime.max_immediate_bytes,
             native_f16="shader-f16" in runtime.features,
-            cpu_adapter=runtime.info.adapter_type == "CPU")
+            cpu_adapter=runtime.info.adapter_type == "CPU", adapter=runtime.info.identity)
         self._params: dict[type[Transport], Any] = {}
         self._staging: dict[str, wgpu.GPUBuffer] = {}
         self.words = np.zeros(1, np.uint32)
@@ -248,3 +249,41 @@ class WgpuBackend:
             self._pass = None
         self._encoder.copy_buffer_to_buffer(cmd.src_buffer, cmd.src_offset,  # type: ignore[union-attr]
                                             cmd.dst_buffer, cmd.dst_offset, cmd.size)
+
+    # ---- autotuning (runtime/tuner.py) ----------------------------------------------------
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]:
+        """Seconds per replay of `commands`, up to `repeats` times after a warm-up (fewer, at
+        least one, past `deadline` on time.perf_counter): GPU timestamps around one compute pass
+        each where the adapter has them and the commands are all dispatches, else wall time
+        from encoding to the queue's completion."""
+        queue = self.device.queue
+        # Reading a word back waits for the work before it (on_submitted_work_done_sync does
+        # not work with this wgpu-native); the same cost for every alternative.
+        fence = self.device.create_buffer(size=4, usage=_USAGE)
+        wall: list[float] = []
+        for _ in range(1 + repeats):
+            start = time.perf_counter()
+            queue.submit([self.encode(self.device.create_command_encoder(), commands).finish()])
+            queue.read_buffer(fence, 0, 4)
+            wall.append(time.perf_counter() - start)
+            if len(wall) >= 2 and time.perf_counter() + wall[-1] > deadline:
+                break
+        repeats = len(wall) - 1
+        if "timestamp-query" not in self.runtime.features or not all(isinstance(c, DispatchCommand) for c in commands):
+            return wall[1:]
+        count = 2 * repeats
+        queries = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+        resolved = self.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE
+                                             | wgpu.BufferUsage.COPY_SRC)
+        encoder = self.device.create_command_encoder()
+        for i in range(repeats):
+            cpass = encoder.begin_compute_pass(timestamp_writes={
+                "query_set": queries, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
+            for cmd in commands:
+                self.encode_dispatch(cpass, cmd)  # type: ignore[arg-type]
+            cpass.end()
+        encoder.resolve_query_set(queries, 0, count, resolved, 0)
+        queue.submit([encoder.finish()])
+        stamps = np.frombuffer(queue.read_buffer(resolved), dtype=np.uint64).astype(np.float64)
+        spans = [(stamps[2 * i + 1] - stamps[2 * i]) * 1e-9 for i in range(repeats)]
+        return spans if all(s > 0 for s in spans) else wall[1:]  # a driver without real stamps

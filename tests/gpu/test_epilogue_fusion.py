@@ -133,3 +133,10 @@ def test_elementwise_fusion_says_why_a_producer_stays_apart():
     report = pipeline.context.reports["elementwise-fusion"]
     assert any("is a graph output" in why for why in report.declined.values())
     assert report.fused  # Mul absorbed Sigmoid, Exp and Relu (read only inside the group)
+
+
+def validation_models() -> list:
+    """(model, dims) for tests/gpu/test_shader_validation.py: MatMulNBitsShared with an epilogue,
+    from f32 and int8 activations, decode and prefill rows."""
+    return [(model, {"M": m}) for model in (swiglu_model(0), swiglu_model(4), pattern_model("residual", 4))
+            for m in (1, 5)]

@@ -15,6 +15,12 @@ from tests.helpers import compile_model, make_model, run_ort
 RNG = np.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def heuristic(monkeypatch):
+    """These tests are about the heuristic's choice: no tuning, whatever the run asks for."""
+    monkeypatch.setenv("ONYXIA_TUNE", "0")
+
+
 def expected(cpu: int, m: int) -> str:
     """The heuristic: chunked up to 64 rows on a CPU-type adapter (above: gemm_variants'
     register-tiled variant, the same kernel), coalesced up to 8 elsewhere."""

@@ -128,3 +128,10 @@ def test_norm_quantizes_its_output_as_onnxruntime(runtime, bias, m):
         for name in outs:
             np.testing.assert_allclose(ours[name], ref[name], rtol=1e-5, atol=1e-5 * float(np.abs(ref[name]).max()),
                                        err_msg=f"{name} cpu={cpu}")
+
+
+def validation_models() -> list:
+    """(model, dims) for tests/gpu/test_shader_validation.py: QuantizeQ8, MatMulNBitsShared and
+    RmsNormQ8 (with and without a skip's bias), decode and prefill rows."""
+    return [(model, {"M": m}) for model in (shared_model()[0], norm_model(False)[0], norm_model(True)[0])
+            for m in (1, 9)]

@@ -643,6 +643,10 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     (MS, "RotaryEmbedding"): _rotary,
     (MS, "GroupQueryAttention"): _gqa,
     ("onyxia", "FusedElementwise"): _fused,
+    # Made by SharedQuantizationPass / EpilogueFusionPass from MatMulNBits graphs.
+    ("onyxia", "QuantizeQ8"): _from("test_quantize_sharing"),
+    ("onyxia", "RmsNormQ8"): _from("test_quantize_sharing"),
+    ("onyxia", "MatMulNBitsShared"): lambda: _from("test_quantize_sharing")() + _from("test_epilogue_fusion")(),
     ("", "Attention"): _from("test_onnx_attention"),
     ("", "TopK"): _from("test_selection", "TopK"),
     ("", "Hardmax"): _from("test_selection", "Hardmax"),

@@ -274,7 +274,7 @@ def test_int64_results_outside_int32_are_reported_not_wrapped(runtime, op, nodes
     model = make_model(nodes, inputs, ["y"], {"axis": np.array(0, np.int64)}, opset=18)
     compiled = compile_model(model)
     node = nodes[0].name
-    assert [s[0] for s in compiled.sites] == [node]
+    assert {s[0] for s in compiled.sites} == {node}  # one site per kernel variant that can report
     exe = runtime.load_model(compiled)
     with pytest.raises(ComputeError, match=f"'{node}' \\({op}\\).*int64"):
         exe.run(feeds)

@@ -84,7 +84,7 @@ CASES = {
     "duplicate_initializer": "initializer 'w' is declared twice",
     "recursion_dim_param": "input 'x' dim 0: dimension expression",
     "empty_model_file": "empty.onnx",
-    "model_is_a_directory": "does not exist",
+    "model_is_a_directory": "an LLM folder needs genai_config.json",
     "pickled_input": "--input x: cannot read",
     "dim_not_an_integer": "--dim n: 'abc' is not an integer",
     "unknown_dim": "nonesuch",

@@ -69,8 +69,21 @@ def zip_members(path: Path, members: list[tuple[str, bytes]]) -> None:
             zf.writestr(name, data)
 
 
+def all_steps(doc: dict) -> list[dict]:
+    """Every step's JSON in the pre-order of plan.walk_steps (a Tunable's alternatives in order)."""
+    flat: list[dict] = []
+
+    def walk(steps: list[dict]) -> None:
+        for s in steps:
+            flat.append(s)
+            walk([c for key in ("then", "orelse", "body") for c in s.get(key, [])])
+            walk([c for alt in s.get("alternatives", []) for c in alt])
+    walk([s for op in doc["operations"] for s in op["steps"]])
+    return flat
+
+
 def first(doc: dict, t: str = "dispatch") -> dict:
-    return next(s for op in doc["operations"] for s in op["steps"] if s["t"] == t)
+    return next(s for s in all_steps(doc) if s["t"] == t)
 
 
 def loop_step(doc: dict) -> dict:
@@ -239,14 +252,7 @@ def edit_control(doc: dict, kind: str) -> None:
 
 def doc_flat_index(doc: dict, target: dict) -> int:
     """`target`'s index in the pre-order of every step (plan.walk_steps)."""
-    flat: list[dict] = []
-
-    def walk(steps: list[dict]) -> None:
-        for s in steps:
-            flat.append(s)
-            walk([c for key in ("then", "orelse", "body") for c in s.get(key, [])])
-    walk([s for op in doc["operations"] for s in op["steps"]])
-    return next(i for i, s in enumerate(flat) if s is target)
+    return next(i for i, s in enumerate(all_steps(doc)) if s is target)
 
 
 def load_edited(tmp: str, kind: str) -> None:
@@ -264,23 +270,26 @@ def load_edited(tmp: str, kind: str) -> None:
     CompiledModel.load(path)
 
 
+# The plan's first dispatch: the MatMul is a Tunable (its kernel variants), whose first
+# alternative's first step this is.
+FIRST = r"operations\[0\]\.steps\[0\]\.alternatives\[0\]\[0\]"
 CASES = {
-    "huge_grid": r"step 0 workgroups: \[2147483648, 1, 1\] launch 2147483648 workgroups",
-    "float_workgroups": r"operations\[0\]\.steps\[0\] workgroups\[0\]: must be an integer",
-    "negative_workgroups": r"step 0 workgroups\[0\]: is -1",
-    "two_workgroup_counts": r"operations\[0\]\.steps\[0\]\.workgroups: must hold 3 counts",
-    "negative_shader": r"operations\[0\]\.steps\[0\]\.shader: must be an index in \[0, 3\), got -1",
-    "shader_out_of_range": r"operations\[0\]\.steps\[0\]\.shader: must be an index in \[0, 3\), got 3",
-    "bool_shader": r"operations\[0\]\.steps\[0\]\.shader: must be an index",
-    "binding_to_nowhere": r"operations\[0\]\.steps\[0\]\.bindings\[0\]\[0\]: names tensor 'ghost'",
-    "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'dispatch' step: field 'bindings' is missing",
-    "immediates_count": r"operations\[0\]\.steps\[0\]\.immediates: holds 3 values; shader 0 takes 2",
+    "huge_grid": r"step 1 workgroups: \[2147483648, 1, 1\] launch 2147483648 workgroups",
+    "float_workgroups": FIRST + r" workgroups\[0\]: must be an integer",
+    "negative_workgroups": r"step 1 workgroups\[0\]: is -1",
+    "two_workgroup_counts": FIRST + r"\.workgroups: must hold 3 counts",
+    "negative_shader": FIRST + r"\.shader: must be an index in \[0, 3\), got -1",
+    "shader_out_of_range": FIRST + r"\.shader: must be an index in \[0, 3\), got 3",
+    "bool_shader": FIRST + r"\.shader: must be an index",
+    "binding_to_nowhere": FIRST + r"\.bindings\[0\]\[0\]: names tensor 'ghost'",
+    "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'tunable' step: field 'bindings' is missing",
+    "immediates_count": FIRST + r"\.immediates: holds 3 values; shader 0 takes 2",
     "unknown_step": r"operations\[0\]\.steps\[0\]: .*unknown step kind 'teleport'",
     "unknown_symbol": r"uses symbol 'zz'",
     "hostile_expression": r"dimension expression .* nested more than",
-    "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 3\)",
+    "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 5\)",
     "binding_kind_mismatch": r"symbolic_bindings\[0\]\[0\]: a binding of kind 'copy' cannot target step 0",
-    "binding_index_out_of_range": r"symbolic_bindings\[0\]\[2\]: must be an integer in \[0, 2\), got 99",
+    "binding_index_out_of_range": r"symbolic_bindings\[0\]\[2\]: must be an integer in \[0, 5\), got 99",
     "unknown_dtype": r"tensors\[0\]\.dtype: unknown dtype 'float128'",
     "float_shape": r"tensors\[0\]\.shape\[1\]: must be an integer or a dimension expression, got 4\.0",
     "negative_weight_shape": r"tensors\[2\]\.shape\[0\]: must be non-negative, got -4",
@@ -293,8 +302,8 @@ CASES = {
     "param_type": r"shaders\[0\]\.immediates\[0\]\[1\]: must be one of \['f32', 'i32', 'u32'\], got 'f64'",
     "entry_point": r"shaders\[0\]\.entry_point: must be an identifier",
     "dims_negative": r"dims\.n: must be an integer >= 0, got -2",
-    "copy_misaligned": r"step 3 copy: size 6 and offsets 0, 0 must be multiples of 4",
-    "copy_out_of_range": r"step 3 copy: bytes 0\.\.4096 of tensor 'x', which has 32",
+    "copy_misaligned": r"step 5 copy: size 6 and offsets 0, 0 must be multiples of 4",
+    "copy_out_of_range": r"step 5 copy: bytes 0\.\.4096 of tensor 'x', which has 32",
     "weight_wrong_shape": r"tensor 'w' data: is float32\[3, 4\], its TensorInfo says float32\[4, 3\]",
     "weight_wrong_dtype": r"member 'data_0\.npy': inflates to \d+ bytes, more than|tensor 'w' data: is float64",
     "pickled_weight": r"(Object arrays cannot be loaded|inflates to)",
@@ -306,15 +315,15 @@ CASES = {
     "duplicate_plan_json": r"member 'plan\.json': appears twice",
     "not_json": r"cannot read plan .*JSONDecodeError",
     "json_list": r"is not an onyxia plan",
-    "buffer_dtype": r"operations\[0\]\.steps\[0\]\.bindings\[0\]\[0\]: tensor 'x' \(float32\) cannot bind to "
+    "buffer_dtype": FIRST + r"\.bindings\[0\]\[0\]: tensor 'x' \(float32\) cannot bind to "
                     r"shader 0's buffer 'a' \(float16\)",
     "buffer_no_device_dtype": r"shaders\[0\]\.buffers\[0\]\[1\]: .*has dtype string, which has no GPU",
     "buffer_flag_not_bool": r"shaders\[0\]\.buffers\[0\]: must be \[name, dtype, read_only",
     "buffer_name_twice": r"shaders\[0\]\.buffers\[1\]\[0\]: 'a' names a second buffer",
-    "binding_access": r"operations\[0\]\.steps\[0\]\.bindings\[0\]\[1\]: must be true",
-    "binding_extra": r"operations\[0\]\.steps\[0\]\.bindings: holds 4 tensors; shader 0 binds 3",
+    "binding_access": FIRST + r"\.bindings\[0\]\[1\]: must be true",
+    "binding_extra": FIRST + r"\.bindings: holds 4 tensors; shader 0 binds 3",
     "reports_not_bool": r"shaders\[0\]\.reports: must be true/false, got 'yes'",
-    "reports_without_status": r"operations\[0\]\.steps\[0\]\.bindings: holds 3 tensors; shader 0 binds 4",
+    "reports_without_status": FIRST + r"\.bindings: holds 3 tensors; shader 0 binds 4",
     "status_kind_forged": r"tensors\[0\]\.kind: only tensor 'onyxia/status' is the status word",
     "sites_without_status": r"sites: the plan has report sites but no status tensor",
     "site_malformed": r"sites\[0\]: must be \[node, op type, what it detects\]",

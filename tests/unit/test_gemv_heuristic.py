@@ -14,6 +14,12 @@ from onyxia.runtime.null import NULL_LIMITS, null_executor
 from tests.helpers import compile_model, make_model
 
 
+@pytest.fixture(autouse=True)
+def heuristic(monkeypatch):
+    """These tests are about the heuristic's choice: no tuning, whatever the run asks for."""
+    monkeypatch.setenv("ONYXIA_TUNE", "0")
+
+
 def weight_matmul(k: int, n: int, dtype=np.float32):
     w = np.zeros((k, n), dtype)
     return make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", dtype, ["m", k])], ["y"], {"w": w})

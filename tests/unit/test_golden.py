@@ -27,7 +27,7 @@ import onnx
 import pytest
 
 from onyxia.codegen.wgsl import render
-from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, ShaderSpec, WriteBuffer
+from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, ShaderSpec, Tunable, WriteBuffer
 from tests.helpers import compile_model
 from tests.models import bert_encoder, gpt2_block
 
@@ -93,22 +93,7 @@ def plan_summary(name: str, compiled: CompiledModel) -> str:
         lines.append(f"op {op.name} [{op.op_type}]" + ("  (no steps: view)" if not op.steps else ""))
         if op.scratch:
             lines.append(f"  scratch: {', '.join(op.scratch)}")
-        for step in op.steps:
-            if isinstance(step, Dispatch):
-                spec = compiled.shaders[step.shader]
-                imm = ", ".join(f"{p.name}={v}" for p, v in zip(spec.immediates, step.immediates))
-                lines.append(f"  dispatch {keys[step.shader]}  wg=({', '.join(str(w) for w in step.workgroups)})"
-                             f"  imm({imm})")
-                reads = [b.tensor for b in step.bindings if b.read_only]
-                writes = [b.tensor for b in step.bindings if not b.read_only]
-                lines.append(f"    reads: {', '.join(reads) or '-'}  writes: {', '.join(writes)}")
-            elif isinstance(step, CopyBuffer):
-                lines.append(f"  copy {step.src}[{step.src_offset}:] -> {step.dst}[{step.dst_offset}:]"
-                             f"  bytes={step.size}")
-            elif isinstance(step, WriteBuffer):
-                lines.append(f"  write {step.dst} {step.dtype} [{', '.join(str(d) for d in step.data)}]")
-            else:  # a new step type must be rendered here, not silently dropped
-                lines.append(f"  {type(step).__name__} {step!r}")
+        lines += _render_steps(compiled, keys, op.steps, "  ")
     lines.append("")
     lines.append("shaders (first-use order):")
     order = list(dict.fromkeys(s.shader for s in compiled.steps if isinstance(s, Dispatch)))
@@ -124,6 +109,33 @@ def plan_summary(name: str, compiled: CompiledModel) -> str:
             f"{b.name}:{b.dtype}:{'r' if b.read_only else 'rw'}" + "".join(f"+{f}" for f in flags if getattr(b, f))
             for b in spec.buffers) + ("  reports" if spec.reports else ""))
     return "\n".join(lines) + "\n"
+
+
+def _render_steps(compiled: CompiledModel, keys: list[str], steps, indent: str) -> list[str]:
+    lines = []
+    for step in steps:
+        if isinstance(step, Dispatch):
+            spec = compiled.shaders[step.shader]
+            imm = ", ".join(f"{p.name}={v}" for p, v in zip(spec.immediates, step.immediates))
+            lines.append(f"{indent}dispatch {keys[step.shader]}  wg=({', '.join(str(w) for w in step.workgroups)})"
+                         f"  imm({imm})")
+            reads = [b.tensor for b in step.bindings if b.read_only]
+            writes = [b.tensor for b in step.bindings if not b.read_only]
+            lines.append(f"{indent}  reads: {', '.join(reads) or '-'}  writes: {', '.join(writes)}")
+        elif isinstance(step, CopyBuffer):
+            lines.append(f"{indent}copy {step.src}[{step.src_offset}:] -> {step.dst}[{step.dst_offset}:]"
+                         f"  bytes={step.size}")
+        elif isinstance(step, WriteBuffer):
+            lines.append(f"{indent}write {step.dst} {step.dtype} [{', '.join(str(d) for d in step.data)}]")
+        elif isinstance(step, Tunable):
+            lines.append(f"{indent}tunable {step.key}  default={step.default}"
+                         f"  shape=({', '.join(str(d) for d in step.shape)})")
+            for label, alt in zip(step.labels, step.alternatives):
+                lines.append(f"{indent}  alternative {label}:")
+                lines += _render_steps(compiled, keys, alt, indent + "    ")
+        else:  # a new step type must be rendered here, not silently dropped
+            lines.append(f"{indent}{type(step).__name__} {step!r}")
+    return lines
 
 
 def current_summary(name: str) -> str:

@@ -4,6 +4,7 @@ activations, and the decode-step traffic of a decoder with a past KV cache."""
 import numpy as np
 from onnx import helper as h
 
+from onyxia.plan import Tunable
 from onyxia.plan_cost import activation_memory, cost_summary, decode_cost, plan_cost
 from tests.helpers import compile_model, make_model
 
@@ -29,11 +30,19 @@ def test_matmul_bytes_and_flops_are_exact_at_the_dims():
 
 def test_empty_grid_variants_cost_nothing():
     compiled = compile_model(_matmul_add(), {"m": 4})
-    cost = plan_cost(compiled)
-    # MatMul plans several kernel variants; only the one for these dims has a grid.
-    assert len(cost.dispatches) == compiled.num_dispatches
-    assert [d.op_type for d in cost.live].count("MatMul") == 1
-    assert all(not d.live for d in cost.dispatches if d not in cost.live)
+    [tunable] = [s for s in compiled.steps if isinstance(s, Tunable)]
+    # MatMul plans its kernel variants as a Tunable: the cost follows the alternative replayed
+    # (the heuristic's by default, or the executor's choice), and within it only the kernel
+    # for these dims has a grid.
+    for choice in (None, *range(len(tunable.labels))):
+        cost = plan_cost(compiled, choices=None if choice is None else {id(tunable): choice})
+        assert len(cost.dispatches) < compiled.num_dispatches
+        assert [d.op_type for d in cost.live].count("MatMul") == 1
+        assert all(not d.live for d in cost.dispatches if d not in cost.live)
+    labels = {label: [d.shader for d in plan_cost(compiled, choices={id(tunable): k}).live if d.op_type == "MatMul"]
+              for k, label in enumerate(tunable.labels)}
+    assert labels == {"chunked": ["matmul/gemv_chunked"], "coalesced": ["matmul/gemv"],
+                      "register": ["matmul/gemv_chunked"], "shared": ["matmul/gemm"]}
 
 
 def test_peak_activations_count_overlapping_lifetimes():

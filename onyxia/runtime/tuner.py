@@ -1,0 +1,296 @@
+"""The autotuner: a Tunable step's alternatives timed on the adapter at hand, the fastest kept.
+
+A plan's Tunable steps (plan_steps.py) hold kernel variants of one computation. Replay asks the
+Tuner which alternative each replays for its current shape class (its `shape` values for the
+current dims, symbolic ones rounded up to a power of two):
+1. a choice in the disk cache, keyed by adapter (vendor, device, driver, backend), the step's
+   key and the shape class;
+2. otherwise its default (the heuristic), and, with tuning on, the step waits for the next
+   `run()` (or `PlanReplay.tune()`), which times every alternative of every waiting step: a
+   warm-up, then TuneSettings.repeats repetitions each (GPU timestamps where the adapter has
+   them, wall time otherwise), the median decides. The whole pass stops at the time budget;
+   steps not reached keep the default, uncached, and are tried again at the next load.
+
+A choice never changes what is computed, only which kernels compute it: no recompiles and no
+allocations (every alternative's buffers and pipelines exist from load). Timing runs kernels on
+whatever the buffers hold; outputs the caller may still hold (graph outputs) are saved and
+restored around it. The cache is one JSON file per adapter, written atomically (a temporary
+file renamed over it) and read tolerantly: a missing, corrupt or foreign file costs a re-tune,
+never an error. `ONYXIA_TUNE=0` turns tuning off (the heuristic everywhere, nothing timed),
+`ONYXIA_CACHE_DIR` moves the cache (default `$XDG_CACHE_HOME/onyxia`, else `~/.cache/onyxia`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onyxia.errors import PlanError
+from onyxia.plan import Tunable
+from onyxia.runtime.commands import Command, DispatchCommand, replays, value
+from onyxia.runtime.contract import Backend, Replay
+
+_OFF = ("0", "false", "no", "off")
+CACHE_VERSION = 1
+# One pass over a model's waiting steps stops after this long: a model with many distinct
+# products loads in bounded time; what is left keeps the heuristic until a later load.
+DEFAULT_BUDGET_S = 3.0
+DEFAULT_REPEATS = 5
+
+
+def default_cache_dir() -> Path:
+    """ONYXIA_CACHE_DIR, else $XDG_CACHE_HOME/onyxia, else ~/.cache/onyxia."""
+    explicit = os.environ.get("ONYXIA_CACHE_DIR", "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "onyxia"
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    enabled: bool = True
+    cache_dir: Path | None = None  # None: no disk cache (choices last as long as the executor)
+    budget_s: float = DEFAULT_BUDGET_S
+    repeats: int = DEFAULT_REPEATS
+
+    @staticmethod
+    def from_env() -> TuneSettings:
+        """The settings the environment asks for: ONYXIA_TUNE (on unless 0/false/no/off) and
+        the cache directory (default_cache_dir)."""
+        enabled = os.environ.get("ONYXIA_TUNE", "1").strip().lower() not in _OFF
+        return TuneSettings(enabled=enabled, cache_dir=default_cache_dir())
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """One timed step: seconds (median) per alternative label, and the label chosen."""
+
+    key: str
+    shape_class: str
+    times: dict[str, float]
+    choice: str
+
+
+class TuneCache:
+    """{(key, shape class): {"choice": label, "times": {label: seconds}}} of one adapter, in
+    `<dir>/tuning-<hash of the adapter>.json`."""
+
+    def __init__(self, directory: Path, adapter: str):
+        self.adapter = adapter
+        digest = hashlib.sha256(adapter.encode()).hexdigest()[:16]
+        self.path = directory / f"tuning-{digest}.json"
+        self.entries: dict[str, dict] = self._read()
+
+    @staticmethod
+    def entry_key(key: str, shape_class: str) -> str:
+        return f"{key}|{shape_class}"
+
+    def _read(self) -> dict[str, dict]:
+        try:
+            doc = json.loads(self.path.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return {}
+        if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("adapter") != self.adapter:
+            return {}
+        entries = doc.get("entries")
+        if not isinstance(entries, dict):
+            return {}
+        return {k: e for k, e in entries.items()
+                if isinstance(k, str) and isinstance(e, dict) and isinstance(e.get("choice"), str)}
+
+    def get(self, key: str, shape_class: str) -> str | None:
+        entry = self.entries.get(self.entry_key(key, shape_class))
+        return entry["choice"] if entry else None
+
+    def put(self, results: list[TuneResult]) -> None:
+        """Record `results` and write the file (merged with what another process wrote since);
+        a directory that cannot be written loses only the cache."""
+        fresh = self._read()
+        for r in results:
+            fresh[self.entry_key(r.key, r.shape_class)] = {"choice": r.choice, "times": r.times}
+        self.entries = fresh
+        doc = {"version": CACHE_VERSION, "adapter": self.adapter, "entries": fresh}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".tmp", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(doc, fh, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)  # atomic: readers see the old file or the new one
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            pass
+
+
+def shape_class(values: list[int], symbolic: tuple[bool, ...]) -> str:
+    """Static values as they are, symbolic ones rounded up to a power of two."""
+    return "x".join(str(1 << max(v - 1, 0).bit_length() if sym and v > 0 else v)
+                    for v, sym in zip(values, symbolic))
+
+
+@replays(Tunable)
+class TunableCommand(Command):
+    """Replays the chosen alternative (the Tuner sets `chosen` whenever the class changes)."""
+
+    __slots__ = ("step", "tuner", "alternatives", "values", "symbolic", "shape_class", "chosen", "source",
+                 "timeable", "written")
+
+    def __init__(self, step: Tunable, index: int, replay: Replay) -> None:
+        super().__init__(step, index, replay)
+        self.step = step
+        self.tuner: Tuner = replay.tuner  # type: ignore[attr-defined]
+        self.alternatives = [[replay.build(s) for s in alt] for alt in step.alternatives]
+        self.values = [0] * (1 + len(step.shape))
+        self.symbolic = tuple(not isinstance(v, int) for v in step.shape)
+        self.shape_class = ""
+        self.chosen = 0
+        self.source = "default"  # "default" | "cache" | "timed"
+        # Host control flow inside an alternative cannot be timed in isolation.
+        self.timeable = not any(c.device_sync for alt in self.alternatives for c in _walk(alt))
+        tensors = replay.model.tensors
+        self.written = sorted({replay.root(t) for t, w in step.uses() if w
+                               and tensors[replay.root(t)].kind not in ("intermediate", "scratch")})
+
+    def refresh(self, replay: Replay) -> None:
+        self.values = [int(value(v, replay.dims)) for v in (self.step.default, *self.step.shape)]
+        self.settle(replay)
+
+    def set(self, kind: str, index: int, value: int) -> None:
+        self.values[index] = value
+
+    def settle(self, replay: Replay) -> None:
+        default = self.values[0]
+        if not 0 <= default < len(self.alternatives):
+            raise PlanError(f"step {self.index} (tunable '{self.step.key}'): default index {default} is not in "
+                            f"[0, {len(self.alternatives)}) for {replay.dims}")
+        self.shape_class = shape_class(self.values[1:], self.symbolic)
+        self.tuner.place(self)
+
+    def encode(self, backend: Backend) -> None:
+        for cmd in self.alternatives[self.chosen]:
+            cmd.encode(backend)
+
+    def active(self) -> list[Command]:
+        """The chosen alternative's commands (what a run replays in this one's place)."""
+        return self.alternatives[self.chosen]
+
+    def idle(self) -> list[Command]:
+        """Every command of the alternatives not chosen, nested ones included."""
+        return [c for k, alt in enumerate(self.alternatives) if k != self.chosen for c in _walk(alt)]
+
+
+def _walk(commands: list[Command]) -> list[Command]:
+    out: list[Command] = []
+    for c in commands:
+        out.append(c)
+        for attr in ("then", "orelse", "body"):
+            out.extend(_walk(getattr(c, attr, None) or []))
+        if isinstance(c, TunableCommand):
+            out.extend(_walk([x for alt in c.alternatives for x in alt]))
+    return out
+
+
+def live_commands(cmds: list[Command]) -> list[Command]:
+    """What a run encodes: a Tunable's chosen alternative in its place, no dispatch with an
+    empty grid now (other kernel variants: half of an LLM decode step's)."""
+    return [x for c in cmds for x in (live_commands(c.active()) if isinstance(c, TunableCommand) else (c,))
+            if not isinstance(x, DispatchCommand) or all(x.workgroups)]
+
+
+def idle_commands(commands: list[Command]) -> set[int]:
+    """ids of the commands of alternatives their Tunable does not replay now."""
+    return {id(c) for t in commands if isinstance(t, TunableCommand) for c in t.idle()}
+
+
+@dataclass
+class Tuner:
+    """The choices of one executor: from the cache, the default, or timing (see module doc)."""
+
+    settings: TuneSettings
+    adapter: str
+    stats: Any  # the executor's ExecutorStats (tuning_timings, tuned)
+    cache: TuneCache | None = None
+    pending: dict[TunableCommand, None] = field(default_factory=dict)
+    chosen: dict[tuple[str, str], str] = field(default_factory=dict)  # this executor's timed choices
+
+    def __post_init__(self) -> None:
+        if self.cache is None and self.settings.cache_dir is not None:
+            self.cache = TuneCache(self.settings.cache_dir, self.adapter)
+
+    def known(self, key: str, cls: str) -> str | None:
+        label = self.chosen.get((key, cls))
+        if label is None and self.cache is not None:
+            label = self.cache.get(key, cls)
+        return label
+
+    def place(self, cmd: TunableCommand) -> None:
+        """Set `cmd.chosen` for its current shape class (cache, else default; waits for timing)."""
+        labels = cmd.step.labels
+        label = self.known(cmd.step.key, cmd.shape_class)
+        if label in labels:
+            cmd.chosen, cmd.source = labels.index(label), "cache"
+            self.pending.pop(cmd, None)
+            return
+        cmd.chosen, cmd.source = cmd.values[0], "default"
+        if self.settings.enabled and cmd.timeable:
+            self.pending[cmd] = None
+
+    def tune(self, replay: Any, commands: list[Command], budget_s: float | None = None) -> list[TuneResult]:
+        """Time every alternative of the TunableCommands in `commands` (one per key and shape
+        class) and choose; the others keep their choice."""
+        commands = [c for c in commands if isinstance(c, TunableCommand)]
+        budget = self.settings.budget_s if budget_s is None else budget_s
+        deadline = time.perf_counter() + budget
+        results: list[TuneResult] = []
+        done: dict[tuple[str, str], TuneResult] = {}
+        backend = replay.backend
+        for cmd in commands:
+            self.pending.pop(cmd, None)
+            ident = (cmd.step.key, cmd.shape_class)
+            if ident in done:
+                self._choose(cmd, done[ident].choice)
+                continue
+            if time.perf_counter() > deadline or not cmd.timeable:
+                continue  # over budget: the default, uncached
+            saved = [(replay.buffers[t], backend.copyout(replay.buffers[t], replay.capacity[t])) for t in cmd.written]
+            times: dict[str, float] = {}
+            try:
+                for label, alt in zip(cmd.step.labels, cmd.alternatives):
+                    if time.perf_counter() > deadline:
+                        break
+                    samples = backend.time_commands(alt, self.settings.repeats, deadline)
+                    times[label] = statistics.median(samples)
+                    self.stats.tuning_timings += 1
+            finally:
+                for buf, raw in saved:
+                    backend.copyin(buf, np.frombuffer(bytes(raw), dtype=np.uint8))
+            if len(times) < len(cmd.alternatives):
+                continue
+            choice = min(times, key=lambda k: times[k])
+            result = done[ident] = TuneResult(cmd.step.key, cmd.shape_class, times, choice)
+            results.append(result)
+            self.chosen[ident] = choice
+            self._choose(cmd, choice)
+            self.stats.tuned += 1
+        if results and self.cache is not None:
+            self.cache.put(results)
+        return results
+
+    @staticmethod
+    def _choose(cmd: TunableCommand, label: str) -> None:
+        cmd.chosen, cmd.source = cmd.step.labels.index(label), "timed"
+
+
+__all__ = ["TuneCache", "TuneResult", "TuneSettings", "Tuner", "TunableCommand", "default_cache_dir", "shape_class"]

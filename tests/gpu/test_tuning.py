@@ -1,0 +1,73 @@
+"""The autotuner on a real adapter: a model run with tuning on and off matches onnxruntime for
+decode, short and long prefills; a second load reads the disk cache and times nothing; a
+deleted cache only costs a re-tune; `onyxia tune` writes the cache that a later load uses."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+from onnx import helper as h
+
+from onyxia.runtime.tuner import TunableCommand, TuneSettings
+from tests.helpers import compile_model, make_model, run_ort
+
+RNG = np.random.default_rng(3)
+K, H = 64, 96
+
+
+def mlp():
+    w1 = (RNG.standard_normal((K, H)) / 8).astype(np.float32)
+    w2 = (RNG.standard_normal((H, K)) / 8).astype(np.float32)
+    return make_model([h.make_node("MatMul", ["a", "w1"], ["m"]), h.make_node("Relu", ["m"], ["r"]),
+                       h.make_node("MatMul", ["r", "w2"], ["y"])], [("a", np.float32, ["m", K])], ["y"],
+                      {"w1": w1, "w2": w2})
+
+
+def tunables(exe) -> list[TunableCommand]:
+    return [c for c in exe.commands if isinstance(c, TunableCommand)]
+
+
+def test_tuned_and_heuristic_runs_match_onnxruntime(runtime, tmp_path):
+    model = mlp()
+    compiled = compile_model(model, {"m": 70})
+    on = runtime.load_model(compiled, tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2))
+    off = runtime.load_model(compiled, tuning=TuneSettings(enabled=False, cache_dir=tmp_path / "cache"))
+    assert on.stats.tuning_timings > 0 and off.stats.tuning_timings == 0
+    for m in (1, 5, 70, 1):
+        feeds = {"a": RNG.standard_normal((m, K)).astype(np.float32)}
+        ref = run_ort(model, feeds)[0]
+        for exe in (on, off):
+            exe.update_dimensions({"m": m})
+            np.testing.assert_allclose(exe.run(feeds)["y"], ref, rtol=1e-4, atol=1e-4, err_msg=f"m={m}")
+    assert {c.source for c in tunables(on)} <= {"timed", "cache"}  # m=1 again: known already
+    assert {c.source for c in tunables(off)} == {"default"}
+    assert on.stats.recompiles == 0 and on.stats.reallocs == 0
+
+
+def test_second_load_times_nothing_and_a_deleted_cache_retunes(runtime, tmp_path):
+    compiled = compile_model(mlp(), {"m": 1})
+    tuning = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2)
+    first = runtime.load_model(compiled, tuning=tuning)
+    assert first.stats.tuning_timings > 0
+    second = runtime.load_model(compiled, tuning=tuning)
+    assert second.stats.tuning_timings == 0
+    assert [c.chosen for c in tunables(second)] == [c.chosen for c in tunables(first)]
+    shutil.rmtree(tmp_path / "cache")
+    assert runtime.load_model(compiled, tuning=tuning).stats.tuning_timings > 0
+
+
+def test_cli_tune_writes_the_cache_a_load_uses(runtime, tmp_path, monkeypatch, capsys):
+    import onnx
+
+    from onyxia.cli import main
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    monkeypatch.setenv("ONYXIA_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["tune", str(path), "--dim", "m=3"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned 2 kernel choices" in out and "matmul/f32" in out and "[4x" in out
+    monkeypatch.setenv("ONYXIA_TUNE", "1")
+    exe = runtime.load_model(compile_model(mlp(), {"m": 3}))
+    assert exe.stats.tuning_timings == 0 and {c.source for c in tunables(exe)} == {"cache"}

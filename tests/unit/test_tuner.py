@@ -1,0 +1,173 @@
+"""The autotuner (runtime/tuner.py) replayed without a GPU: the null backend's stand-in cost (one
+microsecond per workgroup) makes the fastest alternative known, so these tests check what is
+timed, chosen, cached and re-read, not real speed (tests/gpu/test_tuning.py runs it for real)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+from onyxia.runtime.null import NULL_LIMITS, null_executor
+from onyxia.runtime.tuner import TunableCommand, TuneCache, TuneSettings, shape_class
+from tests.helpers import compile_model, make_model
+
+K, N = 512, 1024
+
+
+def weight_matmul():
+    w = np.zeros((K, N), np.float32)
+    return make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, ["m", K])], ["y"], {"w": w})
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return compile_model(weight_matmul(), {"m": 80})
+
+
+def settings(tmp_path, **kw) -> TuneSettings:
+    return TuneSettings(enabled=True, cache_dir=tmp_path / "cache", **kw)
+
+
+def running(exe) -> list[str]:
+    return list(dict.fromkeys(exe.model.shaders[d.shader].label.removeprefix("matmul/")
+                              for d in exe.dispatch_commands() if all(d.workgroups)))
+
+
+def tunables(exe) -> list[TunableCommand]:
+    return [c for c in exe.commands if isinstance(c, TunableCommand)]
+
+
+def feeds(m: int) -> dict:
+    return {"a": np.zeros((m, K), np.float32)}
+
+
+def at_decode(compiled, tuning):
+    exe = null_executor(compiled, tuning=tuning)
+    exe.update_dimensions({"m": 1})
+    exe.run(feeds(1))  # the new shape class is timed before the run
+    return exe
+
+
+def test_off_is_the_heuristic_and_times_nothing(compiled, tmp_path):
+    exe = at_decode(compiled, replace(settings(tmp_path), enabled=False))
+    assert running(exe) == ["gemv", "splitk"]  # the coalesced kernel on a GPU-type adapter
+    assert exe.stats.tuning_timings == 0 and not exe.backend.timed
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_fastest_is_chosen_cached_and_read_back(compiled, tmp_path):
+    exe = at_decode(compiled, settings(tmp_path))
+    [cmd] = tunables(exe)
+    assert cmd.step.labels == ("chunked", "coalesced", "register", "shared") and cmd.shape_class == f"1x{N}x{K}x1"
+    assert exe.stats.tuning_timings >= 3 and exe.stats.tuned >= 1
+    # fewest workgroups under the null cost model: the shared-memory tiled kernel's 8
+    assert running(exe) == ["gemm"] and cmd.source == "timed"
+    assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
+
+    again = at_decode(compiled, settings(tmp_path))
+    assert again.stats.tuning_timings == 0 and running(again) == ["gemm"]
+    assert tunables(again)[0].source == "cache"
+
+    shutil.rmtree(tmp_path / "cache")  # a deleted cache costs a re-tune, nothing else
+    third = at_decode(compiled, settings(tmp_path))
+    assert third.stats.tuning_timings >= 3 and running(third) == ["gemm"]
+
+
+def test_each_shape_class_is_timed_once(compiled, tmp_path):
+    exe = at_decode(compiled, settings(tmp_path))
+    timed = exe.stats.tuning_timings
+    exe.update_dimensions({"m": 40})  # M rounds up to 64: a new class, timed at the next run
+    assert tunables(exe)[0].shape_class == f"64x{N}x{K}x1"
+    exe.run(feeds(40))
+    assert exe.stats.tuning_timings == timed + 4
+    exe.update_dimensions({"m": 33})  # the same class: nothing timed
+    exe.run(feeds(33))
+    exe.update_dimensions({"m": 1})
+    exe.run(feeds(1))
+    assert exe.stats.tuning_timings == timed + 4 and running(exe) == ["gemm"]
+    assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
+
+
+def test_a_corrupt_cache_only_costs_a_retune(compiled, tmp_path):
+    exe = at_decode(compiled, settings(tmp_path))
+    path = exe.tuner.cache.path
+    path.write_text("{not json")
+    again = at_decode(compiled, settings(tmp_path))
+    assert again.stats.tuning_timings >= 3 and running(again) == ["gemm"]
+    assert json.loads(path.read_text())["entries"]  # rewritten whole
+    path.write_text(json.dumps({"version": 1, "adapter": "null", "entries": {"x": 3, "y|z": {"choice": 7}}}))
+    assert at_decode(compiled, settings(tmp_path)).stats.tuning_timings >= 3
+
+
+def test_another_adapter_has_its_own_timings(compiled, tmp_path):
+    at_decode(compiled, settings(tmp_path))
+    exe = null_executor(compiled, tuning=settings(tmp_path), limits=replace(NULL_LIMITS, adapter="other/gpu"))
+    exe.update_dimensions({"m": 1})
+    exe.run(feeds(1))
+    assert exe.stats.tuning_timings >= 3
+    assert len(list((tmp_path / "cache").glob("tuning-*.json"))) == 2
+
+
+def test_over_budget_keeps_the_heuristic_uncached(compiled, tmp_path):
+    exe = at_decode(compiled, settings(tmp_path, budget_s=0.0))
+    assert exe.stats.tuning_timings == 0 and running(exe) == ["gemv", "splitk"]
+    assert not list((tmp_path / "cache").glob("tuning-*.json"))
+
+
+def test_forced_tuning_times_every_step_again(compiled, tmp_path):
+    exe = at_decode(compiled, settings(tmp_path))
+    before = exe.stats.tuning_timings
+    [result] = exe.tune(force=True)
+    assert exe.stats.tuning_timings == before + 4
+    assert result.choice == "shared" and set(result.times) == {"chunked", "coalesced", "register", "shared"}
+    assert result.times["shared"] < result.times["coalesced"]
+
+
+def test_outputs_the_caller_may_hold_survive_timing(compiled, tmp_path):
+    exe = at_decode(compiled, replace(settings(tmp_path), enabled=False))
+    buf = exe.buffers[exe.root("y")]
+    exe.backend.copyin(buf, np.full(N, 7, np.float32))
+    exe.tune(force=True)
+    assert np.all(np.frombuffer(exe.backend.copyout(buf, 4 * N), np.float32) == 7)
+
+
+def test_cache_file_round_trip(tmp_path):
+    from onyxia.runtime.tuner import TuneResult
+
+    cache = TuneCache(tmp_path, "v/d/drv/Vulkan")
+    cache.put([TuneResult("k", "1x2", {"a": 1.0, "b": 2.0}, "a")])
+    assert TuneCache(tmp_path, "v/d/drv/Vulkan").get("k", "1x2") == "a"
+    assert TuneCache(tmp_path, "v/d/drv/Vulkan").get("k", "2x2") is None
+    assert not list(tmp_path.glob(".tuning-*"))  # the temporary file was renamed away
+
+
+def test_unwritable_cache_dir_is_not_an_error(compiled, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    exe = at_decode(compiled, TuneSettings(enabled=True, cache_dir=blocker / "cache"))
+    assert running(exe) == ["gemm"]
+
+
+def test_environment_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("ONYXIA_TUNE", "0")
+    monkeypatch.setenv("ONYXIA_CACHE_DIR", str(tmp_path / "c"))
+    s = TuneSettings.from_env()
+    assert not s.enabled and s.cache_dir == tmp_path / "c"
+    monkeypatch.setenv("ONYXIA_TUNE", "1")
+    monkeypatch.delenv("ONYXIA_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    s = TuneSettings.from_env()
+    assert s.enabled and s.cache_dir == tmp_path / "xdg" / "onyxia"
+
+
+@pytest.mark.parametrize("values,symbolic,expected", [
+    ([1, 1024, 512], (True, False, False), "1x1024x512"), ([5, 8], (True, True), "8x8"),
+    ([65, 3], (True, False), "128x3"), ([0, 3], (True, False), "0x3"), ([7], (False,), "7"),
+])
+def test_shape_class_rounds_symbolic_values_up_to_a_power_of_two(values, symbolic, expected):
+    assert shape_class(values, symbolic) == expected
