@@ -39,6 +39,7 @@ from onyxia.onnx import load_model
 from onyxia.operators import OperatorRegistry, core_operator_registry
 from onyxia.operators.attention import DOMAIN as MS_DOMAIN
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.plan_cost import replayed_steps
 from onyxia.runtime.tensor import DeviceTensor
 
 
@@ -176,15 +177,18 @@ class LlmSession:
 
     @property
     def dispatches_per_step(self) -> int:
-        """Dispatches a decode step runs (kernels whose grid is empty at one token are skipped)."""
+        """Dispatches a decode step runs (kernels whose grid is empty at one token are skipped;
+        of a Tunable's alternatives the one replayed now, or the heuristic's)."""
         io, cached = self.io, self.max_length // 2
         dims = {**self.executor.dims, io.sequence: 1}
         if io.past:
             dims[io.past] = self.max_length if self.share_buffer else cached
         if io.total:
             dims[io.total] = cached + 1
+        steps = replayed_steps([s for op in self.compiled.operations for s in op.steps], dims,
+                               self.executor.tunable_choices())
         return sum(all(d.evaluate(dims) if isinstance(d, SymDim) else d for d in dispatch.workgroups)
-                   for step in self.compiled.steps for dispatch in step.dispatches())
+                   for step in steps for dispatch in step.dispatches())
 
     def reset(self) -> None:
         """Forget the cache: the next forward pass is a prefill."""

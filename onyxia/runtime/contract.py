@@ -88,9 +88,11 @@ class Backend(Protocol):
     def sync_read(self, buffer: Any, nbytes: int) -> bytes | memoryview: ...
 
     # The autotuner (runtime/tuner.py): seconds each of up to `repeats` replays of `commands`
-    # took after a warm-up, fewer (at least one) once time.perf_counter passes `deadline` (GPU
-    # timestamps where the adapter has them, else wall time to completion).
-    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]: ...
+    # took after a warm-up, fewer (at least one) once time.perf_counter passes `deadline` or a
+    # replay takes longer than `cutoff` seconds (GPU timestamps where the adapter has them,
+    # else wall time to completion).
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
+                      cutoff: float = float("inf")) -> list[float]: ...
 
 
 class Replay(Protocol):

@@ -8,8 +8,10 @@ current dims, symbolic ones rounded up to a power of two):
 2. otherwise its default (the heuristic), and, with tuning on, the step waits for the next
    `run()` (or `PlanReplay.tune()`), which times every alternative of every waiting step: a
    warm-up, then TuneSettings.repeats repetitions each (GPU timestamps where the adapter has
-   them, wall time otherwise), the median decides. The whole pass stops at the time budget;
-   steps not reached keep the default, uncached, and are tried again at the next load.
+   them, wall time otherwise), the median decides; the default goes first, and an alternative
+   whose first replay takes SLOWER_CUTOFF times the best one's is not timed further. The whole
+   pass stops at the time budget; steps not reached keep the default, uncached, and are tried
+   again at the next load (not at every run of this one).
 
 A choice never changes what is computed, only which kernels compute it: no recompiles and no
 allocations (every alternative's buffers and pipelines exist from load). Timing runs kernels on
@@ -45,6 +47,8 @@ CACHE_VERSION = 1
 # products loads in bounded time; what is left keeps the heuristic until a later load.
 DEFAULT_BUDGET_S = 3.0
 DEFAULT_REPEATS = 5
+# An alternative whose replay takes this many times the best one's is not timed further.
+SLOWER_CUTOFF = 4.0
 
 
 def default_cache_dir() -> Path:
@@ -224,6 +228,9 @@ class Tuner:
     cache: TuneCache | None = None
     pending: dict[TunableCommand, None] = field(default_factory=dict)
     chosen: dict[tuple[str, str], str] = field(default_factory=dict)  # this executor's timed choices
+    # (key, shape class) the budget did not reach: the default until the next load (or a
+    # forced tune), not timed again at every run that meets the class.
+    deferred: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.cache is None and self.settings.cache_dir is not None:
@@ -244,7 +251,7 @@ class Tuner:
             self.pending.pop(cmd, None)
             return
         cmd.chosen, cmd.source = cmd.values[0], "default"
-        if self.settings.enabled and cmd.timeable:
+        if self.settings.enabled and cmd.timeable and (cmd.step.key, cmd.shape_class) not in self.deferred:
             self.pending[cmd] = None
 
     def tune(self, replay: Any, commands: list[Command], budget_s: float | None = None) -> list[TuneResult]:
@@ -263,20 +270,26 @@ class Tuner:
                 self._choose(cmd, done[ident].choice)
                 continue
             if time.perf_counter() > deadline or not cmd.timeable:
-                continue  # over budget: the default, uncached
+                self.deferred.add(ident)  # over budget: the default, uncached
+                continue
             saved = [(replay.buffers[t], backend.copyout(replay.buffers[t], replay.capacity[t])) for t in cmd.written]
             times: dict[str, float] = {}
+            # The default first: an alternative far slower than the best so far stops after one
+            # replay (on lavapipe a GPU-style kernel can take 50x the chunked one's time).
+            order = [cmd.chosen, *(k for k in range(len(cmd.alternatives)) if k != cmd.chosen)]
             try:
-                for label, alt in zip(cmd.step.labels, cmd.alternatives):
+                for k in order:
                     if time.perf_counter() > deadline:
                         break
-                    samples = backend.time_commands(alt, self.settings.repeats, deadline)
-                    times[label] = statistics.median(samples)
+                    cutoff = SLOWER_CUTOFF * min(times.values()) if times else float("inf")
+                    samples = backend.time_commands(cmd.alternatives[k], self.settings.repeats, deadline, cutoff)
+                    times[cmd.step.labels[k]] = statistics.median(samples)
                     self.stats.tuning_timings += 1
             finally:
                 for buf, raw in saved:
                     backend.copyin(buf, np.frombuffer(bytes(raw), dtype=np.uint8))
             if len(times) < len(cmd.alternatives):
+                self.deferred.add(ident)
                 continue
             choice = min(times, key=lambda k: times[k])
             result = done[ident] = TuneResult(cmd.step.key, cmd.shape_class, times, choice)

@@ -251,26 +251,38 @@ class WgpuBackend:
                                             cmd.dst_buffer, cmd.dst_offset, cmd.size)
 
     # ---- autotuning (runtime/tuner.py) ----------------------------------------------------
-    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float) -> list[float]:
+    def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
+                      cutoff: float = float("inf")) -> list[float]:
         """Seconds per replay of `commands`, up to `repeats` times after a warm-up (fewer, at
-        least one, past `deadline` on time.perf_counter): GPU timestamps around one compute pass
-        each where the adapter has them and the commands are all dispatches, else wall time
-        from encoding to the queue's completion."""
+        least one, past `deadline` on time.perf_counter or once a replay takes over `cutoff`):
+        GPU timestamps around one compute pass each where the adapter has them and the commands
+        are all dispatches, else wall time from encoding to the queue's completion."""
         queue = self.device.queue
         # Reading a word back waits for the work before it (on_submitted_work_done_sync does
         # not work with this wgpu-native); the same cost for every alternative.
         fence = self.device.create_buffer(size=4, usage=_USAGE)
+        stamped = "timestamp-query" in self.runtime.features and all(isinstance(c, DispatchCommand) for c in commands)
         wall: list[float] = []
-        for _ in range(1 + repeats):
+        # With timestamps the one wall-timed replay is the warm-up.
+        for _ in range(1 + (0 if stamped else repeats)):
             start = time.perf_counter()
             queue.submit([self.encode(self.device.create_command_encoder(), commands).finish()])
             queue.read_buffer(fence, 0, 4)
             wall.append(time.perf_counter() - start)
-            if len(wall) >= 2 and time.perf_counter() + wall[-1] > deadline:
-                break
-        repeats = len(wall) - 1
-        if "timestamp-query" not in self.runtime.features or not all(isinstance(c, DispatchCommand) for c in commands):
-            return wall[1:]
+            if len(wall) >= 2 and (wall[-1] > cutoff or time.perf_counter() + wall[-1] > deadline):
+                break  # far slower than the best so far (no need to know how much), or out of time
+        if not stamped:
+            return wall[1:] or wall
+        first = self._stamped(commands, 1)
+        if not first:  # a driver without real stamps
+            return wall
+        if first[0] > cutoff:
+            return first
+        more = min(repeats - 1, int((deadline - time.perf_counter()) / max(wall[0], 1e-6)))
+        return first + (self._stamped(commands, more) if more > 0 else [])
+
+    def _stamped(self, commands: Sequence[Command], repeats: int) -> list[float]:
+        """GPU seconds of `repeats` replays, one compute pass each ([] without real stamps)."""
         count = 2 * repeats
         queries = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
         resolved = self.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE
@@ -283,7 +295,7 @@ class WgpuBackend:
                 self.encode_dispatch(cpass, cmd)  # type: ignore[arg-type]
             cpass.end()
         encoder.resolve_query_set(queries, 0, count, resolved, 0)
-        queue.submit([encoder.finish()])
-        stamps = np.frombuffer(queue.read_buffer(resolved), dtype=np.uint64).astype(np.float64)
+        self.device.queue.submit([encoder.finish()])
+        stamps = np.frombuffer(self.device.queue.read_buffer(resolved), dtype=np.uint64).astype(np.float64)
         spans = [(stamps[2 * i + 1] - stamps[2 * i]) * 1e-9 for i in range(repeats)]
-        return spans if all(s > 0 for s in spans) else wall[1:]  # a driver without real stamps
+        return spans if all(s > 0 for s in spans) else []

@@ -171,3 +171,34 @@ def test_environment_settings(monkeypatch, tmp_path):
 ])
 def test_shape_class_rounds_symbolic_values_up_to_a_power_of_two(values, symbolic, expected):
     assert shape_class(values, symbolic) == expected
+
+
+def test_a_class_over_budget_is_not_timed_again_until_the_next_load(compiled, tmp_path):
+    exe = at_decode(compiled, settings(tmp_path, budget_s=0.0))
+    assert exe.stats.tuning_timings == 0
+    for m in (40, 1, 40, 1):  # prefill and decode alternate: nothing is timed at any run
+        exe.update_dimensions({"m": m})
+        exe.run(feeds(m))
+    assert exe.stats.tuning_timings == 0 and running(exe) == ["gemv", "splitk"]
+    again = at_decode(compiled, settings(tmp_path))  # the next load tries again (load dims, then m = 1)
+    assert again.stats.tuning_timings == 8
+
+
+def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_path, monkeypatch):
+    exe = at_decode(compiled, settings(tmp_path))
+    samples = {}
+    time_commands = exe.backend.time_commands
+
+    def spy(commands, repeats, deadline, cutoff=float("inf")):
+        out = time_commands(commands, repeats, deadline, cutoff)
+        live = tuple(exe.model.shaders[c.shader].label for c in commands if all(getattr(c, "workgroups", (0,))))
+        samples[live] = len(out)
+        return out
+
+    monkeypatch.setattr(exe.backend, "time_commands", spy)
+    [result] = exe.tune(force=True)
+    # The current choice (shared, 8 us under the null cost) first; coalesced (36 us) is over
+    # 4x that and stops after one replay, chunked and register (16 us) are timed in full.
+    assert list(result.times) == ["shared", "chunked", "coalesced", "register"]
+    assert samples[("matmul/gemv", "matmul/splitk")] == 1
+    assert samples[("matmul/gemm",)] == 5
