@@ -14,7 +14,7 @@ from onyxia.compiler import CompilerPipeline
 from onyxia.errors import DimensionError
 from onyxia.llm.hf_config import load_model_config
 from onyxia.llm.io import DecoderIO, bind_decoder_io, write_fixed_dims
-from onyxia.llm.ops import add_last_token_head, register_llm_operators
+from onyxia.llm.ops import LOGITS_GATE, add_last_token_head, register_llm_operators, restrict_logits_rows
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import DOMAIN as MS_DOMAIN
@@ -36,8 +36,11 @@ def compile_decoder(model_dir: str | Path, max_length: int | None = None,
         for node in graph.nodes:
             if node.op_type == "GroupQueryAttention" and node.domain == MS_DOMAIN:
                 node.attributes[SHARE_BUFFER_ATTR] = 1
+    gate = restrict_logits_rows(graph, config.decoder.logits)
     add_last_token_head(graph, config.decoder.logits)
     capacity = {io.sequence: length}
+    if gate:
+        capacity[LOGITS_GATE] = 1
     if io.past:
         capacity[io.past] = length
     if io.total:

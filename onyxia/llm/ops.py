@@ -1,24 +1,35 @@
-"""The LLM session's own operator: the next token, picked on the GPU.
+"""The LLM session's own operators: the next token picked on the GPU, and logits computed only
+for the position that needs them.
 
 `LastToken` reads logits [batch, sequence, vocab] and writes the last position's row
 ([batch, vocab], for host-side sampling) and its argmax ([batch] int64, for greedy decoding).
 `add_last_token_head` appends it to a decoder's graph before compiling, so greedy decoding
 reads back one token id per step instead of the logits.
+
+`LastRows` keeps the last R rows of [batch, sequence, hidden], R = 1 + (sequence - 1) * g for
+the session symbol g = LOGITS_GATE (0 or 1). `restrict_logits_rows` puts it in front of the
+lm_head, so a prefill computes the vocabulary projection for its last position only (g = 0:
+14 prompt tokens cost one lm_head row instead of 14) unless the caller asks for every
+position's logits (g = 1: R = sequence, the graph's own logits). A decode step (sequence 1)
+has R = 1 either way.
 """
 
 from __future__ import annotations
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.graph import IrGraph, TensorKind
-from onyxia.ir.shapes import Shape
+from onyxia.ir.graph import IrGraph, TensorId, TensorKind
+from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
+from onyxia.operators.indexing import plan_strided_copy
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import Step
 
 DOMAIN = "onyxia.llm"
 LAST_LOGITS = "onyxia::last_logits"
 NEXT_TOKEN = "onyxia::next_token"
+# 1: logits for every position of a forward pass; 0: for its last position only.
+LOGITS_GATE = "onyxia_all_logits"
 
 
 class LastToken(Operator):
@@ -41,9 +52,38 @@ class LastToken(Operator):
                              workgroups=(batch, 1, 1))]
 
 
+def kept_rows(seq: Dim) -> Dim:
+    """Rows LastRows keeps of `seq`: all of them with LOGITS_GATE = 1, the last one with 0."""
+    return 1 + (seq - 1) * SymDim.symbol(LOGITS_GATE)
+
+
+class LastRows(Operator):
+    """x [batch, sequence, hidden] -> its last kept_rows(sequence) rows."""
+
+    op_type = "LastRows"
+    domain = DOMAIN
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        shape = ctx.input_shape(0)
+        if len(shape) != 3:
+            raise ctx.fail(f"expected [batch, sequence, hidden], got rank {len(shape)}", 0)
+        return [(ctx.input_dtype(0), (shape[0], kept_rows(shape[1]), shape[2]))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        batch, seq, hidden = ctx.input_shape(0)
+        rows = kept_rows(seq)
+        bits = ctx.input_dtype(0).require_bits()
+        row_bytes = hidden * bits // 8 if isinstance(hidden, int) and hidden * bits % 32 == 0 else None
+        if row_bytes is not None and ctx.env.value(batch) == 1 and ctx.env.assume_equal(batch, 1, ctx.node.name):
+            # One contiguous run of whole words: a buffer copy, no dispatch (the runtime refuses
+            # a batch other than 1 for this plan: the recorded assumption).
+            return [ctx.copy(ctx.input(0), ctx.output(0), rows * row_bytes, (seq - rows) * row_bytes)]
+        return plan_strided_copy(ctx, (batch, rows, hidden), (seq * hidden, hidden, 1), (seq - rows) * hidden)
+
+
 def register_llm_operators(registry: OperatorRegistry) -> OperatorRegistry:
     """A copy of `registry` with the session's operators added."""
-    return registry.copy().register(LastToken())
+    return registry.copy().register(LastToken()).register(LastRows())
 
 
 def add_last_token_head(graph: IrGraph, logits: str) -> tuple[str, str]:
@@ -55,3 +95,53 @@ def add_last_token_head(graph: IrGraph, logits: str) -> tuple[str, str]:
         graph.tensor(name).kind = TensorKind.OUTPUT
         graph.outputs.append(name)
     return LAST_LOGITS, NEXT_TOKEN
+
+
+# The vocabulary projection, and the elementwise ops exporters put after it (Gemma-2's softcap
+# Div -> Tanh -> Mul, a Cast): each computes a position's logits from that position's row alone.
+_PRODUCTS = {("", "MatMul"), ("com.microsoft", "MatMulNBits")}
+_ROW_LOCAL = {"Cast", "Tanh", "Div", "Mul", "Add", "Sub", "Neg", "Sigmoid", "Softplus", "Identity"}
+
+
+def _constant(graph: IrGraph, tid: TensorId, depth: int = 0) -> bool:
+    """`tid` does not depend on any graph input (a weight, or computed from weights only)."""
+    t = graph.tensor(tid)
+    if t.kind is TensorKind.WEIGHT or t.value is not None:
+        return True
+    producer = graph.producer(tid)
+    if producer is None or depth > 8:
+        return False
+    return all(i is None or _constant(graph, i, depth + 1) for i in graph.node(producer).inputs)
+
+
+def _small_constant(graph: IrGraph, tid: TensorId) -> bool:
+    """A constant that broadcasts along the last axis only (a scalar or a [vocab] row)."""
+    t = graph.tensor(tid)
+    return _constant(graph, tid) and (t.shape is None or len(t.shape) <= 1)
+
+
+def restrict_logits_rows(graph: IrGraph, logits: str) -> bool:
+    """Put LastRows in front of the product that computes `logits` (through row-local ops only),
+    so the logits have kept_rows(sequence) rows. False, graph untouched: not that structure."""
+    tid = logits
+    while True:
+        nid = graph.producer(tid)
+        if nid is None:
+            return False
+        node = graph.node(nid)
+        if (node.domain, node.op_type) in _PRODUCTS:
+            break
+        if node.domain != "" or node.op_type not in _ROW_LOCAL:
+            return False
+        path = [i for i in node.inputs if i is not None and not _small_constant(graph, i)]
+        if len(path) != 1 or len(node.outputs) != 1:
+            return False
+        tid = path[0]
+    if len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None \
+            or not all(i is None or _constant(graph, i) for i in node.inputs[1:]):
+        return False
+    hidden = node.inputs[0]
+    kept = graph.fresh_name(f"{hidden}/onyxia_last_rows")
+    graph.add_node("LastRows", [hidden], [kept], domain=DOMAIN, name="onyxia::LastRows")
+    graph.set_inputs(nid, [kept, *node.inputs[1:]])
+    return True

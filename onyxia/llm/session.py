@@ -33,7 +33,14 @@ from onyxia.ir.shapes import SymDim
 from onyxia.llm.config import GenaiConfig, load_tokenizer
 from onyxia.llm.hf_config import load_model_config
 from onyxia.llm.io import DecoderIO, bind_decoder_io, write_fixed_dims
-from onyxia.llm.ops import LAST_LOGITS, NEXT_TOKEN, add_last_token_head, register_llm_operators
+from onyxia.llm.ops import (
+    LAST_LOGITS,
+    LOGITS_GATE,
+    NEXT_TOKEN,
+    add_last_token_head,
+    register_llm_operators,
+    restrict_logits_rows,
+)
 from onyxia.llm.sampling import Sampler, SamplingParams
 from onyxia.onnx import load_model
 from onyxia.operators import OperatorRegistry, core_operator_registry
@@ -111,6 +118,8 @@ class LlmSession:
             for node in graph.nodes:
                 if node.op_type == "GroupQueryAttention" and node.domain == MS_DOMAIN:
                     node.attributes[SHARE_BUFFER_ATTR] = 1
+        # The lm_head runs for the last position only unless a forward pass asks for all logits.
+        self._logits_gate = restrict_logits_rows(graph, self.config.decoder.logits)
         add_last_token_head(graph, self.config.decoder.logits)
         registry = register_llm_operators(registry or core_operator_registry())
         # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
@@ -122,6 +131,8 @@ class LlmSession:
             capacity[io.total] = self.max_length
         if io.batch:
             capacity[io.batch] = 1
+        if self._logits_gate:
+            capacity[LOGITS_GATE] = 1
         start = time.perf_counter()
         report("compiling", 0, 1)
         self.compiled = CompilerPipeline(registry).compile(
@@ -231,6 +242,8 @@ class LlmSession:
             dims[io.past] = self.max_length if self.share_buffer else past_len
         if io.total:
             dims[io.total] = total
+        if self._logits_gate:
+            dims[LOGITS_GATE] = int(logits)
         self.executor.update_dimensions(dims)
 
         feeds: dict[str, object] = {io.input_ids: array.astype(io.dtypes[io.input_ids])}

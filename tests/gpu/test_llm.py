@@ -167,3 +167,45 @@ def test_last_token_argmax_picks_first_maximum(runtime):
         out = exe.run({"x": x}, outputs=[LAST_LOGITS, NEXT_TOKEN])
         np.testing.assert_array_equal(out[LAST_LOGITS], x[:, -1])
         assert out[NEXT_TOKEN].tolist() == [min(ties), ties[-1]]
+
+
+def test_prefill_logits_for_the_last_position_only(model_dirs, sessions):
+    """A prefill that reads no full logits runs the lm_head on its last row (LastRows): same
+    last logits and token as the full projection, which a `logits=True` pass still returns."""
+    session = sessions("llama")
+    plan_ops = [op.op_type for op in session.compiled.operations]
+    assert "LastRows" in plan_ops
+    session.reset()
+    last = session.forward(PROMPT, last_logits=True)
+    session.reset()
+    full = session.forward(PROMPT, last_logits=True, logits=True)
+    assert full.logits.shape == (len(PROMPT), session.config.vocab_size)
+    np.testing.assert_allclose(last.last_logits, full.logits[-1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(full.last_logits, full.logits[-1])
+    assert last.token == full.token
+
+
+@pytest.mark.parametrize("batch", [1, "b"])
+def test_last_rows_keeps_the_last_row_or_all(runtime, batch):
+    """LastRows: the last row of each batch entry with the gate 0, every row with 1 (a buffer
+    copy for a batch of 1, a strided copy otherwise)."""
+    import onyxia
+    from onyxia.compiler import CompilerPipeline
+    from onyxia.llm.ops import DOMAIN, LOGITS_GATE, register_llm_operators
+    from onyxia.operators import core_operator_registry
+    from tests.helpers import helper, make_model
+
+    hidden = 6
+    graph = onyxia.load_model(make_model([helper.make_node("Relu", ["x"], ["r"]),
+                                          helper.make_node("LastRows", ["r"], ["y"], domain=DOMAIN)],
+                                         [("x", np.float32, [batch, "s", hidden])], ["y"],
+                                         extra_opsets={DOMAIN: 1}))
+    dims = {"s": 5, LOGITS_GATE: 1, **({"b": 3} if batch == "b" else {})}
+    compiled = CompilerPipeline(register_llm_operators(core_operator_registry())).compile(graph, dims)
+    exe = runtime.load_model(compiled)
+    rng = np.random.default_rng(0)
+    for s, gate in ((5, 0), (5, 1), (1, 0), (3, 1), (4, 0)):
+        exe.update_dimensions({"s": s, LOGITS_GATE: gate, **({"b": 2} if batch == "b" else {})})
+        x = rng.standard_normal((2 if batch == "b" else 1, s, hidden)).astype(np.float32)
+        y = exe.run({"x": x})["y"]
+        np.testing.assert_array_equal(y, np.maximum(x, 0) if gate else np.maximum(x[:, -1:], 0))

@@ -7,11 +7,15 @@ from onyxia.errors import DimensionError
 from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import dim_symbols, evaluate_dim
 
+RESERVED_PREFIX = "onyxia_"  # symbols onyxia itself introduces (plan.ADAPTER_CPU, llm.ops.LOGITS_GATE)
+
 
 class SymbolicResolutionPass(Pass):
     """Binds symbols for the rest of the pipeline.
 
-    1. Checks every given value is a non-negative int and every static name is given.
+    1. Checks every given value is a non-negative int and every static name is given; a given
+       symbol must be used by an input, except onyxia's own (RESERVED_PREFIX: operators such as
+       the LLM session's introduce them in their output shapes).
     2. Checks every symbol used by an input shape has a value, naming the input if not.
     The values (`ctx.dims`: buffer capacities, folding) and static symbols (`ctx.static`:
     baked into shaders as defs) are the context's; shapes keep their symbols so the plan stays
@@ -31,7 +35,7 @@ class SymbolicResolutionPass(Pass):
         for name, value in dims.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise DimensionError(f"dimension '{name}' must be a non-negative integer, got {value!r}")
-            if name not in used:
+            if name not in used and not name.startswith(RESERVED_PREFIX):
                 known = ", ".join(sorted(used)) or "none"
                 raise DimensionError(f"dimension '{name}' is not used by the model (its symbols: {known})")
         for name in static:
