@@ -35,7 +35,7 @@ from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
 from onyxia.operators.indexing import copy_elements
-from onyxia.operators.split_kv import combine_splits, split_keys
+from onyxia.operators.split_kv import ATTENTION_WG, CPU_ATTENTION_WG, combine_splits, split_keys
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
@@ -278,7 +278,7 @@ class GroupQueryAttention(Operator):
             att_defs["WINDOWED"] = True
             kv_reads = {"past_k": Buf(ctx.input(3), vector=True), "past_v": Buf(ctx.input(4), vector=True),
                         "new_k": Buf(present_k, vector=True), "new_v": Buf(present_v, vector=True)}
-        att_defs.update(DIM=d, DPT=max(1, math.ceil(d / 4 / 64)))
+        att_defs["DIM"] = d
         if c.dtype.name == "float16" and (c.rotary or c.qk_norm):
             att_defs["ROUND_F16"] = True  # onnxruntime's float16 steps (attention::rope f16_step)
         if c.causal:
@@ -298,16 +298,23 @@ class GroupQueryAttention(Operator):
         max_keys: Dim = present
         if c.window >= 0 and (c.windowed or not isinstance(present, int) or c.window < present):
             max_keys = c.window
-        split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, int(att_defs["DPT"]))  # type: ignore
+        # Threads per workgroup -> vec4 value columns per thread; 64 threads on a GPU, 8 (no
+        # coroutine switches at the barriers, see attention::reduce) on a CPU-type adapter.
+        lanes = {wg: max(1, math.ceil(d / 4 / wg)) for wg in (ATTENTION_WG, CPU_ATTENTION_WG)}
+        split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, lanes)
         if split is not None:
             att_defs |= split.defs()
             att_params |= split.params()
             writes["partial"] = split.partial
-        steps.append(ctx.dispatch(
-            "attention/gqa_attention.wgsl", label="gqa_attention", defs=att_defs,
-            reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
-                   **norm_reads, **kv_reads},
-            writes=writes, workgroups=(heads, seq, batch * (split.splits if split else 1)), params=att_params))
+        cpu = ctx.adapter_cpu()
+        for wg, where in ((ATTENTION_WG, 1 - cpu), (CPU_ATTENTION_WG, cpu)):
+            steps.append(ctx.dispatch(
+                "attention/gqa_attention.wgsl", label="gqa_attention",
+                defs={**att_defs, "ATT_WG": wg, "DPT": lanes[wg]},
+                reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
+                       **norm_reads, **kv_reads},
+                writes=writes, workgroups=(heads, seq * where, batch * (split.splits if split else 1)),
+                params=att_params))
         if split is not None:
             steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d))
         if c.windowed:

@@ -22,6 +22,7 @@ from onyxia.operators.reduction import bound_of
 from onyxia.plan import Step
 
 ATTENTION_WG = 64  # threads of a fused attention workgroup (attention::reduce WG)
+CPU_ATTENTION_WG = 8  # the same on a CPU-type adapter: one SIMD batch of lavapipe's lanes
 # Loop iterations one attention invocation may spend on its split of the keys.
 SPLIT_TRIPS = 4 * MAX_TRIPS
 
@@ -42,12 +43,19 @@ class KvSplit:
         return {"SPLITS": (self.splits, "u32"), "COLS": self.cols}
 
 
-def split_keys(ctx: PlanCtx, max_keys: Dim, rows: Dim, cols: Dim, dot_trips: int, dpt: int) -> KvSplit | None:
+def split_keys(ctx: PlanCtx, max_keys: Dim, rows: Dim, cols: Dim, dot_trips: int, dpt: int | dict[int, int]
+               ) -> KvSplit | None:
     """The split of a fused attention whose rows visit at most `max_keys` keys, None when one
     workgroup per row stays within SPLIT_TRIPS. `dot_trips`: iterations of one q.k; `dpt`:
-    value columns per thread; `rows`: query rows (batch x heads x sequence)."""
-    per_chunk = dot_trips + dpt * ATTENTION_WG + 16  # + the chunk's max and the loop itself
-    kps = ATTENTION_WG * max(1, SPLIT_TRIPS // per_chunk)
+    value columns per thread, or {threads per workgroup: its columns per thread} for a kernel
+    planned at several workgroup sizes (one split serves them all: the smallest bound wins);
+    `rows`: query rows (batch x heads x sequence)."""
+    lanes = dpt if isinstance(dpt, dict) else {ATTENTION_WG: dpt}
+    # Per lane count: chunks of `wg` keys, each dot_trips + dpt * wg iterations (+ the chunk's
+    # max and the loop itself); a multiple of every lane count keeps each split's chunks whole.
+    kps = min(wg * max(1, SPLIT_TRIPS // (dot_trips + d * wg + 16)) for wg, d in lanes.items())
+    step = max(lanes)
+    kps = max(step, kps // step * step)
     if bound_of(max_keys) <= kps:
         return None
     splits = (max_keys + kps - 1) // kps
@@ -67,4 +75,4 @@ def combine_splits(ctx: PlanCtx, split: KvSplit, y: str, batch: Dim, heads: Dim,
                          workgroups=ctx.grid(count * several, WORKGROUP_SIZE))]
 
 
-__all__ = ["KvSplit", "combine_splits", "split_keys"]
+__all__ = ["ATTENTION_WG", "CPU_ATTENTION_WG", "KvSplit", "combine_splits", "split_keys"]

@@ -18,7 +18,8 @@
 // QK_NORM: the query row is RMS-normalized over its head (weight q_norm, epsilon EPS) before rotary.
 // ROUND_F16 (float16 models): the normalized and the rotated query are rounded to float16, as
 // onnxruntime holds them in float16 tensors between its steps (see attention::rope f16_step).
-// Defs: DIM (head size, static), DPT (vec4 columns per thread), ROTARY, INTERLEAVED,
+// Defs: DIM (head size, static), DPT (vec4 columns per thread), ATT_WG (threads, attention::reduce),
+// ROTARY, INTERLEAVED,
 // CAUSAL, WINDOW, SOFTCAP, QK_NORM, WINDOWED, ROUND_F16.
 // SPLIT_KV (attention::split): grid (H, S, B * SPLITS), each split's keys only.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
@@ -85,7 +86,7 @@ fn query_at(base: u32, e: u32, inv: f32) -> f32 {
 #endif
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
     let s = wid.y;

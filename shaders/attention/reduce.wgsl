@@ -3,7 +3,13 @@
 // Workgroup-wide max and sum for the attention kernels: WG lanes each hold one value; every lane
 // gets the result. The barrier after reading keeps a following call from overwriting `red`
 // while slower lanes still read it.
+// Def ATT_WG: lanes per workgroup (default 64). A CPU-type adapter runs 8, one SIMD batch of
+// lavapipe's 256-bit lanes, so that its barriers cost no coroutine switches.
+#ifdef ATT_WG
+const WG = #{ATT_WG}u;
+#else
 const WG = 64u;
+#endif
 
 var<workgroup> red: array<f32, WG>;
 

@@ -17,6 +17,7 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.plan import ADAPTER_CPU
 from tests.helpers import compile_model, make_model, run_ort
 
 MS = {"com.microsoft": 1}
@@ -76,9 +77,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
 @pytest.mark.parametrize("layout", ["growing", "shared"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_gqa_prefill_then_decode(runtime, case, layout):
+def test_gqa_prefill_then_decode(runtime, case, layout, cpu):
+    """Each attention kernel (64 threads for a GPU, 8 for a CPU-type adapter: ADAPTER_CPU),
+    whatever this adapter is."""
     cfg = dict(CASES[case])
     packed, batch, head = cfg["packed"], cfg["batch"], cfg.get("head", HEAD)
     prompt, steps = cfg.pop("prompt", 5), 3
@@ -88,6 +92,7 @@ def test_gqa_prefill_then_decode(runtime, case, layout):
     dims = {"S": prompt} if shared else {"S": prompt, "P": 0}
     compiled = compile_shared(model, dims) if shared else compile_model(model, dims)
     exe = runtime.load_model(compiled)
+    exe.update_dimensions({ADAPTER_CPU: cpu})
     rng = np.random.default_rng(hash(case) % 1000)
 
     cache_len = capacity if shared else 0

@@ -59,11 +59,13 @@ def sliding_gqa(capacity: int, window: int, rotary: bool) -> object:
     return make_model([node], inputs, ["o", "prk", "prv"], inits, extra_opsets=MS)
 
 
+@pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
 @pytest.mark.parametrize("prompt", [5, 13, 30])
 @pytest.mark.parametrize("capacity,window,rotary", [(8, 8, True), (12, 8, False), (20, 8, True)])
-def test_gqa_sliding_window_cache(runtime, prompt, capacity, window, rotary):
+def test_gqa_sliding_window_cache(runtime, prompt, capacity, window, rotary, cpu):
     model = sliding_gqa(capacity, window, rotary)
     exe = runtime.load_model(compile_model(model, {"S": prompt}))
+    exe.update_dimensions({ADAPTER_CPU: cpu})  # each attention kernel, whatever this adapter is
     rng = np.random.default_rng(prompt * 100 + capacity)
     zeros = np.zeros((1, KVH, capacity, HEAD), np.float32)
     ours_past, ort_past = (zeros, zeros), (zeros, zeros)
@@ -118,10 +120,12 @@ def qk_norm_models(eps: float) -> tuple[object, object]:
             make_model(explicit, inputs, outs, {**inits, **shapes}, extra_opsets=MS))
 
 
-def test_gqa_qk_norm_matches_explicit_norms(runtime):
+@pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
+def test_gqa_qk_norm_matches_explicit_norms(runtime, cpu):
     eps = 1e-6
     fused, explicit = qk_norm_models(eps)
     exe = runtime.load_model(compile_model(fused, {"S": 6, "P": 0}))
+    exe.update_dimensions({ADAPTER_CPU: cpu})
     rng = np.random.default_rng(2)
     past = ref_past = (np.zeros((1, KVH, 0, HEAD), np.float32),) * 2
     total = 0

@@ -227,14 +227,18 @@ def test_attention_splits_with_mask_and_causal_rows(runtime):
     assert_matches_ort(runtime, causal, feeds, rtol=1e-4, atol=1e-5)
 
 
-def test_gqa_decode_over_a_cache_of_several_splits(runtime):
+@pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
+def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
+    from onyxia.plan import ADAPTER_CPU
     from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
 
-    # head 16: 12,480 keys per split. One compiled decode step, caches of 1, 2 and 5 splits.
+    # head 16: 4,672 keys per split (the 8-thread kernel's bound; a multiple of 64). One
+    # compiled decode step, caches of 1, 2 and 13 splits, with each kernel (ADAPTER_CPU).
     model = gqa_model(packed=False, batch=1, cache="P", rotary=False)
     exe = runtime.load_model(compile_model(model, {"S": 1, "P": 10}))
+    exe.update_dimensions({ADAPTER_CPU: cpu})
     rng = np.random.default_rng(12)
-    for past in (10, 12_480, 60_000):  # 60,000: past the cap of the old one-workgroup-per-row kernel
+    for past in (10, 4_672, 60_000):  # 60,000: past the cap of the old one-workgroup-per-row kernel
         exe.update_dimensions({"S": 1, "P": past})
         f = {"q": rng.standard_normal((1, 1, Q_HEADS * 16)).astype(F),
              "k": rng.standard_normal((1, 1, KV_HEADS * 16)).astype(F),
