@@ -8,8 +8,13 @@
 // the kernel's bounds check already covers. z is never folded (kernels use it as a batch axis).
 
 // Threads per workgroup of the kernels that use these helpers; operators/base.py WORKGROUP_SIZE
-// is the same number (PlanCtx.grid counts workgroups with it).
+// is the same number (PlanCtx.grid counts workgroups with it). Def WG_SIZE: another size, for a
+// kernel whose planner counts its workgroups with it (rownorm's CPU-adapter variant: 8).
+#ifdef WG_SIZE
+const WORKGROUP_SIZE: u32 = #{WG_SIZE}u;
+#else
 const WORKGROUP_SIZE: u32 = 256u;
+#endif
 
 // The builtins an entry point needs: `fn main(wg: Grid)`.
 struct Grid {

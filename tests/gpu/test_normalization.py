@@ -187,3 +187,28 @@ def test_random_layernorm_matches_ort(runtime, case):
     feeds = {"x": rng.standard_normal(shape).astype(np.float32), "s": rng.standard_normal(norm).astype(np.float32),
              "b": rng.standard_normal(norm).astype(np.float32)}
     assert_matches_ort(runtime, model, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
+@pytest.mark.parametrize("k", [512, 70_000])  # 70,000: three parts of the 8-thread rows (8 x 4,096 each)
+def test_row_kernels_of_both_adapter_kinds(runtime, cpu, k):
+    """Rows of 64+ elements run 8 threads per row on a CPU-type adapter, 256 elsewhere
+    (ADAPTER_CPU): each variant against onnxruntime, whatever this adapter is."""
+    from onyxia.plan import ADAPTER_CPU
+
+    nodes = [h.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "mean", "inv", "sum"],
+                         domain="com.microsoft", epsilon=1e-5),
+             h.make_node("Softmax", ["x"], ["p"], axis=-1),
+             h.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)]
+    model = make_model(nodes, [("x", np.float32, ["rows", k]), ("skip", np.float32, ["rows", k]),
+                               ("gamma", np.float32, [k]), ("beta", np.float32, [k])],
+                       ["y", "inv", "sum", "p", "n"], opset=17, extra_opsets=MS)
+    exe = runtime.load_model(compile_model(model, {"rows": 3}))
+    exe.update_dimensions({ADAPTER_CPU: cpu})
+    for rows in (3, 1):
+        exe.update_dimensions({"rows": rows})
+        feeds = {"x": randn(rows, k, scale=2.0, offset=1.0), "skip": randn(rows, k), "gamma": randn(k),
+                 "beta": randn(k)}
+        ours = exe.run(feeds)
+        for name, ref in zip(["y", "inv", "sum", "p", "n"], run_ort(model, feeds)):
+            np.testing.assert_allclose(ours[name], ref, rtol=2e-4, atol=1e-5, err_msg=f"{name}, {rows} rows")
