@@ -38,6 +38,12 @@ CHUNKED_MAX_M = 64
 # per class, the one whose class holds M runs. Decode (M = 1) takes vec4 accumulators.
 CHUNK_ROWS = ((1, 1), (4, 2), (16, 5))
 COLUMNS_PER_WORKGROUP = 64  # 8 invocations x 2 vec4 column groups (gemv_chunked.wgsl)
+ONE_ROW_COLUMNS = 32  # ROWS = 1: 8 invocations x 1 vec4 column group
+
+
+def chunked_columns(rows: int) -> int:
+    """Output columns one workgroup of gemv_chunked.wgsl covers for its ROWS def."""
+    return ONE_ROW_COLUMNS if rows == 1 else COLUMNS_PER_WORKGROUP
 # The longest K one invocation walks: KCHUNK / 4 loop iterations, far below the ~65k after
 # which lavapipe stops an invocation's loops; a longer K is split and added by splitk.wgsl.
 MAX_KCHUNK = 16384
@@ -127,7 +133,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
         steps.append(ctx.dispatch(
             "matmul/gemv_chunked.wgsl", defs={**kernel_defs, "ROWS": rows},
             params={**base_params, "RBLOCKS": rblocks}, reads=reads, writes=writes, reports=reports,
-            workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits * on)))
+            workgroups=(ceil_div(n, chunked_columns(rows)), 1, nbatch * rblocks * splits * on)))
     if split:
         finish_defs = {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")}
         finish_params = {key: v for key, v in params.items() if key in ("M", "N", *_FINISH_PARAMS)}
@@ -138,4 +144,4 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "FewRowsChoice", "chunked_applies", "few_rows_heuristic", "plan_chunked"]
+__all__ = ["CHUNKED_MAX_M", "chunked_columns", "FewRowsChoice", "chunked_applies", "few_rows_heuristic", "plan_chunked"]

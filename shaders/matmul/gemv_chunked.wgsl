@@ -2,14 +2,16 @@
 // adapter (lavapipe) runs fastest: no shared memory, no barriers, and each invocation streams
 // its own contiguous run of memory with vec4 loads.
 //
-// An invocation owns CG = 2 vec4 groups of output columns (8 adjacent columns: each row of B it
-// reads is one contiguous 32-byte run) and ROWS rows of A (wid.z = (batch * RBLOCKS + row block)
+// An invocation owns CG vec4 groups of output columns (CG = 2 with several rows: 8 adjacent
+// columns, each row of B it reads one contiguous 32-byte run; CG = 1 for one row) and ROWS rows of A (wid.z = (batch * RBLOCKS + row block)
 // * SPLITS + split), and walks its K chunk 4 rows of B at a time: the 4 x 4 block of B under
 // each column group is a mat4x4 (columns = k), so one matrix product per 4 k accumulates a vec4
 // of columns for a row (ROWS = 1) or a mat4x4 of 4 rows x 4 columns (ROWS = 4, 8, 16: one per 4
-// rows). Measured on lavapipe (K = 512, N = 1408): 2 column groups stream ~5 GB/s per core, one
-// group ~2.5; with named mat4x4 accumulators 16 rows reach ~9 GF/s per core, where an
-// array-indexed accumulator of the same size spills and runs 4x slower.
+// rows). Measured on lavapipe (Mesa 22.3): for one row, one column group per invocation streams
+// ~1.2 - 1.8x the bytes per second of two (K = 512, N = 512 .. 8000; about even at K = 1408,
+// N = 512; a 31.9M-parameter Llama's decode step ~58 -> ~45 ms); with named mat4x4 accumulators
+// 16 rows reach ~9 GF/s per core, where an array-indexed accumulator of the same size spills and
+// runs 4x slower.
 // A row past M reads row M - 1 and a column group past N / 4 reads the last one; neither stores.
 // Each invocation's loop runs KCHUNK / 4 times (KCHUNK <= 16384 by construction: lavapipe stops
 // an invocation's loops after ~65k iterations); a longer K is split (SPLIT: partial sums to
@@ -21,7 +23,12 @@
 #import common::grid
 #import matmul::epilogue
 
+// Column groups per invocation: one for a single row (see above), two with more rows.
+#if ROWS == 1
+const CG = 1u;
+#else
 const CG = 2u;
+#endif
 const ROWS = #{ROWS}u;
 const THREADS = 8u;  // one SIMD batch of lavapipe's 256-bit lanes; small groups balance its threads
 
@@ -81,15 +88,11 @@ fn main(wg: Grid) {
     let k_end = min(K(), (s + 1u) * KCHUNK()) / 4u;
 #if ROWS == 1
     var acc0 = vec4<f32>();
-    var acc1 = vec4<f32>();
     let a_row = a_base + m0 * (K() / 4u);
     for (var k4 = k_begin; k4 < k_end; k4++) {
-        let av = a_load4(a_row + k4);
-        acc0 += b_block(b_base, k4, g0) * av;
-        acc1 += b_block(b_base, k4, g1) * av;
+        acc0 += b_block(b_base, k4, g0) * a_load4(a_row + k4);
     }
     put(site, m0, g0, acc0);
-    put(site, m0, g0 + 1u, acc1);
 #else
     // accRC: column group C, rows m0 + 4R .. m0 + 4R + 3 (matrix column r = row m0 + 4R + r)
     var acc00 = mat4x4<f32>();
