@@ -334,8 +334,14 @@ fn onyxia_checked_index(k: i32, dim: u32) -> u32 {
 }"""
 
 
-def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: bool) -> str:
-    """The WGSL of every binding: `enable f16;` if needed, codec helpers, declarations, accessors."""
+def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: bool,
+                packed_f16_reads: bool = False) -> str:
+    """The WGSL of every binding: `enable f16;` if needed, codec helpers, declarations, accessors.
+
+    `packed_f16_reads`: with native f16, read-only float16 buffers read as vec4s (the matrix
+    products' operands) still take the packed form, two u32 words per vec4 (the same bytes).
+    lavapipe loads storage one scalar per invocation at a time: a word per two halves streams
+    a float16 weight ~2x as fast as 16-bit loads (llama30m fp16 decode matmuls ~43 -> ~19 ms)."""
     dtypes = [from_name(b.dtype) for b in buffers]
     native = native_f16 and any(d.storage == "f16" for d in dtypes)
     lines = ["enable f16;"] if native else []
@@ -349,7 +355,7 @@ def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: boo
         lines.append(f"alias {b.name}_t = {'u32' if b.raw else d.compute};")
         if d.storage in WORD_STORAGE:
             lines += _word_buffer(b, d, index, access)
-        elif d.storage == "f16" and native:
+        elif d.storage == "f16" and native and not (packed_f16_reads and b.read_only and b.vector and not b.raw):
             lines += _native_f16_buffer(b, index, access)
         else:
             lines += _packed_buffer(b, d, index, access)

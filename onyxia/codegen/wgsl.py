@@ -61,12 +61,13 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
 
 
 def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE, *,
-           native_f16: bool = False) -> str:
+           native_f16: bool = False, packed_f16_reads: bool = False) -> str:
     """Final WGSL text: the buffer bindings (codegen/storage.py; float16 as `f16` when
-    `native_f16`), the param prelude, then `template` (the plan's entry for spec.template)
-    preprocessed with the spec's defs."""
+    `native_f16`, vec4 reads packed in words with `packed_f16_reads`), the param prelude, then
+    `template` (the plan's entry for spec.template) preprocessed with the spec's defs."""
     body = preprocess(template, resolved_defs(spec, dims), filename=spec.label)
-    bindings = buffer_code(spec.buffers, native_f16=native_f16, reports=spec.reports)
+    bindings = buffer_code(spec.buffers, native_f16=native_f16, reports=spec.reports,
+                           packed_f16_reads=packed_f16_reads)
     return bindings + prelude(spec, dims, transport) + body
 
 

@@ -13,6 +13,7 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 import onyxia
+from onyxia.codegen.wgsl import render
 from onyxia.errors import ComputeError
 from onyxia.ir import dtypes
 from tests.helpers import compile_model, make_model
@@ -238,13 +239,38 @@ def test_float16_runs_the_same_without_shader_f16(wgpu_adapter):
     np.testing.assert_allclose(y_packed.astype(np.float32), ref.astype(np.float32), rtol=5e-3, atol=5e-3)
 
 
+def test_float16_vector_reads_native_or_packed_give_the_same_bits(wgpu_adapter):
+    """With shader-f16, read-only float16 operands read as vec4s may come packed in words (the
+    default on a CPU-type adapter): the same bytes, the same results to the bit."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 64)).astype(np.float16)
+    w = rng.standard_normal((64, 40)).astype(np.float16)
+    model = make_model([h.make_node("MatMul", ["x", "w"], ["y"])], [("x", np.float16, ["m", 64])], ["y"], {"w": w})
+    compiled = compile_model(model, {"m": 5})
+    outs = {}
+    for packed in (False, True):
+        runtime = onyxia.Runtime(wgpu_adapter, f16=True, packed_f16_reads=packed)
+        if "shader-f16" not in runtime.features:
+            pytest.skip("the adapter has no shader-f16: float16 is packed either way")
+        exe = runtime.load_model(compiled)
+        for m in (5, 1):
+            exe.update_dimensions({"m": m})
+            outs[packed, m] = exe.run({"x": x[:m]})["y"]
+        codes = [render(exe.model.shaders[i], exe.model.templates[exe.model.shaders[i].template], exe.dims,
+                        native_f16=True, packed_f16_reads=packed) for i in exe.programs]
+        assert any("b_buf: array<vec2<u32>>" in c for c in codes) == packed
+    for m in (5, 1):
+        assert_same_bits(outs[True, m], outs[False, m], f"M={m}")
+        np.testing.assert_allclose(outs[True, m].astype(np.float32), (x[:m].astype(np.float32) @ w.astype(np.float32)),
+                                   rtol=2e-2, atol=2e-2)
+
+
 class _Code:
     def __init__(self, code: str):
         self.code = code
 
 
 def _codes(exe) -> list[_Code]:
-    from onyxia.codegen.wgsl import render
     model = exe.model
     return [_Code(render(model.shaders[i], model.templates[model.shaders[i].template], exe.dims,
                          native_f16=exe.limits.native_f16)) for i in exe.programs]
