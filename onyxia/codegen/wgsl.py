@@ -56,16 +56,24 @@ def prelude(spec: ShaderSpec, dims: Mapping[str, int], transport: Transport) -> 
     return "\n".join(lines) + "\n"
 
 
+SUBGROUPS_DEF = "ONYXIA_SUBGROUPS"  # defined at render where the device has subgroup operations
+
+
 def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object]:
     return {k: evaluate(v, dims) for k, v in spec.defs}
 
 
 def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE, *,
-           native_f16: bool = False, packed_f16_reads: bool = False) -> str:
+           native_f16: bool = False, packed_f16_reads: bool = False, subgroups: bool = False) -> str:
     """Final WGSL text: the buffer bindings (codegen/storage.py; float16 as `f16` when
     `native_f16`, vec4 reads packed in words with `packed_f16_reads`), the param prelude, then
-    `template` (the plan's entry for spec.template) preprocessed with the spec's defs."""
-    body = preprocess(template, resolved_defs(spec, dims), filename=spec.label)
+    `template` (the plan's entry for spec.template) preprocessed with the spec's defs, plus
+    ONYXIA_SUBGROUPS where the device has subgroup operations (`subgroups`): a plan stays the
+    same for every device; a template may use them under that def."""
+    defs = resolved_defs(spec, dims)
+    if subgroups:
+        defs[SUBGROUPS_DEF] = True
+    body = preprocess(template, defs, filename=spec.label)
     bindings = buffer_code(spec.buffers, native_f16=native_f16, reports=spec.reports,
                            packed_f16_reads=packed_f16_reads)
     return bindings + prelude(spec, dims, transport) + body
@@ -82,5 +90,5 @@ def param_type(value: object) -> str:
     return "u32"
 
 
-__all__ = ["IMMEDIATE", "UNIFORM", "TRANSPORTS", "ShaderParam", "Transport", "literal", "param_type", "prelude",
-           "render"]
+__all__ = ["IMMEDIATE", "SUBGROUPS_DEF", "UNIFORM", "TRANSPORTS", "ShaderParam", "Transport", "literal",
+           "param_type", "prelude", "render"]

@@ -6,10 +6,11 @@ autotuner's alternatives have):
 - `shared` (`matmul/gemm.wgsl` over `matmul/tile.wgsl`): 16x16 threads stage K-slices of A and B
   in shared memory and keep an RM x RN micro-tile each in registers: the pattern a GPU wants.
   Every operand layout (TRANS_A / TRANS_B), integer types and int64's checked arithmetic.
-- `register` (`matmul/gemv_chunked.wgsl` with 16 rows per invocation): no shared memory, no
-  barriers; each invocation holds 16 rows x 2 vec4 column groups in mat4x4 accumulators and
-  streams A and B with vec4 loads: the pattern a CPU-type adapter runs fastest (lavapipe,
-  1024^3 under load: 2.6 s against the shared-memory kernel's 11.8 s). f32 compute over any
+- `register` (`matmul/gemv_chunked.wgsl` with 32 rows per invocation): no shared memory, no
+  barriers; each invocation holds 32 rows x 1 vec4 column group in mat4x4 accumulators and
+  streams A and B with vec4 loads (A's rows shared through subgroups where the adapter has
+  them): the pattern a CPU-type adapter runs fastest (lavapipe, 1024^3 under load, with 16
+  rows and no subgroups: 2.6 s against the shared-memory kernel's 11.8 s). f32 compute over any
   float storage (f16 included), row-major operands, K and N static multiples of 4.
 
 Both bound each invocation's trip count by construction: K is split into ranges (at most
@@ -35,6 +36,7 @@ from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
 from onyxia.operators.gemv import (
+    CHUNK_ROWS,
     CHUNKED_MAX_M,
     COLUMNS_PER_WORKGROUP,
     MAX_KCHUNK,
@@ -53,7 +55,8 @@ BK = 16  # the K-slice of matmul/tile.wgsl
 # K per invocation of the shared-memory kernel: its slice loop and inner loop run ~K * 17/16
 # times in all, 8,704 here, far below lavapipe's ~65,535 (a multiple of BK: ranges meet exactly).
 TILED_KCHUNK = 8192
-REGISTER_ROWS = 16  # gemv_chunked.wgsl's largest row class: 16 rows x 8 columns per invocation
+REGISTER_ROWS = 32  # gemv_chunked.wgsl's largest row class: 32 rows x 4 columns per invocation
+assert REGISTER_ROWS == CHUNK_ROWS[-1][0]  # plan_alternatives lets the chunked top class take its place
 FINISH_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
 SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
 
@@ -199,7 +202,14 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     for label in offered:
         if label in bounds:
             fits = select_small(m, bounds[label])
-            alternatives[label] = [*planners[label](fits), *many_rows(1 - fits)]
+            if label == "chunked" and applies["register"] and not isinstance(m, int):
+                # The register variant is the chunked kernel's top row class: past CHUNKED_MAX_M
+                # rows on a CPU-type adapter that class runs on (one dispatch, not two).
+                cpu = ctx.adapter_cpu()
+                alternatives[label] = [*planners[label](fits + cpu * (1 - fits)),
+                                       *planners["shared"]((1 - cpu) * (1 - fits))]
+            else:
+                alternatives[label] = [*planners[label](fits), *many_rows(1 - fits)]
         else:
             alternatives[label] = planners[label](1)
     weights = {"chunked": few.chunked, "coalesced": few.coalesced, "register": many.register, "shared": many.shared}

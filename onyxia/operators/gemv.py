@@ -6,9 +6,10 @@ Variants (one family; each a shader specialized by defs):
   neighbouring words of B and a workgroup's lanes meet in shared memory, split-K across
   workgroups so a decode product fills a large GPU: the pattern a GPU wants;
 - `chunked` (`matmul/gemv_chunked.wgsl`): no shared memory or barriers, each invocation streams
-  its own contiguous runs of B with vec4 loads and holds up to 16 rows in registers: the
-  pattern a CPU-type adapter runs fastest (lavapipe: ~2x the coalesced kernel's bandwidth at
-  M = 1, ~10x the tiled kernel's GF/s at M = 32 - 64).
+  its own contiguous runs of B with vec4 loads and holds up to 32 rows in registers (A's rows
+  shared through subgroups where the adapter has them): the pattern a CPU-type adapter runs
+  fastest (lavapipe: several times the coalesced kernel's bandwidth at M = 1, ~10x the tiled
+  kernel's GF/s at M = 32 - 64).
 - many rows: the GEMM variants of operators/gemm_variants.py.
 
 `few_rows_heuristic` is the deterministic choice: on a CPU-type adapter the chunked kernel up to
@@ -29,21 +30,18 @@ from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
 from onyxia.plan import Step
 
-# Rows the chunked kernel takes on a CPU-type adapter: 16 per invocation in registers, a row
-# block per wid.z above (B is read once per 16 rows). Measured on lavapipe at M = 32 and 64
-# (K = 512, N = 1408): 11 GF/s per core, the tiled kernel 0.6 - 1.2; above 64 rows the choice
-# belongs to the GEMM variants.
+# Rows the chunked kernel takes on a CPU-type adapter: up to 32 per invocation in registers, a
+# row block per wid.z above (B is read once per block). Measured on lavapipe at M = 32 and 64
+# (K = 512, N = 1408): the tiled kernel reaches 0.6 - 1.2 GF/s per core, this one ~10x that;
+# above 64 rows the choice belongs to the GEMM variants.
 CHUNKED_MAX_M = 64
 # Row classes of the chunked kernel (ROWS def, first row count): a symbolic M plans one dispatch
-# per class, the one whose class holds M runs. Decode (M = 1) takes vec4 accumulators.
-CHUNK_ROWS = ((1, 1), (4, 2), (16, 5))
-COLUMNS_PER_WORKGROUP = 64  # 8 invocations x 2 vec4 column groups (gemv_chunked.wgsl)
-ONE_ROW_COLUMNS = 32  # ROWS = 1: 8 invocations x 1 vec4 column group
+# per class, the one whose class holds M runs. Decode (M = 1) takes vec4 accumulators; 17 - 64
+# rows take blocks of 32 (lavapipe, M = 64 with subgroups: ~35 GF/s, blocks of 16 ~28).
+CHUNK_ROWS = ((1, 1), (4, 2), (16, 5), (32, 17))
+COLUMNS_PER_WORKGROUP = 32  # 8 invocations x 1 vec4 column group (gemv_chunked.wgsl)
 
 
-def chunked_columns(rows: int) -> int:
-    """Output columns one workgroup of gemv_chunked.wgsl covers for its ROWS def."""
-    return ONE_ROW_COLUMNS if rows == 1 else COLUMNS_PER_WORKGROUP
 # The longest K one invocation walks: KCHUNK / 4 loop iterations, far below the ~65k after
 # which lavapipe stops an invocation's loops; a longer K is split and added by splitk.wgsl.
 MAX_KCHUNK = 16384
@@ -96,14 +94,17 @@ def _row_classes(m: Dim) -> list[tuple[int, Dim]]:
     if isinstance(m, int):
         rows = next((r for r, first in reversed(CHUNK_ROWS) if m >= first), 1)
         return [(rows, 1)]
-    bounds = [first for _, first in CHUNK_ROWS[1:]] + [CHUNKED_MAX_M + 1]
-    return [(rows, select_small(m, upper - 1) - select_small(m, first - 1))
+    # The top class has no upper bound: past CHUNKED_MAX_M rows it runs where the caller enables
+    # it (gemm_variants: the register variant is this kernel with the same rows).
+    bounds: list[int | None] = [first for _, first in CHUNK_ROWS[1:]] + [None]
+    return [(rows, (1 if upper is None else select_small(m, upper - 1)) - select_small(m, first - 1))
             for (rows, first), upper in zip(CHUNK_ROWS, bounds)]
 
 
 def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
                  epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
-    """The chunked variant: one dispatch per row class (one when M is static), + a split-K sum."""
+    """The chunked variant: one dispatch per row class (one when M is static), + a split-K sum.
+    `enabled`: where it runs; past CHUNKED_MAX_M rows only its top class has work."""
     m, n, k = p.m, p.n, p.k
     splits = ceil_div(k, MAX_KCHUNK)
     chunk = 4 * ceil_div(ceil_div(k, splits), 4)
@@ -114,8 +115,9 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
     if split:  # the epilogue runs in the second pass
         base_params = {key: v for key, v in base_params.items() if key not in _FINISH_PARAMS}
         total = nbatch * m * n
+        # Rows the partials hold: M where the kernel runs, else as many as it could take.
         fits = select_small(m, CHUNKED_MAX_M)
-        rows_cap = m if isinstance(m, int) else m * fits + CHUNKED_MAX_M * (1 - fits)
+        rows_cap = m if isinstance(m, int) else m * enabled + CHUNKED_MAX_M * (1 - fits) * (1 - enabled)
         partial = ctx.scratch(splits * nbatch * rows_cap * n, "float32", "splitk")
         base_params["P"] = total
         writes: dict[str, str | Buf] = {"partial": partial}
@@ -133,7 +135,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
         steps.append(ctx.dispatch(
             "matmul/gemv_chunked.wgsl", defs={**kernel_defs, "ROWS": rows},
             params={**base_params, "RBLOCKS": rblocks}, reads=reads, writes=writes, reports=reports,
-            workgroups=(ceil_div(n, chunked_columns(rows)), 1, nbatch * rblocks * splits * on)))
+            workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits * on)))
     if split:
         finish_defs = {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")}
         finish_params = {key: v for key, v in params.items() if key in ("M", "N", *_FINISH_PARAMS)}
@@ -144,4 +146,4 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "chunked_columns", "FewRowsChoice", "chunked_applies", "few_rows_heuristic", "plan_chunked"]
+__all__ = ["CHUNKED_MAX_M", "FewRowsChoice", "chunked_applies", "few_rows_heuristic", "plan_chunked"]

@@ -2,7 +2,7 @@
 
 - many rows (operators/gemm_variants.py): `matmul/gemm.wgsl`, shared-memory tiles (64x128 per
   workgroup, 4x8 per thread; smaller for small products), or on a CPU-type adapter the
-  barrier-free register-tiled `matmul/gemv_chunked.wgsl` with 16 rows per invocation; both
+  barrier-free register-tiled `matmul/gemv_chunked.wgsl` with 32 rows per invocation; both
   split a long K and add the partials with `matmul/splitk.wgsl`;
 - `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
   element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;

@@ -77,18 +77,19 @@ class Runtime:
 
     def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
                  transport: str | Transport | None = None, f16: bool | None = None,
-                 packed_f16_reads: bool | None = None):
+                 packed_f16_reads: bool | None = None, subgroups: bool = True):
         """`f16=False` (or ONYXIA_F16=0) leaves shader-f16 unused even where the adapter has it:
         float16 tensors keep their 2-byte storage, packed in u32 words, as on adapters without it.
         `packed_f16_reads`: with shader-f16, read-only float16 operands read as vec4s still come
         packed in words (the matrix products' weights); default: on a CPU-type adapter, where
-        that is the faster form (codegen/storage.py buffer_code)."""
+        that is the faster form (codegen/storage.py buffer_code). `subgroups=False` leaves the
+        adapter's subgroup operations unused (kernels take their plain paths; for tests)."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.packed_f16_reads = (self.info.adapter_type == "CPU") if packed_f16_reads is None else packed_f16_reads
         use_f16 = f16 if f16 is not None else os.environ.get("ONYXIA_F16", "1").strip().lower() not in _OFF
         self.features = frozenset(f for f in WANTED_FEATURES if f in self.adapter.features
-                                  and (use_f16 or f != "shader-f16"))
+                                  and (use_f16 or f != "shader-f16") and (subgroups or f != "subgroup"))
         limits = dict(self.adapter.limits)
         try:
             self.device = self.adapter.request_device_sync(

@@ -169,7 +169,8 @@ class PlanReplay:
         spec = self.model.shaders[index]
         transport = self.shader_transport[index]
         code = render(spec, self.model.templates[spec.template], self.dims, transport,
-                      native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads)
+                      native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads,
+                      subgroups=self.limits.subgroups)
         return self.backend.program(spec, code, self._layouts[index], transport)
 
     def bind(self, step: Dispatch) -> Any:

@@ -4,7 +4,8 @@ A plan's Tunable steps (plan_steps.py) hold kernel variants of one computation. 
 Tuner which alternative each replays for its current shape class (its `shape` values for the
 current dims, symbolic ones rounded up to a power of two):
 1. a choice in the disk cache, keyed by adapter (vendor, device, driver, backend), the step's
-   key and the shape class;
+   key with a digest of its alternatives' kernels (a choice made for other kernels never
+   replays) and the shape class;
 2. otherwise its default (the heuristic), and, with tuning on, the step waits for the next
    `run()` (or `PlanReplay.tune()`), which times every alternative of every waiting step: a
    warm-up, then TuneSettings.repeats repetitions each (GPU timestamps where the adapter has
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from onyxia.errors import PlanError
-from onyxia.plan import Tunable
+from onyxia.plan import Tunable, walk_steps
 from onyxia.runtime.commands import Command, DispatchCommand, replays, value
 from onyxia.runtime.contract import Backend, Replay
 
@@ -144,16 +145,32 @@ def shape_class(values: list[int], symbolic: tuple[bool, ...]) -> str:
                     for v, sym in zip(values, symbolic))
 
 
+def kernels_digest(step: Tunable, model: Any) -> str:
+    """A short digest of the kernels a Tunable's alternatives dispatch: label, defs, template."""
+    h = hashlib.sha256()
+    for label, alt in zip(step.labels, step.alternatives):
+        h.update(label.encode())
+        for s in walk_steps(alt):
+            for d in s.dispatches():
+                spec = model.shaders[d.shader]
+                h.update(repr((spec.label, spec.defs)).encode())
+                h.update(model.templates[spec.template].encode())
+    return h.hexdigest()[:12]
+
+
 @replays(Tunable)
 class TunableCommand(Command):
     """Replays the chosen alternative (the Tuner sets `chosen` whenever the class changes)."""
 
-    __slots__ = ("step", "tuner", "alternatives", "values", "symbolic", "shape_class", "chosen", "source",
+    __slots__ = ("step", "key", "tuner", "alternatives", "values", "symbolic", "shape_class", "chosen", "source",
                  "timeable", "written")
 
     def __init__(self, step: Tunable, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
         self.step = step
+        # The cache key: the step's, plus a digest of its alternatives' kernels (templates and
+        # defs), so that a choice timed for other kernels (an older onyxia) is not replayed.
+        self.key = f"{step.key}@{kernels_digest(step, replay.model)}"
         self.tuner: Tuner = replay.tuner  # type: ignore[attr-defined]
         self.alternatives = [[replay.build(s) for s in alt] for alt in step.alternatives]
         self.values = [0] * (1 + len(step.shape))
@@ -245,13 +262,13 @@ class Tuner:
     def place(self, cmd: TunableCommand) -> None:
         """Set `cmd.chosen` for its current shape class (cache, else default; waits for timing)."""
         labels = cmd.step.labels
-        label = self.known(cmd.step.key, cmd.shape_class)
+        label = self.known(cmd.key, cmd.shape_class)
         if label in labels:
             cmd.chosen, cmd.source = labels.index(label), "cache"
             self.pending.pop(cmd, None)
             return
         cmd.chosen, cmd.source = cmd.values[0], "default"
-        if self.settings.enabled and cmd.timeable and (cmd.step.key, cmd.shape_class) not in self.deferred:
+        if self.settings.enabled and cmd.timeable and (cmd.key, cmd.shape_class) not in self.deferred:
             self.pending[cmd] = None
 
     def tune(self, replay: Any, commands: list[Command], budget_s: float | None = None) -> list[TuneResult]:
@@ -265,7 +282,7 @@ class Tuner:
         backend = replay.backend
         for cmd in commands:
             self.pending.pop(cmd, None)
-            ident = (cmd.step.key, cmd.shape_class)
+            ident = (cmd.key, cmd.shape_class)
             if ident in done:
                 self._choose(cmd, done[ident].choice)
                 continue
@@ -292,7 +309,7 @@ class Tuner:
                 self.deferred.add(ident)
                 continue
             choice = min(times, key=lambda k: times[k])
-            result = done[ident] = TuneResult(cmd.step.key, cmd.shape_class, times, choice)
+            result = done[ident] = TuneResult(cmd.key, cmd.shape_class, times, choice)
             results.append(result)
             self.chosen[ident] = choice
             self._choose(cmd, choice)

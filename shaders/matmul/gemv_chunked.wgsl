@@ -2,33 +2,30 @@
 // adapter (lavapipe) runs fastest: no shared memory, no barriers, and each invocation streams
 // its own contiguous run of memory with vec4 loads.
 //
-// An invocation owns CG vec4 groups of output columns (CG = 2 with several rows: 8 adjacent
-// columns, each row of B it reads one contiguous 32-byte run; CG = 1 for one row) and ROWS rows of A (wid.z = (batch * RBLOCKS + row block)
-// * SPLITS + split), and walks its K chunk 4 rows of B at a time: the 4 x 4 block of B under
-// each column group is a mat4x4 (columns = k), so one matrix product per 4 k accumulates a vec4
-// of columns for a row (ROWS = 1) or a mat4x4 of 4 rows x 4 columns (ROWS = 4, 8, 16: one per 4
-// rows). Measured on lavapipe (Mesa 22.3): for one row, one column group per invocation streams
-// ~1.2 - 1.8x the bytes per second of two (K = 512, N = 512 .. 8000; about even at K = 1408,
-// N = 512; a 31.9M-parameter Llama's decode step ~58 -> ~45 ms); with named mat4x4 accumulators
-// 16 rows reach ~9 GF/s per core, where an array-indexed accumulator of the same size spills and
-// runs 4x slower.
+// An invocation owns one vec4 group of output columns and ROWS rows of A (wid.z = (batch *
+// RBLOCKS + row block) * SPLITS + split), and walks its K chunk 4 rows of B at a time: the 4 x 4
+// block of B under its column group is a mat4x4 (columns = k), so one matrix product per 4 k
+// accumulates a vec4 of columns for a row (ROWS = 1) or a mat4x4 of 4 rows x 4 columns per 4
+// rows (ROWS = 4, 8, 16, 32; named accumulators: an array-indexed one spills and runs 4x slower).
+// A's values are the same for the 8 invocations of a workgroup: where the adapter has subgroups
+// of exactly the workgroup (ONYXIA_SUBGROUPS, a render-time def, and subgroup_size 8 at run
+// time), invocation l loads rows m0 + l, m0 + 8 + l, .. and subgroupBroadcast hands each row to
+// all, instead of every invocation loading every row (lavapipe loads storage one invocation at
+// a time). Measured on lavapipe (Mesa 22.3, K = 512, N = 1024 .. 1408): 14 rows ~13 -> ~23 GF/s,
+// 64 rows (ROWS = 32) ~16 -> ~35 GF/s; one row streams B ~1.2 - 1.8x faster with one column
+// group per invocation than with two.
 // A row past M reads row M - 1 and a column group past N / 4 reads the last one; neither stores.
 // Each invocation's loop runs KCHUNK / 4 times (KCHUNK <= 16384 by construction: lavapipe stops
 // an invocation's loops after ~65k iterations); a longer K is split (SPLIT: partial sums to
 // `partial` [SPLITS, P], P = batch * M * N, added by splitk.wgsl).
 //
 // Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], y (or partial with SPLIT).
-// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C. Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS,
-// KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
+// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C; ONYXIA_SUBGROUPS (set at render).
+// Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
+// ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
 
-// Column groups per invocation: one for a single row (see above), two with more rows.
-#if ROWS == 1
-const CG = 1u;
-#else
-const CG = 2u;
-#endif
 const ROWS = #{ROWS}u;
 const THREADS = 8u;  // one SIMD batch of lavapipe's 256-bit lanes; small groups balance its threads
 
@@ -69,17 +66,18 @@ fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
 }
 
 @compute @workgroup_size(8)
-fn main(wg: Grid) {
+fn main(wg: Grid
+#ifdef ONYXIA_SUBGROUPS
+        , @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_id: u32
+#endif
+        ) {
     let n4 = N() / 4u;
-    let g0 = (grid_group(wg) * THREADS + wg.lid) * CG;
-    if (g0 >= n4) {
-        return;
-    }
-    let g1 = min(g0 + 1u, n4 - 1u);
+    let gg = grid_group(wg) * THREADS + wg.lid;  // this invocation's column group
+    let g0 = min(gg, n4 - 1u);
     let s = wg.wid.z % SPLITS();
     let rest = wg.wid.z / SPLITS();
     let i = rest / RBLOCKS();
-    let site = Site(s, i, (rest % RBLOCKS()) * ROWS, g0);
+    let site = Site(s, i, (rest % RBLOCKS()) * ROWS, gg);
     #{INDEX}
     let a_base = idx_x0 * A_BS() / 4u;  // vec4 indices
     let b_base = idx_x1 * B_BS() / 4u;
@@ -87,58 +85,107 @@ fn main(wg: Grid) {
     let k_begin = s * KCHUNK() / 4u;
     let k_end = min(K(), (s + 1u) * KCHUNK()) / 4u;
 #if ROWS == 1
-    var acc0 = vec4<f32>();
+    var acc = vec4<f32>();
     let a_row = a_base + m0 * (K() / 4u);
     for (var k4 = k_begin; k4 < k_end; k4++) {
-        acc0 += b_block(b_base, k4, g0) * a_load4(a_row + k4);
+        acc += b_block(b_base, k4, g0) * a_load4(a_row + k4);
     }
-    put(site, m0, g0, acc0);
+    put(site, m0, gg, acc);
 #else
-    // accRC: column group C, rows m0 + 4R .. m0 + 4R + 3 (matrix column r = row m0 + 4R + r)
-    var acc00 = mat4x4<f32>();
-    var acc10 = mat4x4<f32>();
+    // accJ: rows m0 + 4J .. m0 + 4J + 3 (matrix column r = row m0 + 4J + r)
+    var acc0 = mat4x4<f32>();
 #if ROWS >= 8
-    var acc01 = mat4x4<f32>();
-    var acc11 = mat4x4<f32>();
+    var acc1 = mat4x4<f32>();
 #endif
 #if ROWS >= 16
-    var acc02 = mat4x4<f32>();
-    var acc12 = mat4x4<f32>();
-    var acc03 = mat4x4<f32>();
-    var acc13 = mat4x4<f32>();
+    var acc2 = mat4x4<f32>();
+    var acc3 = mat4x4<f32>();
 #endif
-    for (var k4 = k_begin; k4 < k_end; k4++) {
-        let b0 = b_block(b_base, k4, g0);
-        let b1 = b_block(b_base, k4, g1);
-        let a0 = a_rows(a_base, m0, k4);
-        acc00 += b0 * a0;
-        acc10 += b1 * a0;
+#if ROWS >= 32
+    var acc4 = mat4x4<f32>();
+    var acc5 = mat4x4<f32>();
+    var acc6 = mat4x4<f32>();
+    var acc7 = mat4x4<f32>();
+#endif
+    var lanes_share = false;
+#ifdef ONYXIA_SUBGROUPS
+    lanes_share = sg_size == THREADS;  // the workgroup is one subgroup: its lanes share A's rows
+#endif
+    if (lanes_share) {
+#ifdef ONYXIA_SUBGROUPS
+        let k4s = K() / 4u;
+        let last = M() - 1u;
+        let r0 = a_base + min(m0 + sg_id, last) * k4s;
+#if ROWS >= 16
+        let r1 = a_base + min(m0 + 8u + sg_id, last) * k4s;
+#endif
+#if ROWS >= 32
+        let r2 = a_base + min(m0 + 16u + sg_id, last) * k4s;
+        let r3 = a_base + min(m0 + 24u + sg_id, last) * k4s;
+#endif
+        for (var k4 = k_begin; k4 < k_end; k4++) {
+            let b = b_block(b_base, k4, g0);
+            let v0 = a_load4(r0 + k4);
+            acc0 += b * mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
+                                    subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u));
 #if ROWS >= 8
-        let a1 = a_rows(a_base, m0 + 4u, k4);
-        acc01 += b0 * a1;
-        acc11 += b1 * a1;
+            acc1 += b * mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
+                                    subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u));
 #endif
 #if ROWS >= 16
-        let a2 = a_rows(a_base, m0 + 8u, k4);
-        acc02 += b0 * a2;
-        acc12 += b1 * a2;
-        let a3 = a_rows(a_base, m0 + 12u, k4);
-        acc03 += b0 * a3;
-        acc13 += b1 * a3;
+            let v1 = a_load4(r1 + k4);
+            acc2 += b * mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
+                                    subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u));
+            acc3 += b * mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
+                                    subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u));
 #endif
+#if ROWS >= 32
+            let v2 = a_load4(r2 + k4);
+            acc4 += b * mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
+                                    subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u));
+            acc5 += b * mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
+                                    subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u));
+            let v3 = a_load4(r3 + k4);
+            acc6 += b * mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
+                                    subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u));
+            acc7 += b * mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
+                                    subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u));
+#endif
+        }
+#endif
+    } else {
+        for (var k4 = k_begin; k4 < k_end; k4++) {
+            let b = b_block(b_base, k4, g0);
+            acc0 += b * a_rows(a_base, m0, k4);
+#if ROWS >= 8
+            acc1 += b * a_rows(a_base, m0 + 4u, k4);
+#endif
+#if ROWS >= 16
+            acc2 += b * a_rows(a_base, m0 + 8u, k4);
+            acc3 += b * a_rows(a_base, m0 + 12u, k4);
+#endif
+#if ROWS >= 32
+            acc4 += b * a_rows(a_base, m0 + 16u, k4);
+            acc5 += b * a_rows(a_base, m0 + 20u, k4);
+            acc6 += b * a_rows(a_base, m0 + 24u, k4);
+            acc7 += b * a_rows(a_base, m0 + 28u, k4);
+#endif
+        }
     }
     for (var r = 0u; r < 4u; r++) {
-        put(site, m0 + r, g0, acc00[r]);
-        put(site, m0 + r, g0 + 1u, acc10[r]);
+        put(site, m0 + r, gg, acc0[r]);
 #if ROWS >= 8
-        put(site, m0 + 4u + r, g0, acc01[r]);
-        put(site, m0 + 4u + r, g0 + 1u, acc11[r]);
+        put(site, m0 + 4u + r, gg, acc1[r]);
 #endif
 #if ROWS >= 16
-        put(site, m0 + 8u + r, g0, acc02[r]);
-        put(site, m0 + 8u + r, g0 + 1u, acc12[r]);
-        put(site, m0 + 12u + r, g0, acc03[r]);
-        put(site, m0 + 12u + r, g0 + 1u, acc13[r]);
+        put(site, m0 + 8u + r, gg, acc2[r]);
+        put(site, m0 + 12u + r, gg, acc3[r]);
+#endif
+#if ROWS >= 32
+        put(site, m0 + 16u + r, gg, acc4[r]);
+        put(site, m0 + 20u + r, gg, acc5[r]);
+        put(site, m0 + 24u + r, gg, acc6[r]);
+        put(site, m0 + 28u + r, gg, acc7[r]);
 #endif
     }
 #endif

@@ -54,9 +54,28 @@ def check(runtime, model, dims, feeds_for, rows_list, cpu, rtol=2e-5, atol=2e-5)
 def test_weight_product_every_row_class(runtime, cpu, k, n):
     w = RNG.standard_normal((k, n)).astype(np.float32)
     model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, [1, "m", k])], ["y"], {"w": w})
-    rows = [1, 3, 4, 5, 14, 16, 37, 64, 65] if k < 16384 else [1, 5]
-    check(runtime, model, {"m": 65}, lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, cpu,
+    rows = [1, 3, 4, 5, 14, 16, 17, 37, 64, 65, 100] if k < 16384 else [1, 5]
+    check(runtime, model, {"m": 100}, lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, cpu,
           rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def runtime_without_subgroups(wgpu_adapter):
+    import onyxia
+
+    return onyxia.Runtime(wgpu_adapter, subgroups=False)
+
+
+@pytest.mark.parametrize("k,n", [(512, 136), (16388, 8)])
+def test_chunked_kernel_without_subgroups(runtime_without_subgroups, k, n):
+    """The chunked kernel shares A's rows through subgroups where the adapter has them; without
+    (rendered without ONYXIA_SUBGROUPS) every invocation loads them: the same products."""
+    assert "subgroup" not in runtime_without_subgroups.features
+    w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)  # outputs of order 1
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, [1, "m", k])], ["y"], {"w": w})
+    rows = [1, 3, 5, 14, 17, 64, 70] if k < 16384 else [1, 5, 40]
+    check(runtime_without_subgroups, model, {"m": 70},
+          lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, 1, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cpu", [1, 0])

@@ -38,8 +38,8 @@ def running(exe) -> list[str]:
 
 @pytest.mark.parametrize("cpu,m,expected", [
     (1, 1, ["gemv_chunked/1"]), (1, 3, ["gemv_chunked/4"]), (1, 5, ["gemv_chunked/16"]),
-    (1, 16, ["gemv_chunked/16"]), (1, 64, ["gemv_chunked/16"]),
-    (1, 65, ["gemv_chunked/16"]),  # many rows: gemm_variants' register-tiled variant, the same kernel
+    (1, 16, ["gemv_chunked/16"]), (1, 17, ["gemv_chunked/32"]), (1, 64, ["gemv_chunked/32"]),
+    (1, 65, ["gemv_chunked/32"]),  # many rows: gemm_variants' register-tiled variant, the same kernel
     (0, 1, ["gemv", "splitk"]), (0, 8, ["gemv", "splitk"]), (0, 9, ["gemm"]), (0, 65, ["gemm"]),  # split-K fills a GPU
 ])
 def test_one_kernel_runs_per_adapter_kind_and_row_count(cpu, m, expected):

@@ -468,7 +468,11 @@ def test_kernels_number_workgroups_only_through_common_grid():
 
 
 def test_common_grid_and_the_operators_agree_on_the_workgroup_size():
-    # PlanCtx.grid counts workgroups with WORKGROUP_SIZE; the kernels size them with grid.wgsl's.
-    declared = [line for line in load_shader("common/grid.wgsl").splitlines()
+    # PlanCtx.grid counts workgroups with WORKGROUP_SIZE; the kernels size them with grid.wgsl's
+    # (a kernel given the WG_SIZE def declares that instead, and its planner counts with it).
+    declared = [line for line in preprocess(load_shader("common/grid.wgsl"), {}).splitlines()
                 if line.startswith("const WORKGROUP_SIZE")]
     assert declared == [f"const WORKGROUP_SIZE: u32 = {WORKGROUP_SIZE}u;"]
+    declared = [line for line in preprocess(load_shader("common/grid.wgsl"), {"WG_SIZE": 8}).splitlines()
+                if line.startswith("const WORKGROUP_SIZE")]
+    assert declared == ["const WORKGROUP_SIZE: u32 = 8u;"]
