@@ -15,6 +15,10 @@ A cost model read off the plan alone (a loaded plan file works too), evaluated a
   are listed but cost nothing, as the runtime skips them. Of a Tunable step's alternatives only
   the one replayed counts: the executor's choice where the caller passes it (`choices`), else
   the step's default (the heuristic) at these dims.
+- a KV cache (a rank-4 [batch, heads, rows, head size] tensor an attention op binds) counts the
+  rows its kernels touch where the caller says how many (`kv`, KvRows): attention reads the
+  valid keys only, not the cache's capacity, and a shared-buffer cache (present written in place
+  over past: an alias) is written only where the step's new rows go. decode_cost passes them.
 
 Nested steps (a loop body, a branch's arms) count once. The model is first-order: a kernel that
 reads an operand twice, or caches it, moves other bytes than it binds.
@@ -22,7 +26,7 @@ reads an operand twice, or caches it, moves other bytes than it binds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from onyxia.ir.shapes import Dim, evaluate_dim, numel
@@ -51,10 +55,21 @@ class DispatchCost:
 
 
 @dataclass(frozen=True)
+class KvRows:
+    """Rows of a KV cache an attention op touches in one run (see the module doc)."""
+
+    read: int  # keys attention reads: the valid length (a cache's rows beyond it are not read)
+    written: int  # rows written into a cache updated in place (the step's new tokens)
+
+
+@dataclass(frozen=True)
 class PlanCost:
     dims: dict[str, int]
     dispatches: tuple[DispatchCost, ...]  # every dispatch in replay order, live or not
     copy_bytes: int  # CopyBuffer traffic
+    # Per weight a live dispatch reads: the most bytes one dispatch reads of it (what a run must
+    # read at least once: all of a matrix, the rows gathered of a table).
+    weight_reads: dict[str, int] = field(default_factory=dict)
 
     @property
     def live(self) -> list[DispatchCost]:
@@ -117,13 +132,27 @@ def replayed_steps(steps: Sequence[Step], dims: Mapping[str, int], choices: Mapp
     return out
 
 
+def _rows_bytes(t: TensorInfo, env: Mapping[str, int], rows: int, axis: int = 0) -> int:
+    """Bytes of at most `rows` of a tensor's rows along `axis`."""
+    total = _eval(t.shape[axis], env)
+    full = tensor_bytes(t, env)
+    return full if total <= rows else full * rows // max(total, 1)
+
+
+def _kv_bytes(t: TensorInfo, env: Mapping[str, int], rows: int) -> int:
+    """Bytes of at most `rows` rows (dim 2) of a rank-4 cache tensor."""
+    return _rows_bytes(t, env, rows, axis=2)
+
+
 def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
-              choices: Mapping[int, int] | None = None) -> PlanCost:
+              choices: Mapping[int, int] | None = None, kv: KvRows | None = None) -> PlanCost:
     """The cost of one run of `model` at `dims` (default: the dims it was compiled for), with the
-    Tunable alternatives `choices` picks (default: the heuristic's)."""
+    Tunable alternatives `choices` picks (default: the heuristic's); `kv`: the KV cache rows
+    attention touches (default: whole tensors)."""
     env = {**model.dims, **(dims or {})}
     tensors = model.tensors
     out: list[DispatchCost] = []
+    weight_reads: dict[str, int] = {}
     copies = 0
     for op in model.operations:
         steps = replayed_steps(op.steps, env, choices)
@@ -138,25 +167,38 @@ def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
                                   if b.read_only and b.tensor not in written_names and b.tensor not in op.scratch)
         ext_writes = [tensors[n] for n in written_names if n not in op.scratch and n != STATUS_TENSOR]
         op_flops = _op_flops(op.op_type, [tensors[n] for n in ext_reads], ext_writes, env)
+        cache_op = kv is not None and op.op_type in ATTENTION_OPS
         costs: list[list] = []
         for d, live in own:
             read = written = elements = 0
             for b in d.bindings:
                 if b.tensor != STATUS_TENSOR and not b.read_only:
-                    written += tensor_bytes(tensors[b.tensor], env)
-                    elements += _elements(tensors[b.tensor], env)
+                    t = tensors[b.tensor]
+                    in_place = cache_op and len(t.shape) == 4 and t.alias_of is not None
+                    written += _kv_bytes(t, env, kv.written) if in_place else tensor_bytes(t, env)  # type: ignore
+                    elements += _elements(t, env)
             for b in d.bindings:
                 if b.read_only:
-                    nbytes = tensor_bytes(tensors[b.tensor], env)
+                    t = tensors[b.tensor]
+                    if cache_op and len(t.shape) == 4:
+                        nbytes = _kv_bytes(t, env, kv.read)  # type: ignore[union-attr]
+                    elif cache_op and len(t.shape) == 2 and t.kind == "weight":
+                        # rotary cos/sin caches [positions, rotary dim / 2]: the new tokens' rows
+                        nbytes = _rows_bytes(t, env, kv.written)  # type: ignore[union-attr]
+                    else:
+                        nbytes = tensor_bytes(t, env)
                     # A gather reads only the rows it copies: at most what it writes.
-                    read += min(nbytes, written) if op.op_type in GATHER_OPS else nbytes
+                    nbytes = min(nbytes, written) if op.op_type in GATHER_OPS else nbytes
+                    read += nbytes
+                    if live and t.kind == "weight":
+                        weight_reads[b.tensor] = max(weight_reads.get(b.tensor, 0), nbytes)
             costs.append([op.name, op.op_type, model.shaders[d.shader].label, read, written, elements, live])
         live_costs = [c for c in costs if c[6]]
         if op_flops and live_costs:
             main = max(live_costs, key=lambda c: c[3])
             main[5] = op_flops
         out.extend(DispatchCost(*c) for c in costs)
-    return PlanCost(dict(env), tuple(out), copies)
+    return PlanCost(dict(env), tuple(out), copies, weight_reads)
 
 
 @dataclass(frozen=True)
@@ -209,13 +251,17 @@ class DecodeCost:
 
     dims: dict[str, int]
     plan_bytes: int  # what the plan moves in the step
-    weight_bytes: int
-    kv_bytes: int  # the past KV cache read (the past inputs at these dims)
+    weight_bytes: int  # every weight the plan holds
+    kv_bytes: int  # the past KV cache's valid rows, read by attention (at most the past inputs)
+    # The weights a step reads, each once: all of a matrix, the rows gathered of a table (the
+    # token embedding), the new positions' rows of rotary caches (PlanCost.weight_reads).
+    weight_read_bytes: int = -1
 
     @property
     def ratio(self) -> float:
         """Plan traffic over the bytes a decode step cannot avoid (1.0: nothing else moves)."""
-        return self.plan_bytes / max(self.weight_bytes + self.kv_bytes, 1)
+        weights = self.weight_bytes if self.weight_read_bytes < 0 else self.weight_read_bytes
+        return self.plan_bytes / max(weights + self.kv_bytes, 1)
 
 
 def _symbol(d: Dim) -> str | None:
@@ -233,7 +279,8 @@ def decode_cost(model: CompiledModel) -> DecodeCost | None:
 
     The step: the sequence symbol (input_ids' last axis) set to 1, the past length as compiled,
     a total-length symbol (the attention mask's last axis, when it is a symbol of its own) set to
-    past + 1.
+    past + 1. Attention reads the cache's valid rows (at most `total` of them) and writes a
+    shared buffer's new row only (KvRows); the KV read is those valid rows of the past inputs.
     """
     pasts = past_inputs(model)
     ids = next((n for n in model.inputs if "input_ids" in n or n == "inputs_embeds"), None)
@@ -244,15 +291,16 @@ def decode_cost(model: CompiledModel) -> DecodeCost | None:
         return None
     dims = {**model.dims, seq: 1}
     past = _symbol(model.tensors[pasts[0]].shape[2])
+    total_len = (dims[past] if past else _eval(model.tensors[pasts[0]].shape[2], dims)) + 1
     mask = next((n for n in model.inputs if "attention_mask" in n), None)
     if mask is not None and len(model.tensors[mask].shape) >= 2:
         total = _symbol(model.tensors[mask].shape[-1])
         if total is not None and total not in (seq, past):
-            dims[total] = (dims[past] if past else 0) + 1
-    cost = plan_cost(model, dims)
+            dims[total] = total_len
+    cost = plan_cost(model, dims, kv=KvRows(read=total_len, written=1))
     weights = sum(tensor_bytes(t, dims) for t in model.tensors.values() if t.kind == "weight")
-    kv = sum(tensor_bytes(model.tensors[n], dims) for n in pasts)
-    return DecodeCost(dims, cost.bytes, weights, kv)
+    kv = sum(_kv_bytes(model.tensors[n], dims, total_len) for n in pasts)
+    return DecodeCost(dims, cost.bytes, weights, kv, sum(cost.weight_reads.values()))
 
 
 def fmt_bytes(n: float) -> str:
@@ -279,7 +327,7 @@ def cost_summary(model: CompiledModel) -> list[str]:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(step.dims.items()) if not k.startswith("onyxia_"))
         lines += [
             f"decode step:      {fmt_bytes(step.plan_bytes)} moved ({shown})",
-            f"decode traffic:   {step.ratio:.3f} x (weights {fmt_bytes(step.weight_bytes)} + KV read "
-            f"{fmt_bytes(step.kv_bytes)}); 1.0 moves nothing else",
+            f"decode traffic:   {step.ratio:.3f} x (weights read {fmt_bytes(step.weight_read_bytes)} of "
+            f"{fmt_bytes(step.weight_bytes)} + KV read {fmt_bytes(step.kv_bytes)}); 1.0 moves nothing else",
         ]
     return lines

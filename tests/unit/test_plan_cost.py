@@ -106,3 +106,26 @@ def test_compile_prints_the_decode_step_of_an_llm_folder(capsys):
     assert "decode step:" in out and "sequence_length=1" in out
     ratio = float(out.split("decode traffic:")[1].split("x")[0])
     assert 1.0 <= ratio < 2.0
+
+
+def test_attention_touches_the_valid_keys_and_the_new_rows_of_a_shared_cache():
+    """With KvRows, a shared-buffer GQA reads `read` rows of its 32-row cache and writes one."""
+    from onyxia.plan_cost import KvRows
+    from tests.unit.test_contrib_infer import compile_graph, gqa
+
+    compiled = compile_graph(gqa(cache=32), {"S": 4}, share=True)
+    dims = {"S": 1}
+    whole, valid = plan_cost(compiled, dims), plan_cost(compiled, dims, kv=KvRows(read=5, written=1))
+    row = 2 * 16 * 4  # kv heads x head size x 4 bytes
+    by_shader = {c.shader: c for c in valid.live}
+    full = {c.shader: c for c in whole.live}
+    assert full["gqa_attention"].read_bytes - by_shader["gqa_attention"].read_bytes == 2 * (32 - 5) * row
+    assert full["gqa_kv"].written_bytes == 2 * 32 * row and by_shader["gqa_kv"].written_bytes == 2 * row
+
+
+def test_decode_weights_read_count_the_gathered_rows_of_a_table():
+    compiled = compile_model(_decoder(), {"batch": 1, "seq": 5, "past": 12})
+    step = decode_cost(compiled)
+    # w and head whole, one row of the 32-row embedding table (batch 1, one token)
+    assert step.weight_read_bytes == 4 * (8 + 8 * 8 + 8 * 32)
+    assert step.ratio == step.plan_bytes / (step.weight_read_bytes + step.kv_bytes)
