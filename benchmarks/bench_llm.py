@@ -24,12 +24,14 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.llm_models
 
+from onyxia.plan_cost import DecodeCost  # noqa: E402
 from tests.llm_models import DecoderSpec, OrtDecoder, build_decoder, num_parameters  # noqa: E402
 
 BENCH_SPEC = DecoderSpec(vocab_size=8000, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
@@ -109,18 +111,48 @@ def main() -> None:
             run(model_dir, args)
 
 
-def run(model_dir: Path, args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class LlmBench:
+    """One folder's figures: onyxia beside the reference engine, medians of `repeat` runs."""
+
+    model_dir: Path
+    parameters: int
+    family: str
+    adapter: str
+    load_s: float
+    prompt: int
+    new: int
+    reference: str
+    prefill_s: tuple[float, float]  # (onyxia, reference)
+    decode_tok_s: tuple[float, float]
+    dispatches: int  # per decode step
+    same_tokens: bool
+    rebuilt: tuple[int, int]  # recompiles, reallocations over one more generation
+    decode: DecodeCost | None  # the plan's traffic for one decode step
+
+    @property
+    def prefill_ratio(self) -> float:
+        """Reference time over onyxia's (> 1: onyxia is faster)."""
+        return self.prefill_s[1] / self.prefill_s[0]
+
+    @property
+    def decode_ratio(self) -> float:
+        return self.decode_tok_s[0] / self.decode_tok_s[1]
+
+
+def measure(model_dir: Path, prompt_len: int, new: int, repeat: int) -> LlmBench:
+    """Load `model_dir` in LlmSession, generate greedily with both engines, and compare."""
     from onyxia.llm import LlmSession
+    from onyxia.plan_cost import decode_cost
 
     start = time.perf_counter()
-    session = LlmSession(model_dir, prefill_length=args.prompt)
-    print(f"model: {model_dir} ({num_parameters(model_dir) / 1e6:.1f}M parameters, {session.config.type}); "
-          f"onyxia compile + load {time.perf_counter() - start:.1f} s on {session.runtime.info.summary}")
+    session = LlmSession(model_dir, prefill_length=prompt_len)
+    load_s = time.perf_counter() - start
     vocab = session.config.vocab_size
-    prompt = [int(t) for t in np.random.default_rng(0).integers(4, vocab, args.prompt)]
-    new = min(args.new, session.max_length - len(prompt))
+    prompt = [int(t) for t in np.random.default_rng(0).integers(4, vocab, prompt_len)]
+    new = min(new, session.max_length - len(prompt))
 
-    o_prefill, o_speed, o_tokens = time_onyxia(session, prompt, new, args.repeat)
+    o_prefill, o_speed, o_tokens = time_onyxia(session, prompt, new, repeat)
     before = (session.executor.stats.recompiles, session.executor.stats.reallocs)
     session.generate(prompt, max_new_tokens=new)  # one more generation: its decode steps must not rebuild
     rebuilt = (session.executor.stats.recompiles - before[0], session.executor.stats.reallocs - before[1])
@@ -128,19 +160,29 @@ def run(model_dir: Path, args: argparse.Namespace) -> None:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
         reference = "onnxruntime"
-        r_prefill, r_speed, r_tokens = time_onnxruntime(OrtDecoder(model_dir), prompt, new, args.repeat)
+        r_prefill, r_speed, r_tokens = time_onnxruntime(OrtDecoder(model_dir), prompt, new, repeat)
     else:
         reference = "genai (CPU)"
-        r_prefill, r_speed, r_tokens = time_genai(model_dir, prompt, new, args.repeat)
+        r_prefill, r_speed, r_tokens = time_genai(model_dir, prompt, new, repeat)
+    return LlmBench(model_dir, num_parameters(model_dir), session.config.type, session.runtime.info.summary, load_s,
+                    len(prompt), new, reference, (o_prefill, r_prefill), (o_speed, r_speed),
+                    session.dispatches_per_step, o_tokens == r_tokens, rebuilt, decode_cost(session.compiled))
 
-    print(f"\nprompt {len(prompt)} tokens, {new} new tokens, median of {args.repeat} runs")
-    print(f"{'':24}{'onyxia':>14}{reference:>14}{'ratio':>10}")
-    print(f"{'prefill (ms)':24}{o_prefill * 1e3:14.1f}{r_prefill * 1e3:14.1f}{r_prefill / o_prefill:9.2f}x")
-    print(f"{'decode (tokens/s)':24}{o_speed:14.1f}{r_speed:14.1f}{o_speed / r_speed:9.2f}x")
-    print(f"dispatches per decode step: {session.dispatches_per_step}; "
-          f"same tokens as {reference}: {o_tokens == r_tokens}")
-    print(f"recompiles / reallocations over a generation of {new} tokens ({new - 1} decode steps): "
-          f"{rebuilt[0]} / {rebuilt[1]}")
+
+def report(r: LlmBench, repeat: int) -> None:
+    print(f"model: {r.model_dir} ({r.parameters / 1e6:.1f}M parameters, {r.family}); "
+          f"onyxia compile + load {r.load_s:.1f} s on {r.adapter}")
+    print(f"\nprompt {r.prompt} tokens, {r.new} new tokens, median of {repeat} runs")
+    print(f"{'':24}{'onyxia':>14}{r.reference:>14}{'ratio':>10}")
+    print(f"{'prefill (ms)':24}{r.prefill_s[0] * 1e3:14.1f}{r.prefill_s[1] * 1e3:14.1f}{r.prefill_ratio:9.2f}x")
+    print(f"{'decode (tokens/s)':24}{r.decode_tok_s[0]:14.1f}{r.decode_tok_s[1]:14.1f}{r.decode_ratio:9.2f}x")
+    print(f"dispatches per decode step: {r.dispatches}; same tokens as {r.reference}: {r.same_tokens}")
+    print(f"recompiles / reallocations over a generation of {r.new} tokens ({r.new - 1} decode steps): "
+          f"{r.rebuilt[0]} / {r.rebuilt[1]}")
+
+
+def run(model_dir: Path, args: argparse.Namespace) -> None:
+    report(measure(model_dir, args.prompt, args.new, args.repeat), args.repeat)
 
 
 if __name__ == "__main__":

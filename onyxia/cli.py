@@ -84,6 +84,8 @@ def _by_storage(compiled, tensors) -> tuple[int, str]:
 
 
 def _summary(compiled) -> list[str]:
+    from onyxia.plan_cost import plan_cost
+
     md = compiled.metadata
     tensors = compiled.tensors.values()
     weights, weight_parts = _by_storage(compiled, [t for t in tensors if t.data is not None])
@@ -97,7 +99,8 @@ def _summary(compiled) -> list[str]:
     return [
         f"nodes:            {md.get('nodes', 0)} ({md.get('folded_nodes', 0)} folded, "
         f"{md.get('planned_nodes', 0)} planned)",
-        f"dispatches:       {compiled.num_dispatches}",
+        f"dispatches:       {compiled.num_dispatches} planned, {len(plan_cost(compiled).live)} run at the dims "
+        f"given (the heuristic's kernel variants)",
         f"steps:            {len(compiled.steps)}",
         f"distinct shaders: {len(compiled.shaders)}",
         f"weights:          {_fmt_bytes(weights)} on the device ({weight_parts or 'none'})",
@@ -252,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = exe.run(feeds)
     elapsed = time.perf_counter() - start
     print(f"ran {args.model} on {runtime.info.summary} in {elapsed * 1e3:.2f} ms "
-          f"({compiled.num_dispatches} dispatches)")
+          f"({exe.dispatches_per_run} dispatches)")
     for name, value in outputs.items():
         stats = ""
         if value.size and np.issubdtype(value.dtype, np.number):
@@ -311,8 +314,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         times.append(time.perf_counter() - start)
         _progress("benchmarking", i + 1, args.iterations)
     median = statistics.median(times)
+    dispatches = exe.dispatches_per_run
     print(f"{args.model} on {runtime.info.summary}: median {median * 1e3:.3f} ms over {args.iterations} runs "
-          f"({compiled.num_dispatches} dispatches, {median / max(compiled.num_dispatches, 1) * 1e6:.1f} µs/dispatch)")
+          f"({dispatches} dispatches, {median / max(dispatches, 1) * 1e6:.1f} µs/dispatch)")
     if graph is not None and not args.no_ort:
         try:
             import onnxruntime as ort

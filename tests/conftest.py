@@ -105,6 +105,13 @@ def wgpu_adapter():
     return adapter
 
 
+@pytest.fixture
+def heuristic(monkeypatch):
+    """Kernel variants as the deterministic heuristic picks them, whatever the run asks for
+    (for tests of that choice: with ONYXIA_TUNE=1 the tuner would pick by timing)."""
+    monkeypatch.setenv("ONYXIA_TUNE", "0")
+
+
 @pytest.fixture(scope="session")
 def runtime(wgpu_adapter):
     """One onyxia Runtime (wgpu device) for the whole session, on a real adapter."""

@@ -91,10 +91,12 @@ def i64(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def check_across_dims(runtime, model: onnx.ModelProto, make_feeds, dims_list) -> None:
-    """Compile once for the first dims, then run every dims set after update_dimensions: outputs
-    must equal onnxruntime's exactly (data movement ops) and nothing may recompile."""
-    compiled = compile_model(model, dims_list[0])
+def check_across_dims(runtime, model: onnx.ModelProto, make_feeds, dims_list, *, rtol: float = 0.0,
+                      atol: float = 0.0, compiled=None) -> None:
+    """Compile once for the first dims (or take `compiled`), then run every dims set after
+    update_dimensions: outputs must equal onnxruntime's (exactly by default: data movement ops)
+    and nothing may recompile."""
+    compiled = compiled or compile_model(model, dims_list[0])
     exe = runtime.load_model(compiled)
     for dims in dims_list:
         exe.update_dimensions(dims)
@@ -102,8 +104,19 @@ def check_across_dims(runtime, model: onnx.ModelProto, make_feeds, dims_list) ->
         ours = exe.run(feeds)
         for name, ref in zip(compiled.outputs, run_ort(model, feeds)):
             assert ours[name].shape == ref.shape, (name, dims)
-            np.testing.assert_array_equal(ours[name], ref, err_msg=f"{name} at {dims}")
+            np.testing.assert_allclose(ours[name], ref, rtol=rtol, atol=atol, err_msg=f"{name} at {dims}")
     assert exe.stats.recompiles == 0
+
+
+def compile_with_default_passes(model: onnx.ModelProto, dims: Mapping[str, int], *, without: str | None = None):
+    """(pipeline, compiled) with the default optimization passes, `without` the one named."""
+    from onyxia.compiler.passes import default_optimization_passes
+
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
+    for p in default_optimization_passes():
+        if p.name != without:
+            pipeline.add_pass(p)
+    return pipeline, pipeline.compile(onyxia.load_model(model), dims)
 
 
 __all__ = ["IR_VERSION", "TensorProto", "assert_matches_ort", "check_across_dims", "compile_model", "helper", "i64",

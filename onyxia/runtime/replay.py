@@ -484,6 +484,12 @@ class PlanReplay:
         raw = self.backend.copyout(tensor.buffer, tensor.nbytes)
         return dtypes.from_device(raw, dtype, math.prod(tensor.shape)).reshape(tensor.shape)
 
+    @property
+    def dispatches_per_run(self) -> int:
+        """Kernel launches a run encodes now (empty grids and Tunable alternatives not replayed
+        left out)."""
+        return sum(isinstance(c, DispatchCommand) for c in self._live_commands)
+
     def tunable_choices(self) -> dict[int, int]:
         """{id of a Tunable step: the alternative it replays now} (plan_cost's `choices`)."""
         return {id(c.step): c.chosen for c in self.commands if isinstance(c, TunableCommand)}

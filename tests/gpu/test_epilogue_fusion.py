@@ -7,13 +7,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import onyxia
-from onyxia.compiler import CompilerPipeline
-from onyxia.compiler.passes import default_optimization_passes
 from onyxia.ir.shapes import SymDim
-from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
-from tests.helpers import make_model, run_ort
+from tests.helpers import compile_with_default_passes, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
 MS = {"com.microsoft": 1}
@@ -65,11 +61,7 @@ def swiglu_model(accuracy: int):
 
 
 def _compile(model, dims, epilogue=True):
-    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
-    for p in default_optimization_passes():
-        if epilogue or p.name != "epilogue-fusion":
-            pipeline.add_pass(p)
-    return pipeline, pipeline.compile(onyxia.load_model(model), dims)
+    return compile_with_default_passes(model, dims, without=None if epilogue else "epilogue-fusion")
 
 
 def _dispatches(compiled, dims) -> int:

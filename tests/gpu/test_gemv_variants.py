@@ -15,10 +15,7 @@ from tests.helpers import compile_model, make_model, run_ort
 RNG = np.random.default_rng(7)
 
 
-@pytest.fixture(autouse=True)
-def heuristic(monkeypatch):
-    """These tests are about the heuristic's choice: no tuning, whatever the run asks for."""
-    monkeypatch.setenv("ONYXIA_TUNE", "0")
+pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
 
 
 def expected(cpu: int, m: int) -> str:

@@ -14,6 +14,8 @@ from onnx import helper as h
 
 from tests.helpers import assert_matches_ort, compile_model, make_model
 
+pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
+
 F = np.float32
 LONG_K = 70_000  # one invocation walking all of K would loop past 65,535 times
 RNG = np.random.default_rng(12)

@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.helpers import compile_model, run_ort
+from tests.helpers import check_across_dims, compile_model, run_ort
 from tests.models import bert_encoder, bert_feeds
 from tests.unit.test_memory_order import branches
 
@@ -15,13 +15,7 @@ pytestmark = pytest.mark.gpu
 def _check(runtime, model, dims_list, make_feeds, rtol=1e-4, atol=1e-5):
     compiled = compile_model(model, dims_list[0])
     assert compiled.metadata["order"]["memory_aware"], "the case should be reordered"
-    exe = runtime.load_model(compiled)
-    for dims in dims_list:
-        exe.update_dimensions(dims)
-        feeds = make_feeds(dims)
-        ours = exe.run(feeds)
-        for name, ref in zip(compiled.outputs, run_ort(model, feeds)):
-            np.testing.assert_allclose(ours[name], ref, rtol=rtol, atol=atol, err_msg=f"{name} at {dims}")
+    check_across_dims(runtime, model, make_feeds, dims_list, rtol=rtol, atol=atol, compiled=compiled)
 
 
 def test_reordered_branches_match_onnxruntime(runtime):

@@ -7,12 +7,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import onyxia
-from onyxia.compiler import CompilerPipeline
-from onyxia.compiler.passes import default_optimization_passes
-from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
-from tests.helpers import make_model, run_ort
+from tests.helpers import compile_with_default_passes, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
 MS = {"com.microsoft": 1}
@@ -45,11 +41,7 @@ def shared_model():
 
 
 def _compile(model, dims, optimize=True):
-    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
-    for p in default_optimization_passes():
-        if optimize or p.name != "quantize-sharing":
-            pipeline.add_pass(p)
-    return pipeline, pipeline.compile(onyxia.load_model(model), dims)
+    return compile_with_default_passes(model, dims, without=None if optimize else "quantize-sharing")
 
 
 def _quantizers(compiled, dims) -> int:

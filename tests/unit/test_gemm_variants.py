@@ -13,6 +13,8 @@ from onyxia.runtime.null import null_executor
 from tests.helpers import compile_model, make_model
 from tests.unit.test_gemv_heuristic import running
 
+pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
+
 F = np.float32
 
 

@@ -13,11 +13,7 @@ from onyxia.plan import ADAPTER_CPU
 from onyxia.runtime.null import NULL_LIMITS, null_executor
 from tests.helpers import compile_model, make_model
 
-
-@pytest.fixture(autouse=True)
-def heuristic(monkeypatch):
-    """These tests are about the heuristic's choice: no tuning, whatever the run asks for."""
-    monkeypatch.setenv("ONYXIA_TUNE", "0")
+pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
 
 
 def weight_matmul(k: int, n: int, dtype=np.float32):

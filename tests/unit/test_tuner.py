@@ -202,3 +202,12 @@ def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_
     assert list(result.times) == ["shared", "chunked", "coalesced", "register"]
     assert samples[("matmul/gemv", "matmul/splitk")] == 1
     assert samples[("matmul/gemm",)] == 5
+
+
+def test_a_run_encodes_only_the_replayed_alternative(compiled, tmp_path):
+    from onyxia.plan_cost import plan_cost
+
+    exe = at_decode(compiled, replace(settings(tmp_path), enabled=False))
+    assert compiled.num_dispatches > 2
+    # the coalesced kernel and its split-K sum; the cost model pairs with what runs
+    assert exe.dispatches_per_run == len(plan_cost(exe.model, exe.dims, exe.tunable_choices()).live) == 2
