@@ -75,7 +75,7 @@ def llm(dirs: list[Path], prompt: int, new: int, repeat: int, bandwidth: float) 
     print(f"\n{'folder':34} {'params':>7} {'prefill ms':>17} {'ratio':>6} {'decode tok/s':>15} {'ratio':>6} "
           f"{'% of bound':>12} {'traffic':>8} {'disp':>5} {'rebuilt':>8}")
     for r in rows:
-        unavoidable = (r.decode.weight_bytes + r.decode.kv_bytes) if r.decode else 0
+        unavoidable = r.decode.required_bytes if r.decode else 0
         bound = bandwidth / unavoidable if unavoidable else float("nan")  # tokens/s if bytes were all
         traffic = f"{r.decode.ratio:8.3f}" if r.decode else f"{'n/a':>8}"
         print(f"{r.model_dir.name[:34]:34} {r.parameters / 1e6:6.1f}M "
@@ -84,8 +84,8 @@ def llm(dirs: list[Path], prompt: int, new: int, repeat: int, bandwidth: float) 
               f"{100 * r.decode_tok_s[0] / bound:5.1f}/{100 * r.decode_tok_s[1] / bound:<5.1f}% "
               f"{traffic} {r.dispatches:5d} {r.rebuilt[0]:3d}/{r.rebuilt[1]:<3d}")
     print("prefill and decode: onyxia/reference; ratio > 1: onyxia faster. % of bound: decode tokens/s over "
-          f"{bandwidth / 1e9:.2f} GB/s / (weight + KV bytes per step), onyxia/reference. traffic: the plan's bytes "
-          "per decode step over those bytes. rebuilt: recompiles/reallocations over a further generation.")
+          f"{bandwidth / 1e9:.2f} GB/s / (weights read + KV bytes per step), onyxia/reference. traffic: the "
+          "plan's bytes per decode step over those bytes. rebuilt: recompiles/reallocations over a further generation.")
 
 
 def main() -> None:

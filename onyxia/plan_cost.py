@@ -258,10 +258,15 @@ class DecodeCost:
     weight_read_bytes: int = -1
 
     @property
+    def required_bytes(self) -> int:
+        """What a decode step cannot avoid moving: the weights it reads and the valid KV rows."""
+        weights = self.weight_bytes if self.weight_read_bytes < 0 else self.weight_read_bytes
+        return weights + self.kv_bytes
+
+    @property
     def ratio(self) -> float:
         """Plan traffic over the bytes a decode step cannot avoid (1.0: nothing else moves)."""
-        weights = self.weight_bytes if self.weight_read_bytes < 0 else self.weight_read_bytes
-        return self.plan_bytes / max(weights + self.kv_bytes, 1)
+        return self.plan_bytes / max(self.required_bytes, 1)
 
 
 def _symbol(d: Dim) -> str | None:
