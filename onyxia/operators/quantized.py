@@ -41,6 +41,9 @@ GEMV_MAX_ROWS = 4  # rows one gemv workgroup covers (matmul_nbits_gemv.wgsl ROWS
 # below the ~65k iterations after which lavapipe stops them.
 CHUNKED_MAX_GROUPS = 16384
 QUANTIZE_THREADS = 16  # quantize_q8_chunked.wgsl's workgroup size
+# Longest row RmsNormQ8 normalizes: its 8-thread (CPU-type adapter) kernel's loops run ~11 K / 64
+# times, kept below lavapipe's ~65,535.
+RMSNORM_Q8_MAX_K = 32 * 8192
 
 
 def packed_shape(ctx: InferenceCtx, i: int) -> Shape:
@@ -291,7 +294,9 @@ class RmsNormQ8(Operator):
     """onyxia::RmsNormQ8(x, [skip], gamma, [bias]) -> (y, qa, sa, qsum, [sum]): an RMS norm over
     the last axis ((Skip)SimplifiedLayerNormalization: attributes epsilon, skip, bias, sum) that
     also writes QuantizeQ8's outputs (attributes K, block_size): shaders/llm/rmsnorm_q8.wgsl.
-    float32 only (a float16 y would be rounded before its quantization)."""
+    float32 only (a float16 y would be rounded before its quantization). With attribute
+    y_nbits_only (y feeds only MatMulNBitsShared nodes) a CPU-type adapter's kernel leaves y
+    unwritten: those nodes read the int8 activation there."""
 
     op_type = "RmsNormQ8"
     domain = FUSED_DOMAIN
@@ -305,20 +310,28 @@ class RmsNormQ8(Operator):
         m = numel(ctx.input_shape(0)[:-1])
         if isinstance(m, int) and m == 0:
             return []
-        reads: dict[str, str | Buf] = {"x": ctx.input(0), "gamma": ctx.input(2)}
+        reads: dict[str, str | Buf] = {"x": Buf(ctx.input(0), vector=True), "gamma": Buf(ctx.input(2), vector=True)}
         writes: dict[str, str | Buf] = {"y": ctx.output(0), "qa": ctx.output(1), "sa": ctx.output(2),
                                         "qsum": ctx.output(3)}
-        defs = {"SKIP": ctx.has_input(1), "HAS_BIAS": ctx.has_input(3), "SUM_OUT": bool(ctx.attr("sum", 0))}
+        defs: dict[str, object] = {"SKIP": ctx.has_input(1), "HAS_BIAS": ctx.has_input(3),
+                                   "SUM_OUT": bool(ctx.attr("sum", 0))}
         if defs["SKIP"]:
-            reads["skip"] = ctx.input(1)
+            reads["skip"] = Buf(ctx.input(1), vector=True)
         if defs["HAS_BIAS"]:
-            reads["bias"] = ctx.input(3)
+            reads["bias"] = Buf(ctx.input(3), vector=True)
         if defs["SUM_OUT"]:
             writes["s"] = ctx.output(4)
-        return [ctx.dispatch("llm/rmsnorm_q8.wgsl", label="rmsnorm_q8", defs=defs,
-                             params={"M": m, "K": k, "BLOCK": block, "NBLK": ceil_div(k, block),
-                                     "EPS": (float(ctx.attr("epsilon")), "f32")},
-                             reads=reads, writes=writes, workgroups=ctx.grid(m, 1))]
+        cpu = ctx.adapter_cpu()
+        # y feeds only the MatMulNBits consumers' coalesced kernels (attribute y_nbits_only, set
+        # by the pass): on a CPU-type adapter they read the int8 activation and y goes unwritten.
+        store_y = 1 - cpu if ctx.attr("y_nbits_only", 0) else 1
+        params = {"M": m, "K": k, "BLOCK": block, "NBLK": ceil_div(k, block),
+                  "EPS": (float(ctx.attr("epsilon")), "f32"), "STORE_Y": (store_y, "u32")}
+        # 64 threads a row, or 8 on a CPU-type adapter (each barrier there switches between the
+        # workgroup's groups of 8 threads); the other kind's grid is empty.
+        return [ctx.dispatch("llm/rmsnorm_q8.wgsl", label="rmsnorm_q8", defs={**defs, "WG": wg}, params=params,
+                             reads=reads, writes=writes, workgroups=ctx.grid(m * enabled, 1))
+                for wg, enabled in ((64, 1 - cpu), (8, cpu))]
 
 
 class MatMulNBitsShared(MatMulNBits):
@@ -425,5 +438,5 @@ def operators() -> list[tuple[Operator, int]]:
             (RmsNormQ8(), 1)]
 
 
-__all__ = ["GatherBlockQuantized", "MatMulNBits", "MatMulNBitsShared", "QuantizeQ8", "RmsNormQ8", "chunked_q8",
-           "operators"]
+__all__ = ["RMSNORM_Q8_MAX_K", "GatherBlockQuantized", "MatMulNBits", "MatMulNBitsShared", "QuantizeQ8", "RmsNormQ8",
+           "chunked_q8", "operators"]

@@ -1,19 +1,29 @@
 // RMS norm fused with MatMulNBits accuracy_level 4's activation quantization (onyxia::RmsNormQ8,
 // made by passes/quantize_sharing.py from (Skip)SimplifiedLayerNormalization + QuantizeQ8):
 // per row m of x [M, K], v = x (+ skip) (+ bias) (written to s with SUM_OUT: the Skip form's
-// input_skip_bias_sum), y = v / sqrt(mean(v^2) + eps) * gamma (written to y: on adapters that
-// are not CPU-type the MatMulNBits consumers quantize y themselves), then y quantized per block
-// exactly as quantize_q8_chunked.wgsl does (scale = max|y| / 127, q = round(y * 127 / max|y|),
-// the paired-nibble word layout, sa and qsum): one dispatch instead of two.
-// One workgroup per row: 64 threads sum v^2 over k = lid, lid + 64, ... (K / 64 iterations),
-// a tree adds them, then each thread writes whole blocks (blk = lid, lid + 64, ...). K is
-// whole blocks; the planner keeps K <= 32 * 16384, so a thread's loops run < 3 K / 64 times.
-// Buffers: x, [skip], gamma, [bias], y, [s], qa (u32 words), sa, qsum (f32 everywhere).
-// Defs: SKIP, HAS_BIAS, SUM_OUT. Params: M, K, BLOCK, NBLK, EPS.
+// input_skip_bias_sum), y = v / sqrt(mean(v^2) + eps) * gamma (written to y unless STORE_Y is 0:
+// on CPU-type adapters the MatMulNBits consumers read only the int8 activation), then y
+// quantized per block exactly as quantize_q8_chunked.wgsl does (scale = max|y| / 127, q =
+// round(y * 127 / max|y|), the paired-nibble word layout, sa and qsum): one dispatch instead of two.
+// One workgroup of WG threads per row (WG 64, or 8 for CPU-type adapters, where lavapipe runs a
+// workgroup 8 threads at a time and each barrier switches between those groups): the threads
+// sum v^2 as 64 partial sums (PARTS), a tree adds them, then each thread writes whole blocks
+// (blk = lid, lid + WG, ...), reading elements as vec4s (K is whole blocks of >= 32). A thread's
+// loops run about 11 K / (8 WG) + 64 times: < 46,000 for WG 8 at the K <= 32 * 8192 the pass
+// fuses (quantized.RMSNORM_Q8_MAX_K).
+// Buffers: x, [skip], gamma, [bias] (vec4 reads), y, [s], qa (u32 words), sa, qsum (f32 everywhere).
+// Defs: WG, SKIP, HAS_BIAS, SUM_OUT. Params: M, K, BLOCK, NBLK, EPS, STORE_Y.
 #import common::grid
 
-var<workgroup> part: array<f32, 64>;
+const WG = #{WG}u;
+// The sum of squares goes in the order of 64 threads whatever WG is (thread t sums k = t, t + 64,
+// ..., a tree adds the 64): int8 quantization turns a last-bit change of the norm into whole
+// steps, and this order is the one measured against onnxruntime's on the exported fixtures.
+const PARTS = 64u;
 
+var<workgroup> part: array<f32, PARTS>;
+
+// Element k of row `base` of x (+ skip) (+ bias).
 fn value(base: u32, k: u32) -> f32 {
     var v = f32(x_load(base + k));
 #ifdef SKIP
@@ -25,40 +35,69 @@ fn value(base: u32, k: u32) -> f32 {
     return v;
 }
 
-@compute @workgroup_size(64)
+// Elements 4 k4 .. 4 k4 + 3 of row base4 (in vec4s) of x (+ skip) (+ bias).
+fn value4(base4: u32, k4: u32) -> vec4<f32> {
+    var v = vec4<f32>(x_load4(base4 + k4));
+#ifdef SKIP
+    v += vec4<f32>(skip_load4(base4 + k4));
+#endif
+#ifdef HAS_BIAS
+    v += vec4<f32>(bias_load4(k4));
+#endif
+    return v;
+}
+
+// The normalized row's elements 4 k4 .. 4 k4 + 3 (inv = 1 / rms).
+fn normed4(base4: u32, k4: u32, inv: f32) -> vec4<f32> {
+    return value4(base4, k4) * inv * vec4<f32>(gamma_load4(k4));
+}
+
+// 4 quantized values as the bytes of one word (low byte first).
+fn pack_q8(q: vec4<i32>) -> u32 {
+    let b = vec4<u32>(q) & vec4<u32>(255u);
+    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+
+@compute @workgroup_size(#{WG})
 fn main(wg: Grid) {
     let row = grid_group(wg);
     let live = row < M();  // a folded grid's surplus workgroups compute row M - 1 and store nothing
     let m = min(row, M() - 1u);
     let lid = wg.lid;
     let base = m * K();
-    var squares = 0.0;
-    for (var k = lid; k < K(); k += 64u) {
-        let v = value(base, k);
+    let base4 = base / 4u;
+    for (var t = lid; t < PARTS; t += WG) {
+        var squares = 0.0;
+        for (var k = t; k < K(); k += PARTS) {
+            let v = value(base, k);
 #ifdef SUM_OUT
-        if (live) {
-            s_store(base + k, s_t(v));
-        }
+            if (live) {
+                s_store(base + k, s_t(v));
+            }
 #endif
-        squares += v * v;
+            squares += v * v;
+        }
+        part[t] = squares;
     }
-    part[lid] = squares;
     workgroupBarrier();
-    for (var stride = 32u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            part[lid] += part[lid + stride];
+    for (var stride = PARTS / 2u; stride > 0u; stride >>= 1u) {
+        for (var t = lid; t < stride; t += WG) {
+            part[t] += part[t + stride];
         }
         workgroupBarrier();
     }
     let inv = 1.0 / sqrt(part[0] / f32(K()) + EPS());
-    for (var blk = lid; blk < NBLK(); blk += 64u) {
-        let k0 = blk * BLOCK();
+    let store_y = live && STORE_Y() != 0u;
+    for (var blk = lid; blk < NBLK(); blk += WG) {
+        let b4 = blk * BLOCK() / 4u;
         var peak = 0.0;
-        for (var j = 0u; j < BLOCK(); j++) {
-            let y = value(base, k0 + j) * inv * f32(gamma_load(k0 + j));
-            peak = max(peak, abs(y));
-            if (live) {
-                y_store(base + k0 + j, y_t(y));
+        for (var j = 0u; j < BLOCK() / 4u; j++) {
+            let y = normed4(base4, b4 + j, inv);
+            peak = max(peak, max(max(abs(y.x), abs(y.y)), max(abs(y.z), abs(y.w))));
+            if (store_y) {
+                for (var e = 0u; e < 4u; e++) {
+                    y_store(base + 4u * (b4 + j) + e, y_t(y[e]));
+                }
             }
         }
         // 127 / max, not 1 / scale: onnxruntime's rounding (see quantize_q8.wgsl)
@@ -67,19 +106,13 @@ fn main(wg: Grid) {
         let words = t * (BLOCK() / 4u);
         var total = 0i;
         for (var e = 0u; e < BLOCK() / 8u; e++) {
-            var even = 0u;
-            var odd = 0u;
-            for (var j = 0u; j < 4u; j++) {
-                let k = k0 + 8u * e + 2u * j;
-                let q0 = i32(round(value(base, k) * inv * f32(gamma_load(k)) * inverse));
-                let q1 = i32(round(value(base, k + 1u) * inv * f32(gamma_load(k + 1u)) * inverse));
-                total += q0 + q1;
-                even |= (u32(q0) & 255u) << (8u * j);
-                odd |= (u32(q1) & 255u) << (8u * j);
-            }
+            // values 8e .. 8e + 7: word 2e takes the even ones, 2e + 1 the odd ones
+            let lo = vec4<i32>(round(normed4(base4, b4 + 2u * e, inv) * inverse));
+            let hi = vec4<i32>(round(normed4(base4, b4 + 2u * e + 1u, inv) * inverse));
+            total += lo.x + lo.y + lo.z + lo.w + hi.x + hi.y + hi.z + hi.w;
             if (live) {
-                qa_store(words + 2u * e, even);
-                qa_store(words + 2u * e + 1u, odd);
+                qa_store(words + 2u * e, pack_q8(vec4<i32>(lo.x, lo.z, hi.x, hi.z)));
+                qa_store(words + 2u * e + 1u, pack_q8(vec4<i32>(lo.y, lo.w, hi.y, hi.w)));
             }
         }
         if (live) {

@@ -18,7 +18,14 @@ from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
 from onyxia.operators.fused import FUSED_DOMAIN
 from onyxia.operators.normalization import NORM_OPS
-from onyxia.operators.quantized import MatMulNBits, MatMulNBitsShared, QuantizeQ8, RmsNormQ8, chunked_q8
+from onyxia.operators.quantized import (
+    RMSNORM_Q8_MAX_K,
+    MatMulNBits,
+    MatMulNBitsShared,
+    QuantizeQ8,
+    RmsNormQ8,
+    chunked_q8,
+)
 
 MS = "com.microsoft"
 
@@ -48,7 +55,9 @@ class SharedQuantizationPass(Pass):
        (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization: float32, mean and
        inv_std outputs unused) merges with it into onyxia::RmsNormQ8, which normalizes and
        quantizes in one dispatch (shaders/llm/rmsnorm_q8.wgsl). A lone MatMulNBits reading
-       such a norm (the lm_head) gets its QuantizeQ8 for this too.
+       such a norm (the lm_head) gets its QuantizeQ8 for this too. When only those
+       MatMulNBitsShared nodes read the norm's output (attribute y_nbits_only), a CPU-type
+       adapter's kernel does not write it: its consumers read the int8 activation there.
     4. Every MatMulNBits left alone, and every QuantizeQ8 left unfused, gets its reason in a
        SharingReport (ctx.reports["quantize-sharing"]).
     """
@@ -139,6 +148,13 @@ class SharedQuantizationPass(Pass):
         if has_sum:
             outputs.append(total)
         name = node.name
+        # y read only by the MatMulNBitsShared nodes of this QuantizeQ8 (their CPU-type kernels
+        # take qa, sa, qsum): RmsNormQ8 may leave it unwritten there.
+        y = node.outputs[0]
+        readers = [graph.node(c) for c in graph.consumers(y)]
+        y_nbits_only = y not in graph.outputs and all(
+            (c.domain, c.op_type) == (FUSED_DOMAIN, MatMulNBitsShared.op_type) and c.inputs[6] == q.outputs[0]
+            for c in readers)
         kept = {t: graph.tensor(t) for t in outputs}
         graph.remove_node(quantize)
         graph.remove_node(norm)
@@ -146,7 +162,8 @@ class SharedQuantizationPass(Pass):
             if t not in graph.tensors:
                 graph.add_tensor(definition)
         graph.add_node(RmsNormQ8.op_type, [x, skip_in, gamma, bias], outputs,
-                       {**q.attributes, "epsilon": float(epsilon), "sum": int(has_sum)}, domain=FUSED_DOMAIN,
+                       {**q.attributes, "epsilon": float(epsilon), "sum": int(has_sum),
+                        "y_nbits_only": int(y_nbits_only)}, domain=FUSED_DOMAIN,
                        name=f"{name}/RmsNormQ8")
         return name
 
@@ -176,6 +193,8 @@ def _why_not_norm(graph: IrGraph, a: str, norm: NodeId | None) -> str | None:
     axis = node.attributes.get("axis", -1)
     if rank == 0 or axis not in (-1, rank - 1):
         return f"{node.op_type} normalizes more than the last axis"
+    if x.shape[-1] > RMSNORM_Q8_MAX_K:
+        return f"{node.op_type} rows of {x.shape[-1]} elements (the fused kernel takes up to {RMSNORM_Q8_MAX_K})"
     if node.op_type.startswith("Skip"):
         if graph.tensor(node.inputs[1]).shape != x.shape:
             return "SkipSimplifiedLayerNormalization's skip is broadcast"
