@@ -8,10 +8,10 @@ reads back one token id per step instead of the logits.
 
 `LastRows` keeps the last R rows of [batch, sequence, hidden], R = 1 + (sequence - 1) * g for
 the session symbol g = LOGITS_GATE (0 or 1). `restrict_logits_rows` puts it in front of the
-lm_head, so a prefill computes the vocabulary projection for its last position only (g = 0:
-14 prompt tokens cost one lm_head row instead of 14) unless the caller asks for every
-position's logits (g = 1: R = sequence, the graph's own logits). A decode step (sequence 1)
-has R = 1 either way.
+lm_head (in front of the final norm feeding it, where there is one), so a prefill computes the
+vocabulary projection for its last position only (g = 0: 14 prompt tokens cost one lm_head row
+instead of 14) unless the caller asks for every position's logits (g = 1: R = sequence, the
+graph's own logits). A decode step (sequence 1) has R = 1 either way.
 """
 
 from __future__ import annotations
@@ -141,7 +141,37 @@ def restrict_logits_rows(graph: IrGraph, logits: str) -> bool:
             or not all(i is None or _constant(graph, i) for i in node.inputs[1:]):
         return False
     hidden = node.inputs[0]
-    kept = graph.fresh_name(f"{hidden}/onyxia_last_rows")
-    graph.add_node("LastRows", [hidden], [kept], domain=DOMAIN, name="onyxia::LastRows")
-    graph.set_inputs(nid, [kept, *node.inputs[1:]])
+    norm = graph.producer(hidden)
+    if norm is not None and _final_norm(graph, norm, hidden, nid):
+        # In front of the final norm instead: it normalizes the kept rows only, and stays next
+        # to the lm_head, whose int8 quantization it then makes (passes/quantize_sharing.py).
+        target, positions = norm, (0, 1) if graph.node(norm).op_type.startswith("Skip") else (0,)
+    else:
+        target, positions = nid, (0,)
+    inputs = list(graph.node(target).inputs)
+    for k, i in enumerate(positions):
+        kept = graph.fresh_name(f"{inputs[i]}/onyxia_last_rows")
+        graph.add_node("LastRows", [inputs[i]], [kept], domain=DOMAIN, name=f"onyxia::LastRows{k or ''}")
+        inputs[i] = kept
+    graph.set_inputs(target, inputs)
     return True
+
+
+_NORMS = {"SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization",
+          "SkipLayerNormalization", "RMSNormalization"}
+
+
+def _final_norm(graph: IrGraph, nid, out: TensorId, reader) -> bool:
+    """A norm over the last axis of [batch, sequence, hidden] rows (a skip norm: of both operands)
+    whose output `out` only `reader` reads and whose other outputs nobody reads."""
+    node = graph.node(nid)
+    if node.op_type not in _NORMS or node.domain not in ("", "com.microsoft") or node.outputs[0] != out:
+        return False
+    if int(node.attributes.get("axis", -1)) not in (-1, 2) or out in graph.outputs:
+        return False
+    if graph.consumers(out) != [reader]:
+        return False
+    rows = node.inputs[:2] if node.op_type.startswith("Skip") else node.inputs[:1]
+    if any(t is None or len(graph.tensor(t).shape or ()) != 3 for t in rows):
+        return False
+    return not any(t and (graph.consumers(t) or t in graph.outputs) for t in node.outputs[1:])

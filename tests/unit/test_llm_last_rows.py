@@ -54,3 +54,39 @@ def test_non_constant_operand_is_left_alone():
     graph = onyxia.load_model(make_model(nodes, [("h", np.float32, [1, "s", HIDDEN]),
                                                  ("g", np.float32, [HIDDEN, VOCAB])], ["logits"]))
     assert not restrict_logits_rows(graph, "logits")
+
+
+def _normed_graph(skip: bool, norm_read_elsewhere: bool = False):
+    w = np.ones((HIDDEN, VOCAB), np.float32)
+    gamma = np.ones(HIDDEN, np.float32)
+    if skip:
+        norm = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "r", "gamma"], ["h", "", "", ""],
+                                domain="com.microsoft", epsilon=1e-6)
+        inputs = [("x", np.float32, [1, "s", HIDDEN]), ("r", np.float32, [1, "s", HIDDEN])]
+    else:
+        norm = helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["h"], axis=-1, epsilon=1e-6)
+        inputs = [("x", np.float32, [1, "s", HIDDEN])]
+    nodes = [norm, helper.make_node("MatMul", ["h", "w"], ["logits"])]
+    outputs = ["logits"] + (["h"] if norm_read_elsewhere else [])
+    return onyxia.load_model(make_model(nodes, inputs, outputs, {"w": w, "gamma": gamma},
+                                        extra_opsets={"com.microsoft": 1}))
+
+
+def test_final_norm_normalizes_the_kept_rows_only():
+    for skip in (False, True):
+        graph = _normed_graph(skip)
+        assert restrict_logits_rows(graph, "logits")
+        norm = next(n for n in graph.nodes if "LayerNormalization" in n.op_type)
+        sliced = norm.inputs[:2] if skip else norm.inputs[:1]
+        assert all(graph.node(graph.producer(t)).op_type == "LastRows" for t in sliced), skip
+        matmul = next(n for n in graph.nodes if n.op_type == "MatMul")
+        assert matmul.inputs[0] == "h"  # the norm's output feeds the lm_head directly
+
+
+def test_norm_read_elsewhere_keeps_every_row():
+    graph = _normed_graph(False, norm_read_elsewhere=True)
+    assert restrict_logits_rows(graph, "logits")
+    norm = next(n for n in graph.nodes if "LayerNormalization" in n.op_type)
+    assert graph.producer(norm.inputs[0]) is None  # the graph input, unsliced
+    matmul = next(n for n in graph.nodes if n.op_type == "MatMul")
+    assert graph.node(graph.producer(matmul.inputs[0])).op_type == "LastRows"
