@@ -59,11 +59,9 @@ def _compile(model_path: str, dims: dict[str, int], static: Sequence[str]):
     from onyxia.compiler import CompilerPipeline
 
     if Path(model_path).is_dir():  # an LLM folder (genai_config.json or config.json + model.onnx)
-        from onyxia.llm.compile import compile_decoder
+        from onyxia.llm.compile import compile_folder
 
-        compiled, _io = compile_decoder(model_path, dims.pop("max_length", None),
-                                        progress=lambda rec, done, total: _progress("compiling", done, total))
-        return None, compiled
+        return None, compile_folder(model_path, dims.pop("max_length", None), report=_progress).compiled
     graph = onyxia.load_model(model_path)
     pipeline = CompilerPipeline(onyxia.core_operator_registry())
     return graph, pipeline.compile(graph, dims, static,

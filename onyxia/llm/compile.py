@@ -1,52 +1,91 @@
-"""A decoder folder compiled as LlmSession compiles it, without a GPU (`onyxia compile FOLDER`).
+"""A decoder folder's graph prepared and compiled for generation: what LlmSession runs and
+`onyxia compile FOLDER` prints (no GPU needed).
 
-Mirrors LlmSession's setup: fixed dims from the config, the shared-buffer attribute, the
-last-token head, buffers sized for the longest generation. (LlmSession could build on this;
-kept separate so the session's own setup is untouched.)
+Fixed dims come from the config, GroupQueryAttention gets the shared-buffer attribute where the
+folder asks for one, the lm_head projects only the rows whose logits are read (LastRows), the
+last-token head picks the next token on the GPU, and buffers are sized for the longest
+generation: prompts up to `prefill_length` and a cache of `max_length`, so decoding never grows
+a buffer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from onyxia.compiler import CompilerPipeline
 from onyxia.errors import DimensionError
+from onyxia.llm.config import GenaiConfig
 from onyxia.llm.hf_config import load_model_config
 from onyxia.llm.io import DecoderIO, bind_decoder_io, write_fixed_dims
 from onyxia.llm.ops import LOGITS_GATE, add_last_token_head, register_llm_operators, restrict_logits_rows
 from onyxia.onnx import load_model
-from onyxia.operators import core_operator_registry
+from onyxia.operators import OperatorRegistry, core_operator_registry
 from onyxia.operators.attention import DOMAIN as MS_DOMAIN
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
 from onyxia.plan import CompiledModel
 
+Report = Callable[[str, int, int], None]  # (phase, done, total)
 
-def compile_decoder(model_dir: str | Path, max_length: int | None = None,
-                    progress: Callable | None = None) -> tuple[CompiledModel, DecoderIO]:
-    config = load_model_config(model_dir)
+
+@dataclass(frozen=True)
+class CompiledDecoder:
+    compiled: CompiledModel
+    io: DecoderIO
+    logits_gate: bool  # the plan has LOGITS_GATE: logits for every position only when asked
+
+
+def max_length_for(config: GenaiConfig, requested: int | None) -> int:
+    """The generation length: `requested`, else the config's search.max_length, else its context."""
     context = config.context_length
-    length = max_length if max_length is not None else config.search.max_length or context
-    if not isinstance(length, int) or isinstance(length, bool) or not 2 <= length <= context:
-        raise DimensionError(f"max_length must be an integer in [2, {context}], got {length!r}")
+    value = requested if requested is not None else config.search.max_length or context
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise DimensionError(f"max_length must be an integer >= 2, got {value!r}")
+    if value > context:
+        raise DimensionError(f"max_length {value} exceeds the model's context_length {context} ({config.path})")
+    return value
+
+
+def compile_decoder(config: GenaiConfig, max_length: int, *, prefill_length: int | None = None,
+                    registry: OperatorRegistry | None = None, report: Report | None = None) -> CompiledDecoder:
+    report = report or (lambda phase, done, total: None)
+    report("reading model", 0, 1)
     graph = load_model(config.model_path)
-    io = bind_decoder_io(graph, config, length)
+    report("reading model", 1, 1)
+    io = bind_decoder_io(graph, config, max_length)
     write_fixed_dims(graph, io)
     if config.search.past_present_share_buffer:
+        # GroupQueryAttention cannot tell the layouts apart from the graph (onnxruntime
+        # compares buffer pointers); onyxia's kernel takes it as a node attribute.
         for node in graph.nodes:
             if node.op_type == "GroupQueryAttention" and node.domain == MS_DOMAIN:
                 node.attributes[SHARE_BUFFER_ATTR] = 1
+    # The lm_head runs for the last position only unless a forward pass asks for all logits.
     gate = restrict_logits_rows(graph, config.decoder.logits)
     add_last_token_head(graph, config.decoder.logits)
-    capacity = {io.sequence: length}
-    if gate:
-        capacity[LOGITS_GATE] = 1
+    # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
+    capacity = {io.sequence: min(prefill_length or max_length, max_length)}
     if io.past:
-        capacity[io.past] = length
+        capacity[io.past] = max_length
     if io.total:
-        capacity[io.total] = length
+        capacity[io.total] = max_length
     if io.batch:
         capacity[io.batch] = 1
-    pipeline = CompilerPipeline(register_llm_operators(core_operator_registry()))
-    compiled = pipeline.compile(graph, capacity, static=[io.batch] if io.batch else [], progress=progress)
-    return compiled, io
+    if gate:
+        # Sized for generation (the last position's logits): a forward pass asking for every
+        # position's grows the logits buffers then (a 262144-token vocabulary at 512 positions
+        # would need 512 MiB, over WebGPU's 128 MiB binding limit, for nothing).
+        capacity[LOGITS_GATE] = 0
+    registry = register_llm_operators(registry or core_operator_registry())
+    report("compiling", 0, 1)
+    compiled = CompilerPipeline(registry).compile(graph, capacity, static=[io.batch] if io.batch else [],
+                                                  progress=lambda record, done, total: report("compiling", done, total))
+    return CompiledDecoder(compiled, io, gate)
+
+
+def compile_folder(model_dir: str | Path, max_length: int | None = None,
+                   report: Report | None = None) -> CompiledDecoder:
+    """`model_dir` compiled as LlmSession(model_dir, max_length) compiles it."""
+    config = load_model_config(model_dir)
+    return compile_decoder(config, max_length_for(config, max_length), report=report)

@@ -27,25 +27,15 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from onyxia.compiler import CompilerPipeline
 from onyxia.errors import ConfigError, DimensionError, InputError
 from onyxia.ir.shapes import SymDim
+from onyxia.llm.compile import compile_decoder, max_length_for
 from onyxia.llm.config import GenaiConfig, load_tokenizer
 from onyxia.llm.hf_config import load_model_config
-from onyxia.llm.io import DecoderIO, bind_decoder_io, write_fixed_dims
-from onyxia.llm.ops import (
-    LAST_LOGITS,
-    LOGITS_GATE,
-    NEXT_TOKEN,
-    add_last_token_head,
-    register_llm_operators,
-    restrict_logits_rows,
-)
+from onyxia.llm.io import DecoderIO
+from onyxia.llm.ops import LAST_LOGITS, LOGITS_GATE, NEXT_TOKEN
 from onyxia.llm.sampling import Sampler, SamplingParams
-from onyxia.onnx import load_model
-from onyxia.operators import OperatorRegistry, core_operator_registry
-from onyxia.operators.attention import DOMAIN as MS_DOMAIN
-from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.operators import OperatorRegistry
 from onyxia.plan_cost import replayed_steps
 from onyxia.runtime.tensor import DeviceTensor
 
@@ -102,42 +92,16 @@ class LlmSession:
         self.model_dir = Path(model_dir)
         self.config: GenaiConfig = load_model_config(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
-        self.max_length = self._max_length(max_length)
+        self.max_length = max_length_for(self.config, max_length)
         # Prefills up to this many tokens run without growing any buffer.
         self.prefill_length = min(prefill_length or self.max_length, self.max_length)
         self.share_buffer = self.config.search.past_present_share_buffer
-
-        report("reading model", 0, 1)
-        graph = load_model(self.config.model_path)
-        report("reading model", 1, 1)
-        self.io: DecoderIO = bind_decoder_io(graph, self.config, self.max_length)
-        write_fixed_dims(graph, self.io)
-        if self.share_buffer:
-            # GroupQueryAttention cannot tell the layouts apart from the graph (onnxruntime
-            # compares buffer pointers); onyxia's kernel takes it as a node attribute.
-            for node in graph.nodes:
-                if node.op_type == "GroupQueryAttention" and node.domain == MS_DOMAIN:
-                    node.attributes[SHARE_BUFFER_ATTR] = 1
-        # The lm_head runs for the last position only unless a forward pass asks for all logits.
-        self._logits_gate = restrict_logits_rows(graph, self.config.decoder.logits)
-        add_last_token_head(graph, self.config.decoder.logits)
-        registry = register_llm_operators(registry or core_operator_registry())
-        # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
-        io = self.io
-        capacity = {io.sequence: self.prefill_length}
-        if io.past:
-            capacity[io.past] = self.max_length
-        if io.total:
-            capacity[io.total] = self.max_length
-        if io.batch:
-            capacity[io.batch] = 1
-        if self._logits_gate:
-            capacity[LOGITS_GATE] = 1
         start = time.perf_counter()
-        report("compiling", 0, 1)
-        self.compiled = CompilerPipeline(registry).compile(
-            graph, capacity, static=[io.batch] if io.batch else [],
-            progress=lambda record, done, total: report("compiling", done, total))
+        decoder = compile_decoder(self.config, self.max_length, prefill_length=self.prefill_length,
+                                  registry=registry, report=report)
+        self.compiled = decoder.compiled
+        self.io: DecoderIO = decoder.io
+        self._logits_gate = decoder.logits_gate
         self.compile_seconds = time.perf_counter() - start
         if runtime is None:
             from onyxia.runtime import Runtime
@@ -152,16 +116,6 @@ class LlmSession:
         self.reset()
 
     # ---- setup ----------------------------------------------------------------------------
-    def _max_length(self, requested: int | None) -> int:
-        context = self.config.context_length
-        value = requested if requested is not None else self.config.search.max_length or context
-        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-            raise DimensionError(f"max_length must be an integer >= 2, got {value!r}")
-        if value > context:
-            raise DimensionError(f"max_length {value} exceeds the model's context_length {context} "
-                                 f"({self.config.path})")
-        return value
-
     def _check_cache_layout(self) -> None:
         """With a shared buffer, present must have past's shape (max_length long)."""
         tensors = self.compiled.tensors
