@@ -15,8 +15,8 @@
 // an invocation's loops after ~65k iterations); a longer K is split (SPLIT: partial sums to
 // `partial` [SPLITS, P], P = batch * M * N, added by splitk.wgsl).
 //
-// Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], y (or partial with SPLIT).
-// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C. Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS,
+// Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT).
+// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, EPILOGUE*. Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS,
 // KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
@@ -41,7 +41,8 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
 #ifdef SPLIT
         partial_store(site.s * P() + (site.i * M() + m) * N() + n, v[j]);
 #else
-        y_store((site.i * M() + m) * N() + n, y_t(matmul_finish(v[j], m, n)));
+        let o = (site.i * M() + m) * N() + n;
+        y_store(o, y_t(matmul_finish(v[j], o, m, n)));
 #endif
     }
 }
