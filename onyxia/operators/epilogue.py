@@ -57,11 +57,14 @@ def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str) -> 
     params: dict[str, Dim] = {}
     lines = [f"var e{k}_i = 0u;", f"var e{k}_r = {flat};"]
     for j, axis in enumerate(reversed(range(len(dims)))):  # innermost axis first
-        params[f"E{k}D{j}"] = dims[axis]
+        outermost = axis == 0  # what is left of the index is its coordinate: no % or / needed
+        coord = f"e{k}_r" if outermost else f"(e{k}_r % E{k}D{j}())"
         if not (isinstance(strides[axis], int) and strides[axis] == 0):
             params[f"E{k}S{j}"] = strides[axis]
-            lines.append(f"e{k}_i += (e{k}_r % E{k}D{j}()) * E{k}S{j}();")
-        lines.append(f"e{k}_r = e{k}_r / E{k}D{j}();")
+            lines.append(f"e{k}_i += {coord} * E{k}S{j}();")
+        if not outermost:
+            params[f"E{k}D{j}"] = dims[axis]
+            lines.append(f"e{k}_r = e{k}_r / E{k}D{j}();")
     return f"e{k}_i", lines, params
 
 

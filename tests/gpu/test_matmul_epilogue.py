@@ -188,6 +188,20 @@ def test_one_column_product_and_vector_operands(runtime):
     check_every_variant(runtime, vec, rows=[1, 3])
 
 
+def test_saved_plan_loads_and_runs(runtime, tmp_path):
+    # plan_check accepts the epilogue's buffers and broadcast params; the loaded plan computes the same
+    from onyxia.plan import CompiledModel
+
+    model = weight_model("broadcast", k=LONG_K, gemm=True)
+    compile_fused(model, {"M": 9}).save(tmp_path / "m.onyxia")
+    exe = runtime.load_model(CompiledModel.load(tmp_path / "m.onyxia"))
+    rng = np.random.default_rng(7)
+    for m in (9, 2):
+        exe.update_dimensions({"M": m})
+        feeds = feeds_for(model, {"M": m}, rng)
+        np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def validation_models() -> list:
     """(model, dims) for tests/gpu/test_shader_validation.py: MatMulEpilogue and GemmEpilogue with
     every variant's kernels, split-K finishes, broadcast operands and float16 storage."""
