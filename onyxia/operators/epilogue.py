@@ -7,7 +7,8 @@ expression per op over `x0, x1, ...` and the earlier values `v0, v1, ...`, and
 operand. `fused_epilogue` turns them into the defs of the kernels' epilogue functions
 (shaders/matmul/epilogue.wgsl, shaders/quantized/epilogue.wgsl): EPILOGUE_LOADS reads every
 operand at the output element being stored, EPILOGUE_BODY evaluates the values in f32, and
-EPILOGUE_EXPR is the result, rounded once when the kernel stores it.
+EPILOGUE_EXPR is the result, rounded when the kernel stores it (the matmul kernels apply it to
+the product as they stored it, the MatMulNBits kernels to their float32 accumulator).
 
 Operands broadcast to the product's output shape (the pass checked it). Each is read through
 the cheapest index that fits: a scalar at 0, the full output shape at the output's flat index

@@ -2,16 +2,21 @@
 #import elementwise::math
 
 // The last step of every matmul kernel, applied to one accumulated dot product at row m and
-// column n of one output matrix, stored at the flat output index o. MatMul stores it as is; Gemm
-// (def GEMM) scales it and adds the bias C, broadcast to [M, N] through the strides C_MS / C_NS
-// (0 on a broadcast axis). With EPILOGUE, the elementwise ops that consumed the product follow
-// (fused by passes/epilogue_fusion.py; operators/epilogue.py writes the defs): the product is
-// x<slot>, the other operands e0, e1, ... are read at o (EPILOGUE_LOADS), the ops' values are
-// `let`s (EPILOGUE_BODY) and EPILOGUE_EXPR the result, in f32 as the fused elementwise kernel
-// computes (only float products get one).
+// column n of one output matrix. MatMul stores it as is; Gemm (def GEMM) scales it and adds the
+// bias C, broadcast to [M, N] through the strides C_MS / C_NS (0 on a broadcast axis).
 // The kernel that imports this binds the buffer `c` when HAS_C is defined. T is the type the
 // product is computed in (the operands' compute type). With CHECKED (int64 products, computed in
 // i32) every sum and product checks the int32 range and reports leaving it.
+//
+// EPILOGUE: the elementwise ops that consumed the product run in the kernel that stores it
+// (fused by passes/epilogue_fusion.py; operators/epilogue.py writes the defs). Once an
+// invocation has stored all its outputs, it calls matmul_epilogue_at for each: the product is
+// read back as stored (x<slot>), the other operands e0, e1, ... at the flat output index o
+// (EPILOGUE_LOADS), the ops' values are `let`s (EPILOGUE_BODY) and EPILOGUE_EXPR the result,
+// computed in f32 and stored over the product: what the unfused plan computes, bit for bit
+// (float16 outputs included). Applying the ops to the accumulators instead, before the first
+// store, doubled the product's time on lavapipe (MLP 64x1024x1024 + bias + Relu: 17 -> 36 ms,
+// every variant): the ops' code after the K loop cost the loop its registers.
 
 fn matmul_add(a: #{T}, b: #{T}) -> #{T} {
 #ifdef CHECKED
@@ -29,24 +34,27 @@ fn matmul_mac(acc: #{T}, a: #{T}, b: #{T}) -> #{T} {
 #endif
 }
 
+fn matmul_finish(acc: #{T}, m: u32, n: u32) -> #{T} {
+#ifdef GEMM
+    var v = ALPHA() * acc;  // Gemm's integer alpha/beta are 1 or 0 in practice
+#ifdef HAS_C
+    v = matmul_add(v, BETA() * #{T}(c_load(m * C_MS() + n * C_NS())));
+#endif
+    return v;
+#else
+    return acc;
+#endif
+}
+
 #ifdef EPILOGUE
 fn matmul_epilogue(v: f32, o: u32, n: u32) -> f32 {
     #{EPILOGUE_LOADS}
     #{EPILOGUE_BODY}
     return #{EPILOGUE_EXPR};
 }
-#endif
 
-fn matmul_finish(acc: #{T}, o: u32, m: u32, n: u32) -> #{T} {
-    var v = acc;
-#ifdef GEMM
-    v = ALPHA() * v;  // Gemm's integer alpha/beta are 1 or 0 in practice
-#ifdef HAS_C
-    v = matmul_add(v, BETA() * #{T}(c_load(m * C_MS() + n * C_NS())));
-#endif
-#endif
-#ifdef EPILOGUE
-    v = matmul_epilogue(v, o, n);
-#endif
-    return v;
+// The fused ops over the stored output element o (column n).
+fn matmul_epilogue_at(o: u32, n: u32) {
+    y_store(o, y_t(matmul_epilogue(f32(y_load(o)), o, n)));
 }
+#endif

@@ -62,10 +62,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) tid
 #ifdef SPLIT
                 partial_store(s * P() + y_base + gm * N() + gn, acc[r][q]);
 #else
-                let o = y_base + gm * N() + gn;
-                y_store(o, y_t(matmul_finish(acc[r][q], o, gm, gn)));
+                y_store(y_base + gm * N() + gn, y_t(matmul_finish(acc[r][q], gm, gn)));
 #endif
             }
         }
     }
+#ifdef EPILOGUE
+    for (var r = 0u; r < RM; r++) {
+        let gm = m0 + tid.y + 16u * r;
+        for (var q = 0u; q < RN; q++) {
+            let gn = n0 + tid.x + 16u * q;
+            if (gm < M() && gn < N()) {
+                matmul_epilogue_at(y_base + gm * N() + gn, gn);
+            }
+        }
+    }
+#endif
 }

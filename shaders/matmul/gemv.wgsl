@@ -91,10 +91,14 @@ fn main(wg: Grid) {
 #ifdef SPLIT
                 partial_store(s * P() + (i * M() + m) * N() + n, partial_t(v));
 #else
-                let o = (i * M() + m) * N() + n;
-                y_store(o, y_t(matmul_finish(v, o, m, n)));
+                y_store((i * M() + m) * N() + n, y_t(matmul_finish(v, m, n)));
 #endif
             }
+#ifdef EPILOGUE
+            for (var r = 0u; r < rows; r++) {
+                matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
+            }
+#endif
         }
         workgroupBarrier();  // `red` is reused by the next pass
     }

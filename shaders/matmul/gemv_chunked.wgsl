@@ -41,8 +41,7 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
 #ifdef SPLIT
         partial_store(site.s * P() + (site.i * M() + m) * N() + n, v[j]);
 #else
-        let o = (site.i * M() + m) * N() + n;
-        y_store(o, y_t(matmul_finish(v[j], o, m, n)));
+        y_store((site.i * M() + m) * N() + n, y_t(matmul_finish(v[j], m, n)));
 #endif
     }
 }
@@ -138,6 +137,15 @@ fn main(wg: Grid) {
         put(site, m0 + 12u + r, g0, acc03[r]);
         put(site, m0 + 12u + r, g0 + 1u, acc13[r]);
 #endif
+    }
+#endif
+#ifdef EPILOGUE
+    // The fused ops over this invocation's stored outputs: ROWS rows of CG * 4 columns.
+    for (var r = 0u; r < ROWS && m0 + r < M(); r++) {
+        for (var q = 0u; q < 4u * CG && 4u * g0 + q < N(); q++) {
+            let n = 4u * g0 + q;
+            matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
+        }
     }
 #endif
 }

@@ -13,5 +13,8 @@ fn main(wg: Grid) {
     for (var s = 0u; s < SPLITS(); s++) {
         acc = matmul_add(acc, #{T}(partial_load(s * P() + i)));
     }
-    y_store(i, y_t(matmul_finish(acc, i, (i / N()) % M(), i % N())));
+    y_store(i, y_t(matmul_finish(acc, (i / N()) % M(), i % N())));
+#ifdef EPILOGUE
+    matmul_epilogue_at(i, i % N());
+#endif
 }

@@ -13,6 +13,7 @@ from onnx import helper as h
 
 import onyxia
 from onyxia.compiler import CompilerPipeline
+from onyxia.compiler.passes import default_optimization_passes
 from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
 from onyxia.runtime.tuner import TunableCommand, TuneSettings
@@ -92,12 +93,23 @@ def launched(exe) -> set[str]:
     return {exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)}
 
 
+def compile_unfused(model, dims):
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
+    for p in default_optimization_passes():
+        if p.name != "epilogue-fusion":
+            pipeline.add_pass(p)
+    return pipeline.compile(onyxia.load_model(model), dims)
+
+
 def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_split=False):
     """For each M in `rows` and adapter kind: the heuristic's kernels, then every alternative of
-    the product's Tunable forced in turn, each against onnxruntime; no separate elementwise
-    dispatch ever runs and nothing recompiles."""
+    the product's Tunable forced in turn, each against onnxruntime and equal to the unfused
+    plan's result with the same kernel (the epilogue reads the product as stored, so fusing
+    changes no bit, float16 included); no separate elementwise dispatch ever runs and nothing
+    recompiles."""
     compiled = compile_fused(model, {"M": max(rows)})
     exe = runtime.load_model(compiled, tuning=tuning)
+    plain = runtime.load_model(compile_unfused(model, {"M": max(rows)}), tuning=TuneSettings(enabled=False))
     rng = np.random.default_rng(1)
     seen: set[str] = set()
     by_variant: dict[str, set[str]] = {}
@@ -106,14 +118,19 @@ def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_spli
         ref = run_ort(model, feeds)[0].astype(F)
         tol_abs = tol * max(1.0, float(np.abs(ref).max()))
         for cpu in (0, 1) if ADAPTER_CPU in exe.dims else (None,):  # (a plan may not depend on it)
-            exe.update_dimensions({"M": m, **({} if cpu is None else {ADAPTER_CPU: cpu})})
+            for e in (exe, plain):
+                e.update_dimensions({"M": m, **({} if cpu is None else {ADAPTER_CPU: cpu})})
             tunables = [c for c in exe.commands if isinstance(c, TunableCommand)]
+            plain_tunables = [c for c in plain.commands if isinstance(c, TunableCommand)]
             choices = [None] + list(range(len(tunables[0].step.labels))) if tunables else [None]
             for choice in choices:
-                for c in tunables:
+                for c in tunables + plain_tunables:
                     if choice is not None:
                         c.chosen = choice
-                ours = exe.run(feeds)["y"].astype(F)
+                out = exe.run(feeds)["y"]
+                if tuning is None:  # the same kernel in both plans (a tuner may re-choose at a run)
+                    np.testing.assert_array_equal(out, plain.run(feeds)["y"], err_msg=f"M={m} cpu={cpu} {choice}")
+                ours = out.astype(F)
                 ran = launched(exe)
                 variant = tunables[0].step.labels[choice] if choice is not None else "heuristic"
                 where = f"M={m} cpu={cpu} variant={variant}"
@@ -155,7 +172,8 @@ def test_coalesced_split_k_with_gemm(runtime):
 
 @pytest.mark.parametrize("pattern", ["bias_relu", "residual", "broadcast"])
 def test_float16_storage(runtime, pattern):
-    # One rounding (at the store) where onnxruntime rounds after the product and after each op.
+    # Rounded as the unfused plan is (the product when stored, then the ops' result once);
+    # onnxruntime rounds after each op.
     check_every_variant(runtime, weight_model(pattern, dtype=np.float16), rows=[1, 5, 70], tol=4e-3)
 
 

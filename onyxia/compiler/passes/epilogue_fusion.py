@@ -56,10 +56,11 @@ class EpilogueFusionPass(Pass):
        one node and is not a graph output: that node must be a FusedElementwise or a table
        elementwise op ElementwiseFusionPass accepts, producing the product's shape and dtype;
        attribute parameters must be finite floats (they become WGSL literals).
-       - MatMul / Gemm: a float32, float16 or bfloat16 product (its kernels compute in f32; the
-         epilogue then rounds once, as a fused elementwise chain does; integer and int64-checked
-         products keep their own kernels). Operands may broadcast to the output in any way; the
-         kernel's storage buffers (a, b, [C], y and one per operand) stay within WebGPU's 8.
+       - MatMul / Gemm: a float32, float16 or bfloat16 product (computed in f32; integer and
+         int64-checked products keep their own kernels). The kernel stores the product, then
+         the ops over it as stored, so the result is the unfused plan's to the bit, float16
+         rounding included. Operands may broadcast to the output in any way; the kernel's
+         storage buffers (a, b, [C], y and one per operand) stay within WebGPU's 8.
        - MatMulNBits: float32 output; operands of the output's full shape, an [N] row (ones
          before it) or a scalar.
     2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue (operands from input 2,
