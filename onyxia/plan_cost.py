@@ -33,7 +33,8 @@ from onyxia.ir.shapes import Dim, evaluate_dim, numel
 from onyxia.plan import STATUS_TENSOR, CompiledModel, CopyBuffer, Dispatch, Step, TensorInfo, Tunable, walk_steps
 
 PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMulInteger", "QLinearMatMul",
-                         "Conv", "ConvTranspose", "QLinearConv", "ConvInteger"})
+                         "Conv", "ConvTranspose", "QLinearConv", "ConvInteger",
+                         "MatMulEpilogue", "GemmEpilogue", "MatMulNBitsShared"})  # the fused forms
 ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "SplitKvAttention"})
 GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND", "GatherBlockQuantized", "Slice", "Split"})
 ACTIVATION_KINDS = ("intermediate", "scratch")

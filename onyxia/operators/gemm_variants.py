@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.epilogue import Epilogue
 from onyxia.operators.gemv import (
     CHUNK_ROWS,
     CHUNKED_MAX_M,
@@ -99,14 +100,16 @@ def rows_capacity(m: Dim, enabled: Dim) -> Dim:
 
 
 def plan_finish(ctx: PlanCtx, *, partial: str, total: Dim, splits: Dim, m: Dim, n: Dim, params: dict, defs: dict,
-                epilogue_reads: dict[str, str], y: str, enabled: Dim, reports: str | None) -> Step:
-    """splitk.wgsl: y = finish(sum of the partials) over `total` = batch * m * n elements."""
-    finish_defs = {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")}
-    finish_params = {key: v for key, v in params.items() if key in FINISH_PARAMS}
+                epilogue_reads: dict[str, str], y: str, enabled: Dim, reports: str | None,
+                epilogue: Epilogue = Epilogue()) -> Step:
+    """splitk.wgsl: y = finish(sum of the partials) over `total` = batch * m * n elements,
+    with the fused `epilogue` after Gemm's alpha, beta * C."""
+    finish_defs, finish_params, reads = epilogue.onto(
+        {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")},
+        {key: v for key, v in params.items() if key in FINISH_PARAMS}, {"partial": partial, **epilogue_reads})
     return ctx.dispatch("matmul/splitk.wgsl", defs=finish_defs,
                         params={"M": m, "N": n, **finish_params, "P": total, "SPLITS": splits},
-                        reads={"partial": partial, **epilogue_reads}, writes={"y": y},
-                        workgroups=ctx.grid(total * enabled), reports=reports)
+                        reads=reads, writes={"y": y}, workgroups=ctx.grid(total * enabled), reports=reports)
 
 
 def plan_shared(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
@@ -122,9 +125,9 @@ def plan_shared(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: dic
     tiled_defs = {**defs, "RM": rm, "RN": rn, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b}
     workgroups = (ceil_div(n, 16 * rn), ceil_div(m, 16 * rm) * enabled, nbatch * splits)
     if not split:
-        return [ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=params,
-                             reads={"a": p.a, "b": p.b, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
-                             reports=reports)]
+        kernel_defs, kernel_params, reads = p.epilogue.onto(tiled_defs, params, {"a": p.a, "b": p.b, **epilogue_reads})
+        return [ctx.dispatch("matmul/gemm.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
+                             writes={"y": p.y}, workgroups=workgroups, reports=reports)]
     total = nbatch * m * n
     partial = ctx.scratch(splits * nbatch * rows_capacity(m, enabled) * n, SCRATCH_DTYPE[p.dtype], "splitk")
     tiled_defs.update(GEMM=False, HAS_C=False, SPLIT=True)  # the epilogue runs in the second pass
@@ -134,7 +137,7 @@ def plan_shared(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: dic
         ctx.dispatch("matmul/gemm.wgsl", defs=tiled_defs, params=kernel_params, reads={"a": p.a, "b": p.b},
                      writes={"partial": partial}, workgroups=workgroups, reports=reports),
         plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=n, params=params, defs=defs,
-                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports),
+                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports, epilogue=p.epilogue),
     ]
 
 
@@ -150,9 +153,9 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: d
     kernel_defs = {**defs, "ROWS": REGISTER_ROWS, "SPLIT": split}
     workgroups = (ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits * enabled)
     if not split:
-        return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params,
-                             reads={**reads, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
-                             reports=reports)]
+        kernel_defs, kernel_params, reads = p.epilogue.onto(kernel_defs, kernel_params, {**reads, **epilogue_reads})
+        return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
+                             writes={"y": p.y}, workgroups=workgroups, reports=reports)]
     total = nbatch * m * n
     partial = ctx.scratch(splits * nbatch * rows_capacity(m, enabled) * n, "float32", "splitk")
     kernel_defs.update(GEMM=False, HAS_C=False)
@@ -162,7 +165,7 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: d
         ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
                      writes={"partial": partial}, workgroups=workgroups, reports=reports),
         plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=n, params=params, defs=defs,
-                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports),
+                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports, epilogue=p.epilogue),
     ]
 
 

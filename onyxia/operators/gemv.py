@@ -28,6 +28,7 @@ from typing import Protocol
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.epilogue import Epilogue
 from onyxia.plan import Step
 
 # Rows the chunked kernel takes on a CPU-type adapter: up to 32 per invocation in registers, a
@@ -61,6 +62,7 @@ class Product(Protocol):
     k: Dim
     trans_a: bool
     trans_b: bool
+    epilogue: Epilogue
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,10 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
         partial = ctx.scratch(splits * nbatch * rows_cap * n, "float32", "splitk")
         base_params["P"] = total
         writes: dict[str, str | Buf] = {"partial": partial}
-    else:
-        reads.update(epilogue_reads)
+        kernel_defs = {key: v for key, v in defs.items() if key not in ("GEMM", "HAS_C")}
+    else:  # the epilogue runs here
+        kernel_defs, base_params, reads = p.epilogue.onto(defs, base_params, {**reads, **epilogue_reads})
         writes = {"y": p.y}
-    kernel_defs = {key: v for key, v in defs.items() if key not in ("GEMM", "HAS_C")} if split else dict(defs)
     kernel_defs["SPLIT"] = split
     steps: list[Step] = []
     for rows, holds in _row_classes(m):
@@ -137,12 +139,13 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
             params={**base_params, "RBLOCKS": rblocks}, reads=reads, writes=writes, reports=reports,
             workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits * on)))
     if split:
-        finish_defs = {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")}
-        finish_params = {key: v for key, v in params.items() if key in ("M", "N", *_FINISH_PARAMS)}
+        finish_defs, finish_params, finish_reads = p.epilogue.onto(
+            {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")},
+            {key: v for key, v in params.items() if key in ("M", "N", *_FINISH_PARAMS)},
+            {"partial": partial, **epilogue_reads})
         steps.append(ctx.dispatch(
             "matmul/splitk.wgsl", defs=finish_defs, params={**finish_params, "P": total, "SPLITS": splits},
-            reads={"partial": partial, **epilogue_reads}, writes={"y": p.y},
-            workgroups=ctx.grid(total * enabled), reports=reports))
+            reads=finish_reads, writes={"y": p.y}, workgroups=ctx.grid(total * enabled), reports=reports))
     return steps
 
 

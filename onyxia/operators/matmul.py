@@ -13,7 +13,9 @@
   skips it. No value of a dynamic dim is read at plan time and nothing recompiles.
 
 `plan_product` is the shared entry point; other operators (attention, quantized matmuls) can
-describe their product as a `Product` and reuse it.
+describe their product as a `Product` and reuse it. A product's `epilogue` (elementwise ops that
+passes/epilogue_fusion.py moved into onyxia::MatMulEpilogue / GemmEpilogue) runs in
+`matmul::epilogue` wherever the output is stored: in the kernel, or in the split-K finish.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from onyxia.operators.common import (
     strided_index_params,
 )
 from onyxia.operators.elementwise import INT64_OVERFLOW
-from onyxia.operators.gemm_variants import plan_alternatives, plan_register, plan_shared
+from onyxia.operators.epilogue import Epilogue, fused_epilogue
+from onyxia.operators.fused import FUSED_DOMAIN
+from onyxia.operators.gemm_variants import plan_alternatives, plan_finish, plan_register, plan_shared
 from onyxia.operators.gemv import plan_chunked
 from onyxia.plan import Step
 
@@ -75,6 +79,7 @@ class Product:
     c_strides: tuple[Dim, Dim] | None = None  # C's element strides over [M, N]; from c_shape if None
     alpha: float = 1.0
     beta: float = 1.0
+    epilogue: Epilogue = Epilogue()  # fused elementwise ops after finish (f32 compute only)
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
@@ -151,23 +156,20 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, para
         gemv_params = {k_: v for k_, v in gemv_params.items() if k_ not in _EPILOGUE_PARAMS}
     workgroups = (col_blocks, 1, nbatch * splits * enabled)
     if is_one(splits):
-        return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
-                             reads={"a": p.a, "b": p.b, **epilogue_reads}, writes={"y": p.y}, workgroups=workgroups,
-                             reports=reports)]
+        gemv_defs, gemv_params, reads = p.epilogue.onto(gemv_defs, gemv_params, {"a": p.a, "b": p.b, **epilogue_reads})
+        return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params, reads=reads, writes={"y": p.y},
+                             workgroups=workgroups, reports=reports)]
     total = nbatch * m * p.n
     # Sized for at most SMALL_M rows (M*small + SMALL_M*(1-small)): a prefill that runs the tiled
     # kernel instead must not grow a scratch buffer it never uses.
     rows_cap = m if isinstance(m, int) else m * enabled + SMALL_M * (1 - enabled)
     partial = ctx.scratch(splits * nbatch * rows_cap * p.n, _SCRATCH_DTYPE[p.dtype], "splitk")
     gemv_params["P"] = total
-    finish_defs = {k_: v for k_, v in defs.items() if k_ in ("T", "GEMM", "HAS_C", "CHECKED")}
-    finish_params = {k_: v for k_, v in params.items() if k_ in ("M", "N", *_EPILOGUE_PARAMS)}
     return [
         ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
                      reads={"a": p.a, "b": p.b}, writes={"partial": partial}, workgroups=workgroups, reports=reports),
-        ctx.dispatch("matmul/splitk.wgsl", defs=finish_defs, params={**finish_params, "P": total, "SPLITS": splits},
-                     reads={"partial": partial, **epilogue_reads}, writes={"y": p.y},
-                     workgroups=ctx.grid(total * enabled), reports=reports),
+        plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=p.n, params=params, defs=defs,
+                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports, epilogue=p.epilogue),
     ]
 
 
@@ -211,7 +213,11 @@ class MatMul(Operator):
             ctx.input(0), ctx.input(1), ctx.output(0), ctx.compute_type(ctx.input_dtype(0), "input 0"),
             m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1,
             k=prefer_literal(a[-1], b[-2] if len(b) > 1 else b[0]),
-            batch_a=batch_a, batch_b=batch_b, batch=batch))
+            batch_a=batch_a, batch_b=batch_b, batch=batch, epilogue=self.epilogue(ctx)))
+
+    def epilogue(self, ctx: PlanCtx) -> Epilogue:
+        """Fused elementwise ops after the product (MatMulEpilogue): none here."""
+        return Epilogue()
 
 
 # ---- Gemm ---------------------------------------------------------------------------------
@@ -268,9 +274,40 @@ class Gemm(Operator):
             ctx.input(0), ctx.input(1), ctx.output(0), ctx.compute_type(ctx.input_dtype(0), "input 0"),
             m=m, n=n, k=k, trans_a=bool(ctx.attr("transA", 0)), trans_b=bool(ctx.attr("transB", 0)), gemm=True,
             c=ctx.input(2) if has_c else None, c_shape=ctx.input_shape(2) if has_c else (),
-            alpha=ctx.attr("alpha", 1.0), beta=ctx.attr("beta", 1.0)))
+            alpha=ctx.attr("alpha", 1.0), beta=ctx.attr("beta", 1.0), epilogue=self.epilogue(ctx)))
+
+    def epilogue(self, ctx: PlanCtx) -> Epilogue:
+        return Epilogue()
+
+
+# ---- the fused forms (passes/epilogue_fusion.py) --------------------------------------------
+
+class _Fused:
+    """A product whose kernels end with the elementwise ops that read its output: attributes
+    `epilogue_exprs` / `epilogue_inputs` (operators/epilogue.py), the operands after the
+    product's own inputs. Every variant of the product runs the epilogue where it stores the
+    output (the kernel, or its split-K finish), so the output is the last op's."""
+
+    domain = FUSED_DOMAIN
+
+    def epilogue(self, ctx: PlanCtx) -> Epilogue:
+        if ctx.compute_type(ctx.input_dtype(0), "input 0") != "f32":
+            raise ctx.fail(f"a fused epilogue needs a float product, not {ctx.input_dtype(0)}")
+        return fused_epilogue(ctx, ctx.output_shape(0))
+
+
+class MatMulEpilogue(_Fused, MatMul):
+    """onyxia::MatMulEpilogue: MatMul (inputs 0-1), epilogue operands from input 2."""
+
+    op_type = "MatMulEpilogue"
+
+
+class GemmEpilogue(_Fused, Gemm):
+    """onyxia::GemmEpilogue: Gemm (inputs 0-2, C possibly absent), epilogue operands from input 3."""
+
+    op_type = "GemmEpilogue"
 
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(MatMul(), 1), (Gemm(), 1)]
+    return [(MatMul(), 1), (Gemm(), 1), (MatMulEpilogue(), 1), (GemmEpilogue(), 1)]

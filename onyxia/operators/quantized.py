@@ -31,6 +31,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.epilogue import fused_epilogue
 from onyxia.operators.fused import FUSED_DOMAIN
 from onyxia.operators.gemv import CHUNKED_MAX_M
 from onyxia.plan import Step
@@ -349,25 +350,14 @@ class MatMulNBitsShared(MatMulNBits):
         return {"qa": Buf(ctx.input(6), vector=True), "sa": ctx.input(7), "qsum": ctx.input(8)}
 
     def epilogue(self, ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
-        """Attributes `epilogue_exprs` (a FusedElementwise program over x0, x1, ...) and
-        `epilogue_inputs` (per x: -1 for the product, else the node input holding it, from 9 on):
-        shaders/quantized/epilogue.wgsl's defs. An operand is read at (m, n) as the [M, N]
-        output's shape, as an [N] row or as a scalar (the pass checked it is one of these)."""
-        exprs = list(ctx.attr("epilogue_exprs", []))
-        if not exprs:
-            return {}, {}
-        out, loads, reads = ctx.output_shape(0), [], {}
-        for k, i in enumerate(ctx.attr("epilogue_inputs")):
-            if i < 0:
-                loads.append(f"let x{k} = v;")
-                continue
-            shape = ctx.input_shape(i)
-            index = "0u" if numel(shape) == 1 else "m * N() + n" if ctx.same_shape(shape, out) else "n"
-            loads.append(f"let x{k} = f32(e{k}_load({index}));")
-            reads[f"e{k}"] = ctx.input(i)
-        body = " ".join(f"let v{j} = {e};" for j, e in enumerate(exprs))
-        return {"EPILOGUE": True, "EPILOGUE_LOADS": " ".join(loads), "EPILOGUE_BODY": body,
-                "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads
+        """Attributes `epilogue_exprs` / `epilogue_inputs` (operands from input 9 on; see
+        operators/epilogue.py) as shaders/quantized/epilogue.wgsl's defs. An operand is read at
+        (m, n) as the [M, N] output's shape, as an [N] row or as a scalar (the pass checked it
+        is one of these: these kernels take no broadcast index params)."""
+        epilogue = fused_epilogue(ctx, ctx.output_shape(0), flat="m * N() + n")
+        if epilogue.params:
+            raise ctx.fail("an epilogue operand broadcasts other than as the output, an [N] row or a scalar")
+        return epilogue.defs, epilogue.reads
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------

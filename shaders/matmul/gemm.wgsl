@@ -4,7 +4,7 @@
 // invocation's loops after ~65,535 iterations, so no invocation walks a long K): workgroup z is
 // batch * SPLITS + split, and each writes its raw partial sums to `partial` [SPLITS, P]
 // (P = batch * M * N), which matmul/splitk.wgsl adds up and finishes (the epilogue runs once).
-// Buffers: a, b, [c], y (partial with SPLIT). Defs: T (compute type), CHECKED, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, GEMM, HAS_C, SPLIT.
+// Buffers: a, b, [c], [e0, e1, ...: the fused epilogue's operands, matmul::epilogue], y (partial with SPLIT). Defs: T (compute type), CHECKED, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, GEMM, HAS_C, EPILOGUE*, SPLIT.
 // Params: M, N, K; element strides A_MS, A_KS, B_KS, B_NS; batch strides A_BS, B_BS; the INDEX
 // code's dims/strides; Gemm: ALPHA, BETA, C_MS, C_NS; SPLIT: SPLITS, KCHUNK, P.
 #import matmul::epilogue
@@ -67,4 +67,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) tid
             }
         }
     }
+#ifdef EPILOGUE
+    for (var r = 0u; r < RM; r++) {
+        let gm = m0 + tid.y + 16u * r;
+        for (var q = 0u; q < RN; q++) {
+            let gn = n0 + tid.x + 16u * q;
+            if (gm < M() && gn < N()) {
+                matmul_epilogue_at(y_base + gm * N() + gn, gn);
+            }
+        }
+    }
+#endif
 }

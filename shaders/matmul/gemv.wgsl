@@ -10,7 +10,7 @@
 // chunk's sum goes to `partial` ([SPLITS, P] with P = batch * M * N) for splitk.wgsl to add up;
 // otherwise it is finished and stored here.
 //
-// Buffers: a, b, [c], y (or partial with SPLIT). Defs: T (compute type), CHECKED, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
+// Buffers: a, b, [c], [e0, e1, ...], y (or partial with SPLIT). Defs: T (compute type), CHECKED, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C, EPILOGUE*. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
 // A_BS, B_BS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
@@ -94,6 +94,11 @@ fn main(wg: Grid) {
                 y_store((i * M() + m) * N() + n, y_t(matmul_finish(v, m, n)));
 #endif
             }
+#ifdef EPILOGUE
+            for (var r = 0u; r < rows; r++) {
+                matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
+            }
+#endif
         }
         workgroupBarrier();  // `red` is reused by the next pass
     }

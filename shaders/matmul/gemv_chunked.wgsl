@@ -19,8 +19,8 @@
 // an invocation's loops after ~65k iterations); a longer K is split (SPLIT: partial sums to
 // `partial` [SPLITS, P], P = batch * M * N, added by splitk.wgsl).
 //
-// Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], y (or partial with SPLIT).
-// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C; ONYXIA_SUBGROUPS (set at render).
+// Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT).
+// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
 // ALPHA, BETA, C_MS, C_NS.
 #import common::grid
@@ -187,6 +187,15 @@ fn main(wg: Grid
         put(site, m0 + 24u + r, gg, acc6[r]);
         put(site, m0 + 28u + r, gg, acc7[r]);
 #endif
+    }
+#endif
+#ifdef EPILOGUE
+    // The fused ops over this invocation's stored outputs: ROWS rows of its 4 columns.
+    for (var r = 0u; r < ROWS && m0 + r < M(); r++) {
+        for (var q = 0u; q < 4u && 4u * gg + q < N(); q++) {
+            let n = 4u * gg + q;
+            matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
+        }
     }
 #endif
 }

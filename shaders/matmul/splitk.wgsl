@@ -1,5 +1,6 @@
 // Second pass of a split-K product: y = finish(sum over s of partial[s, i]) for i < P.
-// Buffers: partial, [c], y. Defs: T (compute type), CHECKED, GEMM, HAS_C. Params: P (= batch * M * N), M, N, SPLITS; Gemm: ALPHA, BETA, C_MS, C_NS.
+// Buffers: partial, [c], [e0, e1, ...], y. Defs: T (compute type), CHECKED, GEMM, HAS_C, EPILOGUE*.
+// Params: P (= batch * M * N), M, N, SPLITS; Gemm: ALPHA, BETA, C_MS, C_NS; the epilogue's E<k>D<j>, E<k>S<j>.
 #import common::grid
 #import matmul::epilogue
 
@@ -13,4 +14,7 @@ fn main(wg: Grid) {
         acc = matmul_add(acc, #{T}(partial_load(s * P() + i)));
     }
     y_store(i, y_t(matmul_finish(acc, (i / N()) % M(), i % N())));
+#ifdef EPILOGUE
+    matmul_epilogue_at(i, i % N());
+#endif
 }

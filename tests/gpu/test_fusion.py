@@ -59,3 +59,24 @@ def test_widening_cast_ends_a_float16_chain_unrounded(runtime):
     assert ours.dtype == np.float32
     np.testing.assert_array_equal(ours, ref)
     assert np.any(ref != ref.astype(np.float16))  # rounding the product to float16 would differ
+
+
+def test_chains_fuse_across_broadcasts(runtime):
+    # x[b, s, h] * w[h] + y[b, 1, h] (a residual broadcast over the sequence), and a member whose
+    # own output is smaller than the group's (Exp of a [b, 1, h] tensor, evaluated per output
+    # element): elementwise ops commute with broadcasting, so the whole tree is one kernel.
+    rng = np.random.default_rng(5)
+    nodes = [h.make_node("Mul", ["x", "w"], ["t0"]), h.make_node("Add", ["t0", "y"], ["t1"]),
+             h.make_node("Exp", ["y"], ["e"]), h.make_node("Mul", ["t1", "e"], ["t2"]),
+             h.make_node("Tanh", ["t2"], ["z"])]
+    model = make_model(nodes, [("x", np.float32, ["b", "s", 16]), ("y", np.float32, ["b", 1, 16])], ["z"],
+                       {"w": rng.standard_normal(16).astype(np.float32)})
+    compiled = compile_model(model, {"b": 2, "s": 5})
+    assert [op.op_type for op in compiled.operations] == ["FusedElementwise"] and compiled.num_dispatches == 1
+    exe = runtime.load_model(compiled)
+    for b, s in ((2, 5), (3, 1), (1, 33)):
+        exe.update_dimensions({"b": b, "s": s})
+        feeds = {"x": rng.standard_normal((b, s, 16)).astype(np.float32),
+                 "y": rng.standard_normal((b, 1, 16)).astype(np.float32)}
+        np.testing.assert_allclose(exe.run(feeds)["z"], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert exe.stats.recompiles == 0

@@ -647,6 +647,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("onyxia", "QuantizeQ8"): _from("test_quantize_sharing"),
     ("onyxia", "RmsNormQ8"): _from("test_quantize_sharing"),
     ("onyxia", "MatMulNBitsShared"): lambda: _from("test_quantize_sharing")() + _from("test_epilogue_fusion")(),
+    ("onyxia", "MatMulEpilogue"): _from("test_matmul_epilogue", "MatMul"),
+    ("onyxia", "GemmEpilogue"): _from("test_matmul_epilogue", "Gemm"),
     ("", "Attention"): _from("test_onnx_attention"),
     ("", "TopK"): _from("test_selection", "TopK"),
     ("", "Hardmax"): _from("test_selection", "Hardmax"),

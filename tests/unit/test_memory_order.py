@@ -20,14 +20,15 @@ GENAI_INT4 = "tests/data/llm/genai/llama-cpu-int4/model.onnx"
 
 def branches(count: int = 4, width: int = 256) -> onnx.ModelProto:
     """`count` wide branches written producer-first (as exporters often emit Q/K/V): every wide
-    tensor is computed before any is reduced, so the plain order holds all of them at once."""
+    tensor is computed before any is reduced, so the plain order holds all of them at once.
+    (A LogSoftmax reads each product: an elementwise op there would run in its epilogue.)"""
     rng = np.random.default_rng(0)
     nodes, inits, sums = [], {}, []
     for i in range(count):
         inits[f"w{i}"] = (rng.standard_normal((8, width)) / 4).astype(np.float32)
         nodes.append(h.make_node("MatMul", ["x", f"w{i}"], [f"wide{i}"], name=f"wide{i}"))
     for i in range(count):
-        nodes.append(h.make_node("Relu", [f"wide{i}"], [f"act{i}"], name=f"relu{i}"))
+        nodes.append(h.make_node("LogSoftmax", [f"wide{i}"], [f"act{i}"], name=f"act{i}"))
         nodes.append(h.make_node("ReduceSum", [f"act{i}", "axis"], [f"sum{i}"], name=f"sum{i}", keepdims=1))
         sums.append(f"sum{i}")
     nodes.append(h.make_node("Sum", sums, ["y"], name="total"))
@@ -82,7 +83,7 @@ def test_memory_order_lowers_the_peak_of_producer_first_branches():
     assert report["peak_after"] <= 2 * wide + 64 * 4 * 8
     names = [op.name for op in ordered.operations]
     # Each wide tensor is reduced right after it is made (its buffer then dies).
-    assert names.index("relu0") < names.index("wide1")
+    assert names.index("act0") < names.index("wide1")
 
 
 def test_memory_order_is_deterministic():
@@ -92,11 +93,11 @@ def test_memory_order_is_deterministic():
 
 
 def chain(dtype=np.float32) -> onnx.ModelProto:
-    """Exp -> MatMul -> Relu -> MatMul -> Neg...: each map's input dies at the map."""
+    """Sigmoid -> MatMul -> Softmax -> Relu -> MatMul -> Softmax -> Neg...: each map's input dies
+    at the map (a Softmax makes it: a map right after a MatMul would run in its epilogue)."""
     tp = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     nodes, prev = [], "x"
-    for i in range(6):
-        op = ["Sigmoid", "MatMul", "Relu", "MatMul", "Neg", "MatMul"][i]
+    for i, op in enumerate(["Sigmoid", "MatMul", "Softmax", "Relu", "MatMul", "Softmax", "Neg", "MatMul"]):
         nodes.append(h.make_node(op, [prev, "w"] if op == "MatMul" else [prev], [f"t{i}"], name=f"n{i}"))
         prev = f"t{i}"
     nodes.append(h.make_node("Abs", [prev], ["y"], name="out"))

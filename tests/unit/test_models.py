@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from onyxia.plan_cost import plan_cost
 from tests.gpu.test_models import _REGISTRY, CASES, VIEW_OPS, _compiled, _model
 from tests.models import MODELS, shape_chain_nodes
 
@@ -25,7 +26,10 @@ def test_shape_chains_fold_and_views_are_free(name: str, record_property) -> Non
     record_property("planned_ops", len(compiled.operations))
     print(f"{name}: {onnx_nodes} ONNX nodes -> {len(compiled.operations)} planned ops, "
           f"{compiled.num_dispatches} dispatches, {len(compiled.shaders)} shaders")
-    assert 0 < compiled.num_dispatches <= 3 * len(compiled.operations)
+    # What a run launches (the heuristic's kernel variants at these dims): the plan-wide count adds
+    # every Tunable alternative, which says little once epilogues absorb the cheap ops.
+    launched = sum(d.live for d in plan_cost(compiled).dispatches)
+    assert 0 < launched <= 2 * len(compiled.operations)
 
 
 def test_cnn_availability_is_reported() -> None:

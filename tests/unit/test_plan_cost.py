@@ -10,9 +10,10 @@ from tests.helpers import compile_model, make_model
 
 
 def _matmul_add(k=16, n=8):
+    """MatMul -> Relu, the product also an output (so the Relu does not run in its epilogue)."""
     w = np.ones((k, n), np.float32)
     nodes = [h.make_node("MatMul", ["x", "w"], ["t"]), h.make_node("Relu", ["t"], ["y"])]
-    return make_model(nodes, [("x", np.float32, ["m", k])], ["y"], {"w": w})
+    return make_model(nodes, [("x", np.float32, ["m", k])], ["y", "t"], {"w": w})
 
 
 def test_matmul_bytes_and_flops_are_exact_at_the_dims():
@@ -26,6 +27,17 @@ def test_matmul_bytes_and_flops_are_exact_at_the_dims():
         (relu,) = [d for d in cost.live if d.op_type == "Relu"]
         assert (relu.read_bytes, relu.written_bytes, relu.flops) == (4 * m * 8, 4 * m * 8, m * 8)
         assert cost.bytes == sum(d.bytes for d in cost.live)
+
+
+def test_fused_epilogue_costs_the_product_and_its_operands():
+    w, b = np.ones((16, 8), np.float32), np.ones(8, np.float32)
+    nodes = [h.make_node("MatMul", ["x", "w"], ["t"]), h.make_node("Add", ["t", "b"], ["u"]),
+             h.make_node("Relu", ["u"], ["y"])]
+    compiled = compile_model(make_model(nodes, [("x", np.float32, ["m", 16])], ["y"], {"w": w, "b": b}), {"m": 4})
+    for m in (4, 1, 7):
+        (mm,) = plan_cost(compiled, {"m": m}).live
+        assert (mm.op_type, mm.flops) == ("MatMulEpilogue", 2 * m * 8 * 16)
+        assert (mm.read_bytes, mm.written_bytes) == (4 * (m * 16 + 16 * 8 + 8), 4 * m * 8)
 
 
 def test_empty_grid_variants_cost_nothing():

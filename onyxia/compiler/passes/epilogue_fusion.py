@@ -1,11 +1,13 @@
-"""EpilogueFusionPass: elementwise ops after a MatMulNBits run in its kernels' epilogue.
+"""EpilogueFusionPass: elementwise ops after a matrix product run in its kernels' epilogue.
 
 A product followed by a bias Add, an activation (Relu, Gelu, Sigmoid, Tanh, SiLU as
 x * Sigmoid(x), ...) or a residual Add otherwise writes its [M, N] output, and a second dispatch
-reads it back. The MatMulNBits kernels end in shaders/quantized/epilogue.wgsl's nbits_epilogue,
-which evaluates such a program per output element, so the pair becomes one dispatch.
-onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul, Mul by up) becomes two: gate, then up with
-the fused Sigmoid·Mul·Mul reading gate's output in its epilogue.
+reads it back. The product kernels end in an epilogue function that evaluates such a program per
+output element (shaders/matmul/epilogue.wgsl for MatMul and Gemm, whichever variant of the
+Tunable runs and in the split-K finish pass when K is split; shaders/quantized/epilogue.wgsl for
+MatMulNBits), so the pair becomes one product. onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul,
+Mul by up) becomes two: gate, then up with the fused Sigmoid·Mul·Mul reading gate's output in
+its epilogue.
 """
 
 from __future__ import annotations
@@ -16,14 +18,18 @@ from dataclasses import dataclass
 
 from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
-from onyxia.ir.graph import IrGraph, NodeId
+from onyxia.ir.graph import IrGraph, Node, NodeId
 from onyxia.ir.shapes import numel
 from onyxia.operators.base import InferenceCtx
 from onyxia.operators.fused import FUSED_DOMAIN
+from onyxia.operators.matmul import GemmEpilogue, MatMulEpilogue
 from onyxia.operators.quantized import MatMulNBitsShared
 
-PRODUCTS = {("com.microsoft", "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}
-_OPERAND = re.compile(r"\bx(\d+)\b")
+NBITS = {("com.microsoft", "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}
+# op type -> (fused operator, inputs before the epilogue operands)
+PLAIN = {"MatMul": (MatMulEpilogue, 2), "Gemm": (GemmEpilogue, 3)}
+FLOATS = ("float32", "float16", "bfloat16")  # what the matmul kernels compute in f32
+MAX_STORAGE = 8  # storage buffers per dispatch that WebGPU guarantees (maxStorageBuffersPerShaderStage)
 
 
 @dataclass(frozen=True)
@@ -34,16 +40,32 @@ class EpilogueReport:
     skipped: dict[str, str]
 
 
+def _kind(node: Node) -> str | None:
+    """"nbits", the plain op type ("MatMul" / "Gemm"), or None for anything else."""
+    if (node.domain, node.op_type) in NBITS:
+        return "nbits"
+    if node.domain in ("", "ai.onnx") and node.op_type in PLAIN:
+        return node.op_type
+    return None
+
+
 class EpilogueFusionPass(Pass):
     """Optimization stage, after ElementwiseFusionPass (which builds the chains it absorbs).
 
-    1. For each MatMulNBits (or MatMulNBitsShared) whose float32 output is read by exactly one
-       node and is not a graph output: that node must be a FusedElementwise or a table
-       elementwise op ElementwiseFusionPass accepts, producing the product's shape; its other
-       operands must be the output's full shape, an [N] row (ones before it) or a scalar;
+    1. For each MatMul, Gemm or MatMulNBits (or MatMulNBitsShared) whose output is read by exactly
+       one node and is not a graph output: that node must be a FusedElementwise or a table
+       elementwise op ElementwiseFusionPass accepts, producing the product's shape and dtype;
        attribute parameters must be finite floats (they become WGSL literals).
-    2. Rewrites the pair into one onyxia::MatMulNBitsShared writing the elementwise node's
-       output, with `epilogue_exprs` / `epilogue_inputs` and the operands as inputs 9 on.
+       - MatMul / Gemm: a float32, float16 or bfloat16 product (computed in f32; integer and
+         int64-checked products keep their own kernels). The kernel stores the product, then
+         the ops over it as stored, so the result is the unfused plan's to the bit, float16
+         rounding included. Operands may broadcast to the output in any way; the kernel's
+         storage buffers (a, b, [C], y and one per operand) stay within WebGPU's 8.
+       - MatMulNBits: float32 output; operands of the output's full shape, an [N] row (ones
+         before it) or a scalar.
+    2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue (operands from input 2,
+       resp. 3) or MatMulNBitsShared (from input 9) writing the elementwise node's output, with
+       `epilogue_exprs` / `epilogue_inputs` (operators/epilogue.py).
     3. Every product left alone gets its reason (EpilogueReport in ctx.reports["epilogue-fusion"]).
     """
 
@@ -58,25 +80,41 @@ class EpilogueFusionPass(Pass):
             if not graph.has_node(nid):
                 continue
             node = graph.node(nid)
-            if (node.domain, node.op_type) not in PRODUCTS or node.attributes.get("epilogue_exprs"):
+            kind = _kind(node)
+            if kind is None or node.attributes.get("epilogue_exprs"):
                 continue
-            plan = self._match(graph, ctx, nid, elementwise)
+            plan = self._match(graph, ctx, nid, kind, elementwise)
             if isinstance(plan, str):
                 skipped[node.name] = plan
                 continue
             fused[node.name] = graph.node(plan[0]).name
-            self._rewrite(graph, nid, *plan)
+            self._rewrite(graph, nid, kind, *plan)
         ctx.reports[self.name] = EpilogueReport(fused, skipped)
         return PassResult(bool(fused), f"{len(fused)} epilogues fused; {len(skipped)} products left alone")
 
     @staticmethod
-    def _match(graph: IrGraph, ctx: CompileContext, nid: NodeId, elementwise: ElementwiseFusionPass):
+    def _product_declines(graph: IrGraph, node: Node, kind: str) -> str | None:
+        """Why the product itself cannot take an epilogue (None: it can)."""
+        out = graph.tensor(node.outputs[0])
+        dtype = out.dtype.name if out.dtype is not None else None
+        if kind == "nbits":
+            if dtype != "float32":
+                return f"output is {out.dtype}, not float32 (the epilogue would skip a rounding)"
+            return None
+        if dtype not in FLOATS:
+            return f"output is {out.dtype}: only float products ({', '.join(FLOATS)}) compute in f32"
+        if any(t is None or graph.tensor(t).dtype != out.dtype for t in node.inputs[:2]):
+            return "its operands' dtypes differ from the output's"
+        return None
+
+    @staticmethod
+    def _match(graph: IrGraph, ctx: CompileContext, nid: NodeId, kind: str, elementwise: ElementwiseFusionPass):
         """(consumer, exprs, operand inputs) or the reason there is none."""
         node = graph.node(nid)
+        if reason := EpilogueFusionPass._product_declines(graph, node, kind):
+            return reason
         y = node.outputs[0]
         out = graph.tensor(y)
-        if out.dtype is None or out.dtype.name != "float32":
-            return f"output is {out.dtype}, not float32 (the epilogue would skip a rounding)"
         consumers = graph.consumers(y)
         if y in graph.outputs or len(consumers) != 1:
             return f"output is read by {len(consumers)} nodes{' and is a graph output' if y in graph.outputs else ''}"
@@ -94,21 +132,25 @@ class EpilogueFusionPass(Pass):
         if len(consumer.outputs) != 1 or consumer.inputs.count(y) < 1:
             return f"its reader {consumer.op_type} has several outputs"
         result = graph.tensor(consumer.outputs[0])
-        if result.dtype is None or result.dtype.name != "float32" or result.value is not None:
-            return f"{consumer.op_type}'s output is not a computed float32 tensor"
+        if result.dtype != out.dtype or result.value is not None:
+            return f"{consumer.op_type}'s output is not a computed {out.dtype} tensor (it is {result.dtype})"
         node_ctx = InferenceCtx(graph, consumer, ctx)
         if not node_ctx.same_shape(result.shape, out.shape):
             return f"{consumer.op_type} broadcasts the product to {result.shape}"
-        n = out.shape[-1]
-        for t in consumer.inputs:
-            if t is None or t == y:
-                continue
+        operands = list(dict.fromkeys(t for t in consumer.inputs if t is not None and t != y))
+        for t in operands:
             shape = graph.tensor(t).shape
             if shape is None:
                 return f"operand '{t}' has no known shape"
-            row = len(shape) >= 1 and node_ctx.same_dim(shape[-1], n) and all(d == 1 for d in shape[:-1])
+            if kind != "nbits":
+                continue
+            row = len(shape) >= 1 and node_ctx.same_dim(shape[-1], out.shape[-1]) and all(d == 1 for d in shape[:-1])
             if not (numel(shape) == 1 or row or node_ctx.same_shape(shape, out.shape)):
                 return f"operand '{t}' {shape} is neither the product's shape, an [N] row nor a scalar"
+        if kind != "nbits":
+            bound = 3 + (kind == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)
+            if bound > MAX_STORAGE:
+                return f"the kernel would bind {bound} storage buffers (WebGPU guarantees {MAX_STORAGE})"
         for name, value in params.items():
             if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
                 return f"{consumer.op_type}'s parameter {name} = {value!r} is not a finite float"
@@ -116,14 +158,20 @@ class EpilogueFusionPass(Pass):
         return cid, exprs, list(consumer.inputs)
 
     @staticmethod
-    def _rewrite(graph: IrGraph, nid: NodeId, cid: NodeId, exprs: list[str], operands: list[str]) -> None:
+    def _rewrite(graph: IrGraph, nid: NodeId, kind: str, cid: NodeId, exprs: list[str], operands: list[str]) -> None:
         node, consumer = graph.node(nid), graph.node(cid)
         y, result = node.outputs[0], consumer.outputs[0]
-        inputs = list(node.inputs) + [None] * (9 - len(node.inputs))
+        if kind == "nbits":
+            op_type, first = MatMulNBitsShared.op_type, 9
+        else:
+            op_type, first = PLAIN[kind][0].op_type, PLAIN[kind][1]
+        inputs = list(node.inputs) + [None] * (first - len(node.inputs))
         slots: list[int] = []
         for t in operands:
             if t == y:
                 slots.append(-1)
+            elif t in inputs[first:]:  # one binding per distinct operand
+                slots.append(inputs.index(t, first))
             else:
                 inputs.append(t)
                 slots.append(len(inputs) - 1)
@@ -135,4 +183,4 @@ class EpilogueFusionPass(Pass):
         graph.remove_node(nid)
         if result not in graph.tensors:
             graph.add_tensor(kept)
-        graph.add_node(MatMulNBitsShared.op_type, inputs, [result], attrs, domain=FUSED_DOMAIN, name=name)
+        graph.add_node(op_type, inputs, [result], attrs, domain=FUSED_DOMAIN, name=name)

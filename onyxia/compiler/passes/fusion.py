@@ -38,6 +38,11 @@ class ElementwiseFusionPass(Pass):
     The generated kernel is specialized per chain (codegen, not an interpreter), so it keeps
     the per-op kernels' tight loop while saving the intermediate round trips.
 
+    Broadcasting never stops a group: elementwise ops commute with it, so each external input
+    is read through its own broadcast strides (x[b, s, h] * w[h] + y[b, 1, h] is one kernel), and
+    a member whose output is smaller than the group's (Exp of y[b, 1, h]) is evaluated per output
+    element, recomputing a cheap value instead of writing and reading it back.
+
     A group computes in f32 and rounds once, to its output's dtype. A Cast that widens a float
     (float16 / bfloat16 → float32) joins a group as the identity, so `Mul(f16) → Cast(f32)`
     keeps the product unrounded: what onnxruntime's CPU provider computes (it has no float16

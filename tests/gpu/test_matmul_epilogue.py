@@ -1,0 +1,229 @@
+"""EpilogueFusionPass on MatMul and Gemm: a bias Add, activations, a residual Add and broadcast
+operands run in the product's epilogue, against onnxruntime, for every kernel variant of the
+product's Tunable (chunked, coalesced, register, shared; each forced in turn, and the heuristic on
+both adapter kinds), the split-K finish pass, a symbolic M moving between few and many rows,
+float32 and float16 storage, tuning off and on. Declines (with their reasons): tests/unit/
+test_epilogue_decline.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.compiler.passes import default_optimization_passes
+from onyxia.operators import core_operator_registry
+from onyxia.plan import ADAPTER_CPU
+from onyxia.runtime.tuner import TunableCommand, TuneSettings
+from tests.helpers import make_model, run_ort
+
+pytestmark = pytest.mark.gpu
+F = np.float32
+K, N = 64, 48
+LONG_K = 16400  # past gemv.MAX_KCHUNK and gemm_variants.TILED_KCHUNK: every variant splits K
+PRODUCT_KERNELS = {"matmul/gemv_chunked", "matmul/gemv", "matmul/gemm", "matmul/splitk"}
+VARIANTS = ("chunked", "coalesced", "register", "shared")
+OWN_KERNEL = {"chunked": "matmul/gemv_chunked", "coalesced": "matmul/gemv", "register": "matmul/gemv_chunked",
+              "shared": "matmul/gemm"}
+
+
+def _rand(rng, shape, dtype=F, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def after(pattern: str, rng, dtype=F) -> tuple[list, dict, list]:
+    """(nodes reading the product `p` and writing `y`, their constants, their fed inputs)."""
+    inits = {"bias": _rand(rng, (N,), dtype), "scale": _rand(rng, (1, N), dtype)}
+    nodes = {
+        "bias": [h.make_node("Add", ["p", "bias"], ["y"])],
+        "relu": [h.make_node("Relu", ["p"], ["y"])],
+        "sigmoid": [h.make_node("Sigmoid", ["p"], ["y"])],
+        "tanh": [h.make_node("Tanh", ["p"], ["y"])],
+        "gelu": [h.make_node("Gelu", ["p"], ["y"])],
+        "leaky": [h.make_node("LeakyRelu", ["p"], ["y"], alpha=0.2)],
+        "silu": [h.make_node("Sigmoid", ["p"], ["s"]), h.make_node("Mul", ["p", "s"], ["y"])],
+        "bias_relu": [h.make_node("Add", ["p", "bias"], ["b"]), h.make_node("Relu", ["b"], ["y"])],
+        "residual": [h.make_node("Add", ["r", "p"], ["y"])],
+        "bias_gelu_residual": [h.make_node("Add", ["p", "bias"], ["b"]), h.make_node("Gelu", ["b"], ["g"]),
+                               h.make_node("Add", ["g", "r"], ["y"])],
+        # broadcast operands: a [1, N] row, an [M, 1] column (strided index) and the product twice
+        "broadcast": [h.make_node("Mul", ["p", "scale"], ["s"]), h.make_node("Add", ["s", "col"], ["t"]),
+                      h.make_node("Mul", ["t", "p"], ["y"])],
+    }[pattern]
+    fed = {"residual": ["r"], "bias_gelu_residual": ["r"], "broadcast": ["col"]}.get(pattern, [])
+    return nodes, inits, fed
+
+
+def weight_model(pattern: str, k: int = K, dtype=F, gemm: bool = False):
+    """a [M, k] @ w [k, N] (MatMul, or Gemm with C, alpha and beta) followed by `pattern`."""
+    rng = np.random.default_rng(len(pattern) + k)
+    nodes, inits, fed = after(pattern, rng, dtype)
+    inits["w"] = _rand(rng, (k, N), dtype, 1 / np.sqrt(k))
+    if gemm:
+        inits["c"] = _rand(rng, (N,), dtype)
+        product = h.make_node("Gemm", ["a", "w", "c"], ["p"], alpha=0.5, beta=2.0)
+    else:
+        product = h.make_node("MatMul", ["a", "w"], ["p"])
+    shapes = {"a": ["M", k], "r": ["M", N], "col": ["M", 1]}
+    inputs = [(n, dtype, shapes[n]) for n in ["a", *fed]]
+    return make_model([product, *nodes], inputs, ["y"], inits, opset=20)
+
+
+def compile_fused(model, dims):
+    pipeline = CompilerPipeline(core_operator_registry())
+    compiled = pipeline.compile(onyxia.load_model(model), dims)
+    report = pipeline.context.reports["epilogue-fusion"]
+    assert report.fused and not report.skipped, report
+    assert not any(op.op_type in ("MatMul", "Gemm", "FusedElementwise") for op in compiled.operations)
+    return compiled
+
+
+def feeds_for(model, dims, rng):
+    out = {}
+    for i in model.graph.input:
+        shape = [d.dim_value or dims[d.dim_param] for d in i.type.tensor_type.shape.dim]
+        dtype = np.float16 if i.type.tensor_type.elem_type == 10 else F
+        out[i.name] = _rand(rng, shape, dtype)
+    return out
+
+
+def launched(exe) -> set[str]:
+    return {exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)}
+
+
+def compile_unfused(model, dims):
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
+    for p in default_optimization_passes():
+        if p.name != "epilogue-fusion":
+            pipeline.add_pass(p)
+    return pipeline.compile(onyxia.load_model(model), dims)
+
+
+def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_split=False):
+    """For each M in `rows` and adapter kind: the heuristic's kernels, then every alternative of
+    the product's Tunable forced in turn, each against onnxruntime and equal to the unfused
+    plan's result with the same kernel (the epilogue reads the product as stored, so fusing
+    changes no bit, float16 included); no separate elementwise dispatch ever runs and nothing
+    recompiles."""
+    compiled = compile_fused(model, {"M": max(rows)})
+    exe = runtime.load_model(compiled, tuning=tuning)
+    plain = runtime.load_model(compile_unfused(model, {"M": max(rows)}), tuning=TuneSettings(enabled=False))
+    rng = np.random.default_rng(1)
+    seen: set[str] = set()
+    by_variant: dict[str, set[str]] = {}
+    for m in rows:
+        feeds = feeds_for(model, {"M": m}, rng)
+        ref = run_ort(model, feeds)[0].astype(F)
+        tol_abs = tol * max(1.0, float(np.abs(ref).max()))
+        for cpu in (0, 1) if ADAPTER_CPU in exe.dims else (None,):  # (a plan may not depend on it)
+            for e in (exe, plain):
+                e.update_dimensions({"M": m, **({} if cpu is None else {ADAPTER_CPU: cpu})})
+            tunables = [c for c in exe.commands if isinstance(c, TunableCommand)]
+            plain_tunables = [c for c in plain.commands if isinstance(c, TunableCommand)]
+            choices = [None] + list(range(len(tunables[0].step.labels))) if tunables else [None]
+            for choice in choices:
+                for c in tunables + plain_tunables:
+                    if choice is not None:
+                        c.chosen = choice
+                out = exe.run(feeds)["y"]
+                if tuning is None:  # the same kernel in both plans (a tuner may re-choose at a run)
+                    np.testing.assert_array_equal(out, plain.run(feeds)["y"], err_msg=f"M={m} cpu={cpu} {choice}")
+                ours = out.astype(F)
+                ran = launched(exe)
+                variant = tunables[0].step.labels[choice] if choice is not None else "heuristic"
+                where = f"M={m} cpu={cpu} variant={variant}"
+                assert ran <= PRODUCT_KERNELS, (where, ran)
+                seen |= ran
+                by_variant.setdefault(variant, set()).update(ran)
+                np.testing.assert_allclose(ours, ref, rtol=tol, atol=tol_abs, err_msg=where)
+    assert exe.stats.recompiles == 0
+    for variant, kernels in by_variant.items():  # each alternative ran its own kernel somewhere
+        assert variant == "heuristic" or OWN_KERNEL[variant] in kernels, (variant, kernels)
+    assert ("matmul/splitk" in seen) == expect_split, seen
+    return exe
+
+
+@pytest.mark.parametrize("pattern", ["bias", "relu", "sigmoid", "tanh", "gelu", "leaky", "silu", "bias_relu",
+                                     "residual", "bias_gelu_residual", "broadcast"])
+def test_matmul_epilogue_every_variant(runtime, pattern):
+    exe = check_every_variant(runtime, weight_model(pattern), rows=[1, 5, 70])
+    [tunable] = [c for c in exe.commands if isinstance(c, TunableCommand)]
+    assert tunable.step.labels == VARIANTS
+
+
+@pytest.mark.parametrize("pattern", ["bias_relu", "broadcast"])
+def test_gemm_epilogue_after_alpha_beta_c(runtime, pattern):
+    check_every_variant(runtime, weight_model(pattern, gemm=True), rows=[3, 70])
+
+
+@pytest.mark.parametrize("pattern", ["bias_relu", "bias_gelu_residual"])
+def test_split_k_finish_runs_the_epilogue(runtime, pattern):
+    # every variant splits a K this long: the epilogue runs once, in matmul/splitk.wgsl
+    check_every_variant(runtime, weight_model(pattern, k=LONG_K), rows=[2, 70], tol=1e-4, expect_split=True)
+
+
+def test_coalesced_split_k_with_gemm(runtime):
+    # gemv.wgsl splits K = 512 over two workgroups for one 48-column block
+    check_every_variant(runtime, weight_model("bias_relu", k=512, gemm=True), rows=[1, 4], tol=1e-4,
+                        expect_split=True)
+
+
+@pytest.mark.parametrize("pattern", ["bias_relu", "residual", "broadcast"])
+def test_float16_storage(runtime, pattern):
+    # Rounded as the unfused plan is (the product when stored, then the ops' result once);
+    # onnxruntime rounds after each op.
+    check_every_variant(runtime, weight_model(pattern, dtype=np.float16), rows=[1, 5, 70], tol=4e-3)
+
+
+@pytest.mark.parametrize("pattern", ["bias_relu", "residual"])
+def test_tuned_and_heuristic_runs_match(runtime, tmp_path, pattern):
+    tuning = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2)
+    exe = check_every_variant(runtime, weight_model(pattern), rows=[2, 70], tuning=tuning)
+    assert exe.stats.tuning_timings > 0
+
+
+def test_batched_scores_with_a_broadcast_mask(runtime):
+    """Attention scores: q [2, 3, M, 8] @ k^T [2, 3, 8, M] / scale + mask [2, 1, M, M] (broadcast
+    over heads), then a residual [2, 3, M, M]: batched B, a symbolic N (no chunked variants)."""
+    nodes = [h.make_node("MatMul", ["q", "k"], ["p"]), h.make_node("Div", ["p", "scale"], ["s"]),
+             h.make_node("Add", ["s", "mask"], ["t"]), h.make_node("Add", ["t", "r"], ["y"])]
+    model = make_model(nodes, [("q", F, [2, 3, "M", 8]), ("k", F, [2, 3, 8, "M"]), ("mask", F, [2, 1, "M", "M"]),
+                               ("r", F, [2, 3, "M", "M"])], ["y"], {"scale": np.array(2.5, F)}, opset=20)
+    check_every_variant(runtime, model, rows=[1, 6, 40])
+
+
+def test_one_column_product_and_vector_operands(runtime):
+    """N = 1 (planned as the transposed product) with a scalar bias, and a 1-D A."""
+    rng = np.random.default_rng(6)
+    col = make_model([h.make_node("MatMul", ["a", "w"], ["p"]), h.make_node("Add", ["p", "b"], ["q"]),
+                      h.make_node("Sigmoid", ["q"], ["y"])], [("a", F, ["M", K])], ["y"],
+                     {"w": _rand(rng, (K, 1)), "b": _rand(rng, (1,))}, opset=20)
+    check_every_variant(runtime, col, rows=[1, 7, 70])
+    vec = make_model([h.make_node("MatMul", ["v", "b"], ["p"]), h.make_node("Add", ["p", "r"], ["y"])],
+                     [("v", F, [K]), ("b", F, ["M", K, N]), ("r", F, ["M", N])], ["y"], opset=20)
+    check_every_variant(runtime, vec, rows=[1, 3])
+
+
+def test_saved_plan_loads_and_runs(runtime, tmp_path):
+    # plan_check accepts the epilogue's buffers and broadcast params; the loaded plan computes the same
+    from onyxia.plan import CompiledModel
+
+    model = weight_model("broadcast", k=LONG_K, gemm=True)
+    compile_fused(model, {"M": 9}).save(tmp_path / "m.onyxia")
+    exe = runtime.load_model(CompiledModel.load(tmp_path / "m.onyxia"))
+    rng = np.random.default_rng(7)
+    for m in (9, 2):
+        exe.update_dimensions({"M": m})
+        feeds = feeds_for(model, {"M": m}, rng)
+        np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def validation_models() -> list:
+    """(model, dims) for tests/gpu/test_shader_validation.py: MatMulEpilogue and GemmEpilogue with
+    every variant's kernels, split-K finishes, broadcast operands and float16 storage."""
+    out = [(weight_model(p), {"M": m}) for p in ("bias_gelu_residual", "broadcast") for m in (1, 70)]
+    out += [(weight_model("bias_relu", gemm=True), {"M": 70}), (weight_model("bias_relu", k=LONG_K), {"M": 70}),
+            (weight_model("broadcast", dtype=np.float16), {"M": 5})]
+    return out
