@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from onnx import helper as h
 
@@ -79,10 +79,15 @@ def oracle(model, feeds, twin=None) -> list[np.ndarray]:
     return [o.transpose(2, 0, 1, 3) if o.ndim == 4 else o.transpose(1, 0, 2) for o in outs]
 
 
-def assert_matches(runtime, model, feeds, atol=2e-5, twin=None):
+def assert_matches(runtime, model, feeds, atol=2e-5, twin=None, finite_oracle=False):
     exe = runtime.load_model(compile_model(model))
     ours = exe.run(feeds)
-    for name, ref in zip(exe.model.outputs, oracle(model, feeds, twin)):
+    refs = oracle(model, feeds, twin)
+    if finite_oracle and not all(np.isfinite(ref).all() for ref in refs):
+        # Unbounded activations (Affine with alpha 2, ...) can overflow onnxruntime's float32
+        # exp inside Softplus where the value is finite (onyxia computes it stably): no oracle.
+        reject()
+    for name, ref in zip(exe.model.outputs, refs):
         assert ours[name].shape == ref.shape, (name, ours[name].shape, ref.shape)
         np.testing.assert_allclose(ours[name], ref, rtol=1e-4, atol=atol, err_msg=name)
 
@@ -113,7 +118,7 @@ def test_activations_alpha_beta_and_clip(runtime, op, data):
         attrs["clip"] = data.draw(st.floats(0.25, 3.0, width=32), label="clip value")
     model = rnn_model(op, seq=4, batch=2, inputs=3, hidden=4, direction="bidirectional" if bidirectional else "forward",
                       **attrs)
-    assert_matches(runtime, model, feeds_for(model, np.random.default_rng(1)), atol=1e-4)
+    assert_matches(runtime, model, feeds_for(model, np.random.default_rng(1)), atol=1e-4, finite_oracle=True)
 
 
 @pytest.mark.parametrize("lbr", [0, 1])
