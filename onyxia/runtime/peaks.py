@@ -12,13 +12,13 @@ make that small.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import wgpu
+
+from onyxia.runtime.tuner import default_cache_dir
 
 CACHE_FILE = "adapter-peaks.json"
 COPY_BYTES = 32 << 20  # per buffer: well past the caches of GPUs and CPUs
@@ -72,20 +72,6 @@ class AdapterPeaks:
         return self.flops / max(self.bandwidth, 1.0)
 
 
-def cache_dir() -> Path:
-    given = os.environ.get("ONYXIA_CACHE_DIR")
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "onyxia"
-
-
-def adapter_key(adapter: wgpu.GPUAdapter) -> str:
-    info = adapter.info
-    parts = [str(info.get(k, "")) for k in ("vendor", "device", "driver", "driver_description", "backend_type")]
-    return " / ".join(p for p in parts if p) or adapter.summary
-
-
 def _timed(device: wgpu.GPUDevice, pipeline, bind_group, groups: int, written) -> float:
     """Seconds of the fastest of REPEATS submissions of one dispatch (after a warm-up)."""
     best = float("inf")
@@ -136,8 +122,8 @@ def measure(device: wgpu.GPUDevice, key: str, max_binding: int | None = None) ->
 
 def adapter_peaks(runtime, *, refresh: bool = False) -> AdapterPeaks:
     """The peaks of `runtime`'s adapter: from the cache, or measured now and cached."""
-    key = adapter_key(runtime.adapter)
-    path = cache_dir() / CACHE_FILE
+    key = runtime.info.identity  # the adapter whose timings the tuning cache holds, too
+    path = default_cache_dir() / CACHE_FILE
     try:
         table = json.loads(path.read_text())
         if not isinstance(table, dict):
