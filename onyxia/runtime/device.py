@@ -36,6 +36,22 @@ class AdapterInfo:
         return "/".join((self.vendor, self.name, self.driver, self.backend))
 
 
+def _spread_lavapipe_work() -> None:
+    """More llvmpipe (lavapipe) worker threads than cores, unless LP_NUM_THREADS is set.
+
+    Mesa's compute thread pool cuts a dispatch's workgroups into one equal run per thread; a
+    worker that wakes late finds its run taken by another that finished early, so with one
+    thread per core a short dispatch often runs on one core. Twice as many runs as cores keeps
+    both busy: on a 2-core VM (Mesa 22.3) a 4-thread pool decodes the ~30M int4 Llama 1.3-2x
+    faster (prefill 124-157 -> 77-94 ms), fp32 the same. Read when the driver enumerates
+    adapters, so this runs at import, before the first enumeration."""
+    if "LP_NUM_THREADS" not in os.environ:
+        os.environ["LP_NUM_THREADS"] = str(min(2 * (os.cpu_count() or 1), 16))
+
+
+_spread_lavapipe_work()
+
+
 def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:
     info = adapter.info
     return AdapterInfo(info.get("device", "") or adapter.summary, info.get("adapter_type", ""),
