@@ -35,11 +35,14 @@ from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
 from onyxia.operators.indexing import copy_elements
-from onyxia.operators.split_kv import ATTENTION_WG, CPU_ATTENTION_WG, combine_splits, split_keys
+from onyxia.operators.split_kv import ATTENTION_WG, CPU_ATTENTION_WG, SPLIT_TRIPS, combine_splits, split_by, split_keys
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
 SHARE_BUFFER_ATTR = "past_present_share_buffer"
+FLASH_ROWS = 8  # query rows per workgroup of the tiled prompt kernel (gqa_flash.wgsl ROWS)
+FLASH_KEYS = 4  # keys per step of its walk (gqa_flash.wgsl QT)
+FLASH_MAX_SLICES = 4  # its register slices of 32 head columns: head sizes up to 128
 
 
 def require_float(ctx: InferenceCtx, i: int) -> DType:
@@ -111,6 +114,9 @@ class GroupQueryAttention(Operator):
 
     op_type = "GroupQueryAttention"
     domain = DOMAIN
+
+    def __init__(self, flash: bool = True) -> None:
+        self.flash = flash  # the tiled prefill kernel where it applies (False: the per-row kernel only)
 
     def spec(self, ctx: InferenceCtx) -> GqaSpec:
         """Validated attributes and dims shared by infer and plan."""
@@ -293,7 +299,6 @@ class GroupQueryAttention(Operator):
                       "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                       "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
                       "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}
-        writes: dict[str, str] = {"output": ctx.output(0)}
         # A row visits at most the present's T keys, or the window's (windowed: the only bound)
         max_keys: Dim = present
         if c.window >= 0 and (c.windowed or not isinstance(present, int) or c.window < present):
@@ -302,21 +307,26 @@ class GroupQueryAttention(Operator):
         # coroutine switches at the barriers, see attention::reduce) on a CPU-type adapter.
         lanes = {wg: max(1, math.ceil(d / 4 / wg)) for wg in (ATTENTION_WG, CPU_ATTENTION_WG)}
         split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, lanes)
-        if split is not None:
-            att_defs |= split.defs()
-            att_params |= split.params()
-            writes["partial"] = split.partial
+        reads = {"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
+                 **norm_reads, **kv_reads}
         cpu = ctx.adapter_cpu()
-        for wg, where in ((ATTENTION_WG, 1 - cpu), (CPU_ATTENTION_WG, cpu)):
+        # A prompt (S > 1) on a CPU-type adapter runs the tiled kernel, a decode step and any step
+        # on a GPU the row-per-workgroup one: `tiled` is 1 where the tiled kernel runs, else 0.
+        flash = self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES
+        prompt = _prompt(seq) if flash else 0
+        tiled = cpu * prompt
+        for wg, rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * cpu * (1 - prompt))):
             steps.append(ctx.dispatch(
                 "attention/gqa_attention.wgsl", label="gqa_attention",
-                defs={**att_defs, "ATT_WG": wg, "DPT": lanes[wg]},
-                reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
-                       **norm_reads, **kv_reads},
-                writes=writes, workgroups=(heads, seq * where, batch * (split.splits if split else 1)),
-                params=att_params))
+                defs={**att_defs, **(split.defs() if split else {}), "ATT_WG": wg, "DPT": lanes[wg]}, reads=reads,
+                writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
+                workgroups=(heads, rows, batch * (split.splits if split else 1)),
+                params={**att_params, **(split.params() if split else {})}))
         if split is not None:
-            steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d))
+            steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
+                                    gate=1 - tiled)
+        if flash:
+            steps += _tiled_attention(ctx, att_defs, att_params, reads, max_keys, (batch, heads, seq, d), tiled)
         if c.windowed:
             # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
             count = batch * kv_heads * c.past * d
@@ -329,6 +339,37 @@ class GroupQueryAttention(Operator):
                 workgroups=ctx.grid(count),
                 params={"N": count, "S": seq, "C": c.past, "KVH": kv_heads, "D": d, "WINDOW_SIZE": c.window}))
         return steps
+
+
+def _prompt(seq: Dim) -> Dim:
+    """1 for a step of S >= 2 rows, 0 for S = 1 (and no division by zero at S = 0)."""
+    if isinstance(seq, int):
+        return int(seq >= 2)
+    return (3 * seq - 3) // (2 * seq - 1)
+
+
+def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, object], reads: dict[str, str | Buf],
+                     max_keys: Dim, sizes: tuple[Dim, int, Dim, int], tiled: Dim) -> list[Step]:
+    """GQA's step 2 as shaders/attention/gqa_flash.wgsl: FLASH_ROWS query rows per workgroup,
+    one per invocation, where `tiled` (0 or 1) says so; its own split of the keys (see the
+    kernel's loop trips), merged by its own combine step."""
+    batch, heads, seq, d = sizes
+    slices = math.ceil(d / 32)
+    # Per FLASH_KEYS keys: the key loop, and 8 iterations per slice in each of the q.k and p.v
+    # walks of the kernel's plain path
+    kps = FLASH_KEYS * max(1, SPLIT_TRIPS // (16 * slices + 2))
+    split = split_by(ctx, max_keys, batch * heads * seq, d, kps)
+    blocks = (seq + FLASH_ROWS - 1) // FLASH_ROWS
+    steps = [ctx.dispatch(
+        "attention/gqa_flash.wgsl", label="gqa_flash",
+        defs={**defs, "CPL": slices, **(split.defs() if split else {})},
+        reads=reads, writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
+        workgroups=(heads, blocks * tiled, batch * (split.splits if split else 1)),
+        params={**params, **(split.params() if split else {})})]
+    if split is not None:
+        steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
+                                gate=tiled)
+    return steps
 
 
 # ---- RotaryEmbedding ----------------------------------------------------------------------

@@ -1,0 +1,340 @@
+// GroupQueryAttention, step 2 for a prompt (S > 1) on a CPU-type adapter: flash-style tiling.
+//
+// gqa_attention.wgsl gives each query row its own workgroup, so every row re-reads its whole K/V
+// prefix. Here a workgroup of ROWS = 8 invocations holds 8 consecutive query rows of one query
+// head (grid (H, ceil(S / 8), B * SPLITS)) and walks the union of their visible keys once, QT = 4
+// keys per step, with an online softmax per row (each row masks the keys it does not see): K and
+// V are read S / 8 times instead of S times. No barriers and no shared memory: lavapipe runs the
+// 8 invocations as the SIMD lanes of one thread, where a barrier is a coroutine switch.
+//
+// Invocation (lane) r owns row s0 + r: its scaled query in registers (q slices: vec4 columns
+// 8k .. 8k + 7 in slice k), its running max and denominator. lavapipe loads storage one lane at
+// a time, so where the workgroup is one subgroup of 8 (ONYXIA_SUBGROUPS, checked at run time)
+// each K and V row is loaded once per workgroup: lane r loads vec4 columns 8k + r and
+// subgroupBroadcast hands them to the others; the accumulators are then held by column (acc
+// slice k of lane c: rows 0 .. 7 of vec4 column 8k + c) so that V needs no broadcast, only the
+// rows' weights do. Without (or with subgroups of another size) every lane loads every row and
+// keeps its own row's accumulators (acc slice k: its vec4 columns 8k .. 8k + 7).
+// Measured on lavapipe (Mesa 22.3, 2 busy cores; H = 8, KVH = 4, D = 64, rotary): 64 rows
+// ~6.3 ms -> ~0.8 ms against gqa_attention.wgsl's 8-thread kernel, 14 rows ~0.6 -> ~0.15 ms.
+//
+// Keys, masking, rotary, q/k-norm, softcap and float16 rounding are gqa_attention.wgsl's
+// (attention::gqa_rows). Rows past S compute row S - 1 and store nothing.
+// CPL = ceil(D / 32) slices (D <= 128: CPL <= 4; the planner keeps larger heads on
+// gqa_attention.wgsl). Loop trips per QT keys: 1 + 16 * CPL at most (the plain path's walks over
+// the slices), which bounds the keys per split KPS (attention::split; operators/attention.py).
+// Buffers: as gqa_attention.wgsl. Defs: DIM, CPL, ROTARY, INTERLEAVED, CAUSAL, WINDOW, SOFTCAP,
+// QK_NORM, WINDOWED, ROUND_F16, SPLIT_KV, KPS, ONYXIA_SUBGROUPS (set at render).
+// Params: as gqa_attention.wgsl.
+#import attention::gqa_rows
+#import attention::split
+
+const ROWS = 8u;  // query rows per workgroup, one per invocation: one SIMD batch of lavapipe's lanes
+const DV = #{DIM}u / 4u;  // vec4s per head row
+const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
+
+alias Slice = array<vec4<f32>, 8>;
+
+// The QT keys of one step: positions (masked past `last`) and the rows they read (clamped).
+struct Keys {
+    at: vec4<u32>,
+    row: vec4<u32>,
+}
+
+fn keys_from(j: u32, last: u32) -> Keys {
+    let at = vec4(j, j + 1u, j + 2u, j + 3u);
+    return Keys(at, min(at, vec4(last - 1u)));
+}
+
+// The running softmax of a row: max m, denominator l.
+struct RowState {
+    m: f32,
+    l: f32,
+}
+
+// Folds the step's scores (live: seen by this row) into st: returns the factor that rescales
+// the accumulators and sets p to the keys' weights.
+fn softmax_step(st: ptr<function, RowState>, dots: mat4x4<f32>, live: vec4<bool>, p: ptr<function, vec4<f32>>)
+        -> f32 {
+    var score = vec4(dot(dots[0], vec4(1.0)), dot(dots[1], vec4(1.0)), dot(dots[2], vec4(1.0)),
+                     dot(dots[3], vec4(1.0)));
+#ifdef SOFTCAP
+    // tanh of a clamped argument: some drivers compute tanh through exp and overflow.
+    score = CAP() * tanh(clamp(score / CAP(), vec4(-20.0), vec4(20.0)));
+#endif
+    score = select(vec4(NEG), score, live);
+    let m_new = max((*st).m, max(max(score.x, score.y), max(score.z, score.w)));
+    let alpha = exp((*st).m - m_new);
+    *p = select(vec4(0.0), exp(score - vec4(m_new)), live);
+    (*st).l = (*st).l * alpha + dot(*p, vec4(1.0));
+    (*st).m = m_new;
+    return alpha;
+}
+
+// Query slice k of the row at `qrow` (position pos); columns past the head are 0.
+fn query_slice(q: ptr<function, Slice>, k: u32, qrow: u32, inv: f32, pos: u32) {
+    for (var i = 0u; i < 8u; i++) {
+        let c = 8u * k + i;
+        if (c < DV) {
+            (*q)[i] = vec4(query_element(qrow, 4u * c, inv, pos), query_element(qrow, 4u * c + 1u, inv, pos),
+                           query_element(qrow, 4u * c + 2u, inv, pos), query_element(qrow, 4u * c + 3u, inv, pos));
+        }
+    }
+}
+
+// -- every lane loads every row (no usable subgroups) --
+
+fn qk_plain(q: ptr<function, Slice>, k: u32, keys: Keys, d: mat4x4<f32>) -> mat4x4<f32> {
+    var r = d;
+    for (var i = 0u; i < 8u; i++) {
+        let c = min(8u * k + i, DV - 1u);  // q is 0 past the head
+        let qi = (*q)[i];
+        r += mat4x4(qi * key4(keys.row.x, c), qi * key4(keys.row.y, c), qi * key4(keys.row.z, c),
+                    qi * key4(keys.row.w, c));
+    }
+    return r;
+}
+
+fn pv_plain(acc: ptr<function, Slice>, k: u32, keys: Keys, alpha: f32, p: vec4<f32>) {
+    for (var i = 0u; i < 8u; i++) {
+        let c = min(8u * k + i, DV - 1u);
+        let v = mat4x4(value4(keys.row.x, c), value4(keys.row.y, c), value4(keys.row.z, c), value4(keys.row.w, c));
+        (*acc)[i] = (*acc)[i] * alpha + v * p;
+    }
+}
+
+// -- lanes share the rows they load (a subgroup of 8) --
+#ifdef ONYXIA_SUBGROUPS
+
+// vec4 column 8k + lane of the step's K (or V) rows, a matrix column per key.
+fn lane_chunks(k: u32, lane: u32, keys: Keys, values: bool) -> mat4x4<f32> {
+    let c = min(8u * k + lane, DV - 1u);
+    if (values) {
+        return mat4x4(value4(keys.row.x, c), value4(keys.row.y, c), value4(keys.row.z, c), value4(keys.row.w, c));
+    }
+    return mat4x4(key4(keys.row.x, c), key4(keys.row.y, c), key4(keys.row.z, c), key4(keys.row.w, c));
+}
+
+// q.k partial sums over slice k: lane i's chunks are columns 8k + i (subgroupBroadcast needs
+// constant lanes: hence the 8 statements).
+fn qk_shared(q: ptr<function, Slice>, kc: mat4x4<f32>, d: mat4x4<f32>) -> mat4x4<f32> {
+    var r = d;
+    r += mat4x4((*q)[0] * subgroupBroadcast(kc[0], 0u), (*q)[0] * subgroupBroadcast(kc[1], 0u),
+                (*q)[0] * subgroupBroadcast(kc[2], 0u), (*q)[0] * subgroupBroadcast(kc[3], 0u));
+    r += mat4x4((*q)[1] * subgroupBroadcast(kc[0], 1u), (*q)[1] * subgroupBroadcast(kc[1], 1u),
+                (*q)[1] * subgroupBroadcast(kc[2], 1u), (*q)[1] * subgroupBroadcast(kc[3], 1u));
+    r += mat4x4((*q)[2] * subgroupBroadcast(kc[0], 2u), (*q)[2] * subgroupBroadcast(kc[1], 2u),
+                (*q)[2] * subgroupBroadcast(kc[2], 2u), (*q)[2] * subgroupBroadcast(kc[3], 2u));
+    r += mat4x4((*q)[3] * subgroupBroadcast(kc[0], 3u), (*q)[3] * subgroupBroadcast(kc[1], 3u),
+                (*q)[3] * subgroupBroadcast(kc[2], 3u), (*q)[3] * subgroupBroadcast(kc[3], 3u));
+    r += mat4x4((*q)[4] * subgroupBroadcast(kc[0], 4u), (*q)[4] * subgroupBroadcast(kc[1], 4u),
+                (*q)[4] * subgroupBroadcast(kc[2], 4u), (*q)[4] * subgroupBroadcast(kc[3], 4u));
+    r += mat4x4((*q)[5] * subgroupBroadcast(kc[0], 5u), (*q)[5] * subgroupBroadcast(kc[1], 5u),
+                (*q)[5] * subgroupBroadcast(kc[2], 5u), (*q)[5] * subgroupBroadcast(kc[3], 5u));
+    r += mat4x4((*q)[6] * subgroupBroadcast(kc[0], 6u), (*q)[6] * subgroupBroadcast(kc[1], 6u),
+                (*q)[6] * subgroupBroadcast(kc[2], 6u), (*q)[6] * subgroupBroadcast(kc[3], 6u));
+    r += mat4x4((*q)[7] * subgroupBroadcast(kc[0], 7u), (*q)[7] * subgroupBroadcast(kc[1], 7u),
+                (*q)[7] * subgroupBroadcast(kc[2], 7u), (*q)[7] * subgroupBroadcast(kc[3], 7u));
+    return r;
+}
+
+// acc slice k (this lane's column, rows 0 .. 7) rescaled and fed the step's values: row r's
+// factor and weights come from lane r.
+fn pv_shared(acc: ptr<function, Slice>, vc: mat4x4<f32>, alpha: f32, p: vec4<f32>) {
+    (*acc)[0] = (*acc)[0] * subgroupBroadcast(alpha, 0u) + vc * subgroupBroadcast(p, 0u);
+    (*acc)[1] = (*acc)[1] * subgroupBroadcast(alpha, 1u) + vc * subgroupBroadcast(p, 1u);
+    (*acc)[2] = (*acc)[2] * subgroupBroadcast(alpha, 2u) + vc * subgroupBroadcast(p, 2u);
+    (*acc)[3] = (*acc)[3] * subgroupBroadcast(alpha, 3u) + vc * subgroupBroadcast(p, 3u);
+    (*acc)[4] = (*acc)[4] * subgroupBroadcast(alpha, 4u) + vc * subgroupBroadcast(p, 4u);
+    (*acc)[5] = (*acc)[5] * subgroupBroadcast(alpha, 5u) + vc * subgroupBroadcast(p, 5u);
+    (*acc)[6] = (*acc)[6] * subgroupBroadcast(alpha, 6u) + vc * subgroupBroadcast(p, 6u);
+    (*acc)[7] = (*acc)[7] * subgroupBroadcast(alpha, 7u) + vc * subgroupBroadcast(p, 7u);
+}
+
+// Every row's value of x (row r's from lane r).
+fn rows_of(x: f32) -> array<f32, 8> {
+    return array<f32, 8>(subgroupBroadcast(x, 0u), subgroupBroadcast(x, 1u), subgroupBroadcast(x, 2u),
+                         subgroupBroadcast(x, 3u), subgroupBroadcast(x, 4u), subgroupBroadcast(x, 5u),
+                         subgroupBroadcast(x, 6u), subgroupBroadcast(x, 7u));
+}
+#endif
+
+// Where the workgroup stores: row s0 + r's output (or partial state) of head h, batch b.
+struct Out {
+    b: u32,
+    h: u32,
+    s0: u32,
+    sp: KeySplit,
+}
+
+// Stores acc slice k: `by_column` (shared layout): rows 0 .. 7 of column 8k + lane, scaled by
+// scales[r]; else this lane's columns 8k .. 8k + 7, scaled by scales[lane].
+fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
+    for (var i = 0u; i < 8u; i++) {
+        let r = select(lane, i, by_column);
+        let c = select(8u * k + i, 8u * k + lane, by_column);
+        if (o.s0 + r < S() && c < DV) {
+            let y = (*acc)[i] * scales[r];
+            let row = (o.b * H() + o.h) * S() + o.s0 + r;
+#ifdef SPLIT_KV
+            if (split_partial()) {
+                let at = split_at(o.sp, row) + 2u + 4u * c;
+                for (var e = 0u; e < 4u; e++) {
+                    partial_store(at + e, y[e]);
+                }
+                continue;
+            }
+#endif
+            let at = (o.b * S() + o.s0 + r) * (H() * D()) + o.h * D() + 4u * c;
+            for (var e = 0u; e < 4u; e++) {
+                output_store(at + e, output_t(y[e]));
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(8)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32
+#ifdef ONYXIA_SUBGROUPS
+        , @builtin(subgroup_size) sg_size: u32
+#endif
+        ) {
+    let h = wid.x;
+    let s0 = wid.y * ROWS;
+    let sp = key_split(wid.z);
+    let b = sp.b;
+    let total_b = u32(max(seqlens_load(b) + 1, 0));
+    let past = past_of(total_b);
+    let s = min(s0 + lane, S() - 1u);
+    let pos = past + s;
+    let mine = visible_keys(pos, total_b);
+    // the workgroup's keys: from its first row's first to its last row's end
+    let lo = visible_keys(past + s0, total_b).x;
+    let hi = visible_keys(past + min(s0 + ROWS, S()) - 1u, total_b).y;
+    gqa_rows_at(b, h / (H() / KVH()), past);
+
+    // this row's query, [normalized,] rotated, scaled
+    let qrow = (b * S() + s) * Q_ROW() + h * D();
+    var q_inv = 1.0;
+#ifdef QK_NORM
+    var squares = 0.0;
+    for (var d = 0u; d < D(); d++) {
+        let x = f32(query_load(qrow + d));
+        squares += x * x;
+    }
+    q_inv = 1.0 / sqrt(squares / f32(D()) + EPS());
+#endif
+    var q0: Slice;
+    var acc0: Slice;
+    query_slice(&q0, 0u, qrow, q_inv, pos);
+#if CPL >= 2
+    var q1: Slice;
+    var acc1: Slice;
+    query_slice(&q1, 1u, qrow, q_inv, pos);
+#endif
+#if CPL >= 3
+    var q2: Slice;
+    var acc2: Slice;
+    query_slice(&q2, 2u, qrow, q_inv, pos);
+#endif
+#if CPL >= 4
+    var q3: Slice;
+    var acc3: Slice;
+    query_slice(&q3, 3u, qrow, q_inv, pos);
+#endif
+
+    var st = RowState(NEG, 0.0);
+    let first = split_lo(sp, lo, hi);
+    let last = split_hi(sp, lo, hi);
+    var lanes_share = false;
+#ifdef ONYXIA_SUBGROUPS
+    lanes_share = sg_size == ROWS;  // the workgroup is one subgroup: its lanes share what they load
+#endif
+    if (lanes_share) {
+#ifdef ONYXIA_SUBGROUPS
+        for (var j = first; j < last; j += 4u) {
+            let keys = keys_from(j, last);
+            var dots = qk_shared(&q0, lane_chunks(0u, lane, keys, false), mat4x4<f32>());
+#if CPL >= 2
+            dots = qk_shared(&q1, lane_chunks(1u, lane, keys, false), dots);
+#endif
+#if CPL >= 3
+            dots = qk_shared(&q2, lane_chunks(2u, lane, keys, false), dots);
+#endif
+#if CPL >= 4
+            dots = qk_shared(&q3, lane_chunks(3u, lane, keys, false), dots);
+#endif
+            var p: vec4<f32>;
+            let alpha = softmax_step(&st, dots, keys.at >= vec4(mine.x) & keys.at < vec4(min(mine.y, last)), &p);
+            pv_shared(&acc0, lane_chunks(0u, lane, keys, true), alpha, p);
+#if CPL >= 2
+            pv_shared(&acc1, lane_chunks(1u, lane, keys, true), alpha, p);
+#endif
+#if CPL >= 3
+            pv_shared(&acc2, lane_chunks(2u, lane, keys, true), alpha, p);
+#endif
+#if CPL >= 4
+            pv_shared(&acc3, lane_chunks(3u, lane, keys, true), alpha, p);
+#endif
+        }
+#endif
+    } else {
+        for (var j = first; j < last; j += 4u) {
+            let keys = keys_from(j, last);
+            var dots = qk_plain(&q0, 0u, keys, mat4x4<f32>());
+#if CPL >= 2
+            dots = qk_plain(&q1, 1u, keys, dots);
+#endif
+#if CPL >= 3
+            dots = qk_plain(&q2, 2u, keys, dots);
+#endif
+#if CPL >= 4
+            dots = qk_plain(&q3, 3u, keys, dots);
+#endif
+            var p: vec4<f32>;
+            let alpha = softmax_step(&st, dots, keys.at >= vec4(mine.x) & keys.at < vec4(min(mine.y, last)), &p);
+            pv_plain(&acc0, 0u, keys, alpha, p);
+#if CPL >= 2
+            pv_plain(&acc1, 1u, keys, alpha, p);
+#endif
+#if CPL >= 3
+            pv_plain(&acc2, 2u, keys, alpha, p);
+#endif
+#if CPL >= 4
+            pv_plain(&acc3, 3u, keys, alpha, p);
+#endif
+        }
+    }
+
+    // 1 / the denominator (0 for a row without a visible key: zeros, never NaN), or 1 for a
+    // split's unnormalized partial state (m and l stored by the row's own lane)
+    var scale = select(0.0, 1.0 / st.l, st.l > 0.0);
+#ifdef SPLIT_KV
+    if (split_partial()) {
+        scale = 1.0;
+        if (s0 + lane < S()) {
+            let at = split_at(sp, (b * H() + h) * S() + s0 + lane);
+            partial_store(at, st.m);
+            partial_store(at + 1u, st.l);
+        }
+    }
+#endif
+    var scales: array<f32, 8>;
+    scales[lane] = scale;
+#ifdef ONYXIA_SUBGROUPS
+    if (lanes_share) {
+        scales = rows_of(scale);
+    }
+#endif
+    let o = Out(b, h, s0, sp);
+    store_slice(o, &acc0, 0u, lane, lanes_share, scales);
+#if CPL >= 2
+    store_slice(o, &acc1, 1u, lane, lanes_share, scales);
+#endif
+#if CPL >= 3
+    store_slice(o, &acc2, 2u, lane, lanes_share, scales);
+#endif
+#if CPL >= 4
+    store_slice(o, &acc3, 3u, lane, lanes_share, scales);
+#endif
+}
