@@ -355,9 +355,9 @@ def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, ob
     kernel's loop trips), merged by its own combine step."""
     batch, heads, seq, d = sizes
     slices = math.ceil(d / 32)
-    # Per FLASH_KEYS keys: the key loop, and 8 iterations per slice in each of the q.k and p.v
-    # walks of the kernel's plain path
-    kps = FLASH_KEYS * max(1, SPLIT_TRIPS // (16 * slices + 2))
+    # One trip of the key walk per FLASH_KEYS keys; the kernel's other loops (the query's norm
+    # and slices, the stores) take a few hundred trips, kept out of SPLIT_TRIPS
+    kps = FLASH_KEYS * (SPLIT_TRIPS - 1024)
     split = split_by(ctx, max_keys, batch * heads * seq, d, kps)
     blocks = (seq + FLASH_ROWS - 1) // FLASH_ROWS
     steps = [ctx.dispatch(

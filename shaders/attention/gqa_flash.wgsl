@@ -21,8 +21,9 @@
 // Keys, masking, rotary, q/k-norm, softcap and float16 rounding are gqa_attention.wgsl's
 // (attention::gqa_rows). Rows past S compute row S - 1 and store nothing.
 // CPL = ceil(D / 32) slices (D <= 128: CPL <= 4; the planner keeps larger heads on
-// gqa_attention.wgsl). Loop trips per QT keys: 1 + 16 * CPL at most (the plain path's walks over
-// the slices), which bounds the keys per split KPS (attention::split; operators/attention.py).
+// gqa_attention.wgsl). The key walk is the only loop whose trips grow with the keys: one trip
+// per QT keys (the slices' work is written out), so a split of KPS keys (attention::split;
+// operators/attention.py) bounds them; the other loops run a few hundred trips at most.
 // Buffers: as gqa_attention.wgsl. Defs: DIM, CPL, ROTARY, INTERLEAVED, CAUSAL, WINDOW, SOFTCAP,
 // QK_NORM, WINDOWED, ROUND_F16, SPLIT_KV, KPS, ONYXIA_SUBGROUPS (set at render).
 // Params: as gqa_attention.wgsl.
@@ -84,23 +85,43 @@ fn query_slice(q: ptr<function, Slice>, k: u32, qrow: u32, inv: f32, pos: u32) {
 
 // -- every lane loads every row (no usable subgroups) --
 
+// (written out, no loops: the key walk is the only loop whose trips grow with the keys)
 fn qk_plain(q: ptr<function, Slice>, k: u32, keys: Keys, d: mat4x4<f32>) -> mat4x4<f32> {
     var r = d;
-    for (var i = 0u; i < 8u; i++) {
-        let c = min(8u * k + i, DV - 1u);  // q is 0 past the head
-        let qi = (*q)[i];
-        r += mat4x4(qi * key4(keys.row.x, c), qi * key4(keys.row.y, c), qi * key4(keys.row.z, c),
-                    qi * key4(keys.row.w, c));
-    }
+    r += qk_column(q, 0u, k, keys);
+    r += qk_column(q, 1u, k, keys);
+    r += qk_column(q, 2u, k, keys);
+    r += qk_column(q, 3u, k, keys);
+    r += qk_column(q, 4u, k, keys);
+    r += qk_column(q, 5u, k, keys);
+    r += qk_column(q, 6u, k, keys);
+    r += qk_column(q, 7u, k, keys);
     return r;
 }
 
+// q's vec4 column 8k + i times the step's keys' (past the head: q is 0, the keys' last column)
+fn qk_column(q: ptr<function, Slice>, i: u32, k: u32, keys: Keys) -> mat4x4<f32> {
+    let c = min(8u * k + i, DV - 1u);
+    let qi = (*q)[i];
+    return mat4x4(qi * key4(keys.row.x, c), qi * key4(keys.row.y, c), qi * key4(keys.row.z, c),
+                  qi * key4(keys.row.w, c));
+}
+
 fn pv_plain(acc: ptr<function, Slice>, k: u32, keys: Keys, alpha: f32, p: vec4<f32>) {
-    for (var i = 0u; i < 8u; i++) {
-        let c = min(8u * k + i, DV - 1u);
-        let v = mat4x4(value4(keys.row.x, c), value4(keys.row.y, c), value4(keys.row.z, c), value4(keys.row.w, c));
-        (*acc)[i] = (*acc)[i] * alpha + v * p;
-    }
+    (*acc)[0] = (*acc)[0] * alpha + value_columns(0u, k, keys) * p;
+    (*acc)[1] = (*acc)[1] * alpha + value_columns(1u, k, keys) * p;
+    (*acc)[2] = (*acc)[2] * alpha + value_columns(2u, k, keys) * p;
+    (*acc)[3] = (*acc)[3] * alpha + value_columns(3u, k, keys) * p;
+    (*acc)[4] = (*acc)[4] * alpha + value_columns(4u, k, keys) * p;
+    (*acc)[5] = (*acc)[5] * alpha + value_columns(5u, k, keys) * p;
+    (*acc)[6] = (*acc)[6] * alpha + value_columns(6u, k, keys) * p;
+    (*acc)[7] = (*acc)[7] * alpha + value_columns(7u, k, keys) * p;
+}
+
+// vec4 column 8k + i of the step's V rows, a matrix column per key
+fn value_columns(i: u32, k: u32, keys: Keys) -> mat4x4<f32> {
+    let c = min(8u * k + i, DV - 1u);
+    return mat4x4(value4(keys.row.x, c), value4(keys.row.y, c), value4(keys.row.z, c), value4(keys.row.w, c));
 }
 
 // -- lanes share the rows they load (a subgroup of 8) --

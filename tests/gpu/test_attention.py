@@ -206,3 +206,66 @@ def test_gqa_ragged_batch_decode(runtime, layout):
     np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5)
     for b, last in enumerate(lengths):
         np.testing.assert_allclose(ours["prk"][b, :, :last + 1], ref[1][b, :, :last + 1], rtol=1e-5, atol=1e-6)
+
+
+# ---- prompts: the tiled kernel (CPU-type adapters, S >= 2) -----------------------------------
+
+@pytest.fixture(scope="module")
+def runtime_without_subgroups(wgpu_adapter):
+    """gqa_flash.wgsl rendered without ONYXIA_SUBGROUPS: every invocation loads every K/V row."""
+    return onyxia.Runtime(wgpu_adapter, subgroups=False)
+
+
+PROMPT_CASES = {
+    # head 16: 4 vec4 columns, fewer than the workgroup's 8 lanes; prompts of 1, 2 and 3 blocks
+    "head16": dict(packed=False, head=16, prompts=[2, 8, 17]),
+    # head 80: 20 vec4 columns, the third slice of 8 partly used; rotary, a window inside a block
+    "head80-rotary-window": dict(packed=True, head=80, rotary=True, local_window_size=5, prompts=[9, 3]),
+    # head 128: four full slices; softcap and scale
+    "head128-softcap": dict(packed=False, head=128, softcap=2.0, scale=0.3, prompts=[12]),
+    # head 160: past the kernel's 4 slices, the per-row kernel runs prompts too
+    "head160": dict(packed=False, head=160, prompts=[6]),
+    # a first prompt of two batch entries (onnxruntime takes several only without a past), rotary
+    # interleaved
+    "batch2-first-prompt": dict(packed=False, head=32, batch=2, rotary=True, rotary_interleaved=1, prompts=[10],
+                                past=0),
+}
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "no-subgroups"])
+@pytest.mark.parametrize("layout", ["growing", "shared"])
+@pytest.mark.parametrize("case", list(PROMPT_CASES))
+def test_gqa_prompts_after_a_past(runtime, runtime_without_subgroups, case, layout, subgroups):
+    """Prompts of several lengths after a cached past (a chunked prefill: S > 1 rows whose keys
+    start at past_b), each run by the tiled kernel (ADAPTER_CPU = 1) against onnxruntime, with
+    and without subgroups; the per-row kernel (ADAPTER_CPU = 0) gives the same."""
+    cfg = dict(PROMPT_CASES[case])
+    prompts, head, batch, past = cfg.pop("prompts"), cfg.pop("head"), cfg.pop("batch", 1), cfg.pop("past", 11)
+    rt = runtime if subgroups else runtime_without_subgroups
+    if subgroups and "subgroup" not in rt.features:
+        pytest.skip(f"{rt.info.summary} has no subgroups")
+    capacity = past + max(prompts) + 3
+    shared = layout == "shared"
+    model = gqa_model(cache=capacity if shared else "P", batch=batch, head=head, **cfg)
+    dims = {"S": max(prompts)} if shared else {"S": max(prompts), "P": past}
+    compiled = compile_shared(model, dims) if shared else compile_model(model, dims)
+    assert ("gqa_flash" in {s.label for s in compiled.shaders}) == (head <= 128)
+    exe = rt.load_model(compiled)
+    rng = np.random.default_rng(head + len(prompts))
+    for seq in prompts:
+        exe.update_dimensions({"S": seq} if shared else {"S": seq, "P": past})
+        lengths = np.full(batch, past + seq - 1, np.int32)  # seqlens_k = total - 1
+        cache_len = capacity if shared else past
+        f = {**feeds_for(rng, packed=cfg["packed"], batch=batch, seq=seq, head=head), "sl": lengths,
+             "tl": np.array(past + seq, np.int32),
+             "pk": rng.standard_normal((batch, KV_HEADS, cache_len, head), dtype=np.float32),
+             "pv": rng.standard_normal((batch, KV_HEADS, cache_len, head), dtype=np.float32)}
+        ref = run_ort(model, f)
+        for cpu in (1, 0):
+            exe.update_dimensions({ADAPTER_CPU: cpu})
+            ours = exe.run(f)
+            np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"S={seq} cpu={cpu}")
+            for b, last in enumerate(lengths):
+                np.testing.assert_allclose(ours["prk"][b, :, :last + 1], ref[1][b, :, :last + 1], rtol=1e-5,
+                                           atol=1e-6, err_msg=f"S={seq} cpu={cpu} key")
+    assert exe.stats.recompiles == 0

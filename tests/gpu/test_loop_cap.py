@@ -251,6 +251,41 @@ def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
     assert exe.stats.recompiles == 0
 
 
+@pytest.fixture(scope="module")
+def runtime_without_subgroups(wgpu_adapter):
+    import onyxia
+
+    return onyxia.Runtime(wgpu_adapter, subgroups=False)
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "tiled-no-subgroups", "gpu-kernel"])
+def test_gqa_prompt_after_a_long_prefix(runtime, runtime_without_subgroups, kernel):
+    from onyxia.plan import ADAPTER_CPU
+    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+
+    # A prompt of 12 rows after 270,000 cached keys, head 16. The tiled prompt kernel (CPU-type
+    # adapters; gqa_flash.wgsl) walks 4 keys per loop trip, so 61,440 keys per split: 270,012
+    # keys are 5 splits, where one walk would loop 67,503 times. The 64-thread kernel takes its
+    # own splits. One compiled plan, symbolic past.
+    rt = runtime_without_subgroups if kernel == "tiled-no-subgroups" else runtime
+    model = gqa_model(packed=False, batch=1, cache="P", rotary=False, softcap=4.0)
+    exe = rt.load_model(compile_model(model, {"S": 12, "P": 10}))
+    exe.update_dimensions({ADAPTER_CPU: int(kernel != "gpu-kernel")})
+    rng = np.random.default_rng(13)
+    for past in (1_000, 270_000):
+        exe.update_dimensions({"S": 12, "P": past})
+        f = {"q": rng.standard_normal((1, 12, Q_HEADS * 16)).astype(F),
+             "k": rng.standard_normal((1, 12, KV_HEADS * 16)).astype(F),
+             "v": rng.standard_normal((1, 12, KV_HEADS * 16)).astype(F),
+             "pk": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
+             "pv": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
+             "sl": np.array([past + 11], np.int32), "tl": np.array(past + 12, np.int32)}
+        f["pk"][0, :, 7] = 2.0  # keys that matter at the start and in the middle
+        f["pk"][0, :, past // 2] = -2.0
+        np.testing.assert_allclose(exe.run(f)["o"], run_ort(model, f)[0], rtol=1e-4, atol=1e-5, err_msg=str(past))
+    assert exe.stats.recompiles == 0
+
+
 # ---- Scatter reductions over many updates ------------------------------------------------------
 
 def scatter_model(op: str, n, reduction: str = "add", name: str = "scatter"):
