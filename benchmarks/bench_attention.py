@@ -1,6 +1,7 @@
 """GroupQueryAttention's dispatches alone, timed with GPU timestamps, kernels side by side.
 
 Run: python benchmarks/bench_attention.py [--seq 14 64 1] [--past 0] [--capacity 1024] [--repeat 7]
+     python benchmarks/bench_attention.py --model-dir DIR [--seq 14 64] [--repeat 5]
 
 One GQA node shaped like an LLM layer (default: the ~30M Llama onnxruntime-genai exports, 8 query
 heads, 4 KV heads, head size 64, packed QKV, rotary inside GQA, the shared-buffer cache of
@@ -9,6 +10,9 @@ after --past + 64 cached tokens) and each attention kernel that applies, the med
 timed runs of each dispatch the node runs (microseconds). Kernels are picked through the
 operator's `flash` option (None: the plan's choice) and the plan's adapter symbol, so the old and
 new prefill kernels run in one process on the same adapter.
+
+With --model-dir (an LLM folder), its prompt of each --seq length instead: the whole prefill's
+dispatches timed, summed per op type and for the attention kernels, with either prompt kernel.
 """
 
 from __future__ import annotations
@@ -56,6 +60,44 @@ def compile_layer(model, seq: int, flash: bool | None):
     return CompilerPipeline(registry).compile(graph, {"S": seq})
 
 
+def profile_folder(model_dir: str, seqs: list[int], repeat: int) -> None:
+    from onyxia.llm import LlmSession
+
+    runtime = onyxia.Runtime()
+    sessions = {}
+    for name, flash in (("current", False), ("flash", True)):
+        registry = core_operator_registry().copy().register(GroupQueryAttention(flash=flash))
+        sessions[name] = LlmSession(model_dir, runtime=runtime, registry=registry, prefill_length=max(seqs))
+    print(f"adapter: {runtime.info.summary}; {model_dir}")
+    for seq in seqs:
+        prompt = list(np.random.default_rng(seq).integers(4, 1000, seq))
+        feeds = {}
+        for session in sessions.values():  # the feeds a prompt's forward pass gives the executor
+            exe, run = session.executor, session.executor.run
+            exe.run = lambda f, **kw: (feeds.update(f), run(f, **kw))[1]  # type: ignore[method-assign]
+            session.reset()
+            session.forward(prompt)
+            exe.run = run  # type: ignore[method-assign]
+        totals: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in sessions}
+        for _ in range(repeat):
+            for name, session in sessions.items():
+                per: dict[str, float] = defaultdict(float)
+                for t in time_dispatches(session.executor, feeds):
+                    per["all"] += t.nanoseconds / 1e6
+                    per[t.op_type] += t.nanoseconds / 1e6
+                    if t.op_type == "GroupQueryAttention":
+                        per[t.shader] += t.nanoseconds / 1e6
+                for key, ms in per.items():
+                    totals[name][key].append(ms)
+        for name, per_key in totals.items():
+            gqa = {k: v for k, v in per_key.items() if k.startswith(("gqa", "attention"))}
+            cells = "  ".join(f"{k} {statistics.median(v):6.2f}" for k, v in gqa.items() if max(v) > 0.05)
+            print(f"prompt {seq:4d} {name:8s}: all dispatches {statistics.median(per_key['all']):7.2f} ms (min "
+                  f"{min(per_key['all']):7.2f}), GroupQueryAttention "
+                  f"{statistics.median(per_key['GroupQueryAttention']):6.2f}"
+                  f" ms: {cells}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seq", type=int, nargs="+", default=[14, 64, 1])
@@ -63,7 +105,10 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=1024)
     ap.add_argument("--heads", type=int, nargs=3, default=[8, 4, 64], metavar=("H", "KVH", "D"))
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--model-dir", help="an LLM folder: profile its prefill instead (the prompt lengths of --seq)")
     args = ap.parse_args()
+    if args.model_dir:
+        return profile_folder(args.model_dir, [s for s in args.seq if s > 1], args.repeat)
     heads, kv_heads, head = args.heads
     model = gqa_layer(heads, kv_heads, head, args.capacity, args.capacity)
     runtime = onyxia.Runtime()

@@ -72,15 +72,26 @@ fn softmax_step(st: ptr<function, RowState>, dots: mat4x4<f32>, live: vec4<bool>
     return alpha;
 }
 
-// Query slice k of the row at `qrow` (position pos); columns past the head are 0.
+// Query slice k of the row at `qrow` (position pos); columns past the head are 0. (Written out,
+// as every access to the slices: one indexed by a loop variable that the driver does not unroll
+// keeps the whole array in memory, measured 1.5-2x slower on lavapipe.)
 fn query_slice(q: ptr<function, Slice>, k: u32, qrow: u32, inv: f32, pos: u32) {
-    for (var i = 0u; i < 8u; i++) {
-        let c = 8u * k + i;
-        if (c < DV) {
-            (*q)[i] = vec4(query_element(qrow, 4u * c, inv, pos), query_element(qrow, 4u * c + 1u, inv, pos),
-                           query_element(qrow, 4u * c + 2u, inv, pos), query_element(qrow, 4u * c + 3u, inv, pos));
-        }
+    (*q)[0] = query_vec4(8u * k, qrow, inv, pos);
+    (*q)[1] = query_vec4(8u * k + 1u, qrow, inv, pos);
+    (*q)[2] = query_vec4(8u * k + 2u, qrow, inv, pos);
+    (*q)[3] = query_vec4(8u * k + 3u, qrow, inv, pos);
+    (*q)[4] = query_vec4(8u * k + 4u, qrow, inv, pos);
+    (*q)[5] = query_vec4(8u * k + 5u, qrow, inv, pos);
+    (*q)[6] = query_vec4(8u * k + 6u, qrow, inv, pos);
+    (*q)[7] = query_vec4(8u * k + 7u, qrow, inv, pos);
+}
+
+fn query_vec4(c: u32, qrow: u32, inv: f32, pos: u32) -> vec4<f32> {
+    if (c >= DV) {
+        return vec4(0.0);
     }
+    return vec4(query_element(qrow, 4u * c, inv, pos), query_element(qrow, 4u * c + 1u, inv, pos),
+                query_element(qrow, 4u * c + 2u, inv, pos), query_element(qrow, 4u * c + 3u, inv, pos));
 }
 
 // -- every lane loads every row (no usable subgroups) --
@@ -189,28 +200,38 @@ struct Out {
 }
 
 // Stores acc slice k: `by_column` (shared layout): rows 0 .. 7 of column 8k + lane, scaled by
-// scales[r]; else this lane's columns 8k .. 8k + 7, scaled by scales[lane].
+// scales[r]; else this lane's columns 8k .. 8k + 7, scaled by scales[lane]. (Written out: see
+// query_slice.)
 fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
-    for (var i = 0u; i < 8u; i++) {
-        let r = select(lane, i, by_column);
-        let c = select(8u * k + i, 8u * k + lane, by_column);
-        if (o.s0 + r < S() && c < DV) {
-            let y = (*acc)[i] * scales[r];
-            let row = (o.b * H() + o.h) * S() + o.s0 + r;
+    store_vec4(o, (*acc)[0], 0u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[1], 1u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[2], 2u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[3], 3u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[4], 4u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[5], 5u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[6], 6u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[7], 7u, k, lane, by_column, scales);
+}
+
+fn store_vec4(o: Out, value: vec4<f32>, i: u32, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
+    let r = select(lane, i, by_column);
+    let c = select(8u * k + i, 8u * k + lane, by_column);
+    if (o.s0 + r >= S() || c >= DV) {
+        return;
+    }
+    let y = value * scales[r];
 #ifdef SPLIT_KV
-            if (split_partial()) {
-                let at = split_at(o.sp, row) + 2u + 4u * c;
-                for (var e = 0u; e < 4u; e++) {
-                    partial_store(at + e, y[e]);
-                }
-                continue;
-            }
-#endif
-            let at = (o.b * S() + o.s0 + r) * (H() * D()) + o.h * D() + 4u * c;
-            for (var e = 0u; e < 4u; e++) {
-                output_store(at + e, output_t(y[e]));
-            }
+    if (split_partial()) {
+        let at = split_at(o.sp, (o.b * H() + o.h) * S() + o.s0 + r) + 2u + 4u * c;
+        for (var e = 0u; e < 4u; e++) {
+            partial_store(at + e, y[e]);
         }
+        return;
+    }
+#endif
+    let at = (o.b * S() + o.s0 + r) * (H() * D()) + o.h * D() + 4u * c;
+    for (var e = 0u; e < 4u; e++) {
+        output_store(at + e, output_t(y[e]));
     }
 }
 
