@@ -40,7 +40,7 @@ from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
 SHARE_BUFFER_ATTR = "past_present_share_buffer"
-FLASH_ROWS = 8  # query rows per workgroup of the tiled prompt kernel (gqa_flash.wgsl ROWS)
+FLASH_LANES = 8  # (query head, query row) pairs per workgroup of the tiled kernel (gqa_flash.wgsl)
 FLASH_KEYS = 4  # keys per step of its walk (gqa_flash.wgsl QT)
 FLASH_MAX_SLICES = 4  # its register slices of 32 head columns: head sizes up to 128
 
@@ -310,12 +310,10 @@ class GroupQueryAttention(Operator):
         reads = {"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
                  **norm_reads, **kv_reads}
         cpu = ctx.adapter_cpu()
-        # A prompt (S > 1) on a CPU-type adapter runs the tiled kernel, a decode step and any step
-        # on a GPU the row-per-workgroup one: `tiled` is 1 where the tiled kernel runs, else 0.
-        flash = self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES
-        prompt = _prompt(seq) if flash else 0
-        tiled = cpu * prompt
-        for wg, rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * cpu * (1 - prompt))):
+        # A CPU-type adapter runs the tiled kernel (heads up to 128), a GPU-type one the
+        # row-per-workgroup kernel: `tiled` is 1 where the tiled kernel runs, else 0.
+        tiled = cpu if self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES else 0
+        for wg, rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * (cpu - tiled))):
             steps.append(ctx.dispatch(
                 "attention/gqa_attention.wgsl", label="gqa_attention",
                 defs={**att_defs, **(split.defs() if split else {}), "ATT_WG": wg, "DPT": lanes[wg]}, reads=reads,
@@ -325,8 +323,9 @@ class GroupQueryAttention(Operator):
         if split is not None:
             steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
                                     gate=1 - tiled)
-        if flash:
-            steps += _tiled_attention(ctx, att_defs, att_params, reads, max_keys, (batch, heads, seq, d), tiled)
+        if not (isinstance(tiled, int) and tiled == 0):
+            steps += _tiled_attention(ctx, att_defs, att_params, reads, max_keys, (batch, heads, kv_heads, seq, d),
+                                      tiled)
         if c.windowed:
             # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
             count = batch * kv_heads * c.past * d
@@ -341,30 +340,25 @@ class GroupQueryAttention(Operator):
         return steps
 
 
-def _prompt(seq: Dim) -> Dim:
-    """1 for a step of S >= 2 rows, 0 for S = 1 (and no division by zero at S = 0)."""
-    if isinstance(seq, int):
-        return int(seq >= 2)
-    return (3 * seq - 3) // (2 * seq - 1)
-
-
 def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, object], reads: dict[str, str | Buf],
-                     max_keys: Dim, sizes: tuple[Dim, int, Dim, int], tiled: Dim) -> list[Step]:
-    """GQA's step 2 as shaders/attention/gqa_flash.wgsl: FLASH_ROWS query rows per workgroup,
-    one per invocation, where `tiled` (0 or 1) says so; its own split of the keys (see the
-    kernel's loop trips), merged by its own combine step."""
-    batch, heads, seq, d = sizes
-    slices = math.ceil(d / 32)
+                     max_keys: Dim, sizes: tuple[Dim, int, int, Dim, int], tiled: Dim) -> list[Step]:
+    """GQA's step 2 as shaders/attention/gqa_flash.wgsl, where `tiled` (0 or 1) says so: 8
+    (query head, query row) pairs per workgroup, one per invocation, HB heads of a KV group by
+    8 / HB rows; its own split of the keys (one loop trip per FLASH_KEYS keys), merged by its
+    own combine step."""
+    batch, heads, kv_heads, seq, d = sizes
+    group = heads // kv_heads
+    per_block = next(n for n in (8, 4, 2, 1) if group % n == 0)  # heads per workgroup (HB)
+    rows = FLASH_LANES // per_block
     # One trip of the key walk per FLASH_KEYS keys; the kernel's other loops (the query's norm
     # and slices, the stores) take a few hundred trips, kept out of SPLIT_TRIPS
     kps = FLASH_KEYS * (SPLIT_TRIPS - 1024)
     split = split_by(ctx, max_keys, batch * heads * seq, d, kps)
-    blocks = (seq + FLASH_ROWS - 1) // FLASH_ROWS
     steps = [ctx.dispatch(
         "attention/gqa_flash.wgsl", label="gqa_flash",
-        defs={**defs, "CPL": slices, **(split.defs() if split else {})},
+        defs={**defs, "CPL": math.ceil(d / 32), "HB": per_block, **(split.defs() if split else {})},
         reads=reads, writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
-        workgroups=(heads, blocks * tiled, batch * (split.splits if split else 1)),
+        workgroups=(heads // per_block, (seq + rows - 1) // rows * tiled, batch * (split.splits if split else 1)),
         params={**params, **(split.params() if split else {})})]
     if split is not None:
         steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),

@@ -1,20 +1,24 @@
-// GroupQueryAttention, step 2 for a prompt (S > 1) on a CPU-type adapter: flash-style tiling.
+// GroupQueryAttention, step 2 on a CPU-type adapter: flash-style tiling.
 //
 // gqa_attention.wgsl gives each query row its own workgroup, so every row re-reads its whole K/V
-// prefix. Here a workgroup of ROWS = 8 invocations holds 8 consecutive query rows of one query
-// head (grid (H, ceil(S / 8), B * SPLITS)) and walks the union of their visible keys once, QT = 4
-// keys per step, with an online softmax per row (each row masks the keys it does not see): K and
-// V are read S / 8 times instead of S times. No barriers and no shared memory: lavapipe runs the
-// 8 invocations as the SIMD lanes of one thread, where a barrier is a coroutine switch.
+// prefix. Here a workgroup of 8 invocations holds 8 (query head, query row) pairs that read the
+// same KV head: HB heads of one KV group (HB a power of two dividing the group's size) times
+// RB = 8 / HB consecutive rows; grid (H / HB, ceil(S / RB), B * SPLITS). It walks the union of
+// its rows' visible keys once, QT = 4 keys per step, with an online softmax per row (each row
+// masks the keys it does not see): K and V are read once per 8 query rows instead of once per
+// row, and a decode step (S = 1) reads them once per HB heads. No barriers and no shared memory:
+// lavapipe runs the 8 invocations as the SIMD lanes of one thread, where a barrier is a
+// coroutine switch.
 //
-// Invocation (lane) r owns row s0 + r: its scaled query in registers (q slices: vec4 columns
-// 8k .. 8k + 7 in slice k), its running max and denominator. lavapipe loads storage one lane at
-// a time, so where the workgroup is one subgroup of 8 (ONYXIA_SUBGROUPS, checked at run time)
-// each K and V row is loaded once per workgroup: lane r loads vec4 columns 8k + r and
-// subgroupBroadcast hands them to the others; the accumulators are then held by column (acc
-// slice k of lane c: rows 0 .. 7 of vec4 column 8k + c) so that V needs no broadcast, only the
-// rows' weights do. Without (or with subgroups of another size) every lane loads every row and
-// keeps its own row's accumulators (acc slice k: its vec4 columns 8k .. 8k + 7).
+// Invocation (lane) i owns pair i: head HB * wid.x + i % HB, row RB * wid.y + i / HB, with its
+// scaled query in registers (q slices: vec4 columns 8k .. 8k + 7 in slice k), its running max
+// and denominator. lavapipe loads storage one lane at a time, so where the workgroup is one
+// subgroup of 8 (ONYXIA_SUBGROUPS, checked at run time; lanes then numbered by
+// subgroup_invocation_id) each K and V row is loaded once per workgroup: lane i loads vec4
+// columns 8k + i and subgroupBroadcast hands them to the others; the accumulators are then held
+// by column (acc slice k of lane c: pairs 0 .. 7 at vec4 column 8k + c) so that V needs no
+// broadcast, only the pairs' weights do. Without (or with subgroups of another size) every lane
+// loads every row and keeps its own pair's accumulators (acc slice k: its columns 8k .. 8k + 7).
 // Measured on lavapipe (Mesa 22.3, 2 busy cores; H = 8, KVH = 4, D = 64, rotary): 64 rows
 // ~6.3 ms -> ~0.8 ms against gqa_attention.wgsl's 8-thread kernel, 14 rows ~0.6 -> ~0.15 ms.
 //
@@ -24,13 +28,15 @@
 // gqa_attention.wgsl). The key walk is the only loop whose trips grow with the keys: one trip
 // per QT keys (the slices' work is written out), so a split of KPS keys (attention::split;
 // operators/attention.py) bounds them; the other loops run a few hundred trips at most.
-// Buffers: as gqa_attention.wgsl. Defs: DIM, CPL, ROTARY, INTERLEAVED, CAUSAL, WINDOW, SOFTCAP,
-// QK_NORM, WINDOWED, ROUND_F16, SPLIT_KV, KPS, ONYXIA_SUBGROUPS (set at render).
+// Buffers: as gqa_attention.wgsl. Defs: DIM, CPL, HB, ROTARY, INTERLEAVED, CAUSAL, WINDOW,
+// SOFTCAP, QK_NORM, WINDOWED, ROUND_F16, SPLIT_KV, KPS, ONYXIA_SUBGROUPS (set at render).
 // Params: as gqa_attention.wgsl.
 #import attention::gqa_rows
 #import attention::split
 
-const ROWS = 8u;  // query rows per workgroup, one per invocation: one SIMD batch of lavapipe's lanes
+const LANES = 8u;  // (head, row) pairs per workgroup, one per invocation: one SIMD batch of lavapipe's lanes
+const HB = #{HB}u;  // query heads per workgroup
+const RB = LANES / HB;  // query rows per workgroup
 const DV = #{DIM}u / 4u;  // vec4s per head row
 const NEG = -3.0e38;  // "minus infinity" that keeps exp(m_old - m_new) free of inf - inf
 
@@ -191,16 +197,16 @@ fn rows_of(x: f32) -> array<f32, 8> {
 }
 #endif
 
-// Where the workgroup stores: row s0 + r's output (or partial state) of head h, batch b.
+// Where the workgroup's pairs live: pair i is head h0 + i % HB, row s0 + i / HB of batch b.
 struct Out {
     b: u32,
-    h: u32,
+    h0: u32,
     s0: u32,
     sp: KeySplit,
 }
 
-// Stores acc slice k: `by_column` (shared layout): rows 0 .. 7 of column 8k + lane, scaled by
-// scales[r]; else this lane's columns 8k .. 8k + 7, scaled by scales[lane]. (Written out: see
+// Stores acc slice k: `by_column` (shared layout): pairs 0 .. 7 at column 8k + lane, scaled by
+// scales[pair]; else this lane's columns 8k .. 8k + 7, scaled by scales[lane]. (Written out: see
 // query_slice.)
 fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
     store_vec4(o, (*acc)[0], 0u, k, lane, by_column, scales);
@@ -214,46 +220,59 @@ fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: 
 }
 
 fn store_vec4(o: Out, value: vec4<f32>, i: u32, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
-    let r = select(lane, i, by_column);
+    let pair = select(lane, i, by_column);
     let c = select(8u * k + i, 8u * k + lane, by_column);
-    if (o.s0 + r >= S() || c >= DV) {
+    let h = o.h0 + pair % HB;
+    let s = o.s0 + pair / HB;
+    if (s >= S() || c >= DV) {
         return;
     }
-    let y = value * scales[r];
+    let y = value * scales[pair];
 #ifdef SPLIT_KV
     if (split_partial()) {
-        let at = split_at(o.sp, (o.b * H() + o.h) * S() + o.s0 + r) + 2u + 4u * c;
+        let at = split_at(o.sp, (o.b * H() + h) * S() + s) + 2u + 4u * c;
         for (var e = 0u; e < 4u; e++) {
             partial_store(at + e, y[e]);
         }
         return;
     }
 #endif
-    let at = (o.b * S() + o.s0 + r) * (H() * D()) + o.h * D() + 4u * c;
+    let at = (o.b * S() + s) * (H() * D()) + h * D() + 4u * c;
     for (var e = 0u; e < 4u; e++) {
         output_store(at + e, output_t(y[e]));
     }
 }
 
 @compute @workgroup_size(8)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32
 #ifdef ONYXIA_SUBGROUPS
-        , @builtin(subgroup_size) sg_size: u32
+        , @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_id: u32
 #endif
         ) {
-    let h = wid.x;
-    let s0 = wid.y * ROWS;
+    var lanes_share = false;
+    var lane = lid;
+#ifdef ONYXIA_SUBGROUPS
+    // the workgroup is one subgroup: its lanes share what they load (numbered as the subgroup
+    // numbers them, for subgroupBroadcast)
+    lanes_share = sg_size == LANES;
+    if (lanes_share) {
+        lane = sg_id;
+    }
+#endif
+    let h0 = wid.x * HB;
+    let h = h0 + lane % HB;
+    let s0 = wid.y * RB;
     let sp = key_split(wid.z);
     let b = sp.b;
     let total_b = u32(max(seqlens_load(b) + 1, 0));
     let past = past_of(total_b);
-    let s = min(s0 + lane, S() - 1u);
+    let s = min(s0 + lane / HB, S() - 1u);
     let pos = past + s;
     let mine = visible_keys(pos, total_b);
     // the workgroup's keys: from its first row's first to its last row's end
     let lo = visible_keys(past + s0, total_b).x;
-    let hi = visible_keys(past + min(s0 + ROWS, S()) - 1u, total_b).y;
-    gqa_rows_at(b, h / (H() / KVH()), past);
+    let hi = visible_keys(past + min(s0 + RB, S()) - 1u, total_b).y;
+    gqa_rows_at(b, h0 / (H() / KVH()), past);
 
     // this row's query, [normalized,] rotated, scaled
     let qrow = (b * S() + s) * Q_ROW() + h * D();
@@ -288,10 +307,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var st = RowState(NEG, 0.0);
     let first = split_lo(sp, lo, hi);
     let last = split_hi(sp, lo, hi);
-    var lanes_share = false;
-#ifdef ONYXIA_SUBGROUPS
-    lanes_share = sg_size == ROWS;  // the workgroup is one subgroup: its lanes share what they load
-#endif
     if (lanes_share) {
 #ifdef ONYXIA_SUBGROUPS
         for (var j = first; j < last; j += 4u) {
@@ -354,8 +369,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #ifdef SPLIT_KV
     if (split_partial()) {
         scale = 1.0;
-        if (s0 + lane < S()) {
-            let at = split_at(sp, (b * H() + h) * S() + s0 + lane);
+        if (s0 + lane / HB < S()) {
+            let at = split_at(sp, (b * H() + h) * S() + s);
             partial_store(at, st.m);
             partial_store(at + 1u, st.l);
         }
@@ -368,7 +383,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         scales = rows_of(scale);
     }
 #endif
-    let o = Out(b, h, s0, sp);
+    let o = Out(b, h0, s0, sp);
     store_slice(o, &acc0, 0u, lane, lanes_share, scales);
 #if CPL >= 2
     store_slice(o, &acc1, 1u, lane, lanes_share, scales);

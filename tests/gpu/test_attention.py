@@ -26,14 +26,16 @@ MAX_POS = 96
 
 
 def gqa_model(*, packed: bool, batch: int, cache: int | str, rotary: bool = False, head: int = HEAD,
-              **attrs) -> object:
-    """A one-node GQA model; sequence length "S" is symbolic, the cache length is `cache`."""
-    hidden = (Q_HEADS + 2 * KV_HEADS) * head if packed else Q_HEADS * head
+              heads: tuple[int, int] = (Q_HEADS, KV_HEADS), **attrs) -> object:
+    """A one-node GQA model; sequence length "S" is symbolic, the cache length is `cache`;
+    `heads`: query and KV heads."""
+    q_heads, kv_heads = heads
+    hidden = (q_heads + 2 * kv_heads) * head if packed else q_heads * head
     inputs = [("q", np.float32, [batch, "S", hidden])]
     names = ["q", "", ""] if packed else ["q", "k", "v"]
     if not packed:
-        inputs += [("k", np.float32, [batch, "S", KV_HEADS * head]), ("v", np.float32, [batch, "S", KV_HEADS * head])]
-    inputs += [("pk", np.float32, [batch, KV_HEADS, cache, head]), ("pv", np.float32, [batch, KV_HEADS, cache, head]),
+        inputs += [("k", np.float32, [batch, "S", kv_heads * head]), ("v", np.float32, [batch, "S", kv_heads * head])]
+    inputs += [("pk", np.float32, [batch, kv_heads, cache, head]), ("pv", np.float32, [batch, kv_heads, cache, head]),
                ("sl", np.int32, [batch]), ("tl", np.int32, [])]
     names += ["pk", "pv", "sl", "tl"]
     inits = {}
@@ -44,7 +46,7 @@ def gqa_model(*, packed: bool, batch: int, cache: int | str, rotary: bool = Fals
         names += ["cos", "sin"]
         attrs["do_rotary"] = 1
     node = helper.make_node("GroupQueryAttention", names, ["o", "prk", "prv"], domain="com.microsoft",
-                            num_heads=Q_HEADS, kv_num_heads=KV_HEADS, **attrs)
+                            num_heads=q_heads, kv_num_heads=kv_heads, **attrs)
     return make_model([node], inputs, ["o", "prk", "prv"], inits, extra_opsets=MS)
 
 
@@ -269,3 +271,31 @@ def test_gqa_prompts_after_a_past(runtime, runtime_without_subgroups, case, layo
                 np.testing.assert_allclose(ours["prk"][b, :, :last + 1], ref[1][b, :, :last + 1], rtol=1e-5,
                                            atol=1e-6, err_msg=f"S={seq} cpu={cpu} key")
     assert exe.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "no-subgroups"])
+@pytest.mark.parametrize("heads", [(6, 2), (12, 3), (8, 1), (16, 1)], ids=lambda h: f"{h[0]}q-{h[1]}kv")
+def test_gqa_tiled_kernel_head_groups(runtime, runtime_without_subgroups, heads, subgroups):
+    """The tiled kernel's workgroups hold HB query heads of a KV group (the largest power of two
+    up to 8 dividing the group: 1, 4, 8 and 8 here) by 8 / HB rows: a prompt of 11 rows, then
+    decode steps (one row: HB heads per workgroup), against onnxruntime."""
+    rt = runtime if subgroups else runtime_without_subgroups
+    if subgroups and "subgroup" not in rt.features:
+        pytest.skip(f"{rt.info.summary} has no subgroups")
+    q_heads, kv_heads = heads
+    model = gqa_model(packed=True, batch=1, cache="P", rotary=True, heads=heads, softcap=3.0)
+    exe = rt.load_model(compile_model(model, {"S": 11, "P": 0}))
+    exe.update_dimensions({ADAPTER_CPU: 1})
+    rng = np.random.default_rng(q_heads)
+    past = (np.zeros((1, kv_heads, 0, HEAD), np.float32),) * 2
+    ref_past, total = past, 0
+    for step in range(3):
+        seq = 11 if step == 0 else 1
+        exe.update_dimensions({"S": seq, "P": total})
+        total += seq
+        f = {"q": rng.standard_normal((1, seq, (q_heads + 2 * kv_heads) * HEAD), dtype=np.float32),
+             "sl": np.array([total - 1], np.int32), "tl": np.array(total, np.int32)}
+        ref = run_ort(model, {**f, "pk": ref_past[0], "pv": ref_past[1]})
+        ours = exe.run({**f, "pk": past[0], "pv": past[1]})
+        np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+        past, ref_past = (ours["prk"], ours["prv"]), (ref[1], ref[2])

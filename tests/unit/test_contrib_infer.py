@@ -117,23 +117,25 @@ def _live_attention(compiled, dims) -> list[str]:
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_gqa_prompts_on_a_cpu_adapter_run_the_tiled_kernel(share):
-    """One plan: a prompt (S >= 2) on a CPU-type adapter runs gqa_flash.wgsl (8 rows per
-    workgroup), a decode step its 8-thread per-row kernel, a GPU-type adapter the 64-thread one
-    whatever S; switching costs no recompilation (grids only)."""
+def test_gqa_on_a_cpu_adapter_runs_the_tiled_kernel(share):
+    """One plan: a CPU-type adapter runs gqa_flash.wgsl (8 (head, row) pairs per workgroup) for
+    prompts and decode steps, a GPU-type adapter the 64-thread per-row kernel; switching costs no
+    recompilation (grids only)."""
     compiled = compile_graph(gqa(cache=40 if share else "P"), {"S": 9} if share else {"S": 9, "P": 3}, share=share)
     assert "gqa_flash" in {s.label for s in compiled.shaders}
     past = {} if share else {"P": 3}
-    for seq, cpu, kernel in ((9, 1, "gqa_flash"), (2, 1, "gqa_flash"), (1, 1, "gqa_attention/8"),
+    for seq, cpu, kernel in ((9, 1, "gqa_flash"), (2, 1, "gqa_flash"), (1, 1, "gqa_flash"),
                              (9, 0, "gqa_attention/64"), (1, 0, "gqa_attention/64")):
         live = _live_attention(compiled, {"S": seq, ADAPTER_CPU: cpu, **past})
         assert live == ["gqa_kv", kernel], (seq, cpu, live)
     flash = next(s for s in compiled.steps if compiled.shaders[s.shader].label == "gqa_flash")
-    env = {**compiled.dims, "S": 17, ADAPTER_CPU: 1, **past}
-    assert [evaluate_dim(w, env) for w in flash.workgroups] == [4, 3, 1]  # heads, ceil(17 / 8) row blocks, batch
+    assert dict(compiled.shaders[flash.shader].defs)["HB"] == 2  # the 2 query heads of a KV head
+    for seq, grid in ((17, [2, 5, 1]), (1, [2, 1, 1])):  # 2 head pairs, ceil(S / 4) row blocks, batch
+        env = {**compiled.dims, "S": seq, ADAPTER_CPU: 1, **past}
+        assert [evaluate_dim(w, env) for w in flash.workgroups] == grid
 
 
-def test_gqa_large_heads_keep_the_per_row_kernel_for_prompts():
+def test_gqa_large_heads_keep_the_per_row_kernel():
     heads, kv, d = 2, 1, 160
     node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tl"], ["o", "prk", "prv"],
                             domain="com.microsoft", num_heads=heads, kv_num_heads=kv)
