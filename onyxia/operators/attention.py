@@ -22,6 +22,14 @@ The shared layout is used when the node has the onyxia attribute
 `past_present_share_buffer = 1` (the name of com.microsoft.Attention's attribute; set it on
 the loaded IrGraph, onnxruntime rejects it in GQA), or when total_sequence_length is a
 constant not above the past length (onnxruntime's rule: present rows = max(total, past)).
+
+The attention step has two kernels, both in every plan (the adapter symbol gives one an empty
+grid, so a plan runs on either kind of adapter without recompiling): a GPU-type adapter runs
+shaders/attention/gqa_attention.wgsl, a workgroup of 64 threads per query row; a CPU-type
+adapter runs shaders/attention/gqa_flash.wgsl, 8 query (head, row) pairs of one KV head per
+8-invocation workgroup streaming K/V once for all of them (heads up to 128; larger ones run
+gqa_attention.wgsl with 8 threads). On lavapipe the tiled kernel is faster at every sequence
+length, decode included (numbers in its header).
 """
 
 from __future__ import annotations

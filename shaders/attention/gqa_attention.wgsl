@@ -3,7 +3,8 @@
 // One workgroup per (query head h, query row s, batch b): grid (H, S, B). Query head h reads
 // KV head h / (H / KVH). Keys are visited with attention::softmax, whose value columns are vec4
 // here. Nothing of size total_sequence_length is materialized, so the kernel does not depend
-// on it.
+// on it. GPU-type adapters run it (64 threads); CPU-type adapters run gqa_flash.wgsl instead,
+// and this kernel (8 threads) only for heads over 128.
 //
 // Visible keys for row s of batch b: [start, end) with past_b as in gqa_kv.wgsl,
 // end = past_b + s + 1 (causal) or seqlens_k[b] + 1, clamped to T; start = end - WINDOW

@@ -19,8 +19,11 @@
 // by column (acc slice k of lane c: pairs 0 .. 7 at vec4 column 8k + c) so that V needs no
 // broadcast, only the pairs' weights do. Without (or with subgroups of another size) every lane
 // loads every row and keeps its own pair's accumulators (acc slice k: its columns 8k .. 8k + 7).
-// Measured on lavapipe (Mesa 22.3, 2 busy cores; H = 8, KVH = 4, D = 64, rotary): 64 rows
-// ~6.3 ms -> ~0.8 ms against gqa_attention.wgsl's 8-thread kernel, 14 rows ~0.6 -> ~0.15 ms.
+// Measured on lavapipe (Mesa 22.3, 2 busy cores; H = 8, KVH = 4, D = 64, rotary; HB = 2) against
+// gqa_attention.wgsl's 8-thread kernel: 64 rows ~5-7 ms -> ~0.45 ms, 14 rows ~0.6 -> ~0.15 ms,
+// a decode step after 564 keys ~1.5-2.3 -> ~0.35-0.45 ms (benchmarks/bench_attention.py). Any
+// array element indexed by a loop variable the driver does not unroll keeps the array in memory
+// (1.5-2x slower): the per-slice work below is written out.
 //
 // Keys, masking, rotary, q/k-norm, softcap and float16 rounding are gqa_attention.wgsl's
 // (attention::gqa_rows). Rows past S compute row S - 1 and store nothing.
