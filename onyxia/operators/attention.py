@@ -22,6 +22,14 @@ The shared layout is used when the node has the onyxia attribute
 `past_present_share_buffer = 1` (the name of com.microsoft.Attention's attribute; set it on
 the loaded IrGraph, onnxruntime rejects it in GQA), or when total_sequence_length is a
 constant not above the past length (onnxruntime's rule: present rows = max(total, past)).
+
+The attention step has two kernels, both in every plan (the adapter symbol gives one an empty
+grid, so a plan runs on either kind of adapter without recompiling): a GPU-type adapter runs
+shaders/attention/gqa_attention.wgsl, a workgroup of 64 threads per query row; a CPU-type
+adapter runs shaders/attention/gqa_flash.wgsl, 8 query (head, row) pairs of one KV head per
+8-invocation workgroup streaming K/V once for all of them (heads up to 128; larger ones run
+gqa_attention.wgsl with 8 threads). On lavapipe the tiled kernel is faster at every sequence
+length, decode included (numbers in its header).
 """
 
 from __future__ import annotations
@@ -35,11 +43,14 @@ from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
 from onyxia.operators.indexing import copy_elements
-from onyxia.operators.split_kv import ATTENTION_WG, CPU_ATTENTION_WG, combine_splits, split_keys
+from onyxia.operators.split_kv import ATTENTION_WG, CPU_ATTENTION_WG, SPLIT_TRIPS, combine_splits, split_by, split_keys
 from onyxia.plan import Step
 
 DOMAIN = "com.microsoft"
 SHARE_BUFFER_ATTR = "past_present_share_buffer"
+FLASH_LANES = 8  # (query head, query row) pairs per workgroup of the tiled kernel (gqa_flash.wgsl)
+FLASH_KEYS = 4  # keys per step of its walk (gqa_flash.wgsl QT)
+FLASH_MAX_SLICES = 4  # its register slices of 32 head columns: head sizes up to 128
 
 
 def require_float(ctx: InferenceCtx, i: int) -> DType:
@@ -111,6 +122,9 @@ class GroupQueryAttention(Operator):
 
     op_type = "GroupQueryAttention"
     domain = DOMAIN
+
+    def __init__(self, flash: bool = True) -> None:
+        self.flash = flash  # the tiled prefill kernel where it applies (False: the per-row kernel only)
 
     def spec(self, ctx: InferenceCtx) -> GqaSpec:
         """Validated attributes and dims shared by infer and plan."""
@@ -293,7 +307,6 @@ class GroupQueryAttention(Operator):
                       "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                       "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
                       "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}
-        writes: dict[str, str] = {"output": ctx.output(0)}
         # A row visits at most the present's T keys, or the window's (windowed: the only bound)
         max_keys: Dim = present
         if c.window >= 0 and (c.windowed or not isinstance(present, int) or c.window < present):
@@ -302,21 +315,25 @@ class GroupQueryAttention(Operator):
         # coroutine switches at the barriers, see attention::reduce) on a CPU-type adapter.
         lanes = {wg: max(1, math.ceil(d / 4 / wg)) for wg in (ATTENTION_WG, CPU_ATTENTION_WG)}
         split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, lanes)
-        if split is not None:
-            att_defs |= split.defs()
-            att_params |= split.params()
-            writes["partial"] = split.partial
+        reads = {"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
+                 **norm_reads, **kv_reads}
         cpu = ctx.adapter_cpu()
-        for wg, where in ((ATTENTION_WG, 1 - cpu), (CPU_ATTENTION_WG, cpu)):
+        # A CPU-type adapter runs the tiled kernel (heads up to 128), a GPU-type one the
+        # row-per-workgroup kernel: `tiled` is 1 where the tiled kernel runs, else 0.
+        tiled = cpu if self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES else 0
+        for wg, rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * (cpu - tiled))):
             steps.append(ctx.dispatch(
                 "attention/gqa_attention.wgsl", label="gqa_attention",
-                defs={**att_defs, "ATT_WG": wg, "DPT": lanes[wg]},
-                reads={"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
-                       **norm_reads, **kv_reads},
-                writes=writes, workgroups=(heads, seq * where, batch * (split.splits if split else 1)),
-                params=att_params))
+                defs={**att_defs, **(split.defs() if split else {}), "ATT_WG": wg, "DPT": lanes[wg]}, reads=reads,
+                writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
+                workgroups=(heads, rows, batch * (split.splits if split else 1)),
+                params={**att_params, **(split.params() if split else {})}))
         if split is not None:
-            steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d))
+            steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
+                                    gate=1 - tiled)
+        if not (isinstance(tiled, int) and tiled == 0):
+            steps += _tiled_attention(ctx, att_defs, att_params, reads, max_keys, (batch, heads, kv_heads, seq, d),
+                                      tiled)
         if c.windowed:
             # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
             count = batch * kv_heads * c.past * d
@@ -329,6 +346,32 @@ class GroupQueryAttention(Operator):
                 workgroups=ctx.grid(count),
                 params={"N": count, "S": seq, "C": c.past, "KVH": kv_heads, "D": d, "WINDOW_SIZE": c.window}))
         return steps
+
+
+def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, object], reads: dict[str, str | Buf],
+                     max_keys: Dim, sizes: tuple[Dim, int, int, Dim, int], tiled: Dim) -> list[Step]:
+    """GQA's step 2 as shaders/attention/gqa_flash.wgsl, where `tiled` (0 or 1) says so: 8
+    (query head, query row) pairs per workgroup, one per invocation, HB heads of a KV group by
+    8 / HB rows; its own split of the keys (one loop trip per FLASH_KEYS keys), merged by its
+    own combine step."""
+    batch, heads, kv_heads, seq, d = sizes
+    group = heads // kv_heads
+    per_block = next(n for n in (8, 4, 2, 1) if group % n == 0)  # heads per workgroup (HB)
+    rows = FLASH_LANES // per_block
+    # One trip of the key walk per FLASH_KEYS keys; the kernel's other loops (the query's norm
+    # and slices, the stores) take a few hundred trips, kept out of SPLIT_TRIPS
+    kps = FLASH_KEYS * (SPLIT_TRIPS - 1024)
+    split = split_by(ctx, max_keys, batch * heads * seq, d, kps)
+    steps = [ctx.dispatch(
+        "attention/gqa_flash.wgsl", label="gqa_flash",
+        defs={**defs, "CPL": math.ceil(d / 32), "HB": per_block, **(split.defs() if split else {})},
+        reads=reads, writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
+        workgroups=(heads // per_block, (seq + rows - 1) // rows * tiled, batch * (split.splits if split else 1)),
+        params={**params, **(split.params() if split else {})})]
+    if split is not None:
+        steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
+                                gate=tiled)
+    return steps
 
 
 # ---- RotaryEmbedding ----------------------------------------------------------------------

@@ -55,7 +55,11 @@ def split_keys(ctx: PlanCtx, max_keys: Dim, rows: Dim, cols: Dim, dot_trips: int
     # max and the loop itself); a multiple of every lane count keeps each split's chunks whole.
     kps = min(wg * max(1, SPLIT_TRIPS // (dot_trips + d * wg + 16)) for wg, d in lanes.items())
     step = max(lanes)
-    kps = max(step, kps // step * step)
+    return split_by(ctx, max_keys, rows, cols, max(step, kps // step * step))
+
+
+def split_by(ctx: PlanCtx, max_keys: Dim, rows: Dim, cols: Dim, kps: int) -> KvSplit | None:
+    """Splits of `kps` keys over rows visiting at most `max_keys` keys (None: one is enough)."""
     if bound_of(max_keys) <= kps:
         return None
     splits = (max_keys + kps - 1) // kps
@@ -64,10 +68,11 @@ def split_keys(ctx: PlanCtx, max_keys: Dim, rows: Dim, cols: Dim, dot_trips: int
 
 
 def combine_splits(ctx: PlanCtx, split: KvSplit, y: str, batch: Dim, heads: Dim, seq: Dim,
-                   y_strides: tuple[Dim, Dim, Dim]) -> list[Step]:
-    """The dispatch merging the splits' partial states into y (no workgroups for one split)."""
+                   y_strides: tuple[Dim, Dim, Dim], gate: Dim = 1) -> list[Step]:
+    """The dispatch merging the splits' partial states into y (no workgroups for one split, nor
+    where `gate`, 0 or 1, says the kernel that wrote them does not run)."""
     count = batch * heads * seq * split.cols
-    several = (2 * split.splits - 2) // split.splits  # 0 for one split, else 1
+    several = (2 * split.splits - 2) // split.splits * gate  # 0 for one split, else 1
     params = {"N": count, "H": heads, "S": seq, "COLS": split.cols, "SPLITS": (split.splits, "u32"),
               "YB": y_strides[0], "YH": y_strides[1], "YS": y_strides[2]}
     return [ctx.dispatch("attention/combine.wgsl", label="attention_combine", params=params,
@@ -75,4 +80,4 @@ def combine_splits(ctx: PlanCtx, split: KvSplit, y: str, batch: Dim, heads: Dim,
                          workgroups=ctx.grid(count * several, WORKGROUP_SIZE))]
 
 
-__all__ = ["ATTENTION_WG", "CPU_ATTENTION_WG", "KvSplit", "combine_splits", "split_keys"]
+__all__ = ["ATTENTION_WG", "CPU_ATTENTION_WG", "KvSplit", "combine_splits", "split_by", "split_keys"]

@@ -3,7 +3,8 @@
 // One workgroup per (query head h, query row s, batch b): grid (H, S, B). Query head h reads
 // KV head h / (H / KVH). Keys are visited with attention::softmax, whose value columns are vec4
 // here. Nothing of size total_sequence_length is materialized, so the kernel does not depend
-// on it.
+// on it. GPU-type adapters run it (64 threads); CPU-type adapters run gqa_flash.wgsl instead,
+// and this kernel (8 threads) only for heads over 128.
 //
 // Visible keys for row s of batch b: [start, end) with past_b as in gqa_kv.wgsl,
 // end = past_b + s + 1 (causal) or seqlens_k[b] + 1, clamped to T; start = end - WINDOW
@@ -24,43 +25,18 @@
 // SPLIT_KV (attention::split): grid (H, S, B * SPLITS), each split's keys only.
 // Params: S, T, H, KVH, D, D4, Q_ROW (elements per token row of query), SCALE, WINDOW_SIZE, CAP,
 // HALF, MAXPOS, EPS, C.
-#import attention::rope
+#import attention::gqa_rows
 #import attention::softmax
 #import attention::split
-#import attention::window
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 var<workgroup> q4: array<vec4<f32>, #{DIM} / 4>;
 
 alias SoftmaxValue = vec4<f32>;
 
-// Where key/value position j lives: set per workgroup (var<private>) in main.
-var<private> kv_base: u32;  // first row of this KV head in present (or past, when WINDOWED)
-var<private> new_base: u32;  // WINDOWED: first row of this KV head in new_k / new_v
-var<private> win_past: u32;  // WINDOWED: positions cached before this step (P)
-var<private> win_shift: u32;  // WINDOWED: P - L(P), the position of past row 0
-
-fn key4(j: u32, c: u32) -> vec4<f32> {
-#ifdef WINDOWED
-    if (j >= win_past) {
-        return vec4<f32>(new_k_load4((new_base + j - win_past) * D4() + c));
-    }
-    return vec4<f32>(past_k_load4((kv_base + j - win_shift) * D4() + c));
-#else
-    return vec4<f32>(present_k_load4((kv_base + j) * D4() + c));
-#endif
-}
-
-// (softmax_start's `values` offset is unused: key positions map through kv_base and friends)
+// (softmax_start's `values` offset is unused: key positions map through attention::gqa_rows)
 fn softmax_value(kv: u32, key: u32, column: u32) -> vec4<f32> {
-#ifdef WINDOWED
-    if (key >= win_past) {
-        return vec4<f32>(new_v_load4((new_base + key - win_past) * D4() + column));
-    }
-    return vec4<f32>(past_v_load4((kv_base + key - win_shift) * D4() + column));
-#else
-    return vec4<f32>(present_v_load4((kv_base + key) * D4() + column));
-#endif
+    return value4(key, column);
 }
 
 fn softmax_store(orow: u32, column: u32, value: vec4<f32>) {
@@ -77,15 +53,6 @@ fn softmax_partial_store(out: u32, column: u32, value: vec4<f32>) {
 }
 #endif
 
-// Element e of the query row at `base`, normalized when QK_NORM (inv = 1 / rms of the row).
-fn query_at(base: u32, e: u32, inv: f32) -> f32 {
-#ifdef QK_NORM
-    return f16_step(f32(query_load(base + e)) * inv * f32(q_norm_load(e)));
-#else
-    return f32(query_load(base + e));
-#endif
-}
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
@@ -94,26 +61,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = sp.b;
     let g = h / (H() / KVH());
     let total_b = u32(max(seqlens_load(b) + 1, 0));
-    var past = 0u;
-    if (i32(S()) != total_len_load(0u)) {
-        past = u32(max(i32(total_b) - i32(S()), 0));
-    }
+    let past = past_of(total_b);
     let pos = past + s;
-#ifdef WINDOWED
-    let end = pos + 1u;  // causal (onnxruntime requires it with a window)
-#else
-#ifdef CAUSAL
-    let end = min(pos + 1u, T());
-#else
-    let end = min(total_b, T());
-#endif
-#endif
-    var start = 0u;
-#ifdef WINDOW
-    if (end > WINDOW_SIZE()) {
-        start = end - WINDOW_SIZE();
-    }
-#endif
+    let keys = visible_keys(pos, total_b);
 
     // The query row, [normalized,] rotated, with the scale folded in.
     let qrow = (b * S() + s) * Q_ROW() + h * D();
@@ -127,15 +77,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     q_inv = 1.0 / sqrt(reduce_sum(lid, squares) / f32(D()) + EPS());
 #endif
     for (var d = lid; d < D(); d += WG) {
-        var q = query_at(qrow, d, q_inv);
-#ifdef ROTARY
-        let rp = rope_pair(d, HALF());
-        if (rp.rotated) {
-            let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
-            q = q * f32(cos_cache_load(c)) + rp.sign * query_at(qrow, rp.partner, q_inv) * f32(sin_cache_load(c));
-        }
-#endif
-        q_sh[d] = f16_step(q) * SCALE();
+        q_sh[d] = query_element(qrow, d, q_inv, pos);
     }
     workgroupBarrier();
     for (var c = lid; c < D4(); c += WG) {
@@ -143,17 +85,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
 
-#ifdef WINDOWED
-    kv_base = (b * KVH() + g) * C();
-    new_base = (b * KVH() + g) * S();
-    win_past = past;
-    win_shift = past - resident(past, C(), WINDOW_SIZE());
-#else
-    kv_base = (b * KVH() + g) * T();
-#endif
+    gqa_rows_at(b, g, past);
     var st = softmax_start(0u, D4());
-    let first = split_lo(sp, start, end);
-    let last = split_hi(sp, start, end);
+    let first = split_lo(sp, keys.x, keys.y);
+    let last = split_hi(sp, keys.x, keys.y);
     for (var c0 = first; c0 < last; c0 += WG) {
         let j = c0 + lid;
         var score = NEG;

@@ -26,14 +26,16 @@ MAX_POS = 96
 
 
 def gqa_model(*, packed: bool, batch: int, cache: int | str, rotary: bool = False, head: int = HEAD,
-              **attrs) -> object:
-    """A one-node GQA model; sequence length "S" is symbolic, the cache length is `cache`."""
-    hidden = (Q_HEADS + 2 * KV_HEADS) * head if packed else Q_HEADS * head
+              heads: tuple[int, int] = (Q_HEADS, KV_HEADS), **attrs) -> object:
+    """A one-node GQA model; sequence length "S" is symbolic, the cache length is `cache`;
+    `heads`: query and KV heads."""
+    q_heads, kv_heads = heads
+    hidden = (q_heads + 2 * kv_heads) * head if packed else q_heads * head
     inputs = [("q", np.float32, [batch, "S", hidden])]
     names = ["q", "", ""] if packed else ["q", "k", "v"]
     if not packed:
-        inputs += [("k", np.float32, [batch, "S", KV_HEADS * head]), ("v", np.float32, [batch, "S", KV_HEADS * head])]
-    inputs += [("pk", np.float32, [batch, KV_HEADS, cache, head]), ("pv", np.float32, [batch, KV_HEADS, cache, head]),
+        inputs += [("k", np.float32, [batch, "S", kv_heads * head]), ("v", np.float32, [batch, "S", kv_heads * head])]
+    inputs += [("pk", np.float32, [batch, kv_heads, cache, head]), ("pv", np.float32, [batch, kv_heads, cache, head]),
                ("sl", np.int32, [batch]), ("tl", np.int32, [])]
     names += ["pk", "pv", "sl", "tl"]
     inits = {}
@@ -44,7 +46,7 @@ def gqa_model(*, packed: bool, batch: int, cache: int | str, rotary: bool = Fals
         names += ["cos", "sin"]
         attrs["do_rotary"] = 1
     node = helper.make_node("GroupQueryAttention", names, ["o", "prk", "prv"], domain="com.microsoft",
-                            num_heads=Q_HEADS, kv_num_heads=KV_HEADS, **attrs)
+                            num_heads=q_heads, kv_num_heads=kv_heads, **attrs)
     return make_model([node], inputs, ["o", "prk", "prv"], inits, extra_opsets=MS)
 
 
@@ -206,3 +208,94 @@ def test_gqa_ragged_batch_decode(runtime, layout):
     np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5)
     for b, last in enumerate(lengths):
         np.testing.assert_allclose(ours["prk"][b, :, :last + 1], ref[1][b, :, :last + 1], rtol=1e-5, atol=1e-6)
+
+
+# ---- prompts: the tiled kernel (CPU-type adapters, S >= 2) -----------------------------------
+
+@pytest.fixture(scope="module")
+def runtime_without_subgroups(wgpu_adapter):
+    """gqa_flash.wgsl rendered without ONYXIA_SUBGROUPS: every invocation loads every K/V row."""
+    return onyxia.Runtime(wgpu_adapter, subgroups=False)
+
+
+PROMPT_CASES = {
+    # head 16: 4 vec4 columns, fewer than the workgroup's 8 lanes; prompts of 1, 2 and 3 blocks
+    "head16": dict(packed=False, head=16, prompts=[2, 8, 17]),
+    # head 80: 20 vec4 columns, the third slice of 8 partly used; rotary, a window inside a block
+    "head80-rotary-window": dict(packed=True, head=80, rotary=True, local_window_size=5, prompts=[9, 3]),
+    # head 128: four full slices; softcap and scale
+    "head128-softcap": dict(packed=False, head=128, softcap=2.0, scale=0.3, prompts=[12]),
+    # head 160: past the kernel's 4 slices, the per-row kernel runs prompts too
+    "head160": dict(packed=False, head=160, prompts=[6]),
+    # a first prompt of two batch entries (onnxruntime takes several only without a past), rotary
+    # interleaved
+    "batch2-first-prompt": dict(packed=False, head=32, batch=2, rotary=True, rotary_interleaved=1, prompts=[10],
+                                past=0),
+}
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "no-subgroups"])
+@pytest.mark.parametrize("layout", ["growing", "shared"])
+@pytest.mark.parametrize("case", list(PROMPT_CASES))
+def test_gqa_prompts_after_a_past(runtime, runtime_without_subgroups, case, layout, subgroups):
+    """Prompts of several lengths after a cached past (a chunked prefill: S > 1 rows whose keys
+    start at past_b), each run by the tiled kernel (ADAPTER_CPU = 1) against onnxruntime, with
+    and without subgroups; the per-row kernel (ADAPTER_CPU = 0) gives the same."""
+    cfg = dict(PROMPT_CASES[case])
+    prompts, head, batch, past = cfg.pop("prompts"), cfg.pop("head"), cfg.pop("batch", 1), cfg.pop("past", 11)
+    rt = runtime if subgroups else runtime_without_subgroups
+    if subgroups and "subgroup" not in rt.features:
+        pytest.skip(f"{rt.info.summary} has no subgroups")
+    capacity = past + max(prompts) + 3
+    shared = layout == "shared"
+    model = gqa_model(cache=capacity if shared else "P", batch=batch, head=head, **cfg)
+    dims = {"S": max(prompts)} if shared else {"S": max(prompts), "P": past}
+    compiled = compile_shared(model, dims) if shared else compile_model(model, dims)
+    assert ("gqa_flash" in {s.label for s in compiled.shaders}) == (head <= 128)
+    exe = rt.load_model(compiled)
+    rng = np.random.default_rng(head + len(prompts))
+    for seq in prompts:
+        exe.update_dimensions({"S": seq} if shared else {"S": seq, "P": past})
+        lengths = np.full(batch, past + seq - 1, np.int32)  # seqlens_k = total - 1
+        cache_len = capacity if shared else past
+        f = {**feeds_for(rng, packed=cfg["packed"], batch=batch, seq=seq, head=head), "sl": lengths,
+             "tl": np.array(past + seq, np.int32),
+             "pk": rng.standard_normal((batch, KV_HEADS, cache_len, head), dtype=np.float32),
+             "pv": rng.standard_normal((batch, KV_HEADS, cache_len, head), dtype=np.float32)}
+        ref = run_ort(model, f)
+        for cpu in (1, 0):
+            exe.update_dimensions({ADAPTER_CPU: cpu})
+            ours = exe.run(f)
+            np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"S={seq} cpu={cpu}")
+            for b, last in enumerate(lengths):
+                np.testing.assert_allclose(ours["prk"][b, :, :last + 1], ref[1][b, :, :last + 1], rtol=1e-5,
+                                           atol=1e-6, err_msg=f"S={seq} cpu={cpu} key")
+    assert exe.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "no-subgroups"])
+@pytest.mark.parametrize("heads", [(6, 2), (12, 3), (8, 1), (16, 1)], ids=lambda h: f"{h[0]}q-{h[1]}kv")
+def test_gqa_tiled_kernel_head_groups(runtime, runtime_without_subgroups, heads, subgroups):
+    """The tiled kernel's workgroups hold HB query heads of a KV group (the largest power of two
+    up to 8 dividing the group: 1, 4, 8 and 8 here) by 8 / HB rows: a prompt of 11 rows, then
+    decode steps (one row: HB heads per workgroup), against onnxruntime."""
+    rt = runtime if subgroups else runtime_without_subgroups
+    if subgroups and "subgroup" not in rt.features:
+        pytest.skip(f"{rt.info.summary} has no subgroups")
+    q_heads, kv_heads = heads
+    model = gqa_model(packed=True, batch=1, cache="P", rotary=True, heads=heads, softcap=3.0)
+    exe = rt.load_model(compile_model(model, {"S": 11, "P": 0}))
+    exe.update_dimensions({ADAPTER_CPU: 1})
+    rng = np.random.default_rng(q_heads)
+    past = (np.zeros((1, kv_heads, 0, HEAD), np.float32),) * 2
+    ref_past, total = past, 0
+    for step in range(3):
+        seq = 11 if step == 0 else 1
+        exe.update_dimensions({"S": seq, "P": total})
+        total += seq
+        f = {"q": rng.standard_normal((1, seq, (q_heads + 2 * kv_heads) * HEAD), dtype=np.float32),
+             "sl": np.array([total - 1], np.int32), "tl": np.array(total, np.int32)}
+        ref = run_ort(model, {**f, "pk": ref_past[0], "pv": ref_past[1]})
+        ours = exe.run({**f, "pk": past[0], "pv": past[1]})
+        np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+        past, ref_past = (ours["prk"], ours["prv"]), (ref[1], ref[2])

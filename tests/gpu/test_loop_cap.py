@@ -232,8 +232,9 @@ def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
     from onyxia.plan import ADAPTER_CPU
     from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
 
-    # head 16: 4,672 keys per split (the 8-thread kernel's bound; a multiple of 64). One
-    # compiled decode step, caches of 1, 2 and 13 splits, with each kernel (ADAPTER_CPU).
+    # head 16: the per-row kernels split at 4,672 keys (the 8-thread kernel's bound; a multiple of
+    # 64): the 64-thread one (ADAPTER_CPU = 0) sees caches of 1, 2 and 13 splits. The tiled kernel
+    # (ADAPTER_CPU = 1) splits at 61,440 keys: 60,001 keys are one walk of 15,001 loop trips.
     model = gqa_model(packed=False, batch=1, cache="P", rotary=False)
     exe = runtime.load_model(compile_model(model, {"S": 1, "P": 10}))
     exe.update_dimensions({ADAPTER_CPU: cpu})
@@ -247,6 +248,65 @@ def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
              "pv": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
              "sl": np.array([past], np.int32), "tl": np.array(past + 1, np.int32)}
         f["pk"][0, :, past // 2] = 2.0  # a key that matters in the middle
+        np.testing.assert_allclose(exe.run(f)["o"], run_ort(model, f)[0], rtol=1e-4, atol=1e-5, err_msg=str(past))
+    assert exe.stats.recompiles == 0
+
+
+def test_gqa_decode_over_several_splits_with_a_large_head(runtime):
+    from onyxia.plan import ADAPTER_CPU
+    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+
+    # head 160 (past the tiled kernel's 128): a CPU-type adapter runs the 8-thread per-row
+    # kernel, 1,344 keys per split: caches of 1, 2 and 3 splits.
+    d = 160
+    model = gqa_model(packed=False, batch=1, cache="P", rotary=False, head=d)
+    exe = runtime.load_model(compile_model(model, {"S": 1, "P": 10}))
+    exe.update_dimensions({ADAPTER_CPU: 1})
+    rng = np.random.default_rng(14)
+    for past in (10, 1_344, 3_000):
+        exe.update_dimensions({"S": 1, "P": past})
+        f = {"q": rng.standard_normal((1, 1, Q_HEADS * d)).astype(F),
+             "k": rng.standard_normal((1, 1, KV_HEADS * d)).astype(F),
+             "v": rng.standard_normal((1, 1, KV_HEADS * d)).astype(F),
+             "pk": rng.standard_normal((1, KV_HEADS, past, d)).astype(F),
+             "pv": rng.standard_normal((1, KV_HEADS, past, d)).astype(F),
+             "sl": np.array([past], np.int32), "tl": np.array(past + 1, np.int32)}
+        f["pk"][0, :, past // 2] = 0.5  # a key that matters in the middle
+        np.testing.assert_allclose(exe.run(f)["o"], run_ort(model, f)[0], rtol=1e-4, atol=1e-5, err_msg=str(past))
+    assert exe.stats.recompiles == 0
+
+
+@pytest.fixture(scope="module")
+def runtime_without_subgroups(wgpu_adapter):
+    import onyxia
+
+    return onyxia.Runtime(wgpu_adapter, subgroups=False)
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "tiled-no-subgroups", "gpu-kernel"])
+def test_gqa_prompt_after_a_long_prefix(runtime, runtime_without_subgroups, kernel):
+    from onyxia.plan import ADAPTER_CPU
+    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+
+    # A prompt of 12 rows after 270,000 cached keys, head 16. The tiled prompt kernel (CPU-type
+    # adapters; gqa_flash.wgsl) walks 4 keys per loop trip, so 61,440 keys per split: 270,012
+    # keys are 5 splits, where one walk would loop 67,503 times. The 64-thread kernel takes its
+    # own splits. One compiled plan, symbolic past.
+    rt = runtime_without_subgroups if kernel == "tiled-no-subgroups" else runtime
+    model = gqa_model(packed=False, batch=1, cache="P", rotary=False, softcap=4.0)
+    exe = rt.load_model(compile_model(model, {"S": 12, "P": 10}))
+    exe.update_dimensions({ADAPTER_CPU: int(kernel != "gpu-kernel")})
+    rng = np.random.default_rng(13)
+    for past in (1_000, 270_000):
+        exe.update_dimensions({"S": 12, "P": past})
+        f = {"q": rng.standard_normal((1, 12, Q_HEADS * 16)).astype(F),
+             "k": rng.standard_normal((1, 12, KV_HEADS * 16)).astype(F),
+             "v": rng.standard_normal((1, 12, KV_HEADS * 16)).astype(F),
+             "pk": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
+             "pv": rng.standard_normal((1, KV_HEADS, past, 16)).astype(F),
+             "sl": np.array([past + 11], np.int32), "tl": np.array(past + 12, np.int32)}
+        f["pk"][0, :, 7] = 2.0  # keys that matter at the start and in the middle
+        f["pk"][0, :, past // 2] = -2.0
         np.testing.assert_allclose(exe.run(f)["o"], run_ort(model, f)[0], rtol=1e-4, atol=1e-5, err_msg=str(past))
     assert exe.stats.recompiles == 0
 

@@ -9,6 +9,7 @@ the registry without a row here fails `test_every_registered_operator_has_a_buil
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -730,6 +731,10 @@ def registered_ops() -> list[tuple[str, str]]:
 _validated: set[str] = set()
 
 
+def _subgroup_renders(runtime) -> tuple[bool, ...]:
+    return (False, True) if "subgroup" in runtime.features else (False,)
+
+
 @pytest.mark.parametrize("key", [k for k in registered_ops() if k in BUILDERS],
                          ids=lambda k: f"{k[0]}::{k[1]}" if k[0] else k[1])
 def test_operator_shaders_validate(runtime, key):
@@ -746,13 +751,16 @@ def test_operator_shaders_validate(runtime, key):
             except Exception as exc:  # noqa: BLE001 - report which case broke
                 raise AssertionError(f"{where}: compile failed: {type(exc).__name__}: {exc}") from exc
             for spec in compiled.shaders:
-                for transport in TRANSPORTS:
-                    code = render(spec, compiled.templates[spec.template], compiled.dims, transport)
+                # with and without ONYXIA_SUBGROUPS where the adapter has subgroups (identical
+                # text for a kernel that does not use them: validated once)
+                for transport, subgroups in itertools.product(TRANSPORTS, _subgroup_renders(runtime)):
+                    code = render(spec, compiled.templates[spec.template], compiled.dims, transport,
+                                  subgroups=subgroups)
                     if code in _validated:
                         continue
                     try:
                         runtime.device.create_shader_module(label=spec.label, code=code)
                     except Exception as exc:  # noqa: BLE001 - naga's message says what is wrong
-                        raise AssertionError(f"{where}: shader '{spec.label}' ({transport}) is invalid "
-                                             f"with defs {dict(spec.defs)}:\n{exc}") from exc
+                        raise AssertionError(f"{where}: shader '{spec.label}' ({transport}, subgroups "
+                                             f"{subgroups}) is invalid with defs {dict(spec.defs)}:\n{exc}") from exc
                     _validated.add(code)

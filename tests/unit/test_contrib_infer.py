@@ -10,11 +10,11 @@ import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError
 from onyxia.ir.dim_parse import parse_dim
-from onyxia.ir.shapes import SymDim, dim_symbols
+from onyxia.ir.shapes import SymDim, dim_symbols, evaluate_dim
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
 from onyxia.operators.common import select_small
-from onyxia.plan import CopyBuffer, Dispatch
+from onyxia.plan import ADAPTER_CPU, CopyBuffer, Dispatch
 from tests.helpers import make_model
 
 MS = {"com.microsoft": 1}
@@ -93,15 +93,58 @@ def test_gqa_shared_buffer_aliases_a_graph_input_past():
 def test_gqa_plan_takes_lengths_as_immediates():
     """Sequence and past lengths change per decode step: they must never be baked into shaders."""
     compiled = compile_graph(gqa(), {"S": 5, "P": 0})
-    # the new K/V, the attention (64 threads for a GPU, 8 for a CPU-type adapter: one of the two
-    # has workgroups), and the merge of its key splits (no workgroups for one split)
-    assert compiled.num_dispatches == 4
+    # the new K/V, the attention (64 threads for a GPU, 8 for a CPU-type adapter, the tiled prompt
+    # kernel: one of the three has workgroups), and the merges of their key splits (the per-row
+    # kernels share theirs; no workgroups for one split)
+    assert compiled.num_dispatches == 6
     for spec in compiled.shaders:
         baked = {p.name for p, _ in spec.constants}
         assert not baked & {"S", "T", "N", "SPLITS"}, spec.label
         lengths = {"S", "SPLITS"} if spec.label == "attention_combine" else {"S", "T"}
         assert lengths <= {p.name for p in spec.immediates}, spec.label
     assert all(isinstance(s, Dispatch) for s in compiled.steps)
+
+
+def _live_attention(compiled, dims) -> list[str]:
+    """Labels (with workgroup size) of the attention dispatches that have workgroups at `dims`."""
+    env = {**compiled.dims, **dims}
+    live = []
+    for step in compiled.steps:
+        if all(evaluate_dim(w, env) > 0 for w in step.workgroups):
+            spec = compiled.shaders[step.shader]
+            live.append(f"{spec.label}/{dict(spec.defs).get('ATT_WG', '')}".rstrip("/"))
+    return live
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_gqa_on_a_cpu_adapter_runs_the_tiled_kernel(share):
+    """One plan: a CPU-type adapter runs gqa_flash.wgsl (8 (head, row) pairs per workgroup) for
+    prompts and decode steps, a GPU-type adapter the 64-thread per-row kernel; switching costs no
+    recompilation (grids only)."""
+    compiled = compile_graph(gqa(cache=40 if share else "P"), {"S": 9} if share else {"S": 9, "P": 3}, share=share)
+    assert "gqa_flash" in {s.label for s in compiled.shaders}
+    past = {} if share else {"P": 3}
+    for seq, cpu, kernel in ((9, 1, "gqa_flash"), (2, 1, "gqa_flash"), (1, 1, "gqa_flash"),
+                             (9, 0, "gqa_attention/64"), (1, 0, "gqa_attention/64")):
+        live = _live_attention(compiled, {"S": seq, ADAPTER_CPU: cpu, **past})
+        assert live == ["gqa_kv", kernel], (seq, cpu, live)
+    flash = next(s for s in compiled.steps if compiled.shaders[s.shader].label == "gqa_flash")
+    assert dict(compiled.shaders[flash.shader].defs)["HB"] == 2  # the 2 query heads of a KV head
+    for seq, grid in ((17, [2, 5, 1]), (1, [2, 1, 1])):  # 2 head pairs, ceil(S / 4) row blocks, batch
+        env = {**compiled.dims, "S": seq, ADAPTER_CPU: 1, **past}
+        assert [evaluate_dim(w, env) for w in flash.workgroups] == grid
+
+
+def test_gqa_large_heads_keep_the_per_row_kernel():
+    heads, kv, d = 2, 1, 160
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tl"], ["o", "prk", "prv"],
+                            domain="com.microsoft", num_heads=heads, kv_num_heads=kv)
+    model = make_model([node], [("q", np.float32, [1, "S", heads * d]), ("k", np.float32, [1, "S", kv * d]),
+                                ("v", np.float32, [1, "S", kv * d]), ("sl", np.int32, [1]), ("tl", np.int32, [])],
+                       ["o", "prk", "prv"], extra_opsets=MS)
+    compiled = compile_graph(model, {"S": 6})
+    assert "gqa_flash" not in {s.label for s in compiled.shaders}
+    assert _live_attention(compiled, {ADAPTER_CPU: 1}) == ["gqa_kv", "gqa_attention/8"]
 
 
 @pytest.mark.parametrize("kwargs,needle", [
