@@ -127,7 +127,11 @@ def time_wonnx(model, feeds, repeat: int, python: str | None) -> tuple[float | N
         onnx.save(model, path)
         np.savez(Path(tmp) / "feeds.npz", **feeds)
         cmd = [python or sys.executable, "-c", WONNX_WORKER, str(path), str(Path(tmp) / "feeds.npz"), str(repeat)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        # wonnx gets the user's environment: not the lavapipe thread count onyxia set for itself
+        from onyxia.runtime.device import DRIVER_ENV_SET
+
+        env = {k: v for k, v in os.environ.items() if k not in DRIVER_ENV_SET}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
         if proc.returncode != 0:
             return None, None, (proc.stderr.strip().splitlines() or ["failed"])[-1][:120]
         out = np.load(Path(tmp) / "feeds.npz.out.npy")

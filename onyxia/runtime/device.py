@@ -46,8 +46,12 @@ def _spread_lavapipe_work() -> None:
     faster (prefill 124-157 -> 77-94 ms), fp32 the same. Read when the driver enumerates
     adapters, so this runs at import, before the first enumeration."""
     if "LP_NUM_THREADS" not in os.environ:
-        os.environ["LP_NUM_THREADS"] = str(min(2 * (os.cpu_count() or 1), 16))
+        os.environ["LP_NUM_THREADS"] = DRIVER_ENV_SET["LP_NUM_THREADS"] = str(min(2 * (os.cpu_count() or 1), 16))
 
+
+# What _spread_lavapipe_work set (not the user): other programs started from this process, such
+# as a benchmark's peers, get the environment without it.
+DRIVER_ENV_SET: dict[str, str] = {}
 
 _spread_lavapipe_work()
 
