@@ -14,6 +14,10 @@
 // invocation, 3x the coalesced kernel; vec4 word loads beat single words by ~25%. One row
 // (decode) takes 8 columns per invocation (WIDE: two groups of 4 sharing the activation's
 // loads): ~10-30% faster than 4 at K = 512 and 1408 on lavapipe (2-core VM, median of 15).
+// Where the time goes there (K = N = 1408, one row, raw-wgpu variants of this loop): ~58% the
+// weights' loads (Mesa 22.3 loads storage one lane and one 32-bit component at a time, ~2 ns
+// each), ~30% the arithmetic (without any load: 270 of ~920 us); int4 weights already pack the
+// most weights per loaded word. Reading them through a texture_2d<u32> was only ~15% faster.
 // Each invocation's loops run K / 32 + K / BLOCK times (the planner keeps K <= 32 * 16384).
 //
 // Buffers: Q8: qa (vec4<u32>), sa, qsum; else a (vec4); then b (raw, vec4 words), scales, [zp],
