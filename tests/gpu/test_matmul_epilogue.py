@@ -106,9 +106,9 @@ def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_spli
     the product's Tunable forced in turn, each against onnxruntime and equal to the unfused
     plan's result with the same kernel (the epilogue reads the product as stored, so fusing
     changes no bit, float16 included); no separate elementwise dispatch ever runs and nothing
-    recompiles."""
+    recompiles. `tuning` None: the heuristic's choices, whatever ONYXIA_TUNE says."""
     compiled = compile_fused(model, {"M": max(rows)})
-    exe = runtime.load_model(compiled, tuning=tuning)
+    exe = runtime.load_model(compiled, tuning=tuning or TuneSettings(enabled=False))
     plain = runtime.load_model(compile_unfused(model, {"M": max(rows)}), tuning=TuneSettings(enabled=False))
     rng = np.random.default_rng(1)
     seen: set[str] = set()
