@@ -221,7 +221,7 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     default = sum(offered.index(label) * weights[label] for label in offered)
     dims = "x".join(str(d) for d in (p.n, p.k) if isinstance(d, int))
     key = f"matmul/{p.dtype}{'/ta' if p.trans_a else ''}{'/tb' if p.trans_b else ''}" \
-          f"{'/checked' if checked else ''}/{dims}"
+          f"{'/panels' if p.b_panels else ''}{'/checked' if checked else ''}/{dims}"
     return ctx.tunable(key, alternatives, default, shape=(m, p.n, p.k, nbatch))
 
 

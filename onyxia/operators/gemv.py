@@ -63,6 +63,7 @@ class Product(Protocol):
     trans_a: bool
     trans_b: bool
     epilogue: Epilogue
+    b_panels: bool
 
 
 @dataclass(frozen=True)

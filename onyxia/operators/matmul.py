@@ -40,6 +40,7 @@ from onyxia.operators.epilogue import Epilogue, fused_epilogue
 from onyxia.operators.fused import FUSED_DOMAIN
 from onyxia.operators.gemm_variants import plan_alternatives, plan_finish, plan_register, plan_shared
 from onyxia.operators.gemv import plan_chunked
+from onyxia.operators.panels import PANEL_COLUMNS, PANELS_ATTR, from_panels
 from onyxia.plan import Step
 
 # Up to this many rows the split-over-N-and-K kernel wins: it reads B once for all rows, while
@@ -80,6 +81,7 @@ class Product:
     alpha: float = 1.0
     beta: float = 1.0
     epilogue: Epilogue = Epilogue()  # fused elementwise ops after finish (f32 compute only)
+    b_panels: bool = False  # B [K, N] stored in column panels (operators/panels.py), not row-major
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
@@ -90,6 +92,8 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         # B is one matrix for every batch (a weight): the batch folds into M, which gives the
         # tiled kernel more rows and the decode kernel B read once for all of them.
         p = replace(p, m=numel(p.batch_a) * p.m, batch_a=(), batch=())
+    # Panels are made for row-major 2-D weights wider than one panel (passes/weight_panels.py).
+    assert not p.b_panels or (not p.trans_b and not p.batch_b and isinstance(p.n, int) and p.n > PANEL_COLUMNS), p
     if is_one(p.n) and not is_one(p.m) and not p.trans_a:
         # One output column (matrix @ vector): compute y^T = b^T @ A^T instead, the same bytes.
         # A's rows become contiguous columns of B^T that the decode kernel reads coalesced.
@@ -104,6 +108,9 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         "B_KS": 1 if p.trans_b else p.n, "B_NS": p.k if p.trans_b else 1, "B_BS": p.k * p.n,
     }
     defs: dict = {"T": p.dtype, "INDEX": index}
+    if p.b_panels:  # every variant indexes B through matmul::panels instead of its strides
+        defs["B_PANELS"] = True
+        del params["B_KS"], params["B_NS"]
     reports = None
     if ctx.tensor_dtype(p.y) == dtypes.INT64:  # int64 sums of products: check the int32 range
         defs["CHECKED"], reports = True, INT64_OVERFLOW
@@ -173,6 +180,11 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, para
     ]
 
 
+def _row_major_b(ctx: FoldCtx, b: np.ndarray) -> np.ndarray:
+    """B's value as the ONNX op reads it: stored in panels (PANELS_ATTR), put back in order."""
+    return from_panels(b) if ctx.attr(PANELS_ATTR, 0) else b
+
+
 # ---- MatMul -------------------------------------------------------------------------------
 
 def matmul_shapes(ctx: InferenceCtx) -> tuple[Shape, Shape, Shape, Shape]:
@@ -204,7 +216,7 @@ class MatMul(Operator):
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         vals = ctx.numeric_values()
-        return None if vals is None else [ctx.cast_output(np.matmul(vals[0], vals[1]))]
+        return None if vals is None else [ctx.cast_output(np.matmul(vals[0], _row_major_b(ctx, vals[1])))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         a, b = ctx.input_shape(0), ctx.input_shape(1)
@@ -213,7 +225,8 @@ class MatMul(Operator):
             ctx.input(0), ctx.input(1), ctx.output(0), ctx.compute_type(ctx.input_dtype(0), "input 0"),
             m=a[-2] if len(a) > 1 else 1, n=b[-1] if len(b) > 1 else 1,
             k=prefer_literal(a[-1], b[-2] if len(b) > 1 else b[0]),
-            batch_a=batch_a, batch_b=batch_b, batch=batch, epilogue=self.epilogue(ctx)))
+            batch_a=batch_a, batch_b=batch_b, batch=batch, epilogue=self.epilogue(ctx),
+            b_panels=bool(ctx.attr(PANELS_ATTR, 0))))
 
     def epilogue(self, ctx: PlanCtx) -> Epilogue:
         """Fused elementwise ops after the product (MatMulEpilogue): none here."""
@@ -261,7 +274,8 @@ class Gemm(Operator):
         if vals is None:
             return None
         a = vals[0].T if ctx.attr("transA", 0) else vals[0]
-        b = vals[1].T if ctx.attr("transB", 0) else vals[1]
+        b = _row_major_b(ctx, vals[1])
+        b = b.T if ctx.attr("transB", 0) else b
         y = ctx.attr("alpha", 1.0) * (a @ b)
         if ctx.has_input(2):
             y = y + ctx.attr("beta", 1.0) * vals[2]
@@ -274,7 +288,8 @@ class Gemm(Operator):
             ctx.input(0), ctx.input(1), ctx.output(0), ctx.compute_type(ctx.input_dtype(0), "input 0"),
             m=m, n=n, k=k, trans_a=bool(ctx.attr("transA", 0)), trans_b=bool(ctx.attr("transB", 0)), gemm=True,
             c=ctx.input(2) if has_c else None, c_shape=ctx.input_shape(2) if has_c else (),
-            alpha=ctx.attr("alpha", 1.0), beta=ctx.attr("beta", 1.0), epilogue=self.epilogue(ctx)))
+            alpha=ctx.attr("alpha", 1.0), beta=ctx.attr("beta", 1.0), epilogue=self.epilogue(ctx),
+            b_panels=bool(ctx.attr(PANELS_ATTR, 0))))
 
     def epilogue(self, ctx: PlanCtx) -> Epilogue:
         return Epilogue()

@@ -4,11 +4,13 @@
 // invocation's loops after ~65,535 iterations, so no invocation walks a long K): workgroup z is
 // batch * SPLITS + split, and each writes its raw partial sums to `partial` [SPLITS, P]
 // (P = batch * M * N), which matmul/splitk.wgsl adds up and finishes (the epilogue runs once).
-// Buffers: a, b, [c], [e0, e1, ...: the fused epilogue's operands, matmul::epilogue], y (partial with SPLIT). Defs: T (compute type), CHECKED, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, GEMM, HAS_C, EPILOGUE*, SPLIT.
+// Buffers: a, b, [c], [e0, e1, ...: the fused epilogue's operands, matmul::epilogue], y (partial with SPLIT). Defs: T (compute type), CHECKED, RM, RN, INDEX (batch index `i` -> idx_x0 / idx_x1), TRANS_A, TRANS_B, B_PANELS (B in
+// column panels, matmul::panels: no B_KS, B_NS), GEMM, HAS_C, EPILOGUE*, SPLIT.
 // Params: M, N, K; element strides A_MS, A_KS, B_KS, B_NS; batch strides A_BS, B_BS; the INDEX
 // code's dims/strides; Gemm: ALPHA, BETA, C_MS, C_NS; SPLIT: SPLITS, KCHUNK, P.
 #import matmul::epilogue
 #import matmul::tile
+#import matmul::panels  // empty without B_PANELS
 
 alias TileValue = #{T};
 
@@ -27,7 +29,11 @@ fn tile_a(src: TileSource, m: u32, k: u32) -> #{T} {
 
 fn tile_b(src: TileSource, k: u32, n: u32) -> #{T} {
     if (n < N() && k < K()) {
+#ifdef B_PANELS
+        return #{T}(b_load(src.b_base + b_panel_index(k, n)));
+#else
         return #{T}(b_load(src.b_base + k * B_KS() + n * B_NS()));
+#endif
     }
     return #{T}(0);
 }

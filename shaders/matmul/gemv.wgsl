@@ -10,10 +10,11 @@
 // chunk's sum goes to `partial` ([SPLITS, P] with P = batch * M * N) for splitk.wgsl to add up;
 // otherwise it is finished and stored here.
 //
-// Buffers: a, b, [c], [e0, e1, ...], y (or partial with SPLIT). Defs: T (compute type), CHECKED, MT, INDEX, TRANS_B, SPLIT, GEMM, HAS_C, EPILOGUE*. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
+// Buffers: a, b, [c], [e0, e1, ...], y (or partial with SPLIT). Defs: T (compute type), CHECKED, MT, INDEX, TRANS_B, B_PANELS (B in column panels: no B_KS, B_NS), SPLIT, GEMM, HAS_C, EPILOGUE*. Params: M, N, K, A_MS, A_KS, B_KS, B_NS,
 // A_BS, B_BS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
+#import matmul::panels  // empty without B_PANELS
 
 const MT = #{MT}u;
 #ifdef TRANS_B
@@ -27,6 +28,15 @@ const KSTRIDE = 64u;  // lane = lid / NCOL
 #endif
 
 var<workgroup> red: array<#{T}, 256u * #{MT}u>;
+
+// The index of B[k, n] in the batch's matrix at b_base.
+fn b_at(b_base: u32, k: u32, n: u32) -> u32 {
+#ifdef B_PANELS
+    return b_base + b_panel_index(k, n);
+#else
+    return b_base + k * B_KS() + n * B_NS();
+#endif
+}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -57,11 +67,11 @@ fn main(wg: Grid) {
         if (rows == 1u) {  // decode: a tight loop (the branch is uniform, taken by every thread)
             for (var k = k_begin + lane; k < k_end; k += KL) {
                 acc[0] = matmul_mac(acc[0], #{T}(a_load(a_base + m0 * A_MS() + k * A_KS())),
-                                    #{T}(b_load(b_base + k * B_KS() + n_read * B_NS())));
+                                    #{T}(b_load(b_at(b_base, k, n_read))));
             }
         } else {
             for (var k = k_begin + lane; k < k_end; k += KL) {
-                let bv = #{T}(b_load(b_base + k * B_KS() + n_read * B_NS()));
+                let bv = #{T}(b_load(b_at(b_base, k, n_read)));
                 let a_row = a_base + m0 * A_MS() + k * A_KS();
                 for (var r = 0u; r < MT; r++) {
                     if (r < rows) {

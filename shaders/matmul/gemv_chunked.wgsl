@@ -20,11 +20,12 @@
 // `partial` [SPLITS, P], P = batch * M * N, added by splitk.wgsl).
 //
 // Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT).
-// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
+// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, B_PANELS, EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
 // ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
+#import matmul::panels  // empty without B_PANELS
 
 const ROWS = #{ROWS}u;
 const THREADS = 8u;  // one SIMD batch of lavapipe's 256-bit lanes; small groups balance its threads
@@ -58,10 +59,18 @@ fn a_rows(a_base: u32, m: u32, k4: u32) -> mat4x4<f32> {
                        a_load4(a_base + min(m + 2u, last) * k4s + k4), a_load4(a_base + min(m + 3u, last) * k4s + k4));
 }
 
-// B's 4 x 4 block at rows 4 * k4 .. + 3, column group c: a column per k.
+// B's 4 x 4 block at rows 4 * k4 .. + 3, column group c: a column per k. Row-major, a row of B
+// is N / 4 groups; in column panels (B_PANELS) a row of c's panel is n4 groups, the panel
+// starting at group `first` (vec4 index first * K), so a workgroup streams one contiguous run.
 fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
+#ifdef B_PANELS
+    let first = c - c % (B_PANEL / 4u);
+    let n4 = min(B_PANEL / 4u, N() / 4u - first);
+    let j = b_base + first * K() + 4u * k4 * n4 + c - first;
+#else
     let n4 = N() / 4u;
     let j = b_base + 4u * k4 * n4 + c;
+#endif
     return mat4x4<f32>(b_load4(j), b_load4(j + n4), b_load4(j + 2u * n4), b_load4(j + 3u * n4));
 }
 

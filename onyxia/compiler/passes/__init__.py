@@ -10,16 +10,17 @@ from onyxia.compiler.passes.quantize_sharing import SharedQuantizationPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
+from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
     return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
-            EpilogueFusionPass()]
+            EpilogueFusionPass(), WeightPanelsPass()]
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "EpilogueFusionPass", "ElementwiseFusionPass",
            "FunctionExpansionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
-           "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass",
+           "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]
