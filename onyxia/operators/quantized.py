@@ -254,12 +254,10 @@ def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, de
     one = select_small(m, 1)  # decode
     classes = [(1 if m == 1 else 4, 1)] if isinstance(m, int) else [(1, one), (4, 1 - one)]
     for rows, holds in classes:
-        wide = rows == 1  # 8 columns per invocation for one row, else 4 (registers for 4 rows)
         steps.append(ctx.dispatch(
-            "quantized/matmul_nbits_chunked.wgsl", label="matmul_nbits_chunked",
-            defs={**defs, "Q8": q8, "ROWS": rows, "WIDE": wide},
+            "quantized/matmul_nbits_chunked.wgsl", label="matmul_nbits_chunked", defs={**defs, "Q8": q8, "ROWS": rows},
             params=params, reads={**activation, **reads}, writes={"y": ctx.output(0)},
-            workgroups=(ceil_div(c.n, 64 if wide else 32), 1, ceil_div(m, rows) * enabled * holds)))
+            workgroups=(ceil_div(c.n, 64), 1, ceil_div(m, rows) * enabled * holds)))  # 8 invocations x 8 columns
     return steps
 
 

@@ -1,8 +1,8 @@
 // MatMulNBits (4-bit weights) for a CPU-type adapter: y[m, n] = sum_k a[m, k] * w[n, k] (+ bias)
 // with w[n, k] = (q[n, k] - zero_point[n, blk]) * scale[n, blk]. No shared memory, no barriers:
-// an invocation owns COLS columns (4, or 8 with WIDE) and ROWS rows (wid.z: row block) and
-// streams each column's packed row of B, its own contiguous run, 4 words (32 weights) per vec4
-// load.
+// an invocation owns COLS = 8 columns (two groups of 4: n0.., n4..) and ROWS rows (wid.z: row
+// block) and streams each column's packed row of B, its own contiguous run, 4 words (32
+// weights) per vec4 load.
 //
 // Q8 (accuracy_level 4): the activation comes from quantize_q8_chunked.wgsl as int8 bytes
 // paired with the nibbles (qa), its per-block scales (sa) and sums (qsum); a weight word masked
@@ -11,9 +11,10 @@
 // kernel takes, in i32. Without Q8 the activation stays f32 (a, read as vec4s) and each word's
 // 8 nibbles become two vec4s of (q - z), dotted with a and scaled per block.
 // Measured on lavapipe (K = 512, N = 1408, M = 1): ~8 G int8 ops/s per core with 4 columns per
-// invocation, 3x the coalesced kernel; vec4 word loads beat single words by ~25%. One row
-// (decode) takes 8 columns per invocation (WIDE: two groups of 4 sharing the activation's
-// loads): ~10-30% faster than 4 at K = 512 and 1408 on lavapipe (2-core VM, median of 15).
+// invocation, 3x the coalesced kernel; vec4 word loads beat single words by ~25%. 8 columns
+// per invocation instead of 4: one row ~10-30% faster at K = 512 and 1408 on lavapipe (2-core
+// VM, median of 15; llama30m int4 decode ~6-10%), 4 rows ~6-11% (its prefill of 14 and 64
+// tokens, 6 interleaved runs).
 // Where the time goes there (K = N = 1408, one row, raw-wgpu variants of this loop): ~58% the
 // weights' loads (Mesa 22.3 loads storage one lane and one 32-bit component at a time, ~2 ns
 // each), ~30% the arithmetic (without any load: 270 of ~920 us); int4 weights already pack the
@@ -21,18 +22,13 @@
 // Each invocation's loops run K / 32 + K / BLOCK times (the planner keeps K <= 32 * 16384).
 //
 // Buffers: Q8: qa (vec4<u32>), sa, qsum; else a (vec4); then b (raw, vec4 words), scales, [zp],
-// [bias], y. Defs: Q8 (+ PLAIN_DOT: byte products), ROWS (1 or 4), WIDE (8 columns: ROWS 1 only),
-// ZP_PACKED / ZP_FLOAT, HAS_BIAS.
+// [bias], y. Defs: Q8 (+ PLAIN_DOT: byte products), ROWS (1 or 4), ZP_PACKED / ZP_FLOAT, HAS_BIAS.
 // Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW, RBLOCKS.
 #import common::grid
 #import quantized::nbits
 #import quantized::epilogue
 
-#ifdef WIDE
 const COLS = 8u;
-#else
-const COLS = 4u;
-#endif
 const ROWS = #{ROWS}u;
 const THREADS = 8u;
 const LOW = 0x0F0F0F0Fu;
@@ -129,13 +125,19 @@ fn main(wg: Grid) {
     let n1 = min(n0 + 1u, last_n);
     let n2 = min(n0 + 2u, last_n);
     let n3 = min(n0 + 3u, last_n);
-#ifdef WIDE
     let n4 = min(n0 + 4u, last_n);
     let n5 = min(n0 + 5u, last_n);
     let n6 = min(n0 + 6u, last_n);
     let n7 = min(n0 + 7u, last_n);
     var e0: Dots;
     var acc4 = vec4<f32>();
+#if ROWS == 4
+    var e1: Dots;
+    var e2: Dots;
+    var e3: Dots;
+    var acc5 = vec4<f32>();
+    var acc6 = vec4<f32>();
+    var acc7 = vec4<f32>();
 #endif
     let last_m = M() - 1u;
     let r0 = min(m0, last_m);
@@ -167,11 +169,14 @@ fn main(wg: Grid) {
         d1 = Dots();
         d2 = Dots();
         d3 = Dots();
-#ifdef WIDE
         let z4 = vec4<f32>(zero_point(n4, blk), zero_point(n5, blk), zero_point(n6, blk), zero_point(n7, blk));
         let scale4 = vec4<f32>(f32(scales_load(n4 * NBLK() + blk)), f32(scales_load(n5 * NBLK() + blk)),
                                f32(scales_load(n6 * NBLK() + blk)), f32(scales_load(n7 * NBLK() + blk)));
         e0 = Dots();
+#if ROWS == 4
+        e1 = Dots();
+        e2 = Dots();
+        e3 = Dots();
 #endif
         for (var j = 0u; j < groups; j++) {  // a constant trip count: unrolled for the usual block of 32
             let g = blk * groups + j;
@@ -179,15 +184,23 @@ fn main(wg: Grid) {
             let w1 = b_word4(n1 * row_groups + g);
             let w2 = b_word4(n2 * row_groups + g);
             let w3 = b_word4(n3 * row_groups + g);
-#ifdef WIDE
             let w4 = b_word4(n4 * row_groups + g);
             let w5 = b_word4(n5 * row_groups + g);
             let w6 = b_word4(n6 * row_groups + g);
             let w7 = b_word4(n7 * row_groups + g);
 #ifdef Q8
             e0 += dots(w4, w5, w6, w7, r0 * row_stride + 2u * g);
+#if ROWS == 4
+            e1 += dots(w4, w5, w6, w7, r1 * row_stride + 2u * g);
+            e2 += dots(w4, w5, w6, w7, r2 * row_stride + 2u * g);
+            e3 += dots(w4, w5, w6, w7, r3 * row_stride + 2u * g);
+#endif
 #else
             e0 += dots(w4, w5, w6, w7, z4, r0 * row_stride + 8u * g);
+#if ROWS == 4
+            e1 += dots(w4, w5, w6, w7, z4, r1 * row_stride + 8u * g);
+            e2 += dots(w4, w5, w6, w7, z4, r2 * row_stride + 8u * g);
+            e3 += dots(w4, w5, w6, w7, z4, r3 * row_stride + 8u * g);
 #endif
 #endif
 #ifdef Q8
@@ -207,8 +220,11 @@ fn main(wg: Grid) {
 #endif
         }
         acc0 = finish_block(acc0, d0, z, scale, r0, blk);
-#ifdef WIDE
         acc4 = finish_block(acc4, e0, z4, scale4, r0, blk);
+#if ROWS == 4
+        acc5 = finish_block(acc5, e1, z4, scale4, r1, blk);
+        acc6 = finish_block(acc6, e2, z4, scale4, r2, blk);
+        acc7 = finish_block(acc7, e3, z4, scale4, r3, blk);
 #endif
 #if ROWS == 4
         acc1 = finish_block(acc1, d1, z, scale, r1, blk);
@@ -217,12 +233,13 @@ fn main(wg: Grid) {
 #endif
     }
     put(m0, n0, acc0);
-#ifdef WIDE
     put(m0, n0 + 4u, acc4);
-#endif
 #if ROWS == 4
     put(m0 + 1u, n0, acc1);
     put(m0 + 2u, n0, acc2);
     put(m0 + 3u, n0, acc3);
+    put(m0 + 1u, n0 + 4u, acc5);
+    put(m0 + 2u, n0 + 4u, acc6);
+    put(m0 + 3u, n0 + 4u, acc7);
 #endif
 }
