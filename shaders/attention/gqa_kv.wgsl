@@ -95,8 +95,7 @@ fn main(wg: Grid) {
 #ifdef ROTARY
     let rp = rope_pair(d, HALF());
     if (rp.rotated) {
-        let c = min(t, MAXPOS() - 1u) * HALF() + rp.col;
-        k = k * f32(cos_cache_load(c)) + rp.sign * key_at(kbase, rp.partner, inv) * f32(sin_cache_load(c));
+        k = rope_rotate(k, key_at(kbase, rp.partner, inv), t, rp);
     }
 #endif
     present_k_store(dst, present_k_t(k));

@@ -63,8 +63,7 @@ fn query_element(base: u32, d: u32, inv: f32, pos: u32) -> f32 {
 #ifdef ROTARY
     let rp = rope_pair(d, HALF());
     if (rp.rotated) {
-        let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
-        q = q * f32(cos_cache_load(c)) + rp.sign * query_at(base, rp.partner, inv) * f32(sin_cache_load(c));
+        q = rope_rotate(q, query_at(base, rp.partner, inv), pos, rp);
     }
 #endif
     return f16_step(q) * SCALE();

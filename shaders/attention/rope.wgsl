@@ -30,6 +30,16 @@ fn rope_pair(d: u32, half: u32) -> RopePair {
 #endif
 }
 
+#ifdef ROTARY
+// GroupQueryAttention's rotary step for element x of a head at position `pos` (clamped to the
+// caches' rows), whose partner element (rp.partner) is `partner`; the importer binds cos_cache
+// and sin_cache and has the params MAXPOS and HALF.
+fn rope_rotate(x: f32, partner: f32, pos: u32, rp: RopePair) -> f32 {
+    let c = min(pos, MAXPOS() - 1u) * HALF() + rp.col;
+    return x * f32(cos_cache_load(c)) + rp.sign * partner * f32(sin_cache_load(c));
+}
+#endif
+
 // A float16 model's intermediate value as onnxruntime's CPU kernels hold it: rounded to the
 // nearest float16 (ties to even) when ROUND_F16 is defined, unchanged otherwise. Its
 // GroupQueryAttention writes the rotated query to a float16 buffer before the Q.K product, and
