@@ -18,8 +18,9 @@ byte products with `MatMulNBits(packed_dot=False)`). Levels 0-3 keep f32 activat
 
 Kernels per kind of adapter (the heuristic of operators/gemv.py): on a CPU-type adapter the
 chunked kernels (quantize_q8_chunked.wgsl + matmul_nbits_chunked.wgsl: no barriers, each
-invocation streams its own columns' packed rows), wherever blocks hold whole vec4 word groups;
-elsewhere the coalesced gemv / q8 kernels and the tiled one for many rows with f32 activations.
+invocation streams its own columns' packed rows; int8 activations paired for 16-bit-lane
+products instead of dot4I8Packed), wherever blocks hold whole vec4 word groups; elsewhere the
+coalesced gemv / q8 kernels and the tiled one for many rows with f32 activations.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ class NBitsSpec:
 class MatMulNBits(Operator):
     """y = a @ dequant(B)^T (+ bias) with 4-bit block-quantized B [N, n_blocks, block_size / 2].
 
-    packed_dot: accuracy_level 4 uses WGSL's dot4I8Packed (False: byte-by-byte products).
+    packed_dot: accuracy_level 4's coalesced kernel uses WGSL's dot4I8Packed (False: byte-by-byte
+    products); the chunked one multiplies paired 16-bit lanes and needs neither.
     """
 
     op_type = "MatMulNBits"
@@ -162,8 +164,7 @@ class MatMulNBits(Operator):
             chunked = ctx.adapter_cpu() * (1 if q8 else select_small(m, CHUNKED_MAX_M))
         steps: list[Step] = []
         if not is_zero(chunked):
-            chunked_defs = {**defs, "PLAIN_DOT": q8 and not self.packed_dot}
-            steps += _plan_chunked(ctx, c, m, q8, chunked, chunked_defs, reads, self.shared_activation(ctx))
+            steps += _plan_chunked(ctx, c, m, q8, chunked, defs, reads, self.shared_activation(ctx))
         if k % 8:
             defs["K_TAIL"] = True
         if q8:
@@ -242,7 +243,7 @@ def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, de
     if q8 and shared is not None:
         activation: dict[str, str | Buf] = shared
     elif q8:
-        qa = ctx.scratch(m * c.nblk * c.block // 4, "uint32", "qa")
+        qa = ctx.scratch(m * c.nblk * c.block // 2, "uint32", "qa")  # 2 words a value (pair words)
         sa = ctx.scratch(m * c.nblk, "float32", "sa")
         qsum = ctx.scratch(m * c.nblk, "float32", "qsum")
         steps.append(_quantize_chunked(ctx, m, c.k, c.block, enabled, qa, sa, qsum))
@@ -280,7 +281,7 @@ class QuantizeQ8(Operator):
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         k, block = int(ctx.attr("K")), int(ctx.attr("block_size"))
         lead, nblk = tuple(ctx.input_shape(0)[:-1]), ceil_div(k, block)
-        return [(dtypes.UINT32, lead + (nblk * block // 4,)), (dtypes.FLOAT32, lead + (nblk,)),
+        return [(dtypes.UINT32, lead + (nblk * block // 2,)), (dtypes.FLOAT32, lead + (nblk,)),
                 (dtypes.FLOAT32, lead + (nblk,))]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:

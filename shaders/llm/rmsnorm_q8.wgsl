@@ -4,7 +4,7 @@
 // input_skip_bias_sum), y = v / sqrt(mean(v^2) + eps) * gamma (written to y unless STORE_Y is 0:
 // on CPU-type adapters the MatMulNBits consumers read only the int8 activation), then y
 // quantized per block exactly as quantize_q8_chunked.wgsl does (scale = max|y| / 127, q =
-// round(y * 127 / max|y|), the paired-nibble word layout, sa and qsum): one dispatch instead of two.
+// round(y * 127 / max|y|), its pair-word layout, sa and qsum): one dispatch instead of two.
 // One workgroup of WG threads per row (WG 64, or 8 for CPU-type adapters, where lavapipe runs a
 // workgroup 8 threads at a time and each barrier switches between those groups): the threads
 // sum v^2 as 64 partial sums (PARTS), a tree adds them, then each thread writes whole blocks
@@ -52,12 +52,6 @@ fn normed4(base4: u32, k4: u32, inv: f32) -> vec4<f32> {
     return value4(base4, k4) * inv * vec4<f32>(gamma_load4(k4));
 }
 
-// 4 quantized values as the bytes of one word (low byte first).
-fn pack_q8(q: vec4<i32>) -> u32 {
-    let b = vec4<u32>(q) & vec4<u32>(255u);
-    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
-}
-
 @compute @workgroup_size(#{WG})
 fn main(wg: Grid) {
     let row = grid_group(wg);
@@ -103,16 +97,18 @@ fn main(wg: Grid) {
         // 127 / max, not 1 / scale: onnxruntime's rounding (see quantize_q8.wgsl)
         let inverse = select(0.0, 127.0 / peak, peak != 0.0);
         let t = m * NBLK() + blk;
-        let words = t * (BLOCK() / 4u);
+        let words = t * (BLOCK() / 2u);
         var total = 0i;
         for (var e = 0u; e < BLOCK() / 8u; e++) {
-            // values 8e .. 8e + 7: word 2e takes the even ones, 2e + 1 the odd ones
+            // values 8e .. 8e + 7: pair word j holds value j + 4 + 65536 * value j
             let lo = vec4<i32>(round(normed4(base4, b4 + 2u * e, inv) * inverse));
             let hi = vec4<i32>(round(normed4(base4, b4 + 2u * e + 1u, inv) * inverse));
             total += lo.x + lo.y + lo.z + lo.w + hi.x + hi.y + hi.z + hi.w;
             if (live) {
-                qa_store(words + 2u * e, pack_q8(vec4<i32>(lo.x, lo.z, hi.x, hi.z)));
-                qa_store(words + 2u * e + 1u, pack_q8(vec4<i32>(lo.y, lo.w, hi.y, hi.w)));
+                let pairs = bitcast<vec4<u32>>(hi + 65536 * lo);
+                for (var j = 0u; j < 4u; j++) {
+                    qa_store(words + 4u * e + j, pairs[j]);
+                }
             }
         }
         if (live) {

@@ -2,12 +2,11 @@
 // activation a [M, K] quantized to int8 per block of BLOCK values along K exactly as
 // quantize_q8.wgsl does (onnxruntime's MLAS CompInt8: scale = max|a| / 127, q = round(a * 127 /
 // max|a|), ties to even, 0 past K), one invocation per (row, block), no barriers.
-// The bytes go out paired with the 4-bit weights' nibbles: of every 8 values, word 2j holds
-// q0, q2, q4, q6 and word 2j + 1 holds q1, q3, q5, q7 (low byte first), so that a weight word
-// masked to its low (high) nibbles meets its activations in one dot4I8Packed. Also written:
-// sa[m * NBLK + blk] = scale and qsum[m * NBLK + blk] = the block's sum of q (zero points are
-// applied as dot(q_w - z, q_a) = dot(q_w, q_a) - z * sum(q_a)).
-// Buffers: a (any float dtype), qa (u32 words, BLOCK / 4 per block), sa, qsum.
+// The values go out paired for matmul_nbits_chunked.wgsl's 16-bit-lane products: of every 8
+// values q0..q7, 4 words q[j + 4] + 65536 q[j] (j = 0..3, as i32 bits), 2 words a value. Also
+// written: sa[m * NBLK + blk] = scale and qsum[m * NBLK + blk] = the block's sum of q (zero
+// points are applied as dot(q_w - z, q_a) = dot(q_w, q_a) - z * sum(q_a)).
+// Buffers: a (any float dtype), qa (u32 words, BLOCK / 2 per block), sa, qsum.
 // Params: M, K, BLOCK, NBLK.
 #import common::grid
 
@@ -36,19 +35,14 @@ fn main(wg: Grid) {
     // 127 / max, not 1 / scale: onnxruntime's rounding (see quantize_q8.wgsl)
     let inverse = select(0.0, 127.0 / peak, peak != 0.0);
     var total = 0i;
-    let base = t * (BLOCK() / 4u);
+    let base = t * (BLOCK() / 2u);
     for (var e = 0u; e < BLOCK() / 8u; e++) {
-        var even = 0u;
-        var odd = 0u;
         for (var j = 0u; j < 4u; j++) {
-            let q0 = i32(round(value(m, k0 + 8u * e + 2u * j) * inverse));
-            let q1 = i32(round(value(m, k0 + 8u * e + 2u * j + 1u) * inverse));
-            total += q0 + q1;
-            even |= (u32(q0) & 255u) << (8u * j);
-            odd |= (u32(q1) & 255u) << (8u * j);
+            let lo = i32(round(value(m, k0 + 8u * e + j) * inverse));
+            let hi = i32(round(value(m, k0 + 8u * e + j + 4u) * inverse));
+            total += lo + hi;
+            qa_store(base + 4u * e + j, bitcast<u32>(hi + 65536 * lo));
         }
-        qa_store(base + 2u * e, even);
-        qa_store(base + 2u * e + 1u, odd);
     }
     sa_store(t, peak / 127.0);
     qsum_store(t, f32(total));

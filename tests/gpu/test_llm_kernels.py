@@ -156,11 +156,20 @@ def int4_matmul(k: int, n: int, block: int, accuracy: int, zero_points: bool, se
     return make_model([node], [("a", np.float32, ["M", k])], ["y"], inits, extra_opsets=MS)
 
 
+@pytest.fixture(scope="module")
+def runtime_without_subgroups(wgpu_adapter):
+    return onyxia.Runtime(wgpu_adapter, subgroups=False)
+
+
 @pytest.mark.parametrize("k,n,block,zp", [(64, 48, 32, True), (128, 40, 16, False), (96, 33, 32, True),
                                           (256, 64, 128, False), (80, 24, 32, True)])
 @pytest.mark.parametrize("m", [1, 7])
 @pytest.mark.parametrize("packed_dot", [True, False], ids=["dot4I8Packed", "plain"])
-def test_matmulnbits_accuracy_level_4_quantizes_the_activation(runtime, k, n, block, zp, m, packed_dot):
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "no-subgroups"])
+def test_matmulnbits_accuracy_level_4_quantizes_the_activation(runtime, runtime_without_subgroups, k, n, block, zp,
+                                                               m, packed_dot, subgroups):
+    """Both kernel families against onnxruntime; the chunked kernel with its lanes sharing the
+    activation's loads through subgroups and without (each lane loads every pair word)."""
     model = int4_matmul(k, n, block, accuracy=4, zero_points=zp)
     a = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
     a[0, :block] = 0.0  # an all-zero block: scale 0, quantized to zeros
@@ -170,7 +179,10 @@ def test_matmulnbits_accuracy_level_4_quantizes_the_activation(runtime, k, n, bl
     chunked = block >= 32 and k % block == 0  # where the chunked variant applies (CPU-type adapters)
     assert {s.label for s in compiled.shaders} == {"quantize_q8", "matmul_nbits_q8"} | (
         {"quantize_q8_chunked", "matmul_nbits_chunked"} if chunked else set())
-    exe = runtime.load_model(compiled)
+    rt = runtime if subgroups else runtime_without_subgroups
+    if subgroups and "subgroup" not in rt.features:
+        pytest.skip(f"{rt.info.summary} has no subgroups")
+    exe = rt.load_model(compiled)
     for cpu in (0, 1) if chunked else (None,):  # each variant, whatever this adapter is
         if cpu is not None:
             exe.update_dimensions({ADAPTER_CPU: cpu})
@@ -179,6 +191,25 @@ def test_matmulnbits_accuracy_level_4_quantizes_the_activation(runtime, k, n, bl
     # ... and it differs measurably from the f32-activation product (accuracy_level 0)
     exact = run_ort(int4_matmul(k, n, block, accuracy=0, zero_points=zp), {"a": a})[0]
     assert float(np.abs(exact - ref).max()) > 1e-4 * float(np.abs(ref).max())
+
+
+@pytest.mark.parametrize("m", [1, 6])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_matmulnbits_accuracy_level_4_extreme_products(runtime, m, sign):
+    """The chunked kernel sums two int8 x 4-bit products per 16-bit lane of an i32 multiply: at
+    the extremes (every weight 15, every activation +-127: 60,960 a block) the lanes' sums must
+    stay exact, as onnxruntime's integer dots are."""
+    k, n, block = 256, 72, 32
+    model = int4_matmul(k, n, block, accuracy=4, zero_points=False)
+    weights = next(t for t in model.graph.initializer if t.name == "w")
+    weights.CopyFrom(onnx.numpy_helper.from_array(np.full((n, k // block, block // 2), 0xFF, np.uint8), "w"))
+    a = np.full((m, k), 3.0 * sign, np.float32)
+    a[:, 1::7] *= 0.5  # not every value at the block's maximum
+    ref = run_ort(model, {"a": a})[0]
+    exe = runtime.load_model(compile_model(model, {"M": m}))
+    for cpu in (0, 1):
+        exe.update_dimensions({ADAPTER_CPU: cpu})
+        np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=1e-6, err_msg=f"cpu={cpu}")
 
 
 def test_matmulnbits_accuracy_level_4_float16(runtime):
