@@ -162,7 +162,8 @@ def runtime_without_subgroups(wgpu_adapter):
 
 
 @pytest.mark.parametrize("k,n,block,zp", [(64, 48, 32, True), (128, 40, 16, False), (96, 33, 32, True),
-                                          (256, 64, 128, False), (80, 24, 32, True)])
+                                          (256, 64, 128, False), (80, 24, 32, True), (256, 40, 32, True),
+                                          (128, 24, 32, False)])
 @pytest.mark.parametrize("m", [1, 7])
 @pytest.mark.parametrize("packed_dot", [True, False], ids=["dot4I8Packed", "plain"])
 @pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "no-subgroups"])
@@ -212,14 +213,15 @@ def test_matmulnbits_accuracy_level_4_extreme_products(runtime, m, sign):
         np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=1e-6, err_msg=f"cpu={cpu}")
 
 
-def test_matmulnbits_accuracy_level_4_float16(runtime):
-    """float16 activations (WebGPU-target int4 folders): quantized from their float16 values."""
-    model = int4_matmul(64, 40, 32, accuracy=4, zero_points=False)
+@pytest.mark.parametrize("k", [64, 128])
+def test_matmulnbits_accuracy_level_4_float16(runtime, k):
+    """float16 activations and scales (WebGPU-target int4 folders): quantized from their float16 values."""
+    model = int4_matmul(k, 40, 32, accuracy=4, zero_points=False)
     model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
     model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
     scales = next(t for t in model.graph.initializer if t.name == "s")
     scales.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scales).astype(np.float16), "s"))
-    a = np.random.default_rng(3).standard_normal((5, 64)).astype(np.float16)
+    a = np.random.default_rng(3).standard_normal((5, k)).astype(np.float16)
     ref = run_ort(model, {"a": a})[0].astype(np.float32)
     ours = runtime.load_model(compile_model(model, {"M": 5})).run({"a": a})["y"].astype(np.float32)
     np.testing.assert_allclose(ours, ref, rtol=2e-3, atol=2e-3 * float(np.abs(ref).max()))

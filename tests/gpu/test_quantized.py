@@ -61,6 +61,8 @@ def nbits_model(rng, *, k: int, n: int, block: int, zero_points: str | None, bia
     (32, 64, 70, "uint8", True),
     (64, 192, 33, "float", False),
     (128, 256, 20, "uint8", False),  # odd block count: padded zero-point rows
+    (32, 256, 40, "uint8", True),  # blocks a multiple of 4: the chunked kernel's vec4 scale loads
+    (32, 128, 36, "float", False),
 ])
 def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     rng = np.random.default_rng(block + k)
@@ -78,14 +80,15 @@ def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     assert exe.stats.recompiles == 0
 
 
-def test_matmul_nbits_float16_batched(runtime):
+@pytest.mark.parametrize("k", [64, 128])  # 2 / 4 blocks (vec4 scale loads)
+def test_matmul_nbits_float16_batched(runtime, k):
     rng = np.random.default_rng(4)
-    model = nbits_model(rng, k=64, n=24, block=32, zero_points="uint8", bias=True, dtype=np.float16,
+    model = nbits_model(rng, k=k, n=24, block=32, zero_points="uint8", bias=True, dtype=np.float16,
                         batch_dims=(2, "S"))
     exe = runtime.load_model(compile_with(model, {"S": 3}))
     for s in (3, 1):
         exe.update_dimensions({"S": s})
-        a = rng.standard_normal((2, s, 64)).astype(np.float16)
+        a = rng.standard_normal((2, s, k)).astype(np.float16)
         ours, ref = exe.run({"A": a})["Y"], run_ort(model, {"A": a})[0]
         assert ours.dtype == np.float16 and ours.shape == ref.shape
         np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), rtol=2e-2, atol=2e-2)
