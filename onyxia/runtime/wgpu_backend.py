@@ -3,7 +3,8 @@
 Setup once: buffers, shader modules, pipelines, bind groups (a new bind group per dispatch
 costs ~5x a cached one on lavapipe). A run is one command encoder — the feed copies, one compute
 pass spanning each run of dispatches between copies, the output copies into staging buffers —
-one submit, and a map of the staging buffers of the requested outputs only.
+one submit, and a map of the staging buffers of the requested outputs only. Its dispatches are
+encoded with wgpu-native's pass calls directly where wgpu-py has them (`_raw_pass_calls`).
 
 Each parameter transport binds its own way (`_ImmediateParams`, `_UniformParams`), chosen by
 transport class: push constants set per dispatch, or one uniform buffer holding a 256-byte slot
@@ -28,6 +29,25 @@ from onyxia.runtime.contract import FeedCopy, Limits, Readback
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
+def _raw_pass_calls() -> Any:
+    """wgpu-native's compute-pass entry points as wgpu-py 0.32 loads them, without its per-call
+    error-capture wrapper, or None where this wgpu-py does not have them. A replay encodes
+    ~100 dispatches a run with 4 calls each; the wrapper makes that ~1.4 ms a run instead of
+    ~0.5 (lavapipe, 96 dispatches), time a CPU adapter takes from the kernels and a GPU waits
+    for. The pass's own errors still surface: wgpu validates a pass's commands when it ends,
+    and end / finish go through wgpu-py."""
+    try:
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+        calls = (lib.wgpuComputePassEncoderSetPipeline, lib.wgpuComputePassEncoderSetBindGroup,
+                 lib.wgpuComputePassEncoderSetImmediates, lib.wgpuComputePassEncoderDispatchWorkgroups)
+    except (ImportError, AttributeError):
+        return None
+    return ffi, calls
+
+
+_RAW = _raw_pass_calls()
+
+
 class _ImmediateParams:
     """Push constants: `set_immediates` with the dispatch's slice of the parameter memory."""
 
@@ -39,6 +59,9 @@ class _ImmediateParams:
 
     def binder(self, cmd: DispatchCommand) -> Callable[[wgpu.GPUComputePassEncoder], None]:
         data, size = cmd.params, len(cmd.params)  # type: ignore[arg-type]
+        if _RAW is not None:  # the replay's parameter memory never moves (Replay._layout_params)
+            pointer, set_immediates = _RAW[0].from_buffer(data), _RAW[1][2]
+            return lambda cpass: set_immediates(cpass._internal, 0, pointer, size)
         return lambda cpass: cpass.set_immediates(0, data, 0, size)  # lavapipe needs data_size
 
     def upload(self) -> None:
@@ -228,11 +251,20 @@ class WgpuBackend:
         cpass = self._pass
         if cpass is None:
             cpass = self._pass = self._encoder.begin_compute_pass()  # type: ignore[union-attr]
-        cpass.set_pipeline(cmd.program)
-        cpass.set_bind_group(0, cmd.bindings)
+        if _RAW is None:
+            cpass.set_pipeline(cmd.program)
+            cpass.set_bind_group(0, cmd.bindings)
+            if cmd.bind_params is not None:
+                cmd.bind_params(cpass)
+            cpass.dispatch_workgroups(x, y, z)
+            return
+        ffi, (set_pipeline, set_bind_group, _, dispatch) = _RAW
+        handle = cpass._internal
+        set_pipeline(handle, cmd.program._internal)
+        set_bind_group(handle, 0, cmd.bindings._internal, 0, ffi.NULL)
         if cmd.bind_params is not None:
             cmd.bind_params(cpass)
-        cpass.dispatch_workgroups(x, y, z)
+        dispatch(handle, x, y, z)
 
     def encode_dispatch(self, cpass: wgpu.GPUComputePassEncoder, cmd: DispatchCommand) -> None:
         """One dispatch into a given pass (the profiler gives each its own timed pass)."""
