@@ -12,18 +12,21 @@
 // z * sum(q_a)) * sa * scale, the integer dot onnxruntime's CPU kernel takes, exactly.
 // Without Q8 the activation stays f32 (a, read as vec4s) and each word's 8 nibbles become two
 // vec4s of (q - z), dotted with a and scaled per block.
-// Measured on lavapipe (2-core VM, raw-wgpu variants of this loop, one row, 15 interleaved runs):
-// 8 columns per invocation beat 4 (one row ~10-30%, 4 rows ~6-11%); vec4 word loads beat single
-// words by ~25%. Of the time (K = N = 1408) ~58% went to the weights' loads (Mesa 22.3 loads
-// storage one lane and one 32-bit component at a time) and the rest to arithmetic, where
-// dot4I8Packed (lowered to byte extracts, 4 multiplies and adds per word) took 2 dot4 per word:
-// the paired products cut the kernel by ~20% (K, N = 512 / 1408 / 1408: 247 -> 211, 190 -> 169,
-// 446 -> 333 us, minima) at twice the activation's bytes (still 1/8 of the loads: a row's group
-// is read once for 8 columns). Texture reads were only ~15% faster than storage loads.
+// Measured on lavapipe (2-core VM; raw-wgpu variants of the loop, then the kernel itself against
+// its previous form in one process, 15 interleaved rounds): 8 columns per invocation beat 4 (one
+// row ~10-30%, 4 rows ~6-11%); vec4 word loads beat single words by ~25%. The loads bound it:
+// Mesa 22.3 loads storage one lane and one 32-bit component at a time (~10 cycles a word, a
+// vec4 or scalars alike: loading 4 blocks' scales as one vec4 gained nothing), so the kernel
+// costs about its loaded words. The paired products (instead of 2 dot4I8Packed a word, which
+// lavapipe lowers to byte extracts) with the activation shared through subgroups run ~5-15%
+// faster than that form (K x N = 512 x 1408, one row: 197 -> 181 us; 4096 x 1024: 1202 -> 1047;
+// 14 rows, 512 x 1408: 1244 -> 1064), though the pairs double the activation's words.
+// Texture reads were only ~15% faster than storage loads.
 // Each invocation's loops run K / 32 + K / BLOCK times (the planner keeps K <= 32 * 16384).
 //
-// Buffers: Q8: qa (vec4<u32>: pair words), sa, qsum; else a (vec4); then b (raw, vec4 words), scales, [zp],
-// [bias], y. Defs: Q8, ROWS (1 or 4), ZP_PACKED / ZP_FLOAT, HAS_BIAS.
+// Buffers: Q8: qa (vec4<u32>: pair words), sa, qsum; else a (vec4); then b (raw, vec4 words),
+// scales, [zp], [bias], y. Defs: Q8, ROWS (1 or 4), ZP_PACKED / ZP_FLOAT, HAS_BIAS;
+// ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW, RBLOCKS.
 #import common::grid
 #import quantized::nbits
@@ -39,7 +42,7 @@ alias Dots = vec4<i32>;  // a block's dot products of 4 columns with one row
 alias Dots = vec4<f32>;
 #endif
 
-// Q8: the activation's 32 bytes of a word group as quantize_q8_chunked.wgsl pairs them: four
+// Q8: a word group's 32 activation values as quantize_q8_chunked.wgsl pairs them: four
 // vec4<i32>, one per weight word, lane j = a[j + 4] + 65536 * a[j] of that word's 8 values.
 #ifdef Q8
 struct Act {
