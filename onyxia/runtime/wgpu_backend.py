@@ -59,7 +59,7 @@ class _ImmediateParams:
 
     def binder(self, cmd: DispatchCommand) -> Callable[[wgpu.GPUComputePassEncoder], None]:
         data, size = cmd.params, len(cmd.params)  # type: ignore[arg-type]
-        if _RAW is not None:  # the replay's parameter memory never moves (Replay._layout_params)
+        if _RAW is not None:  # the parameter memory never moves (PlanReplay._layout_params)
             pointer, set_immediates = _RAW[0].from_buffer(data), _RAW[1][2]
             return lambda cpass: set_immediates(cpass._internal, 0, pointer, size)
         return lambda cpass: cpass.set_immediates(0, data, 0, size)  # lavapipe needs data_size
