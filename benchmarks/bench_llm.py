@@ -7,7 +7,8 @@ hidden 512, 8 layers, 8 heads / 4 KV heads, MLP 1408, vocabulary 8000) in onnxru
 layout, unless --model-dir points at folders (several may be given: one table each, in one run;
 e.g. the ~30M-parameter webgpu-fp16 and cpu-int4 folders `tools/build_llm_fixtures.py --big DIR`
 exports with onnxruntime-genai's builder). Then, for both engines:
-- prefill: seconds to run the prompt and produce the first token (median of --repeat runs);
+- prefill: seconds to run the prompt and produce the first token (median of --repeat runs, the
+  two engines' runs interleaved so that both meet the same moments of a noisy machine);
 - decode: tokens per second over the following --new - 1 single-token steps, greedy.
 The reference is onnxruntime-genai on its CPU provider when it is installed (greedy, its own KV
 cache handling); otherwise a plain onnxruntime session loop feeding present → past (numpy, argmax
@@ -38,18 +39,20 @@ BENCH_SPEC = DecoderSpec(vocab_size=8000, hidden_size=512, num_layers=8, num_hea
                          intermediate_size=1408, context_length=1024, max_length=512, block_size=32, seed=0)
 
 
-def time_onyxia(session, prompt: list[int], new: int, repeat: int) -> tuple[float, float, list[int]]:
-    prefill, speed, tokens = [], [], []
-    for _ in range(repeat + 1):  # the first run warms pipelines and staging buffers
+# Each engine's one greedy generation: (prefill seconds, decode tokens per second, tokens).
+Run = tuple[float, float, list[int]]
+
+
+def onyxia_runs(session, prompt: list[int], new: int):
+    """Generations with onyxia's LlmSession."""
+    while True:
         tokens = session.generate(prompt, max_new_tokens=new)
-        prefill.append(session.stats.prefill_seconds)
-        speed.append(session.stats.decode_tokens_per_second)
-    return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
+        yield session.stats.prefill_seconds, session.stats.decode_tokens_per_second, tokens
 
 
-def time_onnxruntime(ref: OrtDecoder, prompt: list[int], new: int, repeat: int) -> tuple[float, float, list[int]]:
-    prefill, speed, tokens = [], [], []
-    for _ in range(repeat + 1):
+def onnxruntime_runs(ref: OrtDecoder, prompt: list[int], new: int):
+    """Generations with a plain onnxruntime session loop (present fed back as past)."""
+    while True:
         stamps: list[float] = []
 
         def choose(logits: np.ndarray) -> int:
@@ -58,20 +61,17 @@ def time_onnxruntime(ref: OrtDecoder, prompt: list[int], new: int, repeat: int) 
 
         start = time.perf_counter()
         tokens, _ = ref.run(prompt, new, choose)
-        prefill.append(stamps[0] - start)
-        speed.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
-    return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
+        yield stamps[0] - start, (len(stamps) - 1) / (stamps[-1] - stamps[0]), tokens
 
 
-def time_genai(model_dir: Path, prompt: list[int], new: int, repeat: int) -> tuple[float, float, list[int]]:
-    """onnxruntime-genai on its CPU provider (the folder's provider options cleared)."""
+def genai_runs(model_dir: Path, prompt: list[int], new: int):
+    """Generations with onnxruntime-genai on its CPU provider (the folder's provider options cleared)."""
     import onnxruntime_genai as og
 
     config = og.Config(str(model_dir))
     config.clear_providers()
     model = og.Model(config)
-    prefill, speed, tokens = [], [], []
-    for _ in range(repeat + 1):
+    while True:
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=len(prompt) + new, do_sample=False)
         generator = og.Generator(model, params)
@@ -84,9 +84,17 @@ def time_genai(model_dir: Path, prompt: list[int], new: int, repeat: int) -> tup
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
         end = time.perf_counter()
-        prefill.append(first - start)
-        speed.append((len(tokens) - 1) / (end - first))
-    return statistics.median(prefill[1:]), statistics.median(speed[1:]), tokens
+        yield first - start, (len(tokens) - 1) / (end - first), tokens
+
+
+def interleaved(engines: list, repeat: int) -> list[Run]:
+    """Each engine's medians over `repeat` rounds that run every engine once in turn (after one
+    warm-up run each), so both engines sample the same moments of a noisy machine."""
+    for runs in engines:
+        next(runs)  # warms pipelines, staging buffers, the reference's arenas
+    rounds = [[next(runs) for runs in engines] for _ in range(repeat)]
+    return [(statistics.median(r[i][0] for r in rounds), statistics.median(r[i][1] for r in rounds),
+             rounds[-1][i][2]) for i in range(len(engines))]
 
 
 def main() -> None:
@@ -113,7 +121,7 @@ def main() -> None:
 
 @dataclass(frozen=True)
 class LlmBench:
-    """One folder's figures: onyxia beside the reference engine, medians of `repeat` runs."""
+    """One folder's figures: onyxia beside the reference engine, medians of `repeat` interleaved runs."""
 
     model_dir: Path
     parameters: int
@@ -152,18 +160,17 @@ def measure(model_dir: Path, prompt_len: int, new: int, repeat: int) -> LlmBench
     prompt = [int(t) for t in np.random.default_rng(0).integers(4, vocab, prompt_len)]
     new = min(new, session.max_length - len(prompt))
 
-    o_prefill, o_speed, o_tokens = time_onyxia(session, prompt, new, repeat)
-    before = (session.executor.stats.recompiles, session.executor.stats.reallocs)
-    session.generate(prompt, max_new_tokens=new)  # one more generation: its decode steps must not rebuild
-    rebuilt = (session.executor.stats.recompiles - before[0], session.executor.stats.reallocs - before[1])
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
-        reference = "onnxruntime"
-        r_prefill, r_speed, r_tokens = time_onnxruntime(OrtDecoder(model_dir), prompt, new, repeat)
+        reference, reference_runs = "onnxruntime", onnxruntime_runs(OrtDecoder(model_dir), prompt, new)
     else:
-        reference = "genai (CPU)"
-        r_prefill, r_speed, r_tokens = time_genai(model_dir, prompt, new, repeat)
+        reference, reference_runs = "genai (CPU)", genai_runs(model_dir, prompt, new)
+    (o_prefill, o_speed, o_tokens), (r_prefill, r_speed, r_tokens) = interleaved(
+        [onyxia_runs(session, prompt, new), reference_runs], repeat)
+    before = (session.executor.stats.recompiles, session.executor.stats.reallocs)
+    session.generate(prompt, max_new_tokens=new)  # one more generation: its decode steps must not rebuild
+    rebuilt = (session.executor.stats.recompiles - before[0], session.executor.stats.reallocs - before[1])
     return LlmBench(model_dir, num_parameters(model_dir), session.config.type, session.runtime.info.summary, load_s,
                     len(prompt), new, reference, (o_prefill, r_prefill), (o_speed, r_speed),
                     session.dispatches_per_step, o_tokens == r_tokens, rebuilt, decode_cost(session.compiled))
@@ -172,7 +179,7 @@ def measure(model_dir: Path, prompt_len: int, new: int, repeat: int) -> LlmBench
 def report(r: LlmBench, repeat: int) -> None:
     print(f"model: {r.model_dir} ({r.parameters / 1e6:.1f}M parameters, {r.family}); "
           f"onyxia compile + load {r.load_s:.1f} s on {r.adapter}")
-    print(f"\nprompt {r.prompt} tokens, {r.new} new tokens, median of {repeat} runs")
+    print(f"\nprompt {r.prompt} tokens, {r.new} new tokens, median of {repeat} runs, the engines taking turns")
     print(f"{'':24}{'onyxia':>14}{r.reference:>14}{'ratio':>10}")
     print(f"{'prefill (ms)':24}{r.prefill_s[0] * 1e3:14.1f}{r.prefill_s[1] * 1e3:14.1f}{r.prefill_ratio:9.2f}x")
     print(f"{'decode (tokens/s)':24}{r.decode_tok_s[0]:14.1f}{r.decode_tok_s[1]:14.1f}{r.decode_ratio:9.2f}x")
