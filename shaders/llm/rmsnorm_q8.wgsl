@@ -105,10 +105,11 @@ fn main(wg: Grid) {
             let hi = vec4<i32>(round(normed4(base4, b4 + 2u * e + 1u, inv) * inverse));
             total += lo.x + lo.y + lo.z + lo.w + hi.x + hi.y + hi.z + hi.w;
             if (live) {
-                let pairs = bitcast<vec4<u32>>(hi + 65536 * lo);
-                for (var j = 0u; j < 4u; j++) {
-                    qa_store(words + 4u * e + j, pairs[j]);
-                }
+                let pairs = bitcast<vec4<u32>>(hi + 65536 * lo);  // 4 stores, no loop: the trip count stays
+                qa_store(words + 4u * e, pairs.x);
+                qa_store(words + 4u * e + 1u, pairs.y);
+                qa_store(words + 4u * e + 2u, pairs.z);
+                qa_store(words + 4u * e + 3u, pairs.w);
             }
         }
         if (live) {
