@@ -46,9 +46,9 @@ from onyxia.plan_steps import (  # noqa: F401 - re-exported: the step types are 
 )
 
 PLAN_FORMAT = "onyxia-plan"
-# 4: Tunable steps (kernel variants the runtime chooses among); 3: shaders declare typed
-# buffers, tensors keep native storage (2: 32-bit words)
-PLAN_VERSION = 4
+# 5: buffers read in pairs (BufferDecl.wide); 4: Tunable steps (kernel variants the runtime
+# chooses among); 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
+PLAN_VERSION = 5
 
 # The plan's status word: kernels that can detect a wrong result (an int64 value out of the
 # range the GPU computes it in) record a report site in it, and the runtime raises an error
@@ -91,6 +91,9 @@ class BufferDecl:
     vector: bool = False  # the kernel also reads vec4s: NAME_load4(j) = elements 4j .. 4j+3
     whole_words: bool = False  # a write binding the kernel stores whole words of (NAME_store_unit)
     raw: bool = False  # the kernel moves storage codes (u32 bits), not values: no decode/encode
+    # The kernel reads pairs: NAME_load2(j) = elements 2j, 2j + 1 (raw `vector` codes:
+    # NAME_word8(j) = words 8j .. 8j + 7 as two vec4s), 64-bit loads where the device has them.
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
                      "defs": [[k, _enc(v)] for k, v in s.defs],
                      "constants": [[p.name, p.type, _enc(v)] for p, v in s.constants],
                      "immediates": [[p.name, p.type] for p in s.immediates],
-                     "buffers": [[b.name, b.dtype, b.read_only, b.vector, b.whole_words, b.raw]
+                     "buffers": [[b.name, b.dtype, b.read_only, b.vector, b.whole_words, b.raw, b.wide]
                                  for b in s.buffers],
                      "reports": s.reports} for s in model.shaders],
         "operations": [{"name": op.name, "op_type": op.op_type, "scratch": list(op.scratch),
@@ -287,8 +290,8 @@ def _plan_from_json(doc: dict, arrays: dict[str, np.ndarray]) -> CompiledModel:
         ShaderSpec(s["label"], s["template"], tuple((k, _dec(v)) for k, v in s["defs"]),
                    tuple((ShaderParam(n, ty), _dec(v)) for n, ty, v in s["constants"]),
                    tuple(ShaderParam(n, ty) for n, ty in s["immediates"]), s["entry_point"],
-                   tuple(BufferDecl(n, dt, bool(r), bool(v), bool(w), bool(raw))
-                         for n, dt, r, v, w, raw in s["buffers"]), bool(s["reports"]))
+                   tuple(BufferDecl(n, dt, bool(r), bool(v), bool(w), bool(raw), bool(wide))
+                         for n, dt, r, v, w, raw, wide in s["buffers"]), bool(s["reports"]))
         for s in doc["shaders"])
     operations = tuple(PlannedOp(o["name"], o["op_type"], tuple(Step.kind(s["t"]).from_json(s) for s in o["steps"]),
                                  tuple(o["scratch"])) for o in doc["operations"])

@@ -249,8 +249,9 @@ def _check_shader(d: _Doc, s: Any, where: str, templates: dict) -> None:
     names: set[str] = set()
     for j, b in enumerate(d.list(s["buffers"], f"{where}.buffers")):
         at = f"{where}.buffers[{j}]"
-        if not isinstance(b, list) or len(b) != 6 or not all(isinstance(x, bool) for x in b[2:]):
-            raise _fail(at, f"must be [name, dtype, read_only, vector, whole_words, raw] (4 true/false), got {b!r}")
+        if not isinstance(b, list) or len(b) != 7 or not all(isinstance(x, bool) for x in b[2:]):
+            raise _fail(at, f"must be [name, dtype, read_only, vector, whole_words, raw, wide] (5 true/false), "
+                            f"got {b!r}")
         if d.str(b[0], f"{at}[0]", _IDENTIFIER) in names:
             raise _fail(f"{at}[0]", f"{b[0]!r} names a second buffer of the shader")
         names.add(b[0])

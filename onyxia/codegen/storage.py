@@ -15,7 +15,11 @@ buffer `x` the kernel gets:
 - `x_lanes` and `x_store_unit(u, v: array<x_t, x_lanes>)` for `whole_words` buffers: the kernel
   owns whole words (u holds elements u * x_lanes ..), plain stores and no atomics;
 - `x_word(w) -> u32`: the w-th raw 32-bit word of a packed buffer; `x_word4(j) -> vec4<u32>`
-  words 4j .. 4j+3 of a raw, read-only, `vector` buffer of 8- or 4-bit codes.
+  words 4j .. 4j+3 of a raw, read-only, `vector` buffer of 8- or 4-bit codes;
+- `wide` (read-only) buffers: `x_load2(j) -> vec2<x_t>`, elements 2j and 2j+1, and for raw
+  `vector` codes `x_word8(j) -> array<vec4<u32>, 2>`, words 8j .. 8j+7. With `wide_reads` (the
+  device has shader-int64) they come as 64-bit loads: one u64 a pair of words, one vec4<u64>
+  for eight words.
 
 float16 is `array<f16>` where the device has shader-f16 (`native_f16`), otherwise pairs packed
 in u32 words and converted with unpack2x16float / pack2x16float: the bytes are the same, so a
@@ -183,9 +187,19 @@ def _encode(d: DType, v: str) -> str:
     return f"onyxia_encode_{s}({v}, true)"
 
 
-def _word_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str]:
+_LOW = "0xFFFFFFFFlu"
+
+
+def _word_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: bool = False) -> list[str]:
     """f32 / i32 / u32 storage: one element per word."""
     n, t = b.name, d.compute
+    if b.wide and wide_reads and b.read_only and not b.vector:  # a u64 per pair of elements
+        out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<u64>;",
+               f"fn {n}_bits(i: u32) -> u32 {{ return u32(({n}_buf[i >> 1u] >> (32u * (i & 1u))) & {_LOW}); }}",
+               f"fn {n}_load(i: u32) -> {n}_t {{ return bitcast<{n}_t>({n}_bits(i)); }}",
+               f"fn {n}_load2(j: u32) -> vec2<{n}_t> {{ let v = {n}_buf[j]; "
+               f"return bitcast<vec2<{n}_t>>(vec2<u32>(u32(v & {_LOW}), u32(v >> 32u))); }}"]
+        return out
     elem = f"vec4<{t}>" if b.vector else t
     out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<{elem}>;"]
     at = f"{n}_buf[i >> 2u][i & 3u]" if b.vector else f"{n}_buf[i]"
@@ -200,7 +214,15 @@ def _word_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str]:
     if b.vector:
         cast = "bitcast<vec4<u32>>" if b.raw else ""
         out += [f"fn {n}_load4(j: u32) -> vec4<{n}_t> {{ return {cast}({n}_buf[j]); }}"]
-    return out
+    return out + _pairs(b)
+
+
+def _pairs(b: BufferDecl) -> list[str]:
+    """NAME_load2 from single loads, where no wider form applies."""
+    n = b.name
+    if not b.wide:
+        return []
+    return [f"fn {n}_load2(j: u32) -> vec2<{n}_t> {{ return vec2<{n}_t>({n}_load(2u * j), {n}_load(2u * j + 1u)); }}"]
 
 
 def _native_f16_buffer(b: BufferDecl, index: int, access: str) -> list[str]:
@@ -218,10 +240,10 @@ def _native_f16_buffer(b: BufferDecl, index: int, access: str) -> list[str]:
             out += [f"fn {n}_store(i: u32, v: f32) {{ {at} = f16(v); }}"]
     if b.vector and not b.raw:
         out += [f"fn {n}_load4(j: u32) -> vec4<f32> {{ return vec4<f32>({n}_buf[j]); }}"]
-    return out
+    return out + _pairs(b)
 
 
-def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str]:
+def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: bool = False) -> list[str]:
     """Storage below 32 bits: `per` codes of `bits` bits to a u32 word, the first lowest."""
     n, bits = b.name, d.bits
     per, mask = 32 // bits, f"{(1 << bits) - 1:#x}u"
@@ -230,17 +252,35 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str
     # Raw 8- and 4-bit codes read as vec4s: four whole words at once (`NAME_word4(j)`), what
     # the int4 kernels stream (one 16-byte load instead of four 4-byte ones).
     quads = b.vector and b.raw and bits < 16 and b.read_only
-    elem = "atomic<u32>" if atomic else "vec2<u32>" if pairs else "vec4<u32>" if quads else "u32"
+    # With wide_reads quads come as 64-bit loads: vec2<u64> a quad (vec4<u64> two, `wide`).
+    octets = quads and wide_reads and b.wide
+    elem = ("atomic<u32>" if atomic else "vec2<u32>" if pairs else "vec4<u64>" if octets
+            else "vec2<u64>" if quads and wide_reads else "vec4<u32>" if quads else "u32")
     out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<{elem}>;"]
+    split = (f"fn {n}_split(a: u64, b: u64) -> vec4<u32> {{ return vec4<u32>(u32(a & {_LOW}), u32(a >> 32u), "
+             f"u32(b & {_LOW}), u32(b >> 32u)); }}")
     if atomic:
         word = f"atomicLoad(&{n}_buf[w])"
     elif pairs:
         word = f"{n}_buf[w >> 1u][w & 1u]"
+    elif octets:  # word w: half w & 1 of u64 (w >> 1) & 3 of octet w >> 3
+        word = f"u32(({n}_buf[w >> 3u][(w >> 1u) & 3u] >> (32u * (w & 1u))) & {_LOW})"
+        out += [split,
+                f"fn {n}_word4(j: u32) -> vec4<u32> {{ let v = {n}_buf[j >> 1u]; "
+                f"return select({n}_split(v.x, v.y), {n}_split(v.z, v.w), (j & 1u) == 1u); }}",
+                f"fn {n}_word8(j: u32) -> array<vec4<u32>, 2> {{ let v = {n}_buf[j]; "
+                f"return array<vec4<u32>, 2>({n}_split(v.x, v.y), {n}_split(v.z, v.w)); }}"]
+    elif quads and wide_reads:  # word w: half w & 1 of u64 (w >> 1) & 1 of quad w >> 2
+        word = f"u32(({n}_buf[w >> 2u][(w >> 1u) & 1u] >> (32u * (w & 1u))) & {_LOW})"
+        out += [split, f"fn {n}_word4(j: u32) -> vec4<u32> {{ let v = {n}_buf[j]; return {n}_split(v.x, v.y); }}"]
     elif quads:
         word = f"{n}_buf[w >> 2u][w & 3u]"
         out += [f"fn {n}_word4(j: u32) -> vec4<u32> {{ return {n}_buf[j]; }}"]
     else:
         word = f"{n}_buf[w]"
+    if quads and b.wide and not octets:
+        out += [f"fn {n}_word8(j: u32) -> array<vec4<u32>, 2> {{ "
+                f"return array<vec4<u32>, 2>({n}_word4(2u * j), {n}_word4(2u * j + 1u)); }}"]
     out += [f"fn {n}_word(w: u32) -> u32 {{ return {word}; }}",
             f"fn {n}_code(i: u32) -> u32 {{ return ({n}_word(i / {per}u) >> ((i % {per}u) * {bits}u)) & {mask}; }}"]
     if b.raw:
@@ -284,6 +324,11 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str) -> list[str
                 f"    for (var l = 0u; l < {per}u; l++) {{ w |= {n}_encode(v[l]) << (l * {bits}u); }}",
                 f"    {n}_buf[u] = w;",
                 "}"]
+    if b.wide and not quads:
+        if d.storage == "f16" and not b.raw:  # a word holds the pair
+            out += [f"fn {n}_load2(j: u32) -> vec2<f32> {{ return unpack2x16float({n}_word(j)); }}"]
+        else:
+            out += _pairs(b)
     return out
 
 
@@ -335,13 +380,16 @@ fn onyxia_checked_index(k: i32, dim: u32) -> u32 {
 
 
 def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: bool,
-                packed_f16_reads: bool = False) -> str:
+                packed_f16_reads: bool = False, wide_reads: bool = False) -> str:
     """The WGSL of every binding: `enable f16;` if needed, codec helpers, declarations, accessors.
 
     `packed_f16_reads`: with native f16, read-only float16 buffers read as vec4s (the matrix
-    products' operands) still take the packed form, two u32 words per vec4 (the same bytes).
+    products' operands, and those read in pairs) still take the packed form, two u32 words per
+    vec4 (the same bytes).
     lavapipe loads storage one scalar per invocation at a time: a word per two halves streams
-    a float16 weight ~2x as fast as 16-bit loads (llama30m fp16 decode matmuls ~43 -> ~19 ms)."""
+    a float16 weight ~2x as fast as 16-bit loads (llama30m fp16 decode matmuls ~43 -> ~19 ms).
+    `wide_reads` (the device has shader-int64): raw 4- and 8-bit codes read as vec4s come as
+    two u64s (the same bytes); lavapipe loads a 64-bit scalar as cheaply as a 32-bit one."""
     dtypes = [from_name(b.dtype) for b in buffers]
     native = native_f16 and any(d.storage == "f16" for d in dtypes)
     lines = ["enable f16;"] if native else []
@@ -354,11 +402,12 @@ def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: boo
         access = "read" if b.read_only else "read_write"
         lines.append(f"alias {b.name}_t = {'u32' if b.raw else d.compute};")
         if d.storage in WORD_STORAGE:
-            lines += _word_buffer(b, d, index, access)
-        elif d.storage == "f16" and native and not (packed_f16_reads and b.read_only and b.vector and not b.raw):
+            lines += _word_buffer(b, d, index, access, wide_reads)
+        elif d.storage == "f16" and native and not (packed_f16_reads and b.read_only and (b.vector or b.wide)
+                                                    and not b.raw):
             lines += _native_f16_buffer(b, index, access)
         else:
-            lines += _packed_buffer(b, d, index, access)
+            lines += _packed_buffer(b, d, index, access, wide_reads)
         if b.whole_words and (d.storage in WORD_STORAGE or (d.storage == "f16" and native)):
             lines += [f"const {b.name}_lanes = 1u;",
                       f"fn {b.name}_store_unit(u: u32, v: array<{b.name}_t, 1>) {{ {b.name}_store(u, v[0]); }}"]

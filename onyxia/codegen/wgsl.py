@@ -64,9 +64,11 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
 
 
 def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE, *,
-           native_f16: bool = False, packed_f16_reads: bool = False, subgroups: bool = False) -> str:
+           native_f16: bool = False, packed_f16_reads: bool = False, subgroups: bool = False,
+           wide_reads: bool = False) -> str:
     """Final WGSL text: the buffer bindings (codegen/storage.py; float16 as `f16` when
-    `native_f16`, vec4 reads packed in words with `packed_f16_reads`), the param prelude, then
+    `native_f16`, vec4 reads packed in words with `packed_f16_reads`, raw weight codes read as
+    64-bit words with `wide_reads`), the param prelude, then
     `template` (the plan's entry for spec.template) preprocessed with the spec's defs, plus
     ONYXIA_SUBGROUPS where the device has subgroup operations (`subgroups`): a plan stays the
     same for every device; a template may use them under that def."""
@@ -75,7 +77,7 @@ def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: 
         defs[SUBGROUPS_DEF] = True
     body = preprocess(template, defs, filename=spec.label)
     bindings = buffer_code(spec.buffers, native_f16=native_f16, reports=spec.reports,
-                           packed_f16_reads=packed_f16_reads)
+                           packed_f16_reads=packed_f16_reads, wide_reads=wide_reads)
     return bindings + prelude(spec, dims, transport) + body
 
 

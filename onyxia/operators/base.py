@@ -56,6 +56,7 @@ class Buf:
     vector: bool = False  # also read as vec4s (NAME_load4)
     whole_words: bool = False  # written a whole word at a time (NAME_store_unit)
     raw: bool = False  # moved as storage codes, not values
+    wide: bool = False  # also read in pairs (NAME_load2, NAME_word8)
 
 
 class Operator:
@@ -424,7 +425,8 @@ class PlanCtx(InferenceCtx):
             tensor = name.tensor if isinstance(name, Buf) else name
             if tensors.count(tensor) > 1:
                 raise PlanError(f"{self.node.describe()}: buffer '{tensor}' bound both read-only and read-write")
-        buffers = tuple(BufferDecl(k, self.tensor_dtype(b.tensor).name, ro, b.vector, b.whole_words, b.raw)
+        buffers = tuple(BufferDecl(k, self.tensor_dtype(b.tensor).name, ro, b.vector, b.whole_words, b.raw,
+                                   b.wide)
                         for k, (b, ro) in bound.items())
         constants: list[tuple[ShaderParam, Scalar]] = []
         dynamic: list[tuple[ShaderParam, Scalar]] = []

@@ -239,7 +239,13 @@ def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, de
     `shared` holds them already): one dispatch per row class (ROWS 1 for decode, 4 above),
     whichever holds M runs."""
     steps: list[Step] = []
-    reads = {**reads, "b": Buf(ctx.input(1), raw=True, vector=True)}
+    # B's words (and with PAIRED the scales) read in pairs: two blocks (PAIRED) or two word
+    # groups of one block (GROUP_PAIRS) an iteration; 64-bit loads where the device has them.
+    paired, group_pairs = c.block == 32 and c.nblk % 2 == 0, c.block >= 64
+    defs = {**defs, "PAIRED": paired, "GROUP_PAIRS": group_pairs}
+    reads = {**reads, "b": Buf(ctx.input(1), raw=True, vector=True, wide=paired or group_pairs)}
+    if paired:
+        reads["scales"] = Buf(ctx.input(2), wide=True)
     if q8 and shared is not None:
         activation: dict[str, str | Buf] = shared
     elif q8:

@@ -15,7 +15,7 @@ from onyxia.runtime.tuner import TuneSettings
 
 # Features onyxia uses when the adapter has them.
 WANTED_FEATURES = ("immediates", "shader-f16", "timestamp-query", "timestamp-query-inside-passes",
-                   "timestamp-query-inside-encoders", "subgroup")
+                   "timestamp-query-inside-encoders", "subgroup", "shader-int64")
 _OFF = ("0", "false", "no", "off")
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
@@ -97,19 +97,24 @@ class Runtime:
 
     def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
                  transport: str | Transport | None = None, f16: bool | None = None,
-                 packed_f16_reads: bool | None = None, subgroups: bool = True):
+                 packed_f16_reads: bool | None = None, subgroups: bool = True, wide_reads: bool | None = None):
         """`f16=False` (or ONYXIA_F16=0) leaves shader-f16 unused even where the adapter has it:
         float16 tensors keep their 2-byte storage, packed in u32 words, as on adapters without it.
         `packed_f16_reads`: with shader-f16, read-only float16 operands read as vec4s still come
         packed in words (the matrix products' weights); default: on a CPU-type adapter, where
         that is the faster form (codegen/storage.py buffer_code). `subgroups=False` leaves the
-        adapter's subgroup operations unused (kernels take their plain paths; for tests)."""
+        adapter's subgroup operations unused (kernels take their plain paths; for tests).
+        `wide_reads`: raw 4- and 8-bit weight codes read as 64-bit words (shader-int64); default:
+        on a CPU-type adapter that has it, where that is the faster form (codegen/storage.py)."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.packed_f16_reads = (self.info.adapter_type == "CPU") if packed_f16_reads is None else packed_f16_reads
         use_f16 = f16 if f16 is not None else os.environ.get("ONYXIA_F16", "1").strip().lower() not in _OFF
+        wide = (self.info.adapter_type == "CPU") if wide_reads is None else wide_reads
         self.features = frozenset(f for f in WANTED_FEATURES if f in self.adapter.features
-                                  and (use_f16 or f != "shader-f16") and (subgroups or f != "subgroup"))
+                                  and (use_f16 or f != "shader-f16") and (subgroups or f != "subgroup")
+                                  and (wide or f != "shader-int64"))
+        self.wide_reads = "shader-int64" in self.features
         limits = dict(self.adapter.limits)
         try:
             self.device = self.adapter.request_device_sync(

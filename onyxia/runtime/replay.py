@@ -175,7 +175,7 @@ class PlanReplay:
         transport = self.shader_transport[index]
         code = render(spec, self.model.templates[spec.template], self.dims, transport,
                       native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads,
-                      subgroups=self.limits.subgroups)
+                      subgroups=self.limits.subgroups, wide_reads=self.limits.wide_reads)
         return self.backend.program(spec, code, self._layouts[index], transport)
 
     def bind(self, step: Dispatch) -> Any:

@@ -1,8 +1,10 @@
 // MatMulNBits (4-bit weights) for a CPU-type adapter: y[m, n] = sum_k a[m, k] * w[n, k] (+ bias)
 // with w[n, k] = (q[n, k] - zero_point[n, blk]) * scale[n, blk]. No shared memory, no barriers:
 // an invocation owns COLS = 8 columns (two groups of 4: n0.., n4..) and ROWS rows (wid.z: row
-// block) and streams each column's packed row of B, its own contiguous run, 4 words (32
-// weights) per vec4 load.
+// block) and streams each column's packed row of B, its own contiguous run: PAIRED (block 32,
+// an even block count) two blocks an iteration, each column's 8 words one b_word8 and its two
+// scales one scales_load2; GROUP_PAIRS (block >= 64) two word groups of a block an iteration;
+// else (an odd count of 32-blocks) one block, 4 words a b_word4.
 //
 // Q8 (accuracy_level 4): the activation comes from quantize_q8_chunked.wgsl (or rmsnorm_q8.wgsl)
 // as int8 values paired for 16-bit lanes (qa: for each 8 values a, 4 words a[j + 4] + 65536 a[j]),
@@ -15,18 +17,23 @@
 // Measured on lavapipe (2-core VM; raw-wgpu variants of the loop, then the kernel itself against
 // its previous form in one process, 15 interleaved rounds): 8 columns per invocation beat 4 (one
 // row ~10-30%, 4 rows ~6-11%); vec4 word loads beat single words by ~25%. The loads bound it:
-// Mesa 22.3 loads storage one lane and one 32-bit component at a time (~10 cycles a word, a
+// Mesa 22.3 loads storage one lane and one component at a time (~10 cycles a 32-bit word, a
 // vec4 or scalars alike: loading 4 blocks' scales as one vec4 gained nothing), so the kernel
-// costs about its loaded words. The paired products (instead of 2 dot4I8Packed a word, which
+// costs about its loaded components. The paired products (instead of 2 dot4I8Packed a word, which
 // lavapipe lowers to byte extracts) with the activation shared through subgroups run ~5-15%
 // faster than that form (K x N = 512 x 1408, one row: 197 -> 181 us; 4096 x 1024: 1202 -> 1047;
 // 14 rows, 512 x 1408: 1244 -> 1064), though the pairs double the activation's words.
-// Texture reads were only ~15% faster than storage loads.
-// Each invocation's loops run K / 32 + K / BLOCK times (the planner keeps K <= 32 * 16384).
+// Texture reads were only ~15% faster than storage loads. What does pay is fewer load
+// instructions: where the device has shader-int64 the pairs come as 64-bit loads (a vec4<u64>
+// for 8 words, a u64 for 2 scales; codegen/storage.py, wide_reads), which lavapipe loads per
+// lane and component as it does 32-bit ones. Against the one-block-a-vec4<u32> form, same
+// process, 11 interleaved rounds (us): 512 x 1408 one row 295 -> 201, 1408 x 512 214 -> 162,
+// 512 x 8000 1284 -> 956, 14 rows 512 x 1408 2078 -> 1276, 1408 x 512 1033 -> 599.
+// Each invocation's loops run at most K / 32 + K / BLOCK times (the planner keeps K <= 32 * 16384).
 //
 // Buffers: Q8: qa (vec4<u32>: pair words), sa, qsum; else a (vec4); then b (raw, vec4 words),
-// scales, [zp], [bias], y. Defs: Q8, ROWS (1 or 4), ZP_PACKED / ZP_FLOAT, HAS_BIAS;
-// ONYXIA_SUBGROUPS (set at render).
+// scales, [zp], [bias], y. Defs: Q8, ROWS (1 or 4), PAIRED / GROUP_PAIRS, ZP_PACKED / ZP_FLOAT,
+// HAS_BIAS; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW, RBLOCKS.
 #import common::grid
 #import quantized::nbits
@@ -172,145 +179,198 @@ struct Accs {  // columns n0.. (a0..a3) and n4.. (a4..a7) of rows r0..r3
     a7: vec4<f32>,
 }
 
-// The whole walk over K. main calls it with a constant `share` in each branch of its test,
-// so the compiler makes one copy per case and the loop carries no branch.
-fn walk(share: bool, c: Cols, r: Rows, lane: u32, upper: bool) -> Accs {
-    let c0 = c.c0;
-    let n1 = c.n1;
-    let n2 = c.n2;
-    let n3 = c.n3;
-    let n4 = c.n4;
-    let n5 = c.n5;
-    let n6 = c.n6;
-    let n7 = c.n7;
-    let r0 = r.r0;
-#if ROWS == 4
-    let r1 = r.r1;
-    let r2 = r.r2;
-    let r3 = r.r3;
-#endif
-    var e0: Dots;
-    var acc4 = vec4<f32>();
-#if ROWS == 4
-    var e1: Dots;
-    var e2: Dots;
-    var e3: Dots;
-    var acc5 = vec4<f32>();
-    var acc6 = vec4<f32>();
-    var acc7 = vec4<f32>();
-#endif
-    let groups = BLOCK() / 32u;  // vec4 word groups per block
-    let row_groups = ROW_WORDS() / 4u;
+struct Ws {  // one word group (32 values of K) of the 8 columns, as vec4 words
+    w0: vec4<u32>,
+    w1: vec4<u32>,
+    w2: vec4<u32>,
+    w3: vec4<u32>,
+    w4: vec4<u32>,
+    w5: vec4<u32>,
+    w6: vec4<u32>,
+    w7: vec4<u32>,
+}
+
+struct Ds {  // the dots of columns n0.. (d0..d3) and n4.. (e0..e3) with rows r0..r3
+    d0: Dots,
+    d1: Dots,
+    d2: Dots,
+    d3: Dots,
+    e0: Dots,
+    e1: Dots,
+    e2: Dots,
+    e3: Dots,
+}
+
+fn add(a: Ds, b: Ds) -> Ds {
+    return Ds(a.d0 + b.d0, a.d1 + b.d1, a.d2 + b.d2, a.d3 + b.d3, a.e0 + b.e0, a.e1 + b.e1, a.e2 + b.e2, a.e3 + b.e3);
+}
+
+// Word group g of the invocation's columns dotted with its rows' activations (z, z4: the
+// columns' zero points, which only the f32 form subtracts here).
+fn group_dots(w: Ws, g: u32, share: bool, r: Rows, lane: u32, upper: bool, z: vec4<f32>, z4: vec4<f32>) -> Ds {
+    var o = Ds();
 #ifdef Q8
     let row_stride = NBLK() * BLOCK() / 8u;  // vec4s of qa per row (2 words a value)
-#else
-    let row_stride = NBLK() * BLOCK() / 4u;  // vec4s of a per row (K is whole blocks)
-#endif
-    var d0: Dots;
-    var d1: Dots;
-    var d2: Dots;
-    var d3: Dots;
-    var acc0 = vec4<f32>();
-    var acc1 = vec4<f32>();
-    var acc2 = vec4<f32>();
-    var acc3 = vec4<f32>();
-    for (var blk = 0u; blk < NBLK(); blk++) {
-        let z = vec4<f32>(zero_point(c0, blk), zero_point(n1, blk), zero_point(n2, blk), zero_point(n3, blk));
-        let scale = vec4<f32>(f32(scales_load(c0 * NBLK() + blk)), f32(scales_load(n1 * NBLK() + blk)),
-                              f32(scales_load(n2 * NBLK() + blk)), f32(scales_load(n3 * NBLK() + blk)));
-        d0 = Dots();  // zeroed each block (naga zeroes a loop body's `var` only once)
-        d1 = Dots();
-        d2 = Dots();
-        d3 = Dots();
-        let z4 = vec4<f32>(zero_point(n4, blk), zero_point(n5, blk), zero_point(n6, blk), zero_point(n7, blk));
-        let scale4 = vec4<f32>(f32(scales_load(n4 * NBLK() + blk)), f32(scales_load(n5 * NBLK() + blk)),
-                               f32(scales_load(n6 * NBLK() + blk)), f32(scales_load(n7 * NBLK() + blk)));
-        e0 = Dots();
+    let at = 4u * g;  // the group's first pair vec4 in a row
+    var x0: Act;
 #if ROWS == 4
-        e1 = Dots();
-        e2 = Dots();
-        e3 = Dots();
+    var x1: Act;
+    var x2: Act;
+    var x3: Act;
 #endif
-        for (var j = 0u; j < groups; j++) {  // a constant trip count: unrolled for the usual block of 32
-            let g = blk * groups + j;
-            let w0 = b_word4(c0 * row_groups + g);
-            let w1 = b_word4(n1 * row_groups + g);
-            let w2 = b_word4(n2 * row_groups + g);
-            let w3 = b_word4(n3 * row_groups + g);
-            let w4 = b_word4(n4 * row_groups + g);
-            let w5 = b_word4(n5 * row_groups + g);
-            let w6 = b_word4(n6 * row_groups + g);
-            let w7 = b_word4(n7 * row_groups + g);
-#ifdef Q8
-            let at = 4u * g;  // the group's first pair vec4 in a row
-            var x0: Act;
-#if ROWS == 4
-            var x1: Act;
-            var x2: Act;
-            var x3: Act;
-#endif
-            if (share) {
+    if (share) {
 #ifdef ONYXIA_SUBGROUPS
 #if ROWS == 4
-                let va = qa_load4(select(r0, r1, upper) * row_stride + at + lane);
-                let vb = qa_load4(select(r2, r3, upper) * row_stride + at + lane);
-                x0 = act_low(va);
-                x1 = act_high(va);
-                x2 = act_low(vb);
-                x3 = act_high(vb);
+        let va = qa_load4(select(r.r0, r.r1, upper) * row_stride + at + lane);
+        let vb = qa_load4(select(r.r2, r.r3, upper) * row_stride + at + lane);
+        x0 = act_low(va);
+        x1 = act_high(va);
+        x2 = act_low(vb);
+        x3 = act_high(vb);
 #else
-                x0 = act_low(qa_load4(r0 * row_stride + at + lane));
+        x0 = act_low(qa_load4(r.r0 * row_stride + at + lane));
 #endif
 #endif
-            } else {
-                x0 = act(r0 * row_stride + at);
+    } else {
+        x0 = act(r.r0 * row_stride + at);
 #if ROWS == 4
-                x1 = act(r1 * row_stride + at);
-                x2 = act(r2 * row_stride + at);
-                x3 = act(r3 * row_stride + at);
-#endif
-            }
-            e0 += dots(w4, w5, w6, w7, x0);
-            d0 += dots(w0, w1, w2, w3, x0);
-#if ROWS == 4
-            e1 += dots(w4, w5, w6, w7, x1);
-            d1 += dots(w0, w1, w2, w3, x1);
-            e2 += dots(w4, w5, w6, w7, x2);
-            d2 += dots(w0, w1, w2, w3, x2);
-            e3 += dots(w4, w5, w6, w7, x3);
-            d3 += dots(w0, w1, w2, w3, x3);
-#endif
-#else
-            e0 += dots(w4, w5, w6, w7, z4, r0 * row_stride + 8u * g);
-            d0 += dots(w0, w1, w2, w3, z, r0 * row_stride + 8u * g);
-#if ROWS == 4
-            e1 += dots(w4, w5, w6, w7, z4, r1 * row_stride + 8u * g);
-            d1 += dots(w0, w1, w2, w3, z, r1 * row_stride + 8u * g);
-            e2 += dots(w4, w5, w6, w7, z4, r2 * row_stride + 8u * g);
-            d2 += dots(w0, w1, w2, w3, z, r2 * row_stride + 8u * g);
-            e3 += dots(w4, w5, w6, w7, z4, r3 * row_stride + 8u * g);
-            d3 += dots(w0, w1, w2, w3, z, r3 * row_stride + 8u * g);
-#endif
-#endif
-        }
-        acc0 = finish_block(acc0, d0, z, scale, r0, blk);
-        acc4 = finish_block(acc4, e0, z4, scale4, r0, blk);
-#if ROWS == 4
-        acc5 = finish_block(acc5, e1, z4, scale4, r1, blk);
-        acc6 = finish_block(acc6, e2, z4, scale4, r2, blk);
-        acc7 = finish_block(acc7, e3, z4, scale4, r3, blk);
-#endif
-#if ROWS == 4
-        acc1 = finish_block(acc1, d1, z, scale, r1, blk);
-        acc2 = finish_block(acc2, d2, z, scale, r2, blk);
-        acc3 = finish_block(acc3, d3, z, scale, r3, blk);
+        x1 = act(r.r1 * row_stride + at);
+        x2 = act(r.r2 * row_stride + at);
+        x3 = act(r.r3 * row_stride + at);
 #endif
     }
+    o.e0 = dots(w.w4, w.w5, w.w6, w.w7, x0);
+    o.d0 = dots(w.w0, w.w1, w.w2, w.w3, x0);
 #if ROWS == 4
-    return Accs(acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7);
-#else
-    return Accs(acc0, acc1, acc2, acc3, acc4, acc1, acc2, acc3);
+    o.e1 = dots(w.w4, w.w5, w.w6, w.w7, x1);
+    o.d1 = dots(w.w0, w.w1, w.w2, w.w3, x1);
+    o.e2 = dots(w.w4, w.w5, w.w6, w.w7, x2);
+    o.d2 = dots(w.w0, w.w1, w.w2, w.w3, x2);
+    o.e3 = dots(w.w4, w.w5, w.w6, w.w7, x3);
+    o.d3 = dots(w.w0, w.w1, w.w2, w.w3, x3);
 #endif
+#else
+    let row_stride = NBLK() * BLOCK() / 4u;  // vec4s of a per row (K is whole blocks)
+    o.e0 = dots(w.w4, w.w5, w.w6, w.w7, z4, r.r0 * row_stride + 8u * g);
+    o.d0 = dots(w.w0, w.w1, w.w2, w.w3, z, r.r0 * row_stride + 8u * g);
+#if ROWS == 4
+    o.e1 = dots(w.w4, w.w5, w.w6, w.w7, z4, r.r1 * row_stride + 8u * g);
+    o.d1 = dots(w.w0, w.w1, w.w2, w.w3, z, r.r1 * row_stride + 8u * g);
+    o.e2 = dots(w.w4, w.w5, w.w6, w.w7, z4, r.r2 * row_stride + 8u * g);
+    o.d2 = dots(w.w0, w.w1, w.w2, w.w3, z, r.r2 * row_stride + 8u * g);
+    o.e3 = dots(w.w4, w.w5, w.w6, w.w7, z4, r.r3 * row_stride + 8u * g);
+    o.d3 = dots(w.w0, w.w1, w.w2, w.w3, z, r.r3 * row_stride + 8u * g);
+#endif
+#endif
+    return o;
+}
+
+// The accumulators after block blk, whose dots are d (scale, scale4: the columns' scales).
+fn finish(acc: Accs, d: Ds, z: vec4<f32>, scale: vec4<f32>, z4: vec4<f32>, scale4: vec4<f32>, r: Rows,
+          blk: u32) -> Accs {
+    var o = acc;
+    o.a0 = finish_block(acc.a0, d.d0, z, scale, r.r0, blk);
+    o.a4 = finish_block(acc.a4, d.e0, z4, scale4, r.r0, blk);
+#if ROWS == 4
+    o.a1 = finish_block(acc.a1, d.d1, z, scale, r.r1, blk);
+    o.a2 = finish_block(acc.a2, d.d2, z, scale, r.r2, blk);
+    o.a3 = finish_block(acc.a3, d.d3, z, scale, r.r3, blk);
+    o.a5 = finish_block(acc.a5, d.e1, z4, scale4, r.r1, blk);
+    o.a6 = finish_block(acc.a6, d.e2, z4, scale4, r.r2, blk);
+    o.a7 = finish_block(acc.a7, d.e3, z4, scale4, r.r3, blk);
+#endif
+    return o;
+}
+
+fn zeros(c: Cols, blk: u32) -> vec4<f32> {  // zero points of columns n0..n3
+    return vec4<f32>(zero_point(c.c0, blk), zero_point(c.n1, blk), zero_point(c.n2, blk), zero_point(c.n3, blk));
+}
+
+fn zeros4(c: Cols, blk: u32) -> vec4<f32> {  // of columns n4..n7
+    return vec4<f32>(zero_point(c.n4, blk), zero_point(c.n5, blk), zero_point(c.n6, blk), zero_point(c.n7, blk));
+}
+
+// The whole walk over K. main calls it with a constant `share` in each branch of its test,
+// so the compiler makes one copy per case and the loop carries no branch.
+// PAIRED (BLOCK 32, NBLK even): two blocks an iteration, each column's 8 words one b_word8
+// and its two scales one scales_load2 (a vec4<u64> and a u64 where the device has 64-bit
+// loads). GROUP_PAIRS (BLOCK >= 64): two word groups of a block an iteration, one b_word8.
+fn walk(share: bool, c: Cols, r: Rows, lane: u32, upper: bool) -> Accs {
+    var acc = Accs();
+    var d: Ds;
+    let row_groups = ROW_WORDS() / 4u;  // vec4 word groups per column
+#ifdef PAIRED
+    let half = NBLK() / 2u;  // = row_groups / 2: vec4<u64> (and scale pairs) per column
+    for (var bp = 0u; bp < half; bp++) {
+        let blk = 2u * bp;
+        let x0 = b_word8(c.c0 * half + bp);
+        let x1 = b_word8(c.n1 * half + bp);
+        let x2 = b_word8(c.n2 * half + bp);
+        let x3 = b_word8(c.n3 * half + bp);
+        let x4 = b_word8(c.n4 * half + bp);
+        let x5 = b_word8(c.n5 * half + bp);
+        let x6 = b_word8(c.n6 * half + bp);
+        let x7 = b_word8(c.n7 * half + bp);
+        let s0 = scales_load2(c.c0 * half + bp);
+        let s1 = scales_load2(c.n1 * half + bp);
+        let s2 = scales_load2(c.n2 * half + bp);
+        let s3 = scales_load2(c.n3 * half + bp);
+        let s4 = scales_load2(c.n4 * half + bp);
+        let s5 = scales_load2(c.n5 * half + bp);
+        let s6 = scales_load2(c.n6 * half + bp);
+        let s7 = scales_load2(c.n7 * half + bp);
+        let za = zeros(c, blk);
+        let z4a = zeros4(c, blk);
+        d = group_dots(Ws(x0[0], x1[0], x2[0], x3[0], x4[0], x5[0], x6[0], x7[0]), blk, share, r, lane, upper, za, z4a);
+        acc = finish(acc, d, za, vec4<f32>(s0.x, s1.x, s2.x, s3.x), z4a, vec4<f32>(s4.x, s5.x, s6.x, s7.x), r, blk);
+        let zb = zeros(c, blk + 1u);
+        let z4b = zeros4(c, blk + 1u);
+        d = group_dots(Ws(x0[1], x1[1], x2[1], x3[1], x4[1], x5[1], x6[1], x7[1]), blk + 1u, share, r, lane, upper,
+                       zb, z4b);
+        acc = finish(acc, d, zb, vec4<f32>(s0.y, s1.y, s2.y, s3.y), z4b, vec4<f32>(s4.y, s5.y, s6.y, s7.y), r,
+                     blk + 1u);
+    }
+#else
+    let groups = BLOCK() / 32u;  // vec4 word groups per block
+    for (var blk = 0u; blk < NBLK(); blk++) {
+        let z = zeros(c, blk);
+        let z4 = zeros4(c, blk);
+        let scale = vec4<f32>(f32(scales_load(c.c0 * NBLK() + blk)), f32(scales_load(c.n1 * NBLK() + blk)),
+                              f32(scales_load(c.n2 * NBLK() + blk)), f32(scales_load(c.n3 * NBLK() + blk)));
+        let scale4 = vec4<f32>(f32(scales_load(c.n4 * NBLK() + blk)), f32(scales_load(c.n5 * NBLK() + blk)),
+                               f32(scales_load(c.n6 * NBLK() + blk)), f32(scales_load(c.n7 * NBLK() + blk)));
+        d = Ds();  // zeroed each block (naga zeroes a loop body's `var` only once)
+#ifdef GROUP_PAIRS
+        let half = row_groups / 2u;
+        for (var j = 0u; j < groups; j += 2u) {  // a constant trip count: unrolled
+            let g = blk * groups + j;
+            let h = g / 2u;
+            let x0 = b_word8(c.c0 * half + h);
+            let x1 = b_word8(c.n1 * half + h);
+            let x2 = b_word8(c.n2 * half + h);
+            let x3 = b_word8(c.n3 * half + h);
+            let x4 = b_word8(c.n4 * half + h);
+            let x5 = b_word8(c.n5 * half + h);
+            let x6 = b_word8(c.n6 * half + h);
+            let x7 = b_word8(c.n7 * half + h);
+            d = add(d, group_dots(Ws(x0[0], x1[0], x2[0], x3[0], x4[0], x5[0], x6[0], x7[0]), g, share, r, lane, upper,
+                                  z, z4));
+            d = add(d, group_dots(Ws(x0[1], x1[1], x2[1], x3[1], x4[1], x5[1], x6[1], x7[1]), g + 1u, share, r, lane,
+                                  upper, z, z4));
+        }
+#else
+        for (var j = 0u; j < groups; j++) {  // a constant trip count: unrolled for the usual block of 32
+            let g = blk * groups + j;
+            let w = Ws(b_word4(c.c0 * row_groups + g), b_word4(c.n1 * row_groups + g), b_word4(c.n2 * row_groups + g),
+                       b_word4(c.n3 * row_groups + g), b_word4(c.n4 * row_groups + g), b_word4(c.n5 * row_groups + g),
+                       b_word4(c.n6 * row_groups + g), b_word4(c.n7 * row_groups + g));
+            d = add(d, group_dots(w, g, share, r, lane, upper, z, z4));
+        }
+#endif
+        acc = finish(acc, d, z, scale, z4, scale4, r, blk);
+    }
+#endif
+    return acc;
 }
 
 @compute @workgroup_size(8)

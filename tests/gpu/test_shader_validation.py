@@ -735,6 +735,10 @@ def _subgroup_renders(runtime) -> tuple[bool, ...]:
     return (False, True) if "subgroup" in runtime.features else (False,)
 
 
+def _wide_renders(runtime) -> tuple[bool, ...]:
+    return (False, True) if "shader-int64" in runtime.features else (False,)
+
+
 @pytest.mark.parametrize("key", [k for k in registered_ops() if k in BUILDERS],
                          ids=lambda k: f"{k[0]}::{k[1]}" if k[0] else k[1])
 def test_operator_shaders_validate(runtime, key):
@@ -751,16 +755,18 @@ def test_operator_shaders_validate(runtime, key):
             except Exception as exc:  # noqa: BLE001 - report which case broke
                 raise AssertionError(f"{where}: compile failed: {type(exc).__name__}: {exc}") from exc
             for spec in compiled.shaders:
-                # with and without ONYXIA_SUBGROUPS where the adapter has subgroups (identical
-                # text for a kernel that does not use them: validated once)
-                for transport, subgroups in itertools.product(TRANSPORTS, _subgroup_renders(runtime)):
+                # with and without ONYXIA_SUBGROUPS where the adapter has subgroups, and 64-bit
+                # reads where it has shader-int64 (identical text for a kernel that does not use
+                # them: validated once)
+                for transport, subgroups, wide in itertools.product(TRANSPORTS, _subgroup_renders(runtime),
+                                                                    _wide_renders(runtime)):
                     code = render(spec, compiled.templates[spec.template], compiled.dims, transport,
-                                  subgroups=subgroups)
+                                  subgroups=subgroups, wide_reads=wide)
                     if code in _validated:
                         continue
                     try:
                         runtime.device.create_shader_module(label=spec.label, code=code)
                     except Exception as exc:  # noqa: BLE001 - naga's message says what is wrong
                         raise AssertionError(f"{where}: shader '{spec.label}' ({transport}, subgroups "
-                                             f"{subgroups}) is invalid with defs {dict(spec.defs)}:\n{exc}") from exc
+                                             f"{subgroups}, wide reads {wide}) is invalid with defs {dict(spec.defs)}:\n{exc}") from exc
                     _validated.add(code)
