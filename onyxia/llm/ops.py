@@ -21,11 +21,13 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, TensorId, TensorKind
 from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import is_zero
 from onyxia.operators.indexing import plan_strided_copy
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import Step
 
 DOMAIN = "onyxia.llm"
+LAST_TOKEN_CPU_MAX_VOCAB = 8 * 60_000  # the 8-thread variant's loop: V / 8 trips
 LAST_LOGITS = "onyxia::last_logits"
 NEXT_TOKEN = "onyxia::next_token"
 # 1: logits for every position of a forward pass; 0: for its last position only.
@@ -47,9 +49,13 @@ class LastToken(Operator):
     def plan(self, ctx: PlanCtx) -> list[Step]:
         batch, seq, vocab = ctx.input_shape(0)
         ctx.compute_type(ctx.input_dtype(0), "logits")
-        return [ctx.dispatch("llm/last_token.wgsl", params={"S": seq, "V": vocab},
-                             reads={"logits": ctx.input(0)}, writes={"last": ctx.output(0), "token": ctx.output(1)},
-                             workgroups=(batch, 1, 1))]
+        # 8 threads on a CPU-type adapter (one SIMD batch of lavapipe: no barrier switches), where
+        # their loop stays under its ~65,535-iteration cut; 256 elsewhere.
+        cpu = ctx.adapter_cpu() if isinstance(vocab, int) and vocab <= LAST_TOKEN_CPU_MAX_VOCAB else 0
+        return [ctx.dispatch("llm/last_token.wgsl", label=f"llm/last_token_{wg}", defs={"WG": wg},
+                             params={"S": seq, "V": vocab}, reads={"logits": ctx.input(0)},
+                             writes={"last": ctx.output(0), "token": ctx.output(1)}, workgroups=(batch * share, 1, 1))
+                for wg, share in ((256, 1 - cpu), (8, cpu)) if not is_zero(share)]
 
 
 def kept_rows(seq: Dim) -> Dim:

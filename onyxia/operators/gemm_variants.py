@@ -149,7 +149,7 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: d
     kernel_params = {key: v for key, v in params.items() if key not in ("A_MS", "A_KS", "B_KS", "B_NS")}
     rblocks = ceil_div(m, REGISTER_ROWS)
     kernel_params.update(SPLITS=splits, KCHUNK=chunk, RBLOCKS=rblocks)
-    reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True)}
+    reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True, wide=True)}
     kernel_defs = {**defs, "ROWS": REGISTER_ROWS, "SPLIT": split}
     workgroups = (ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits * enabled)
     if not split:

@@ -114,7 +114,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, enabled: Dim, params: di
     split = splits > 1
     base_params = {key: v for key, v in params.items() if key not in _DROPPED_PARAMS}
     base_params.update(SPLITS=splits, KCHUNK=chunk)
-    reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True)}
+    reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True, wide=True)}
     if split:  # the epilogue runs in the second pass
         base_params = {key: v for key, v in base_params.items() if key not in _FINISH_PARAMS}
         total = nbatch * m * n

@@ -104,3 +104,30 @@ def test_float16_weights(runtime, cpu):
     model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float16, ["m", 256])], ["y"], {"w": w})
     check(runtime, model, {"m": 6}, lambda m: {"a": RNG.standard_normal((m, 256)).astype(np.float16)}, [1, 6], cpu,
           rtol=2e-2, atol=5e-2)
+
+
+@pytest.fixture(scope="module")
+def runtime_narrow_reads(wgpu_adapter):
+    import onyxia
+
+    return onyxia.Runtime(wgpu_adapter, wide_reads=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("wide", [True, False], ids=["64-bit", "32-bit"])
+def test_chunked_kernel_reads_b_with_and_without_64_bit_loads(runtime, runtime_narrow_reads, dtype, wide):
+    """Where the adapter is CPU-type and has shader-int64 the chunked kernel reads B's vec4s as
+    64-bit words (two u64 for float32, one for float16: decode ~20% faster on lavapipe); with
+    32-bit loads only (`wide_reads=False`) it reads them as before: the same products."""
+    rt = runtime if wide else runtime_narrow_reads
+    assert not runtime_narrow_reads.wide_reads
+    if wide and not rt.wide_reads:
+        pytest.skip(f"{rt.info.summary} reads 32-bit words only (not CPU-type, or no shader-int64)")
+    w = (RNG.standard_normal((512, 136)) / np.sqrt(512)).astype(dtype)
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", dtype, [1, "m", 512])], ["y"], {"w": w})
+    compiled = compile_model(model, {"m": 14})
+    spec = next(s for s in compiled.shaders if s.label.endswith("gemv_chunked"))
+    assert ("b", True) in [(b.name, b.wide) for b in spec.buffers]
+    tol = 1e-4 if dtype == np.float32 else 2e-2
+    check(rt, model, {"m": 14}, lambda m: {"a": RNG.standard_normal((1, m, 512)).astype(dtype)}, [1, 5, 14], 1,
+          rtol=tol, atol=tol)

@@ -9,6 +9,8 @@ token id.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -145,11 +147,13 @@ def test_cli_generate_streams_text_and_prints_speed(model_dirs, capsys, monkeypa
 
 
 def test_last_token_argmax_picks_first_maximum(runtime):
-    """The GPU argmax over a vocabulary wider than a workgroup, ties going to the lower id."""
+    """The GPU argmax over a vocabulary wider than a workgroup, ties going to the lower id, in
+    both variants (256 threads; 8 on a CPU-type adapter), whatever this adapter is."""
     import onyxia
     from onyxia.compiler import CompilerPipeline
     from onyxia.llm.ops import LAST_LOGITS, NEXT_TOKEN, add_last_token_head, register_llm_operators
     from onyxia.operators import core_operator_registry
+    from onyxia.plan import ADAPTER_CPU
     from tests.helpers import helper, make_model
 
     vocab = 1000
@@ -159,8 +163,11 @@ def test_last_token_argmax_picks_first_maximum(runtime):
     compiled = CompilerPipeline(register_llm_operators(core_operator_registry())).compile(graph, {"s": 5})
     exe = runtime.load_model(compiled)
     rng = np.random.default_rng(0)
-    for s, ties in ((5, [700, 3, 999]), (1, [256, 255]), (3, [998, 999])):
-        exe.update_dimensions({"s": s})
+    cases = ((5, [700, 3, 999]), (1, [256, 255]), (3, [998, 999]), (2, [7, 8, 15]))
+    for (s, ties), cpu in itertools.product(cases, (0, 1)):
+        exe.update_dimensions({"s": s, ADAPTER_CPU: cpu})
+        live = {exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)}
+        assert {x for x in live if x.startswith("llm/last_token")} == {f"llm/last_token_{8 if cpu else 256}"}, live
         x = rng.random((2, s, vocab), dtype=np.float32)
         x[0, -1, ties] = 2.0
         x[1, -1, ties[-1]] = 3.0

@@ -75,6 +75,25 @@ def test_generated_bindings():
     assert "onyxia_status" not in native
 
 
+def test_wide_buffers_take_64_bit_loads_only_with_wide_reads():
+    """`wide` read-only buffers: 64-bit element types where the device has shader-int64
+    (`wide_reads`), the plain ones otherwise; NAME_load2 / NAME_word8 in both forms."""
+    buffers = (BufferDecl("w", "float32", True, vector=True, wide=True), BufferDecl("s", "float32", True, wide=True),
+               BufferDecl("h", "float16", True, vector=True, wide=True),
+               BufferDecl("q", "uint8", True, vector=True, raw=True, wide=True),
+               BufferDecl("o", "float32", False, wide=True))
+    wide = buffer_code(buffers, native_f16=True, reports=False, packed_f16_reads=True, wide_reads=True)
+    plain = buffer_code(buffers, native_f16=True, reports=False, packed_f16_reads=True)
+    for decl in ("w_buf: array<vec2<u64>>", "s_buf: array<u64>", "h_buf: array<u64>", "q_buf: array<vec4<u64>>"):
+        assert decl in wide
+    for decl in ("w_buf: array<vec4<f32>>", "s_buf: array<f32>", "h_buf: array<vec2<u32>>", "q_buf: array<vec4<u32>>"):
+        assert decl in plain
+    assert "o_buf: array<f32>" in wide  # written buffers keep 32-bit words
+    for code in (wide, plain):
+        for fn in ("fn w_load4(", "fn w_load2(", "fn s_load2(", "fn h_load4(", "fn q_word8(", "fn q_word4("):
+            assert fn in code
+
+
 def test_shaders_differing_only_in_storage_are_distinct():
     """Two casts with one expression but other dtypes must not share a shader."""
     nodes = [h.make_node("Cast", ["x"], ["a"], to=1), h.make_node("Cast", ["a"], ["y"], to=10)]
