@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
@@ -151,6 +153,11 @@ class MatMulNBits(Operator):
         epilogue_defs, epilogue_reads = self.epilogue(ctx)
         reads: dict[str, str | Buf] = {"b": ctx.input(1), "scales": ctx.input(2), **zp_reads, **epilogue_reads}
         defs: dict[str, object] = {**zp_defs, **epilogue_defs}
+        if ctx.attr(TILES_ATTR, 0):  # B and scales in tiles (compiler/passes/nbits_tiles.py)
+            if not tiles_apply(c):
+                raise ctx.fail(f"attribute {TILES_ATTR} needs block_size 32, an even block count and N a multiple "
+                               f"of {TILE_COLUMNS}")
+            defs["TILED"] = True
         if ctx.has_input(5):
             reads["bias"] = ctx.input(5)
             defs["HAS_BIAS"] = True
@@ -216,6 +223,28 @@ class MatMulNBits(Operator):
             reads={"qa": qa, "sa": sa, **reads}, writes={"y": ctx.output(0)},
             workgroups=(ceil_div(c.n, 8) * enabled, 1, ceil_div(m, GEMV_MAX_ROWS)))
         return [quantize, matmul]
+
+
+# B and scales in tiles (compiler/passes/nbits_tiles.py): the node attribute, and the columns of
+# one tile (the chunked kernel's workgroup: 8 invocations x 8 columns).
+TILES_ATTR = "onyxia_nbits_tiles"
+TILE_COLUMNS = 64
+
+
+def tiles_apply(c: NBitsSpec) -> bool:
+    """Whether B and scales can be stored in tiles: whole tiles of columns, pairs of 32-blocks."""
+    return c.block == 32 and c.nblk % 2 == 0 and c.n % TILE_COLUMNS == 0
+
+
+def tile_nbits(b: np.ndarray, scales: np.ndarray, n: int, nblk: int) -> tuple[np.ndarray, np.ndarray]:
+    """B [N, nblk, 16] (uint8) and scales [N * nblk] in tiles, each keeping its shape and dtype:
+    unit (a column's two blocks: 32 bytes of B, 2 scales) of column n = 64 g + 8 l + c and block
+    pair p goes to position ((g * nblk / 2 + p) * 8 + c) * 8 + l, as shaders/quantized/
+    nbits_index.wgsl reads it."""
+    def tiles(a: np.ndarray, unit: int) -> np.ndarray:
+        units = a.reshape(n // TILE_COLUMNS, 8, 8, nblk // 2, unit)  # (g, l, c, p, unit)
+        return np.ascontiguousarray(units.transpose(0, 3, 2, 1, 4)).reshape(a.shape)
+    return tiles(b, 32), tiles(scales, 2)
 
 
 def _chunked_applies(c: NBitsSpec) -> bool:

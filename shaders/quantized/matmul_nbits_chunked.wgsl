@@ -32,11 +32,13 @@
 // Each invocation's loops run at most K / 32 + K / BLOCK times (the planner keeps K <= 32 * 16384).
 //
 // Buffers: Q8: qa (vec4<u32>: pair words), sa, qsum; else a (vec4); then b (raw, vec4 words),
-// scales, [zp], [bias], y. Defs: Q8, ROWS (1 or 4), PAIRED / GROUP_PAIRS, ZP_PACKED / ZP_FLOAT,
-// HAS_BIAS; ONYXIA_SUBGROUPS (set at render).
+// scales, [zp], [bias], y. Defs: Q8, ROWS (1 or 4), PAIRED / GROUP_PAIRS, TILED (with PAIRED: b
+// and scales in tiles, one contiguous run a workgroup's iteration; quantized::nbits_index),
+// ZP_PACKED / ZP_FLOAT, HAS_BIAS; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW, RBLOCKS.
 #import common::grid
 #import quantized::nbits
+#import quantized::nbits_index
 #import quantized::epilogue
 
 const COLS = 8u;
@@ -300,25 +302,24 @@ fn walk(share: bool, c: Cols, r: Rows, lane: u32, upper: bool) -> Accs {
     var d: Ds;
     let row_groups = ROW_WORDS() / 4u;  // vec4 word groups per column
 #ifdef PAIRED
-    let half = NBLK() / 2u;  // = row_groups / 2: vec4<u64> (and scale pairs) per column
-    for (var bp = 0u; bp < half; bp++) {
+    for (var bp = 0u; bp < NBLK() / 2u; bp++) {
         let blk = 2u * bp;
-        let x0 = b_word8(c.c0 * half + bp);
-        let x1 = b_word8(c.n1 * half + bp);
-        let x2 = b_word8(c.n2 * half + bp);
-        let x3 = b_word8(c.n3 * half + bp);
-        let x4 = b_word8(c.n4 * half + bp);
-        let x5 = b_word8(c.n5 * half + bp);
-        let x6 = b_word8(c.n6 * half + bp);
-        let x7 = b_word8(c.n7 * half + bp);
-        let s0 = scales_load2(c.c0 * half + bp);
-        let s1 = scales_load2(c.n1 * half + bp);
-        let s2 = scales_load2(c.n2 * half + bp);
-        let s3 = scales_load2(c.n3 * half + bp);
-        let s4 = scales_load2(c.n4 * half + bp);
-        let s5 = scales_load2(c.n5 * half + bp);
-        let s6 = scales_load2(c.n6 * half + bp);
-        let s7 = scales_load2(c.n7 * half + bp);
+        let x0 = b_word8(pair_index(c.c0, bp));
+        let x1 = b_word8(pair_index(c.n1, bp));
+        let x2 = b_word8(pair_index(c.n2, bp));
+        let x3 = b_word8(pair_index(c.n3, bp));
+        let x4 = b_word8(pair_index(c.n4, bp));
+        let x5 = b_word8(pair_index(c.n5, bp));
+        let x6 = b_word8(pair_index(c.n6, bp));
+        let x7 = b_word8(pair_index(c.n7, bp));
+        let s0 = scales_load2(pair_index(c.c0, bp));
+        let s1 = scales_load2(pair_index(c.n1, bp));
+        let s2 = scales_load2(pair_index(c.n2, bp));
+        let s3 = scales_load2(pair_index(c.n3, bp));
+        let s4 = scales_load2(pair_index(c.n4, bp));
+        let s5 = scales_load2(pair_index(c.n5, bp));
+        let s6 = scales_load2(pair_index(c.n6, bp));
+        let s7 = scales_load2(pair_index(c.n7, bp));
         let za = zeros(c, blk);
         let z4a = zeros4(c, blk);
         d = group_dots(Ws(x0[0], x1[0], x2[0], x3[0], x4[0], x5[0], x6[0], x7[0]), blk, share, r, lane, upper, za, z4a);

@@ -7,10 +7,12 @@
 // (coalesced); each dequantized word serves all ROWS rows. Partial sums meet in a shared-memory
 // tree reduction. Block sizes are >= 16, so the 8 weights of a word share one block.
 // Buffers: a (read as vec4 unless K_TAIL), b, scales, [zp], [bias], y; computed in f32.
-// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, EPILOGUE (quantized/epilogue.wgsl), K_TAIL (K % 8 != 0). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
+// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, EPILOGUE (quantized/epilogue.wgsl), K_TAIL (K % 8 != 0), TILED
+// (quantized::nbits_index). Params: M, N, K, BLOCK, NBLK, ROW_WORDS (words per row of B),
 // KWORDS (words covering K), ZP_ROW (zero-point bytes per row).
 #import common::grid
 #import quantized::nbits
+#import quantized::nbits_index
 #import quantized::epilogue
 
 const COLS = 8u;
@@ -29,10 +31,10 @@ fn main(wg: Grid) {
     var acc: array<f32, ROWS>;
     if (n < N()) {
         for (var w = lane; w < KWORDS(); w += LANES) {
-            let word = b_word(n * ROW_WORDS() + w);
+            let word = b_word(b_index(n, w));
             let k0 = w * 8u;
             let blk = k0 / BLOCK();
-            let scale = f32(scales_load(n * NBLK() + blk));
+            let scale = f32(scales_load(scale_index(n, blk)));
             let zero = zero_point(n, blk);
             var wv: array<f32, 8>;
             for (var j = 0u; j < 8u; j++) {

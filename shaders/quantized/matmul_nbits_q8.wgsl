@@ -9,8 +9,10 @@
 // lowers it to the device's dot-product instruction where there is one); with PLAIN_DOT the bytes
 // are multiplied one by one instead.
 // Buffers: qa (int8, read a word at a time), sa, b, scales, [zp], [bias], y.
-// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, PLAIN_DOT. Params: M, N, BLOCK, NBLK, ROW_WORDS, ZP_ROW.
+// Defs: ZP_PACKED / ZP_FLOAT, HAS_BIAS, PLAIN_DOT, TILED (quantized::nbits_index). Params: M, N, BLOCK,
+// NBLK, ROW_WORDS, ZP_ROW.
 #import quantized::nbits
+#import quantized::nbits_index
 #import quantized::epilogue
 #import common::grid
 
@@ -44,10 +46,10 @@ fn main(wg: Grid) {
     var acc: array<f32, ROWS>;
     if (n < N()) {
         for (var w = lane; w < ROW_WORDS(); w += LANES) {
-            let word = b_word(n * ROW_WORDS() + w);
+            let word = b_word(b_index(n, w));
             let blk = (w * 8u) / BLOCK();
             let zero = i32(zero_point(n, blk));
-            let scale = f32(scales_load(n * NBLK() + blk));
+            let scale = f32(scales_load(scale_index(n, blk)));
             var lo = 0u;
             var hi = 0u;
             for (var j = 0u; j < 4u; j++) {

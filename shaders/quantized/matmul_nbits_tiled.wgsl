@@ -6,6 +6,7 @@
 // a quantization block (block sizes are powers of two >= 16): one scale/zero point per column.
 // Buffers, defs and params: as matmul_nbits_gemv.wgsl (a is read one element at a time).
 #import quantized::nbits
+#import quantized::nbits_index
 #import quantized::epilogue
 
 const TM = 64u;
@@ -43,9 +44,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var zero = 0.0;
             if (n < N()) {
                 // B rows are padded to whole blocks, so this word exists even past K
-                word = b_word(n * ROW_WORDS() + (k0 + kk) / 8u);
+                word = b_word(b_index(n, (k0 + kk) / 8u));
                 let blk = k0 / BLOCK();
-                scale = f32(scales_load(n * NBLK() + blk));
+                scale = f32(scales_load(scale_index(n, blk)));
                 zero = zero_point(n, blk);
             }
             for (var j = 0u; j < 8u; j++) {

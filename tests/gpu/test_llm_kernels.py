@@ -169,10 +169,11 @@ def runtime_narrow_reads(wgpu_adapter):
 
 # (K, N, block, zero points): the chunked kernel's forms on a CPU-type adapter: two blocks an
 # iteration (block 32, even block count: 64, 256, 128), one (96: 3 blocks), two word groups of a
-# block (block 128); and shapes it leaves to the coalesced kernel (block 16, K % block != 0).
+# block (block 128); B and scales in tiles (N 128, 192); and shapes it leaves to the coalesced
+# kernel (block 16, K % block != 0).
 @pytest.mark.parametrize("k,n,block,zp", [(64, 48, 32, True), (128, 40, 16, False), (96, 33, 32, True),
                                           (256, 64, 128, False), (80, 24, 32, True), (256, 40, 32, True),
-                                          (128, 24, 32, False)])
+                                          (128, 24, 32, False), (128, 128, 32, True), (256, 192, 32, False)])
 @pytest.mark.parametrize("m", [1, 7])
 @pytest.mark.parametrize("packed_dot", [True, False], ids=["dot4I8Packed", "plain"])
 @pytest.mark.parametrize("reads", ["subgroups", "no-subgroups", "narrow"])

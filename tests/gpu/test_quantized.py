@@ -13,7 +13,7 @@ from onnx import helper
 
 import onyxia
 from onyxia.compiler import CompilerPipeline
-from onyxia.compiler.passes import DeadCodeEliminationPass
+from onyxia.compiler.passes import DeadCodeEliminationPass, NBitsTilesPass
 from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
 from tests.helpers import make_model, run_ort
@@ -22,8 +22,10 @@ MS = {"com.microsoft": 1}
 
 
 def compile_with(model, dims):
+    """The kernels as planned, with B and scales in tiles where they apply (NBitsTilesPass)."""
     pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
     pipeline.add_pass(DeadCodeEliminationPass())
+    pipeline.add_pass(NBitsTilesPass())
     return pipeline.compile(onyxia.load_model(model), dims)
 
 
@@ -63,11 +65,17 @@ def nbits_model(rng, *, k: int, n: int, block: int, zero_points: str | None, bia
     (128, 256, 20, "uint8", False),  # odd block count: padded zero-point rows
     (32, 256, 40, "uint8", True),  # blocks a multiple of 4: the chunked kernel's vec4 scale loads
     (32, 128, 36, "float", False),
+    # B and scales in tiles (NBitsTilesPass: block 32, even block count, N a multiple of 64)
+    (32, 128, 128, "uint8", True),
+    (32, 256, 192, "float", False),
+    (32, 64, 64, None, False),
 ])
 def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     rng = np.random.default_rng(block + k)
     model = nbits_model(rng, k=k, n=n, block=block, zero_points=zero_points, bias=bias)
     exe = runtime.load_model(compile_with(model, {"M": 1}))
+    tiled = block == 32 and (k // block) % 2 == 0 and n % 64 == 0
+    assert {bool(dict(s.defs).get("TILED")) for s in exe.model.shaders if "nbits" in s.label} == {tiled}
     # Both adapter kinds' kernels (the chunked one where it applies: block >= 32, whole blocks)
     for cpu in (0, 1) if ADAPTER_CPU in exe.dims else (None,):
         if cpu is not None:
@@ -80,10 +88,10 @@ def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     assert exe.stats.recompiles == 0
 
 
-@pytest.mark.parametrize("k", [64, 128])  # 2 / 4 blocks (vec4 scale loads)
-def test_matmul_nbits_float16_batched(runtime, k):
+@pytest.mark.parametrize("k,n", [(64, 24), (128, 24), (128, 64)])  # 2 / 4 blocks; N 64: in tiles
+def test_matmul_nbits_float16_batched(runtime, k, n):
     rng = np.random.default_rng(4)
-    model = nbits_model(rng, k=k, n=24, block=32, zero_points="uint8", bias=True, dtype=np.float16,
+    model = nbits_model(rng, k=k, n=n, block=32, zero_points="uint8", bias=True, dtype=np.float16,
                         batch_dims=(2, "S"))
     exe = runtime.load_model(compile_with(model, {"S": 3}))
     for s in (3, 1):

@@ -6,6 +6,7 @@ from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
+from onyxia.compiler.passes.nbits_tiles import NBitsTilesPass
 from onyxia.compiler.passes.quantize_sharing import SharedQuantizationPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 from onyxia.compiler.passes.sequences import SequenceLoweringPass
@@ -16,11 +17,11 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
     return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
-            EpilogueFusionPass(), WeightPanelsPass()]
+            EpilogueFusionPass(), WeightPanelsPass(), NBitsTilesPass()]
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "EpilogueFusionPass", "ElementwiseFusionPass",
-           "FunctionExpansionPass",
+           "FunctionExpansionPass", "NBitsTilesPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]
