@@ -203,7 +203,8 @@ def _word_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: b
             out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<u64>;",
                    f"fn {n}_pair(j: u32) -> u64 {{ return {n}_buf[j]; }}"]
         return out + [
-            f"fn {n}_load(i: u32) -> {n}_t {{ return bitcast<{n}_t>(u32(({n}_pair(i >> 1u) >> (32u * (i & 1u))) & {_LOW})); }}",
+            f"fn {n}_load(i: u32) -> {n}_t {{ "
+            f"return bitcast<{n}_t>(u32(({n}_pair(i >> 1u) >> (32u * (i & 1u))) & {_LOW})); }}",
             f"fn {n}_load2(j: u32) -> vec2<{n}_t> {{ let v = {n}_pair(j); "
             f"return bitcast<vec2<{n}_t>>(vec2<u32>(u32(v & {_LOW}), u32(v >> 32u))); }}"]
     elem = f"vec4<{t}>" if b.vector else t

@@ -768,5 +768,6 @@ def test_operator_shaders_validate(runtime, key):
                         runtime.device.create_shader_module(label=spec.label, code=code)
                     except Exception as exc:  # noqa: BLE001 - naga's message says what is wrong
                         raise AssertionError(f"{where}: shader '{spec.label}' ({transport}, subgroups "
-                                             f"{subgroups}, wide reads {wide}) is invalid with defs {dict(spec.defs)}:\n{exc}") from exc
+                                             f"{subgroups}, wide reads {wide}) is invalid with defs "
+                                             f"{dict(spec.defs)}:\n{exc}") from exc
                     _validated.add(code)
