@@ -33,7 +33,7 @@ class Limits:
     max_immediate_bytes: int = 0  # push-constant bytes (0: none; shaders use the uniform buffer)
     native_f16: bool = False  # shader-f16: float16 buffers are `array<f16>` (else packed in u32)
     packed_f16_reads: bool = False  # with native_f16, vec4 reads of read-only float16 buffers packed
-    wide_reads: bool = False  # shader-int64: raw 4/8-bit weight codes read as 64-bit words
+    wide_reads: bool = False  # shader-int64: `wide` buffers and raw weight codes read as 64-bit words
     subgroups: bool = False  # subgroup operations: shaders render with the ONYXIA_SUBGROUPS def
     cpu_adapter: bool = False  # a CPU-type adapter (lavapipe): sets the plan's ADAPTER_CPU symbol
     adapter: str = "null"  # vendor/device/driver/backend: whose timings the tuning cache holds
