@@ -296,7 +296,8 @@ fn zeros4(c: Cols, blk: u32) -> vec4<f32> {  // of columns n4..n7
 // so the compiler makes one copy per case and the loop carries no branch.
 // PAIRED (BLOCK 32, NBLK even): two blocks an iteration, each column's 8 words one b_word8
 // and its two scales one scales_load2 (a vec4<u64> and a u64 where the device has 64-bit
-// loads). GROUP_PAIRS (BLOCK >= 64): two word groups of a block an iteration, one b_word8.
+// loads; pair_index finds them in tiles with TILED). GROUP_PAIRS (BLOCK >= 64): two word
+// groups of a block an iteration, one b_word8.
 fn walk(share: bool, c: Cols, r: Rows, lane: u32, upper: bool) -> Accs {
     var acc = Accs();
     var d: Ds;

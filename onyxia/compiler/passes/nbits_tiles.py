@@ -9,7 +9,8 @@ iteration reads lie together ((column group, block pair, column, lane) order), o
 workgroup. Measured on lavapipe (Mesa 22.3, 2-core VM; raw-wgpu form of the kernel with its
 weights cycled through 40 copies, as a decode step reads them from L3, not L2; medians of 9):
 K x N = 512 x 1408 350 -> 293 us and 274 -> 212, 1408 x 512 317 -> 280 and 302 -> 245, 512 x
-8000 1000 -> 879 and 1287 -> 1280.
+8000 1000 -> 879 and 1287 -> 1280. The ~30M int4 Llama compiled with and without this pass, in
+one process, 9 interleaved generations each: decode 74 -> 84 tok/s.
 
 Every kernel of the node reads B and scales through shaders/quantized/nbits_index.wgsl (def
 TILED), the GPU-type ones included, so the plan holds one copy and stays adapter-neutral.
