@@ -187,7 +187,14 @@ def _encode(d: DType, v: str) -> str:
     return f"onyxia_encode_{s}({v}, true)"
 
 
-_LOW = "0xFFFFFFFFlu"
+def _halves(v: str) -> str:
+    """WGSL of the u64 `v`'s two 32-bit halves, low first (two vec2/vec4 components)."""
+    return f"u32({v} & 0xFFFFFFFFlu), u32({v} >> 32u)"
+
+
+def _half(v: str, odd: str) -> str:
+    """WGSL of the u64 `v`'s low half (`odd` 0) or high half (`odd` 1), a u32."""
+    return f"u32(({v} >> (32u * ({odd}))) & 0xFFFFFFFFlu)"
 
 
 def _word_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: bool = False) -> list[str]:
@@ -197,16 +204,15 @@ def _word_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: b
         if b.vector:
             out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<vec2<u64>>;",
                    f"fn {n}_pair(j: u32) -> u64 {{ return {n}_buf[j >> 1u][j & 1u]; }}",
-                   f"fn {n}_load4(j: u32) -> vec4<{n}_t> {{ let v = {n}_buf[j]; return bitcast<vec4<{n}_t>>("
-                   f"vec4<u32>(u32(v.x & {_LOW}), u32(v.x >> 32u), u32(v.y & {_LOW}), u32(v.y >> 32u))); }}"]
+                   f"fn {n}_load4(j: u32) -> vec4<{n}_t> {{ let v = {n}_buf[j]; "
+                   f"return bitcast<vec4<{n}_t>>(vec4<u32>({_halves('v.x')}, {_halves('v.y')})); }}"]
         else:
             out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<u64>;",
                    f"fn {n}_pair(j: u32) -> u64 {{ return {n}_buf[j]; }}"]
         return out + [
-            f"fn {n}_load(i: u32) -> {n}_t {{ "
-            f"return bitcast<{n}_t>(u32(({n}_pair(i >> 1u) >> (32u * (i & 1u))) & {_LOW})); }}",
+            f"fn {n}_load(i: u32) -> {n}_t {{ return bitcast<{n}_t>({_half(f'{n}_pair(i >> 1u)', 'i & 1u')}); }}",
             f"fn {n}_load2(j: u32) -> vec2<{n}_t> {{ let v = {n}_pair(j); "
-            f"return bitcast<vec2<{n}_t>>(vec2<u32>(u32(v & {_LOW}), u32(v >> 32u))); }}"]
+            f"return bitcast<vec2<{n}_t>>(vec2<u32>({_halves('v')})); }}"]
     elem = f"vec4<{t}>" if b.vector else t
     out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<{elem}>;"]
     at = f"{n}_buf[i >> 2u][i & 3u]" if b.vector else f"{n}_buf[i]"
@@ -261,29 +267,24 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads:
     # Raw 8- and 4-bit codes read as vec4s: four whole words at once (`NAME_word4(j)`), what
     # the int4 kernels stream (one 16-byte load instead of four 4-byte ones).
     quads = b.vector and b.raw and bits < 16 and b.read_only
-    # With wide_reads quads come as 64-bit loads: vec2<u64> a quad (vec4<u64> two, `wide`).
+    # With wide_reads a `wide` buffer's quads come as 64-bit loads, two quads a vec4<u64>.
     octets = quads and wide_reads and b.wide
     elem = ("atomic<u32>" if atomic else "u64" if pairs64 else "vec2<u32>" if pairs else "vec4<u64>" if octets
-            else "vec2<u64>" if quads and wide_reads else "vec4<u32>" if quads else "u32")
+            else "vec4<u32>" if quads else "u32")
     out = [f"@group(0) @binding({index}) var<storage, {access}> {n}_buf: array<{elem}>;"]
-    split = (f"fn {n}_split(a: u64, b: u64) -> vec4<u32> {{ return vec4<u32>(u32(a & {_LOW}), u32(a >> 32u), "
-             f"u32(b & {_LOW}), u32(b >> 32u)); }}")
     if atomic:
         word = f"atomicLoad(&{n}_buf[w])"
     elif pairs64:
-        word = f"u32(({n}_buf[w >> 1u] >> (32u * (w & 1u))) & {_LOW})"
+        word = _half(f"{n}_buf[w >> 1u]", "w & 1u")
     elif pairs:
         word = f"{n}_buf[w >> 1u][w & 1u]"
     elif octets:  # word w: half w & 1 of u64 (w >> 1) & 3 of octet w >> 3
-        word = f"u32(({n}_buf[w >> 3u][(w >> 1u) & 3u] >> (32u * (w & 1u))) & {_LOW})"
-        out += [split,
+        word = _half(f"{n}_buf[w >> 3u][(w >> 1u) & 3u]", "w & 1u")
+        out += [f"fn {n}_split(a: u64, b: u64) -> vec4<u32> {{ return vec4<u32>({_halves('a')}, {_halves('b')}); }}",
                 f"fn {n}_word4(j: u32) -> vec4<u32> {{ let v = {n}_buf[j >> 1u]; "
                 f"return select({n}_split(v.x, v.y), {n}_split(v.z, v.w), (j & 1u) == 1u); }}",
                 f"fn {n}_word8(j: u32) -> array<vec4<u32>, 2> {{ let v = {n}_buf[j]; "
                 f"return array<vec4<u32>, 2>({n}_split(v.x, v.y), {n}_split(v.z, v.w)); }}"]
-    elif quads and wide_reads:  # word w: half w & 1 of u64 (w >> 1) & 1 of quad w >> 2
-        word = f"u32(({n}_buf[w >> 2u][(w >> 1u) & 1u] >> (32u * (w & 1u))) & {_LOW})"
-        out += [split, f"fn {n}_word4(j: u32) -> vec4<u32> {{ let v = {n}_buf[j]; return {n}_split(v.x, v.y); }}"]
     elif quads:
         word = f"{n}_buf[w >> 2u][w & 3u]"
         out += [f"fn {n}_word4(j: u32) -> vec4<u32> {{ return {n}_buf[j]; }}"]
@@ -303,7 +304,7 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads:
             out += [f"fn {n}_encode(v: {n}_t) -> u32 {{ return {_encode(d, 'v')}; }}"]
     if b.vector:
         if pairs64:
-            w = f"let v = {n}_buf[j]; let w = vec2<u32>(u32(v & {_LOW}), u32(v >> 32u));"
+            w = f"let v = {n}_buf[j]; let w = vec2<u32>({_halves('v')});"
             codes = ["w.x & 0xffffu", "w.x >> 16u", "w.y & 0xffffu", "w.y >> 16u"]
         elif pairs:
             w = f"let w = {n}_buf[j];"
@@ -402,10 +403,10 @@ def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: boo
     vec4 (the same bytes).
     lavapipe loads storage one scalar per invocation at a time: a word per two halves streams
     a float16 weight ~2x as fast as 16-bit loads (llama30m fp16 decode matmuls ~43 -> ~19 ms).
-    `wide_reads` (the device has shader-int64): raw 4- and 8-bit codes read as vec4s come as
-    two u64s, and `wide` buffers as 64-bit words (the same bytes): lavapipe loads storage one
-    lane and one component at a time, a 64-bit component as cheaply as a 32-bit one (llama30m
-    decode, same process: fp32 27 -> 33 tok/s, fp16 33 -> 39, int4 see matmul_nbits_chunked)."""
+    `wide_reads` (the device has shader-int64): `wide` read-only buffers come as 64-bit words
+    (the same bytes): lavapipe loads storage one lane and one component at a time, a 64-bit
+    component as cheaply as a 32-bit one (llama30m decode, same process: fp32 27 -> 33 tok/s,
+    fp16 33 -> 39, int4 see matmul_nbits_chunked)."""
     dtypes = [from_name(b.dtype) for b in buffers]
     native = native_f16 and any(d.storage == "f16" for d in dtypes)
     lines = ["enable f16;"] if native else []

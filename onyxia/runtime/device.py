@@ -104,8 +104,9 @@ class Runtime:
         packed in words (the matrix products' weights); default: on a CPU-type adapter, where
         that is the faster form (codegen/storage.py buffer_code). `subgroups=False` leaves the
         adapter's subgroup operations unused (kernels take their plain paths; for tests).
-        `wide_reads`: raw 4- and 8-bit weight codes read as 64-bit words (shader-int64); default:
-        on a CPU-type adapter that has it, where that is the faster form (codegen/storage.py)."""
+        `wide_reads`: the buffers kernels read in pairs (the chunked products' weights) come as
+        64-bit words (shader-int64); default: on a CPU-type adapter that has it, where that is the
+        faster form (codegen/storage.py)."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.packed_f16_reads = (self.info.adapter_type == "CPU") if packed_f16_reads is None else packed_f16_reads

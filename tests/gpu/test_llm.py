@@ -216,3 +216,26 @@ def test_last_rows_keeps_the_last_row_or_all(runtime, batch):
         x = rng.standard_normal((2 if batch == "b" else 1, s, hidden)).astype(np.float32)
         y = exe.run({"x": x})["y"]
         np.testing.assert_array_equal(y, np.maximum(x, 0) if gate else np.maximum(x[:, -1:], 0))
+
+
+def test_last_token_over_a_vocabulary_past_the_loop_cut(runtime):
+    """Past LAST_TOKEN_CPU_MAX_VOCAB the 8-thread variant's loop would pass lavapipe's ~65,535
+    iterations: the plan holds only the 256-thread kernel, and its argmax is right on lavapipe."""
+    import onyxia
+    from onyxia.compiler import CompilerPipeline
+    from onyxia.llm.ops import LAST_TOKEN_CPU_MAX_VOCAB, NEXT_TOKEN, add_last_token_head, register_llm_operators
+    from onyxia.operators import core_operator_registry
+    from onyxia.plan import ADAPTER_CPU
+    from tests.helpers import helper, make_model
+
+    vocab = 8 * 70_000
+    assert vocab > LAST_TOKEN_CPU_MAX_VOCAB
+    graph = onyxia.load_model(make_model([helper.make_node("Relu", ["x"], ["logits"])],
+                                         [("x", np.float32, [1, 1, vocab])], ["logits"]))
+    add_last_token_head(graph, "logits")
+    exe = runtime.load_model(CompilerPipeline(register_llm_operators(core_operator_registry())).compile(graph, {}))
+    x = np.random.default_rng(1).random((1, 1, vocab), dtype=np.float32)
+    x[0, 0, vocab - 3] = 2.0
+    assert ADAPTER_CPU not in exe.dims  # no adapter-dependent variant planned
+    assert {s.label for s in exe.model.shaders if s.label.startswith("llm/last_token")} == {"llm/last_token_256"}
+    assert exe.run({"x": x}, outputs=[NEXT_TOKEN])[NEXT_TOKEN].tolist() == [vocab - 3]

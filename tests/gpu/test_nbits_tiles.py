@@ -98,3 +98,36 @@ def test_the_attribute_without_tiles_is_refused():
     model.graph.node[0].attribute.append(h.make_attribute(TILES_ATTR, 1))
     with pytest.raises(onyxia.OnyxiaError, match=TILES_ATTR):
         compile_with_report(model, {"M": 1})
+
+
+@pytest.mark.parametrize("accuracy", [4, 0])
+def test_weights_from_onnxruntimes_quantizer_read_from_tiles(runtime, accuracy):
+    """A float two-layer product quantized by onnxruntime's own MatMulNBitsQuantizer (block 32,
+    asymmetric: packed zero points): its MatMulNBits weights go to tiles, and both adapter
+    kinds' kernels give onnxruntime's result on the quantized model."""
+    import logging
+
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(11)
+    w1 = (rng.standard_normal((256, 192)) / 16).astype(np.float32)
+    w2 = (rng.standard_normal((192, 128)) / 14).astype(np.float32)
+    model = make_model([h.make_node("MatMul", ["a", "w1"], ["h"]), h.make_node("Relu", ["h"], ["r"]),
+                        h.make_node("MatMul", ["r", "w2"], ["y"])], [("a", np.float32, ["M", 256])], ["y"],
+                       {"w1": w1, "w2": w2})
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    quantizer = MatMulNBitsQuantizer(model, algo_config=DefaultWeightOnlyQuantConfig(
+        block_size=32, is_symmetric=False, accuracy_level=accuracy))
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node] == ["MatMulNBits", "Relu", "MatMulNBits"]
+    compiled, report = compile_with_report(quantized, {"M": 5})
+    assert len(report.tiled) == 2 and not report.skipped, report
+    exe = runtime.load_model(compiled)
+    for cpu in (1, 0):
+        for m in (1, 5):
+            exe.update_dimensions({ADAPTER_CPU: cpu, "M": m})
+            a = rng.standard_normal((m, 256)).astype(np.float32)
+            ref = run_ort(quantized, {"a": a})[0]
+            np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()),
+                                       err_msg=f"cpu={cpu} M={m}")

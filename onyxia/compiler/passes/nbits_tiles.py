@@ -21,10 +21,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
-from onyxia.ir import dtypes
+from onyxia.compiler.passes.inference import resolve_operator
+from onyxia.errors import OnyxiaError
 from onyxia.ir.graph import IrGraph, NodeId, TensorDef, TensorKind
+from onyxia.operators.base import InferenceCtx
 from onyxia.operators.fused import FUSED_DOMAIN
-from onyxia.operators.quantized import DOMAIN, TILE_COLUMNS, TILES_ATTR, NBitsSpec, tile_nbits, tiles_apply
+from onyxia.operators.quantized import (
+    DOMAIN,
+    TILE_COLUMNS,
+    TILES_ATTR,
+    MatMulNBits,
+    NBitsSpec,
+    tile_nbits,
+    tiles_apply,
+)
 
 # (domain, op type) of the nodes whose B and scales may be stored in tiles.
 PRODUCTS = {(DOMAIN, "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}
@@ -63,7 +73,7 @@ class NBitsTilesPass(Pass):
         weights = dict.fromkeys(graph.node(nid).inputs[1] for nid in graph.topological_order()
                                 if _is_product(graph, nid) and len(graph.node(nid).inputs) > 2)
         for weight in weights:
-            found = _declines(graph, weight)
+            found = _declines(graph, ctx, weight)
             if isinstance(found, str):
                 skipped[weight] = found
                 continue
@@ -89,22 +99,21 @@ def _is_product(graph: IrGraph, nid: NodeId) -> bool:
     return (node.domain, node.op_type) in PRODUCTS
 
 
-def _spec(graph: IrGraph, nid: NodeId) -> NBitsSpec | str:
-    """The reader's weight geometry (attributes as MatMulNBits validated them), or why not."""
+def _spec(graph: IrGraph, ctx: CompileContext, nid: NodeId) -> NBitsSpec | str:
+    """The reader's weight geometry as its operator validates it, or why it cannot read tiles."""
     node = graph.node(nid)
-    a = node.attributes
-    if int(a.get("bits", 4)) != 4:
-        return f"'{node.name}' has bits = {a.get('bits')}"
-    if TILES_ATTR in a:
+    if TILES_ATTR in node.attributes:
         return f"'{node.name}' already reads its weights in tiles"
-    k, n, block = int(a["K"]), int(a["N"]), int(a["block_size"])
-    nblk = -(-k // block)
-    scales = graph.tensor(node.inputs[2])
-    dtype = scales.dtype or dtypes.FLOAT32
-    return NBitsSpec(dtype, k, n, block, nblk, (nblk + 1) // 2)
+    op = resolve_operator(graph, ctx.registry, node)
+    if not isinstance(op, MatMulNBits):  # a registered replacement knows nothing of tiles
+        return f"'{node.name}' resolves to {type(op).__name__}, not the built-in MatMulNBits"
+    try:
+        return op.spec(InferenceCtx(graph, node, ctx))
+    except OnyxiaError as error:
+        return f"invalid node '{node.name}' ({error})"
 
 
-def _declines(graph: IrGraph, weight: str | None) -> tuple[list[NodeId], str, NBitsSpec] | str:
+def _declines(graph: IrGraph, ctx: CompileContext, weight: str | None) -> tuple[list[NodeId], str, NBitsSpec] | str:
     """(the nodes reading `weight`, their scales, their geometry), or why it stays."""
     if weight is None:
         return "no weight"
@@ -114,20 +123,20 @@ def _declines(graph: IrGraph, weight: str | None) -> tuple[list[NodeId], str, NB
     if weight in graph.inputs or weight in graph.outputs:
         return "it is a graph input or output"
     readers = sorted(graph.consumers(weight))
-    specs, scales = set(), set()
+    specs: dict[tuple[int, int, int], NBitsSpec] = {}  # by (K, N, block_size)
+    scales = set()
     for nid in readers:
         node = graph.node(nid)
         if not _is_product(graph, nid) or node.inputs.count(weight) != 1 or node.inputs[1] != weight:
             return f"{node.op_type} node '{node.name}' reads it other than as a MatMulNBits' B"
-        spec = _spec(graph, nid)
-        if isinstance(spec, str):
-            return spec
-        specs.add((spec.k, spec.n, spec.block))
+        found = _spec(graph, ctx, nid)
+        if isinstance(found, str):
+            return found
+        specs[(found.k, found.n, found.block)] = found
         scales.add(node.inputs[2])
     if len(specs) != 1 or len(scales) != 1:
         return "its readers differ in K, N, block_size or scales"
-    spec = _spec(graph, readers[0])
-    assert not isinstance(spec, str)
+    (spec,) = specs.values()
     if not tiles_apply(spec):
         return (f"K = {spec.k}, N = {spec.n}, block_size {spec.block}: tiles need block_size 32, an even block "
                 f"count and N a multiple of {TILE_COLUMNS}")
