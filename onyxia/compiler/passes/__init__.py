@@ -1,6 +1,7 @@
 """Built-in passes, one per file."""
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
+from onyxia.compiler.passes.div_mul import DivMulFusionPass
 from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
 from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
@@ -16,12 +17,12 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
-            EpilogueFusionPass(), WeightPanelsPass(), NBitsTilesPass()]
+    return [DivMulFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(),
+            ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(), NBitsTilesPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "EpilogueFusionPass", "ElementwiseFusionPass",
-           "FunctionExpansionPass", "NBitsTilesPass",
+__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
+           "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]
