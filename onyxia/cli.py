@@ -54,14 +54,17 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _compile(model_path: str, dims: dict[str, int], static: Sequence[str]):
+def _compile(model_path: str, dims: dict[str, int], static: Sequence[str], decoder: str | None = None):
     import onyxia
     from onyxia.compiler import CompilerPipeline
 
     if Path(model_path).is_dir():  # an LLM folder (genai_config.json or config.json + model.onnx)
         from onyxia.llm.compile import compile_folder
 
-        return None, compile_folder(model_path, dims.pop("max_length", None), report=_progress).compiled
+        return None, compile_folder(model_path, dims.pop("max_length", None), report=_progress,
+                                    decoder=decoder).compiled
+    if decoder:
+        raise CliError(f"--decoder {decoder}: chooses the ONNX file of an LLM folder, but {model_path} is a file")
     graph = onyxia.load_model(model_path)
     pipeline = CompilerPipeline(onyxia.core_operator_registry())
     return graph, pipeline.compile(graph, dims, static,
@@ -121,7 +124,7 @@ def _check_output_path(output: str) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     if args.output:
         _check_output_path(args.output)
-    _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+    _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or (), args.decoder)
     from onyxia.plan_cost import cost_summary
 
     print(f"compiled {args.model}")
@@ -391,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "bytes moved, peak activations and, for a decoder, a decode step's traffic")
     model_args(p, plan_ok=False)
     p.add_argument("-o", "--output", metavar="PLAN", help="write the compiled plan to this file")
+    p.add_argument("--decoder", metavar="FILE|DTYPE", help="an LLM folder's ONNX file when it has several "
+                   "(onnx/model_q4.onnx, or a transformers.js dtype name: fp16, q8, q4, q4f16, bnb4, ...)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run a model or plan on the GPU")

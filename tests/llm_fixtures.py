@@ -30,15 +30,25 @@ PROMPT = ("The river ran past the old stone mill, and the children counted the b
 
 @dataclass(frozen=True)
 class Fixture:
-    name: str  # e.g. "genai/gemma2-cpu-fp32"
+    name: str  # e.g. "genai/gemma2-cpu-fp32", "transformersjs/llama@q4f16" (a folder's decoder)
     exporter: str
     family: str
     target: str
     precision: str
+    decoder: str | None = None  # which of the folder's ONNX files (transformers.js' dtype names)
 
     @property
     def path(self) -> Path:
-        return DATA / self.name
+        return DATA / self.name.split("@")[0]
+
+    @property
+    def model_file(self) -> str:
+        """The decoder's file, relative to the folder."""
+        if self.decoder:
+            from onyxia.llm.hf_config import decoder_file
+
+            return decoder_file(self.path, self.decoder)
+        return "model.onnx" if (self.path / "model.onnx").is_file() else "onnx/model.onnx"
 
     @property
     def is_genai(self) -> bool:
@@ -46,7 +56,8 @@ class Fixture:
 
     @property
     def fp16(self) -> bool:
-        return self.target == "webgpu"  # -e webgpu writes fp16 I/O (and fp16 scales for int4)
+        # -e webgpu writes fp16 I/O (and fp16 scales for int4); transformers.js' fp16 files compute in fp16
+        return self.target == "webgpu" or self.decoder in ("fp16", "q4f16")
 
 
 # Exporter conventions onyxia does not implement yet (issue 8), found in each folder's graph. Tests
@@ -97,8 +108,7 @@ def gaps(fixture: Fixture) -> list[str]:
     import onnx
 
     found = set()
-    model = onnx.load(str(fixture.path / ("model.onnx" if (fixture.path / "model.onnx").is_file()
-                                          else "onnx/model.onnx")), load_external_data=False)
+    model = onnx.load(str(fixture.path / fixture.model_file), load_external_data=False)
     for node in model.graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "GroupQueryAttention" and attrs.get("sliding_window_cache", 0) == 1:
@@ -113,10 +123,16 @@ def gaps(fixture: Fixture) -> list[str]:
 
 
 def fixtures() -> list[Fixture]:
-    """Every folder the exporters produced (failed exports are recorded, not written)."""
+    """Every folder the exporters produced (failed exports are recorded, not written); a folder
+    with several decoders (transformers.js' layout) is one fixture per decoder."""
     manifest = json.loads(MANIFEST.read_text())
-    return [Fixture(name, f["exporter"], f["family"], f["target"], f["precision"])
-            for name, f in sorted(manifest["folders"].items()) if f["ok"]]
+    out = []
+    for name, f in sorted(manifest["folders"].items()):
+        if f["ok"]:
+            for decoder in f.get("decoders", [None]):
+                out.append(Fixture(name + (f"@{decoder}" if decoder else ""), f["exporter"], f["family"],
+                                   f["target"], f["precision"], decoder))
+    return out
 
 
 def genai_greedy(folder: Path, prompt: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
@@ -138,12 +154,15 @@ def genai_greedy(folder: Path, prompt: list[int], steps: int) -> tuple[list[int]
     return tokens, logits
 
 
-def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "model.onnx"
-               ) -> tuple[list[int], list[np.ndarray]]:
-    """A plain onnxruntime session loop over an Optimum decoder, present fed back as past."""
+def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "model.onnx",
+               optimization: str = "ORT_ENABLE_ALL") -> tuple[list[int], list[np.ndarray]]:
+    """A plain onnxruntime session loop over an Optimum decoder, present fed back as past;
+    `optimization`: the session's graph_optimization_level (onnxruntime's default: all)."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(folder / model_file), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization)
+    session = ort.InferenceSession(str(folder / model_file), options, providers=["CPUExecutionProvider"])
     inputs = {i.name: i for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]
     dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -236,7 +255,7 @@ def reference(fixture: Fixture, prompt: list[int], steps: int, scratch: Path
               ) -> tuple[list[int], list[np.ndarray]]:
     if fixture.is_genai:
         return genai_greedy(reference_folder(fixture, scratch), prompt, steps)
-    return ort_greedy(fixture.path, prompt, steps)
+    return ort_greedy(fixture.path, prompt, steps, model_file=fixture.model_file)
 
 
 def onnxruntime_trace(fixture: Fixture, prompt: list[int], step: int, max_length: int = 128
@@ -250,21 +269,24 @@ def onnxruntime_trace(fixture: Fixture, prompt: list[int], step: int, max_length
     import onnxruntime as ort
     from onnx import helper
 
-    config = json.loads((fixture.path / "genai_config.json").read_text())["model"]["decoder"]
-    window = config.get("sliding_window") or {}
-    model = onnx.load(str(fixture.path / "model.onnx"))
+    from onyxia.llm.hf_config import load_model_config
+
+    config = load_model_config(fixture.path, fixture.decoder)
+    window = config.decoder.sliding_window
+    model = onnx.load(str(fixture.path / fixture.model_file))
     capacity = {}
     for node in model.graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "GroupQueryAttention" and attrs.get("sliding_window_cache", 0) == 1:
             size = attrs["local_window_size"]
-            rows = max(min(size + (window.get("cache_slack") or size), max_length), size)
+            rows = max(min(size + ((window.cache_slack if window else 0) or size), max_length), size)
             capacity.update({node.input[3]: rows, node.input[4]: rows})
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     inputs = {i.name: i for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]
     dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-    past = {name: np.zeros((1, info.shape[1], capacity.get(name, 0), config["head_size"]), dtype[info.type])
+    heads = config.decoder.num_key_value_heads
+    past = {name: np.zeros((1, heads, capacity.get(name, 0), config.decoder.head_size), dtype[info.type])
             for name, info in inputs.items() if name.startswith("past_key_values.")}
 
     def feeds(ids: list[int], total: int) -> dict[str, np.ndarray]:
@@ -329,7 +351,7 @@ def replay_nodes(model, values: dict[str, np.ndarray], runtime) -> list[tuple[fl
     for node in model.graph.node:
         if node.op_type == "Constant":
             continue
-        fed = [x for x in node.input if x and x not in initializers]
+        fed = list(dict.fromkeys(x for x in node.input if x and x not in initializers))
         outs = [o for o in node.output if o and o in values]
 
         def info(name: str):

@@ -21,6 +21,12 @@ for Mistral and Gemma-2/3, so the tests' prompts cross it) and a BPE tokenizer.j
   {cpu fp32, cpu int4, webgpu fp16, webgpu int4} → tests/data/llm/genai/<family>-<target>-<precision>/
 - `optimum-cli export onnx --task text-generation-with-past` for a few families
   → tests/data/llm/optimum/<family>/
+- transformers.js' layout for Llama: the Optimum folder's decoder as onnx/model.onnx beside the
+  variants transformers.js' scripts/quantize.py makes with onnxruntime's quantization tools
+  (onnx/model_fp16, _quantized, _int8, _uint8, _q4, _q4f16, _bnb4.onnx, its settings) →
+  tests/data/llm/transformersjs/<family>/. `--transformersjs` rebuilds just these from the
+  committed Optimum folders (needs onnxruntime and onnx only, no torch). transformers.js also
+  runs onnxslim over its fp16 files; this script does not (onnxslim only reorders and folds).
 
 A folder is written exactly as the exporter leaves it, except that files the decoder does not
 need at run time and that only repeat the checkpoint (chat templates, vocab.json/merges.txt,
@@ -244,7 +250,80 @@ def build_all(only: list[str] | None, out_dir: Path, optimum_python: str) -> dic
                                              "target": "text-generation-with-past", "precision": "fp32",
                                              "ok": ok, "error": why}
                 print(f"{name}: {'ok' if ok else 'FAILED ' + why}", flush=True)
+                if ok and family.name in TRANSFORMERSJS_FAMILIES:
+                    name = f"transformersjs/{family.name}"
+                    decoders = transformersjs_variants(dest, out_dir / name)
+                    manifest["folders"][name] = transformersjs_record(family.name, decoders)
+                    print(f"{name}: ok", flush=True)
     return manifest
+
+
+# ---- transformers.js' quantized variants ---------------------------------------------------------
+TRANSFORMERSJS_FAMILIES = ("llama",)
+TRANSFORMERSJS_DECODERS = ("fp32", "fp16", "q8", "int8", "uint8", "q4", "q4f16", "bnb4")
+
+
+def transformersjs_variants(optimum_dir: Path, dest: Path) -> list[str]:
+    """`optimum_dir` in transformers.js' layout at `dest`: its files at the top, the decoder as
+    onnx/model.onnx and onnx/model_<suffix>.onnx per dtype, each made as transformers.js'
+    scripts/quantize.py makes it (onnxruntime's quantizers, the script's default settings)."""
+    import onnx
+    from onnxruntime.quantization import QuantizationMode, QuantType
+    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
+    from onnxruntime.transformers import float16
+
+    try:  # the script's MatMul4BitsQuantizer, renamed in onnxruntime 1.20
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer as MatMul4BitsQuantizer
+    except ImportError:
+        from onnxruntime.quantization.matmul_4bits_quantizer import MatMul4BitsQuantizer
+
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "onnx").mkdir(parents=True)
+    for path in optimum_dir.iterdir():
+        if path.name != "model.onnx":
+            shutil.copy(path, dest / path.name)
+    source = optimum_dir / "model.onnx"
+
+    def save(model, suffix: str) -> None:
+        onnx.save(model, str(dest / "onnx" / f"model{suffix}.onnx"))
+
+    def q8(weight_type) -> onnx.ModelProto:  # quantize_q8: dynamic, uint8 activations
+        quantizer = ONNXQuantizer(onnx.load(str(source)), False, False, mode=QuantizationMode.IntegerOps,
+                                  static=False, weight_qType=weight_type, activation_qType=QuantType.QUInt8,
+                                  tensors_range=None, nodes_to_quantize=[], nodes_to_exclude=[],
+                                  op_types_to_quantize=set(IntegerOpsRegistry.keys()),
+                                  extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True})
+        quantizer.quantize_model()
+        return quantizer.model.model
+
+    def fp16(model) -> onnx.ModelProto:  # quantize_fp16: float16 inside, float32 inputs and outputs
+        return float16.convert_float_to_float16(model, keep_io_types=True)
+
+    def q4() -> onnx.ModelProto:  # quantize_q4: block 32, symmetric, accuracy_level unset
+        quantizer = MatMul4BitsQuantizer(model=onnx.load(str(source)), block_size=32, is_symmetric=True,
+                                         accuracy_level=None)
+        quantizer.process()
+        return quantizer.model.model
+
+    shutil.copy(source, dest / "onnx" / "model.onnx")
+    save(fp16(onnx.load(str(source))), "_fp16")
+    save(q8(QuantType.QInt8), "_quantized")  # "q8": QInt8 weights unless Conv / GQA / MHA are present
+    save(q8(QuantType.QInt8), "_int8")
+    save(q8(QuantType.QUInt8), "_uint8")
+    save(q4(), "_q4")
+    save(fp16(q4()), "_q4f16")
+    bnb4 = MatMulBnb4Quantizer(model=onnx.load(str(source)), block_size=64, quant_type=MatMulBnb4Quantizer.NF4)
+    bnb4.process()
+    save(bnb4.model.model, "_bnb4")
+    return list(TRANSFORMERSJS_DECODERS)
+
+
+def transformersjs_record(family: str, decoders: list[str]) -> dict:
+    return {"exporter": "onnxruntime.quantization as transformers.js scripts/quantize.py runs it",
+            "family": family, "target": "transformers.js", "precision": "fp32", "decoders": decoders,
+            "ok": True, "error": ""}
 
 
 def build_big(dest: Path) -> None:
@@ -292,7 +371,19 @@ def main() -> None:
     parser.add_argument("--gemma270m", type=Path, help="write a Gemma-3-270m-shaped (tied 262144 x 640) folder here")
     parser.add_argument("--optimum-python", default="/work/exporters/venv-optimum/bin/python",
                         help="python of an environment with optimum-cli (transformers < 4.58)")
+    parser.add_argument("--transformersjs", action="store_true",
+                        help="only rebuild the transformers.js folders from the committed Optimum ones")
     args = parser.parse_args()
+    if args.transformersjs:
+        path = args.out / "MANIFEST.json"
+        manifest = json.loads(path.read_text())
+        for family in TRANSFORMERSJS_FAMILIES:
+            name = f"transformersjs/{family}"
+            decoders = transformersjs_variants(args.out / "optimum" / family, args.out / name)
+            manifest["folders"][name] = transformersjs_record(family, decoders)
+            print(f"{name}: ok", flush=True)
+        path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        return
     if args.big:
         build_big(args.big)
         return

@@ -30,6 +30,10 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=None, metavar="L",
                    help="prompt + generated tokens at most; the KV cache is sized for it (default: "
                         "genai_config search.max_length, else the model's context length)")
+    p.add_argument("--decoder", metavar="FILE|DTYPE",
+                   help="the ONNX file when the folder has several, as transformers.js repositories do: a "
+                        "file inside MODEL_DIR (onnx/model_q4f16.onnx) or a dtype name (fp32, fp16, q8, int8, "
+                        "uint8, q4, q4f16, bnb4); default: model.onnx, else the only model*.onnx")
     p.add_argument("--adapter", help="adapter index or name substring (default: best; or ONYXIA_ADAPTER)")
     p.set_defaults(func=run_generate)
     return p
@@ -99,7 +103,8 @@ def run_generate(args: argparse.Namespace) -> int:
     runtime = Runtime(args.adapter) if getattr(args, "adapter", None) else None
     progress = TerminalProgress()
     try:
-        session = LlmSession(args.model_dir, max_length=args.max_length, runtime=runtime, progress=progress)
+        session = LlmSession(args.model_dir, max_length=args.max_length, runtime=runtime, progress=progress,
+                             decoder=args.decoder)
     finally:
         progress.close()
     out = sys.stdout

@@ -85,7 +85,7 @@ def compile_decoder(config: GenaiConfig, max_length: int, *, prefill_length: int
 
 
 def compile_folder(model_dir: str | Path, max_length: int | None = None,
-                   report: Report | None = None) -> CompiledDecoder:
-    """`model_dir` compiled as LlmSession(model_dir, max_length) compiles it."""
-    config = load_model_config(model_dir)
+                   report: Report | None = None, decoder: str | None = None) -> CompiledDecoder:
+    """`model_dir` compiled as LlmSession(model_dir, max_length, decoder=decoder) compiles it."""
+    config = load_model_config(model_dir, decoder)
     return compile_decoder(config, max_length_for(config, max_length), report=report)

@@ -10,6 +10,7 @@ config.json, its input/output names from the graph (the Hugging Face names, `pas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,6 +22,51 @@ HF_CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
 # Where the exporters put the decoder with a KV cache, in the order a folder is searched.
 DECODER_FILES = ("model.onnx", "onnx/model.onnx", "decoder_model_merged.onnx", "onnx/decoder_model_merged.onnx")
+# transformers.js' dtype names and the suffix its quantize script gives each file (onnx/model_q4f16.onnx).
+VARIANTS = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8", "uint8": "_uint8", "q4": "_q4",
+            "q4f16": "_q4f16", "bnb4": "_bnb4"}
+
+
+def _variants(folder: Path) -> list[str]:
+    """The decoder files of `folder` in transformers.js' layout (model*.onnx, decoder_model_merged*.onnx)."""
+    found = []
+    for sub in ("", "onnx/"):
+        for stem in ("model", "decoder_model_merged"):
+            found += sorted(f"{sub}{p.name}" for p in (folder / sub).glob(f"{stem}*.onnx") if p.is_file()
+                            and (p.stem == stem or p.stem[len(stem)] == "_"))
+    return found
+
+
+def decoder_file(folder: Path, decoder: str | None = None) -> str:
+    """The decoder ONNX file of an Optimum / transformers.js folder, relative to it.
+
+    `decoder`: a file inside the folder, or one of transformers.js' dtype names (fp32, fp16, q8,
+    int8, uint8, q4, q4f16, bnb4: onnx/model_q4f16.onnx ...). Without it: model.onnx (or
+    onnx/model.onnx, decoder_model_merged.onnx) if present, else the only model_*.onnx there is."""
+    available = _variants(folder)
+    if decoder:
+        if decoder.endswith(".onnx"):
+            wanted = [decoder]
+        elif decoder in VARIANTS:
+            wanted = [f"{sub}{stem}{VARIANTS[decoder]}.onnx" for stem in ("model", "decoder_model_merged")
+                      for sub in ("onnx/", "")]
+        else:
+            raise ConfigError(f"decoder '{decoder}': not an .onnx file nor one of {', '.join(VARIANTS)}")
+        found = next((name for name in wanted if (folder / name).is_file()), None)
+        if found is None:
+            raise ConfigError(f"{folder}: no decoder '{decoder}' (looked for {', '.join(wanted)}); the folder has "
+                              f"{', '.join(available) or 'no decoder file'}")
+        return found
+    found = next((name for name in DECODER_FILES if (folder / name).is_file()), None)
+    if found is not None:
+        return found
+    if len(available) == 1:
+        return available[0]
+    if not available:
+        raise ConfigError(f"{folder}: config.json is there, but no decoder ONNX file "
+                          f"(looked for {', '.join(DECODER_FILES)} and their model_*.onnx variants)")
+    raise ConfigError(f"{folder}: several decoders ({', '.join(available)}) and no model.onnx; choose one with "
+                      f"--decoder FILE or a dtype name ({', '.join(VARIANTS)})")
 
 
 def _read_json(path: Path) -> object:
@@ -42,8 +88,9 @@ def _token_ids(reader: _Reader, key: str) -> tuple[int, ...] | None:
     return ids
 
 
-def load_hf_config(model_dir: str | Path) -> GenaiConfig:
-    """Read `model_dir/config.json` (+ generation_config.json) of an Optimum-exported decoder."""
+def load_hf_config(model_dir: str | Path, decoder: str | None = None) -> GenaiConfig:
+    """Read `model_dir/config.json` (+ generation_config.json) of an Optimum-exported decoder;
+    `decoder` picks the ONNX file (decoder_file)."""
     folder = Path(model_dir)
     path = folder / HF_CONFIG_FILE
     if not path.is_file():
@@ -54,10 +101,7 @@ def load_hf_config(model_dir: str | Path) -> GenaiConfig:
     text = root.child("text_config") if "num_hidden_layers" not in root.data and "text_config" in root.data else root
     heads = text.get("num_attention_heads", int, positive=True)
     hidden = text.get("hidden_size", int, positive=True)
-    filename = next((name for name in DECODER_FILES if (folder / name).is_file()), None)
-    if filename is None:
-        raise ConfigError(f"{folder}: config.json is there, but no decoder ONNX file "
-                          f"(looked for {', '.join(DECODER_FILES)})")
+    filename = decoder_file(folder, decoder)
     resolve_inside(folder, filename, f"{folder}: {filename}", ConfigError)  # no symlink out of the folder
     decoder = DecoderConfig(
         filename=filename,
@@ -88,9 +132,15 @@ def load_hf_config(model_dir: str | Path) -> GenaiConfig:
     )
 
 
-def load_model_config(model_dir: str | Path) -> GenaiConfig:
-    """The folder's config: genai_config.json (onnxruntime-genai) if present, else config.json (Optimum)."""
+def load_model_config(model_dir: str | Path, decoder: str | None = None) -> GenaiConfig:
+    """The folder's config: genai_config.json (onnxruntime-genai) if present, else config.json
+    (Optimum). `decoder`: another ONNX file of the folder than the config names (see decoder_file)."""
     folder = Path(model_dir)
     if folder.is_dir() and not (folder / CONFIG_FILE).is_file() and (folder / HF_CONFIG_FILE).is_file():
-        return load_hf_config(folder)
-    return load_genai_config(folder)
+        return load_hf_config(folder, decoder)
+    config = load_genai_config(folder)
+    if not decoder:
+        return config
+    filename = decoder_file(config.path.parent, decoder)
+    resolve_inside(config.path.parent, filename, f"{config.path.parent}: {filename}", ConfigError)
+    return dataclasses.replace(config, decoder=dataclasses.replace(config.decoder, filename=filename))

@@ -83,14 +83,16 @@ class LlmSession:
         a longer prompt still runs, reallocating once.
     progress: `progress(phase, done, total)` as setup moves through its phases ("reading model",
         "compiling" pass by pass, "uploading weights"); the CLI draws it on a terminal.
+    decoder: the ONNX file to run when the folder has several (transformers.js' onnx/model_q4.onnx,
+        model_fp16.onnx, ...): a file inside the folder or a dtype name (fp16, q8, q4, q4f16, bnb4, ...).
     """
 
     def __init__(self, model_dir: str | Path, max_length: int | None = None, *, runtime=None,
                  registry: OperatorRegistry | None = None, prefill_length: int | None = None,
-                 progress: Callable[[str, int, int], None] | None = None):
+                 progress: Callable[[str, int, int], None] | None = None, decoder: str | None = None):
         report = progress or (lambda phase, done, total: None)
         self.model_dir = Path(model_dir)
-        self.config: GenaiConfig = load_model_config(self.model_dir)
+        self.config: GenaiConfig = load_model_config(self.model_dir, decoder)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.max_length = max_length_for(self.config, max_length)
         # Prefills up to this many tokens run without growing any buffer.

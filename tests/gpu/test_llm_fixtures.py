@@ -58,7 +58,7 @@ def test_greedy_matches_oracle(fixture, runtime, tmp_path):
     allows to order (a near tie, e.g. an exact float16 tie: which side wins depends on the CPU
     onnxruntime runs on). Both engines are fed the oracle's tokens, so one near tie cannot hide
     the steps after it; generate() then gives exactly the oracle's tokens when no near tie came up."""
-    session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime)
+    session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime, decoder=fixture.decoder)
     prompt = session.encode(PROMPT)
     ref_tokens, ref_logits = reference(fixture, prompt, STEPS, tmp_path)
     assert len(ref_tokens) == STEPS
@@ -90,7 +90,7 @@ def test_every_node_matches_onnxruntime_at_the_step_that_leaves_the_tolerance(fi
     onnxruntime's outputs to within a float32 rounding (a float16 one for fp16 outputs). So every
     operator is right at the very step, and what moves the logits is the int8 quantization of
     accuracy_level 4 turning the two engines' last-bit differences upstream into whole steps."""
-    session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime)
+    session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime, decoder=fixture.decoder)
     model, values = onnxruntime_trace(fixture, session.encode(PROMPT), NEAR_TIES[fixture.name].step, MAX_LENGTH)
     errors = replay_nodes(model, values, runtime)
     assert len(errors) > 30  # every node of the two-layer decoder
@@ -105,7 +105,7 @@ SLIDING = [f for f in FIXTURES if f.family in ("gemma2", "gemma3", "mistral")]
 @pytest.mark.parametrize("fixture", params(SLIDING, NOT_COMPILING))
 def test_decode_past_the_window_recompiles_reallocates_and_reads_back_nothing(fixture, runtime):
     """32 decode steps after a prompt longer than the window: the plan is replayed as it is."""
-    session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime)
+    session = LlmSession(fixture.path, max_length=MAX_LENGTH, runtime=runtime, decoder=fixture.decoder)
     prompt = session.encode(PROMPT)
     stats = session.executor.stats
     tokens = session.stream(prompt, max_new_tokens=33)
@@ -131,8 +131,9 @@ def cli_runtime(monkeypatch, runtime):
 def test_cli_generate_streams_text(fixture, cli_runtime, capsys):
     from onyxia import cli
 
+    decoder = ["--decoder", fixture.decoder] if fixture.decoder else []
     assert cli.main(["generate", str(fixture.path), "--prompt", "Once upon a time", "--max-new-tokens", "8",
-                     "--max-length", "64"]) == 0
+                     "--max-length", "64", *decoder]) == 0
     out, err = capsys.readouterr()
     # Random weights may pick tokens that decode to nothing (special tokens): count the tokens.
     decoded = re.search(r"decode: (\d+) tokens", err)
@@ -186,3 +187,24 @@ def test_cli_gqa_attribute_we_lack_is_one_line_naming_it(tmp_path, cli_runtime, 
     assert cli.main(["generate", str(folder), "--prompt", "x"]) == 1
     line = _one_error_line(capsys)
     assert "smooth_softmax" in line and "GroupQueryAttention" in line
+
+
+def test_cli_decoder_choices_are_one_line(tmp_path, cli_runtime, capsys):
+    """A transformers.js folder without model.onnx has several decoders: generate names them and
+    how to choose; an unknown dtype name is refused on one line; compile takes --decoder too."""
+    import shutil
+
+    from onyxia import cli
+
+    folder = tmp_path / "tjs"
+    shutil.copytree(DATA / "transformersjs" / "llama", folder)
+    (folder / "onnx" / "model.onnx").unlink()
+    assert cli.main(["generate", str(folder), "--prompt", "x"]) == 1
+    line = _one_error_line(capsys)
+    assert "onnx/model_q4f16.onnx" in line and "--decoder" in line
+    assert cli.main(["generate", str(folder), "--prompt", "x", "--decoder", "q3"]) == 1
+    assert "decoder 'q3'" in _one_error_line(capsys)
+    assert cli.main(["compile", str(folder), "--decoder", "q4f16", "--dim", "max_length=32"]) == 0
+    assert "compiled" in capsys.readouterr().out
+    assert cli.main(["compile", str(folder / "onnx" / "model_q4.onnx"), "--decoder", "q4"]) == 1
+    assert "an LLM folder" in _one_error_line(capsys)

@@ -23,14 +23,14 @@ from tests.llm_fixtures import DATA, fixtures
 FIXTURES = fixtures()
 
 
-def bind(folder, max_length=64):
-    config = load_model_config(folder)
+def bind(folder, max_length=64, decoder=None):
+    config = load_model_config(folder, decoder)
     return config, bind_decoder_io(load_model(config.model_path), config, max_length)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
 def test_every_fixture_binds(fixture):
-    config, io = bind(fixture.path)
+    config, io = bind(fixture.path, decoder=fixture.decoder)
     assert io.sequence == "sequence_length"
     assert len(io.kv) == 2 * config.decoder.num_hidden_layers
     if fixture.is_genai:
@@ -63,6 +63,44 @@ def test_optimum_config(tmp_path):
     (folder / "onnx" / "model.onnx").unlink()
     with pytest.raises(ConfigError, match="no decoder ONNX file"):
         load_model_config(folder)
+
+
+TJS = DATA / "transformersjs" / "llama"
+
+
+@pytest.mark.parametrize("decoder,file", [(None, "onnx/model.onnx"), ("fp32", "onnx/model.onnx"),
+                                          ("fp16", "onnx/model_fp16.onnx"), ("q8", "onnx/model_quantized.onnx"),
+                                          ("int8", "onnx/model_int8.onnx"), ("uint8", "onnx/model_uint8.onnx"),
+                                          ("q4", "onnx/model_q4.onnx"), ("q4f16", "onnx/model_q4f16.onnx"),
+                                          ("bnb4", "onnx/model_bnb4.onnx"),
+                                          ("onnx/model_q4.onnx", "onnx/model_q4.onnx")])
+def test_transformersjs_decoders_by_dtype_name_or_file(decoder, file):
+    assert load_model_config(TJS, decoder).decoder.filename == file
+
+
+def test_transformersjs_folder_without_model_onnx(tmp_path):
+    folder = tmp_path / "tjs"
+    shutil.copytree(TJS, folder)
+    (folder / "onnx" / "model.onnx").unlink()
+    with pytest.raises(ConfigError, match=r"several decoders \(onnx/model_bnb4.onnx, .*--decoder FILE or a dtype"):
+        load_model_config(folder)
+    for path in (folder / "onnx").glob("*.onnx"):
+        if path.name != "model_q4f16.onnx":
+            path.unlink()
+    assert load_model_config(folder).decoder.filename == "onnx/model_q4f16.onnx"  # the only one
+    with pytest.raises(ConfigError, match=r"no decoder 'q4' \(looked for onnx/model_q4.onnx.*has onnx/model_q4f16"):
+        load_model_config(folder, "q4")
+
+
+def test_bad_decoder_choices_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="decoder 'q3': not an .onnx file nor one of fp32, fp16"):
+        load_model_config(TJS, "q3")
+    with pytest.raises(ConfigError, match="must stay inside"):  # no way out of the folder
+        load_model_config(TJS, "../../genai/llama-cpu-fp32/model.onnx")
+    genai = DATA / "genai" / "llama-cpu-fp32"
+    assert load_model_config(genai, "model.onnx").decoder.filename == "model.onnx"
+    with pytest.raises(ConfigError, match="no decoder 'q4'"):
+        load_model_config(genai, "q4")
 
 
 def _edit(tmp_path, edit_model=None, edit_config=None):
