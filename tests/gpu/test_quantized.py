@@ -166,3 +166,10 @@ def test_matmul_bnb4_bad_sizes_name_the_node(runtime):
     node.attribute[[a.name for a in node.attribute].index("N")].i = 40  # absmax / B sized for N = 48
     with pytest.raises(onyxia.OnyxiaError, match=r"(?s)proj.*must hold 1280 elements for N = 40"):
         onyxia.InferenceSession(model, runtime=runtime).run(None, {"A": np.zeros((1, 64), np.float32)})
+
+
+def validation_models() -> list:
+    """MatMulBnb4 (both codebooks, float32 and float16) for tests/gpu/test_shader_validation.py."""
+    rng = np.random.default_rng(1)
+    return [(bnb4_model(rng, 64, 16, 64, kind, dtype), {"S": 3})
+            for kind, dtype in ((1, np.float32), (0, np.float16))]

@@ -641,6 +641,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("", "Transpose"): _transpose,
     (MS, "MatMulNBits"): _matmul_nbits,
     (MS, "GatherBlockQuantized"): _gather_block_quantized,
+    (MS, "MatMulBnb4"): _from("test_quantized", "MatMulBnb4"),
     (MS, "RotaryEmbedding"): _rotary,
     (MS, "GroupQueryAttention"): _gqa,
     ("onyxia", "FusedElementwise"): _fused,
