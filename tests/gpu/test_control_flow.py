@@ -62,6 +62,24 @@ def test_if_with_a_known_condition_is_its_taken_branch(runtime):
         assert_close(ours, run_ort(if_model(cond), {"x": x, "y": y}))
 
 
+def test_if_arms_holding_ops_that_run_as_bodies(runtime):
+    """DynamicQuantizeLinear and LRN run as bodies of other ops (FunctionExpansionPass): inside an
+    If's arms too (as in Optimum's merged decoders, whose arms quantize their activations)."""
+    quant = [h.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+             h.make_node("DequantizeLinear", ["q", "qs", "qz"], ["t"])]
+    then = h.make_graph(quant, "then", [], [vi("t")])
+    lrn = h.make_node("LRN", ["x4"], ["e4"], size=3)
+    orelse = h.make_graph([h.make_node("Reshape", ["x", "shape"], ["x4"]), lrn,
+                           h.make_node("Reshape", ["e4", "flat"], ["e"])], "else", [], [vi("e")])
+    node = h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=orelse)
+    model = make_model([h.make_node("Greater", ["s", "zero"], ["c"]), node],
+                       [("x", np.float32, [12]), ("s", np.float32, [1])], ["y"],
+                       {"zero": np.zeros(1, np.float32), "shape": np.array([1, 3, 2, 2], np.int64),
+                        "flat": np.array([12], np.int64)})
+    exe = runtime.load_model(compile_model(model))
+    runs_like_ort(exe, model, [{"x": f32(12), "s": np.array([s], np.float32)} for s in (1, -1)])
+
+
 def test_if_folds_when_the_taken_branch_is_constant(runtime):
     then = h.make_graph([h.make_node("Add", ["k", "k"], ["t"])], "then", [], [vi("t")])
     orelse = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e")])
