@@ -179,6 +179,8 @@ def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "m
             feeds["attention_mask"] = np.ones((1, total + n), np.int64)
         if "position_ids" in inputs:
             feeds["position_ids"] = np.arange(total, total + n, dtype=np.int64)[None]
+        if "use_cache_branch" in inputs:  # a merged decoder: its no-cache graph for the prefill, as Optimum runs it
+            feeds["use_cache_branch"] = np.array([total > 0])
         result = dict(zip(outputs, session.run(outputs, feeds)))
         last = result["logits"][0, -1].astype(np.float32)
         logits.append(last)

@@ -27,6 +27,12 @@ for Mistral and Gemma-2/3, so the tests' prompts cross it) and a BPE tokenizer.j
   tests/data/llm/transformersjs/<family>/. `--transformersjs` rebuilds just these from the
   committed Optimum folders (needs onnxruntime and onnx only, no torch). transformers.js also
   runs onnxslim over its fp16 files; this script does not (onnxslim only reorders and folds).
+- the older transformers.js layout for Llama: Optimum 1.x's legacy export (`legacy=True`: a
+  merged decoder, decoder_model_merged.onnx, whose If picks the graph without or with a cache by
+  a `use_cache_branch` input) as onnx/decoder_model_merged.onnx and its q8 copy
+  onnx/decoder_model_merged_quantized.onnx → tests/data/llm/transformersjs-merged/llama/.
+  `--merged --legacy-python PY` rebuilds just this (PY: an environment with optimum 1.x, e.g.
+  `pip install torch transformers==4.46.3 optimum==1.23.3 onnx onnxscript onnxruntime`).
 
 A folder is written exactly as the exporter leaves it, except that files the decoder does not
 need at run time and that only repeat the checkpoint (chat templates, vocab.json/merges.txt,
@@ -263,15 +269,28 @@ TRANSFORMERSJS_FAMILIES = ("llama",)
 TRANSFORMERSJS_DECODERS = ("fp32", "fp16", "q8", "int8", "uint8", "q4", "q4f16", "bnb4")
 
 
+def transformersjs_q8(model, weight_type=None):
+    """transformers.js' quantize_q8: dynamic quantization, uint8 activations, QInt8 weights by default."""
+    from onnxruntime.quantization import QuantizationMode, QuantType
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
+
+    quantizer = ONNXQuantizer(model, False, False, mode=QuantizationMode.IntegerOps, static=False,
+                              weight_qType=weight_type or QuantType.QInt8, activation_qType=QuantType.QUInt8,
+                              tensors_range=None, nodes_to_quantize=[], nodes_to_exclude=[],
+                              op_types_to_quantize=set(IntegerOpsRegistry.keys()),
+                              extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True})
+    quantizer.quantize_model()
+    return quantizer.model.model
+
+
 def transformersjs_variants(optimum_dir: Path, dest: Path) -> list[str]:
     """`optimum_dir` in transformers.js' layout at `dest`: its files at the top, the decoder as
     onnx/model.onnx and onnx/model_<suffix>.onnx per dtype, each made as transformers.js'
     scripts/quantize.py makes it (onnxruntime's quantizers, the script's default settings)."""
     import onnx
-    from onnxruntime.quantization import QuantizationMode, QuantType
+    from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
-    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
-    from onnxruntime.quantization.registry import IntegerOpsRegistry
     from onnxruntime.transformers import float16
 
     try:  # the script's MatMul4BitsQuantizer, renamed in onnxruntime 1.20
@@ -289,14 +308,8 @@ def transformersjs_variants(optimum_dir: Path, dest: Path) -> list[str]:
     def save(model, suffix: str) -> None:
         onnx.save(model, str(dest / "onnx" / f"model{suffix}.onnx"))
 
-    def q8(weight_type) -> onnx.ModelProto:  # quantize_q8: dynamic, uint8 activations
-        quantizer = ONNXQuantizer(onnx.load(str(source)), False, False, mode=QuantizationMode.IntegerOps,
-                                  static=False, weight_qType=weight_type, activation_qType=QuantType.QUInt8,
-                                  tensors_range=None, nodes_to_quantize=[], nodes_to_exclude=[],
-                                  op_types_to_quantize=set(IntegerOpsRegistry.keys()),
-                                  extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True})
-        quantizer.quantize_model()
-        return quantizer.model.model
+    def q8(weight_type) -> onnx.ModelProto:
+        return transformersjs_q8(onnx.load(str(source)), weight_type)
 
     def fp16(model) -> onnx.ModelProto:  # quantize_fp16: float16 inside, float32 inputs and outputs
         return float16.convert_float_to_float16(model, keep_io_types=True)
@@ -320,10 +333,50 @@ def transformersjs_variants(optimum_dir: Path, dest: Path) -> list[str]:
     return list(TRANSFORMERSJS_DECODERS)
 
 
-def transformersjs_record(family: str, decoders: list[str]) -> dict:
-    return {"exporter": "onnxruntime.quantization as transformers.js scripts/quantize.py runs it",
+def transformersjs_record(family: str, decoders: list[str], exporter: str | None = None) -> dict:
+    return {"exporter": exporter or "onnxruntime.quantization as transformers.js scripts/quantize.py runs it",
             "family": family, "target": "transformers.js", "precision": "fp32", "decoders": decoders,
             "ok": True, "error": ""}
+
+
+# Optimum 1.x exports with torch.onnx's TorchScript exporter; torch >= 2.9 defaults to dynamo.
+LEGACY_EXPORT = """
+import functools, sys, torch
+export = torch.onnx.export
+torch.onnx.export = functools.wraps(export)(lambda *a, **kw: export(*a, **{"dynamo": False, **kw}))
+from optimum.exporters.onnx import main_export
+main_export(sys.argv[1], sys.argv[2], task="text-generation-with-past", legacy=True)
+"""
+
+
+def build_merged(out_dir: Path, legacy_python: str) -> dict:
+    """transformersjs-merged/llama: Optimum 1.x's merged decoder (and its q8 copy) of the llama
+    checkpoint, in transformers.js' older layout."""
+    import onnx
+
+    family = next(f for f in families() if f.name == "llama")
+    name = f"transformersjs-merged/{family.name}"
+    dest = out_dir / name
+    with tempfile.TemporaryDirectory(prefix="onyxia-llm-merged-") as tmp:
+        hf_dir, export_dir, log = Path(tmp) / "hf", Path(tmp) / "export", Path(tmp) / "build.log"
+        make_checkpoint(family, hf_dir, weight_scale=0.15)
+        ok, why = run([legacy_python, "-c", LEGACY_EXPORT, str(hf_dir), str(export_dir)], log)
+        if not ok:
+            return {name: {"exporter": "optimum 1.x legacy export", "family": family.name, "target": "transformers.js",
+                           "precision": "fp32", "ok": False, "error": why}}
+        shutil.rmtree(dest, ignore_errors=True)
+        (dest / "onnx").mkdir(parents=True)
+        for file in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+            source = export_dir / file if (export_dir / file).exists() else hf_dir / file
+            shutil.copy(source, dest / file)
+        merged = export_dir / "decoder_model_merged.onnx"
+        shutil.copy(merged, dest / "onnx" / "decoder_model_merged.onnx")
+        quantized = transformersjs_q8(onnx.load(str(merged)))
+        onnx.save(quantized, str(dest / "onnx" / "decoder_model_merged_quantized.onnx"))
+    versions_used = versions(legacy_python, "optimum")
+    record = transformersjs_record(family.name, ["fp32", "q8"], "optimum " + versions_used.get("optimum", "?") +
+                                   " legacy export (merged decoder) + onnxruntime.quantization (q8)")
+    return {name: record}
 
 
 def build_big(dest: Path) -> None:
@@ -373,7 +426,19 @@ def main() -> None:
                         help="python of an environment with optimum-cli (transformers < 4.58)")
     parser.add_argument("--transformersjs", action="store_true",
                         help="only rebuild the transformers.js folders from the committed Optimum ones")
+    parser.add_argument("--merged", action="store_true", help="only rebuild the merged-decoder folder")
+    parser.add_argument("--legacy-python", default="/work/exporters/venv-optimum1/bin/python",
+                        help="python of an environment with optimum 1.x (its legacy merged export)")
     args = parser.parse_args()
+    if args.merged:
+        path = args.out / "MANIFEST.json"
+        manifest = json.loads(path.read_text())
+        records = build_merged(args.out, args.legacy_python)
+        manifest["folders"].update(records)
+        manifest["exporters"]["optimum-legacy"] = versions(args.legacy_python, "optimum")
+        path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        print(records)
+        return
     if args.transformersjs:
         path = args.out / "MANIFEST.json"
         manifest = json.loads(path.read_text())

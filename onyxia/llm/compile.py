@@ -18,7 +18,7 @@ from onyxia.compiler import CompilerPipeline
 from onyxia.errors import DimensionError
 from onyxia.llm.config import GenaiConfig
 from onyxia.llm.hf_config import load_model_config
-from onyxia.llm.io import DecoderIO, bind_decoder_io, write_fixed_dims
+from onyxia.llm.io import DecoderIO, bind_decoder_io, take_cache_branch, write_fixed_dims
 from onyxia.llm.ops import LOGITS_GATE, add_last_token_head, register_llm_operators, restrict_logits_rows
 from onyxia.onnx import load_model
 from onyxia.operators import OperatorRegistry, core_operator_registry
@@ -53,6 +53,7 @@ def compile_decoder(config: GenaiConfig, max_length: int, *, prefill_length: int
     report("reading model", 0, 1)
     graph = load_model(config.model_path)
     report("reading model", 1, 1)
+    take_cache_branch(graph)
     io = bind_decoder_io(graph, config, max_length)
     write_fixed_dims(graph, io)
     if config.search.past_present_share_buffer:

@@ -22,7 +22,7 @@ import onnx
 
 from onyxia.errors import ConfigError
 from onyxia.ir.dim_parse import parse_dim
-from onyxia.ir.graph import IrGraph
+from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.llm.config import GenaiConfig
 
@@ -217,6 +217,40 @@ class _Binder:
                     f"{self.model}: dimension '{unbound[0]}' of '{tensor}' axis {axis} is neither a session "
                     f"length (batch, sequence, past, total) nor a size {self.config.path.name} gives "
                     f"(model.decoder.head_size, num_key_value_heads, sliding_window, model.vocab_size)")
+
+
+# Optimum's merged decoders (decoder_model_merged.onnx, its legacy export that transformers.js
+# repositories kept) hold the graphs without and with a cache as the branches of one If.
+CACHE_BRANCH = "use_cache_branch"
+
+
+def take_cache_branch(graph: IrGraph) -> bool:
+    """Make a merged decoder's `use_cache_branch` input the constant true and put the If's
+    branch with a cache in its place: that graph also runs a prefill (a past of length 0), as
+    Optimum's own decoder_with_past export does. False: the decoder has no such input."""
+    if CACHE_BRANCH not in graph.inputs:
+        return False
+    tensor = graph.tensor(CACHE_BRANCH)
+    shape = tensor.shape or ()
+    if tensor.dtype is None or tensor.dtype.name != "bool" or not all(isinstance(d, int) for d in shape) \
+            or int(np.prod(shape, dtype=np.int64)) != 1:
+        raise ConfigError(f"input '{CACHE_BRANCH}' (a merged decoder's branch switch) must be one bool, got "
+                          f"{tensor.dtype} {list(shape)}")
+    graph.inputs.remove(CACHE_BRANCH)
+    tensor.kind, tensor.value = TensorKind.WEIGHT, np.ones(shape, bool)
+    # The taken branch joins the graph (the optimization passes see the whole decoder); its
+    # outputs reach the If's names (the model's outputs) through Identity, a view.
+    for node in [n for n in graph.nodes if n.op_type == "If" and n.inputs and n.inputs[0] == CACHE_BRANCH]:
+        branch = node.attributes.get("then_branch")
+        if not isinstance(branch, IrGraph) or len(branch.outputs) != len(node.outputs):
+            raise ConfigError(f"If node '{node.name}' on '{CACHE_BRANCH}' has no then_branch with its "
+                              f"{len(node.outputs)} outputs")
+        outs = graph.inline(branch, {}, f"{node.name}/then")
+        results = list(node.outputs)
+        graph.remove_node(node.id)
+        for result, src in zip(results, branch.outputs):
+            graph.add_node("Identity", [outs[src]], [result], name=graph.fresh_name(f"{result}/then"))
+    return True
 
 
 def write_fixed_dims(graph: IrGraph, io: DecoderIO) -> None:

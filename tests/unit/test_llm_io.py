@@ -16,7 +16,7 @@ import pytest
 
 from onyxia.errors import ConfigError
 from onyxia.llm import load_model_config
-from onyxia.llm.io import bind_decoder_io
+from onyxia.llm.io import CACHE_BRANCH, bind_decoder_io, take_cache_branch
 from onyxia.onnx import load_model
 from tests.llm_fixtures import DATA, fixtures
 
@@ -25,7 +25,9 @@ FIXTURES = fixtures()
 
 def bind(folder, max_length=64, decoder=None):
     config = load_model_config(folder, decoder)
-    return config, bind_decoder_io(load_model(config.model_path), config, max_length)
+    graph = load_model(config.model_path)
+    take_cache_branch(graph)  # as compile_decoder does
+    return config, bind_decoder_io(graph, config, max_length)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
@@ -35,6 +37,8 @@ def test_every_fixture_binds(fixture):
     assert len(io.kv) == 2 * config.decoder.num_hidden_layers
     if fixture.is_genai:
         assert io.fixed["kv_cache_dim"] == config.decoder.head_size
+    elif "merged" in fixture.name:  # Optimum 1.x: the mask's length is its own symbol, no position ids
+        assert io.total == "attention_mask_sequence_length" and io.positions is None
     else:  # Optimum: names from the graph, mask [batch, past + sequence], position ids (not Gemma-3's)
         assert io.total is None and io.past == "past_sequence_length"
         assert io.positions == (None if fixture.family == "gemma3" else "position_ids")
@@ -101,6 +105,19 @@ def test_bad_decoder_choices_are_config_errors(tmp_path):
     assert load_model_config(genai, "model.onnx").decoder.filename == "model.onnx"
     with pytest.raises(ConfigError, match="no decoder 'q4'"):
         load_model_config(genai, "q4")
+
+
+@pytest.mark.parametrize("decoder", ["fp32", "q8"])
+def test_a_merged_decoder_takes_its_branch_with_a_cache(decoder):
+    config = load_model_config(DATA / "transformersjs-merged" / "llama", decoder)
+    assert config.decoder.filename.startswith("onnx/decoder_model_merged")
+    graph = load_model(config.model_path)
+    assert CACHE_BRANCH in graph.inputs and [n.op_type for n in graph.nodes] == ["If"]
+    assert take_cache_branch(graph)
+    assert CACHE_BRANCH not in graph.inputs and "If" not in {n.op_type for n in graph.nodes}
+    assert graph.tensor(CACHE_BRANCH).value.tolist() == [True]
+    assert set(graph.outputs) >= {"logits", "present.0.key", "present.1.value"}
+    assert not take_cache_branch(load_model(DATA / "optimum" / "llama" / "model.onnx"))
 
 
 def _edit(tmp_path, edit_model=None, edit_config=None):
