@@ -6,6 +6,7 @@ It replaces string keys in a graph-wide dict: each field says who writes it and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from onyxia.ir.dim_env import DimEnv
 from onyxia.operators.registry import OperatorRegistry
@@ -25,6 +26,9 @@ class CompileContext(DimEnv):
                   (passes/ordering.py) and lets elementwise maps write into a dying input's
                   buffer (passes/inplace.py); False keeps the graph's topological order and
                   gives every map its own output buffer.
+    expand_subgraph  set by FunctionExpansionPass: expands a subgraph's (an If arm's, a Loop or
+                  Scan body's) ops that run as bodies of other ops, before shape inference
+                  infers that subgraph (None: the pipeline has no such pass).
     """
 
     registry: OperatorRegistry
@@ -35,6 +39,7 @@ class CompileContext(DimEnv):
     # metadata and InferenceSession reassembles them from their element tensors.
     containers: dict[str, object] = field(default_factory=dict)
     memory_order: bool = True
+    expand_subgraph: Callable[[Any], object] | None = None
 
 
 __all__ = ["CompileContext"]

@@ -47,6 +47,9 @@ class FunctionExpansionPass(Pass):
     stage = Stage.INFERENCE
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
+        # Subgraphs (If arms, Loop and Scan bodies) are inferred later, by their node's
+        # inference: their function ops are expanded then (passes/inference.py Subgraphs).
+        ctx.expand_subgraph = lambda sub: self.run(sub, ctx)
         order = graph.topological_order()
         targets = [nid for nid in order if self._is_function(graph, ctx, graph.node(nid))]
         if not targets:

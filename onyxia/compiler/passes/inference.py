@@ -149,10 +149,9 @@ class Subgraphs:
             t.dtype, t.shape = dtype, tuple(shape)
         check_supported(graph, self.compile_ctx.registry)
         # Ops that run as a body of other ops (DynamicQuantizeLinear in a merged decoder's If
-        # branch) are expanded here as the main graph's are; a second inference finds none.
-        from onyxia.compiler.passes.expansion import FunctionExpansionPass
-
-        FunctionExpansionPass().run(graph, self.compile_ctx)
+        # branch) are expanded as the main graph's are; a second inference finds none.
+        if self.compile_ctx.expand_subgraph is not None:
+            self.compile_ctx.expand_subgraph(graph)
         for nid in graph.topological_order():
             infer_node(graph, self.compile_ctx, graph.node(nid))
         results = []
