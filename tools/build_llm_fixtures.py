@@ -334,9 +334,11 @@ def transformersjs_variants(optimum_dir: Path, dest: Path) -> list[str]:
 
 
 def transformersjs_record(family: str, decoders: list[str], exporter: str | None = None) -> dict:
+    import onnxruntime
+
     return {"exporter": exporter or "onnxruntime.quantization as transformers.js scripts/quantize.py runs it",
             "family": family, "target": "transformers.js", "precision": "fp32", "decoders": decoders,
-            "ok": True, "error": ""}
+            "quantizer": f"onnxruntime {onnxruntime.__version__}", "ok": True, "error": ""}
 
 
 # Optimum 1.x exports with torch.onnx's TorchScript exporter; torch >= 2.9 defaults to dynamo.
