@@ -19,6 +19,7 @@ READ_ROLES = ("skip", "bias", "scale", "beta")  # binding order after x
 # short row would multiply lavapipe's per-workgroup cost).
 CPU_LANES = 8
 CPU_ROW_MIN = 64
+ORT_RMS_LANES = 8  # onnxruntime's RMS norm keeps eight running sums (an AVX2 register)
 WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
 
 
@@ -39,6 +40,11 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     strided = not (isinstance(inner, int) and inner == 1)
     defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "OUT": out,
                                "STATS": "online" if "softmax" in out else "moments", "STRIDED": strided}
+    # An RMS norm without skip sums its squares as onnxruntime does (8 running fused
+    # multiply-adds, see rownorm.wgsl) where eight lanes walk the row in one part.
+    if (out == "rmsnorm" and "skip" not in (reads or {}) and lanes >= ORT_RMS_LANES
+            and bound_of(k) <= ORT_RMS_LANES * MAX_TRIPS):
+        defs["ORT_RMS"] = True
     params: dict[str, object] = {"ROWS": rows, "K": k}
     if strided:
         params["INNER"] = inner

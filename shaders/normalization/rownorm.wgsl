@@ -3,7 +3,8 @@
 // of two, reduction::lanes with RED_INNER 1) share a row: one pass gathers two statistics per
 // row, merged through reduction::tree, a second pass writes the outputs. A workgroup serves
 // 256 / LANES rows.
-// Defs: LANES, RED_INNER (1), OUT (softmax | logsoftmax | layernorm | rmsnorm), STATS (online: running max and
+// Defs: LANES, RED_INNER (1), OUT (softmax | logsoftmax | layernorm | rmsnorm), ORT_RMS (rmsnorm in
+// onnxruntime's order, below; one part, LANES >= 8), STATS (online: running max and
 // sum of exp; moments: sums of d and d^2), STRIDED, and the optional buffers' flags: SKIP and
 // BIAS (added to x before normalizing), SCALE and BETA (applied after), MEAN_OUT, INV_OUT (per
 // row), SUM_OUT (the x + skip + bias that was normalized). Buffers: x, the optional ones
@@ -57,6 +58,31 @@ fn accumulate(st: vec2<f32>, v: f32, c: f32) -> vec2<f32> {
     return st + vec2<f32>(d, d * d);
 #endif
 }
+
+#ifdef ORT_RMS
+// x unchanged, in a form the shader compiler cannot see through (x | 1 only for the NaN with
+// every bit set, which stays itself): it keeps the two-sum and the split below from being
+// simplified away (lavapipe's compiler rewrites a - (a - b) to b).
+fn opaque(x: f32) -> f32 {
+    let bits = bitcast<u32>(x);
+    return bitcast<f32>(bits | u32(bits == 0xffffffffu));
+}
+
+// v * v + c rounded once, as a fused multiply-add does (WGSL's fma() is two roundings on
+// lavapipe): v * v split exactly into p + e (Dekker's product), c + p into s + t (Knuth's
+// two-sum), the result s + (t + e).
+fn square_add(v: f32, c: f32) -> f32 {
+    let p = v * v;
+    let k = v * 4097.0;
+    let hi = k - opaque(k - v);
+    let lo = v - hi;
+    let e = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo;
+    let s = opaque(c + p);
+    let b = s - c;
+    let t = (c - (s - b)) + (p - b);
+    return s + (t + e);
+}
+#endif
 
 alias LaneValue = vec2<f32>;
 
@@ -122,11 +148,34 @@ fn main(wg: Grid) {
         }
     }
 #else
+#ifdef ORT_RMS
+    // onnxruntime's order for an RMS norm's sum of squares (MLAS' AVX2 kernel, which every x86
+    // CPU with AVX2 runs): eight running sums, element j < K - K % 8 into sum j % 8 by a fused
+    // multiply-add, halved 8 -> 4 -> 2 -> 1 (the lane tree below: lanes past 8 add zeros), then
+    // the last K % 8 added one at a time. Int8-quantized activations after the norm then round
+    // as onnxruntime's do.
+    let whole = walk / 8u * 8u;  // the rest comes after the halving, one element at a time
+    if (ln.lane < 8u) {
+        for (var j = ln.lane; j < whole; j += 8u) {
+            let v = load(index_of(base, j), j);
+            st.y = square_add(v, st.y);
+        }
+    }
+#else
     for (var j = start + ln.lane; j < start + walk; j += LANES) {
         st = accumulate(st, load(index_of(base, j), j), c);
     }
 #endif
+#endif
+#ifdef ORT_RMS
+    var total = tree_merge(ln, st);
+    for (var j = whole; j < walk; j++) {  // onnxruntime's scalar tail: a product, then a sum
+        let v = load(index_of(base, j), j);
+        total.y += opaque(v * v);
+    }
+#else
     let total = tree_merge(ln, st);
+#endif
 #ifdef PARTIALS_OUT
     if (ln.valid && ln.lane == 0u) {
         partial_store(2u * ln.row, total.x);

@@ -212,3 +212,38 @@ def test_row_kernels_of_both_adapter_kinds(runtime, cpu, k):
         ours = exe.run(feeds)
         for name, ref in zip(["y", "inv", "sum", "p", "n"], run_ort(model, feeds)):
             np.testing.assert_allclose(ours[name], ref, rtol=2e-4, atol=1e-5, err_msg=f"{name}, {rows} rows")
+
+
+# ---- RMS norms in onnxruntime's order ----------------------------------------------------------
+@pytest.mark.parametrize("k", [96, 100, 2000])
+def test_rms_norm_rounds_as_onnxruntime(runtime, k):
+    """SimplifiedLayerNormalization sums its squares in onnxruntime's order (eight running fused
+    multiply-adds, halved, then the rest one at a time): on a CPU-type adapter, whose division
+    and square root are IEEE's, every output bit equals onnxruntime's for rows of whole groups
+    of eight (every hidden size in use); its scalar tail (K = 100) a row in a few hundred may
+    round differently, as a GPU's division may in the last bit."""
+    scale = np.linspace(0.5, 1.5, k).astype(np.float32)
+    model = make_model([h.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], epsilon=1e-6, axis=-1)],
+                       [("x", np.float32, [40, k])], ["y"], {"scale": scale})
+    x = (np.random.default_rng(k).standard_normal((40, k)) * 3).astype(np.float32)
+    ours, ref = run_onyxia(runtime, model, {"x": x})[0], run_ort(model, {"x": x})[0]
+    if runtime.info.adapter_type == "CPU" and k % 8 == 0:
+        np.testing.assert_array_equal(ours, ref)
+    else:
+        np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_a_torch_exported_rms_norm_runs_fused_as_onnxruntime_runs_it(runtime):
+    """Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul, Cast, Mul(w) (torch.onnx's RMSNorm) is one
+    SimplifiedLayerNormalization dispatch, with onnxruntime's (default, optimized) results."""
+    from tests.unit.test_rms_norm_fusion import K, torch_rms_norm
+
+    model = torch_rms_norm()
+    compiled = compile_model(model)
+    assert [op.op_type for op in compiled.operations] == ["SimplifiedLayerNormalization"]
+    x = (np.random.default_rng(1).standard_normal((3, K)) * 2).astype(np.float32)
+    ours, ref = run_onyxia(runtime, model, {"x": x})[0], run_ort(model, {"x": x})[0]
+    if runtime.info.adapter_type == "CPU":
+        np.testing.assert_array_equal(ours, ref)
+    else:
+        np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6)

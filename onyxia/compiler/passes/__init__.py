@@ -10,6 +10,7 @@ from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.nbits_tiles import NBitsTilesPass
 from onyxia.compiler.passes.quantize_sharing import SharedQuantizationPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
+from onyxia.compiler.passes.rms_norm_fusion import RmsNormFusionPass
 from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
 from onyxia.compiler.passes.weight_panels import WeightPanelsPass
@@ -17,12 +18,13 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DivMulFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(),
-            ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(), NBitsTilesPass()]
+    return [DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
+            SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(),
+            NBitsTilesPass()]
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
-           "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass",
+           "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass", "RmsNormFusionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]

@@ -18,7 +18,7 @@ from onyxia.ir.graph import IrGraph, NodeId
 class DivMulFusionPass(Pass):
     """Optimization stage: Mul(x, Div(1, y)) (either operand order) -> Div(x, y), where the 1 is
     a constant of one element, the dtype a float, Div's output has the shape of y and feeds only
-    that Mul (not a graph output). The Div is left for dead-code elimination."""
+    that Mul (not a graph output). The Div(1, y) goes, so y keeps a single reader."""
 
     name = "div-mul-fusion"
     stage = Stage.OPTIMIZATION
@@ -32,8 +32,9 @@ class DivMulFusionPass(Pass):
             for side in (0, 1):
                 found = self._reciprocal(graph, node.inputs[side], nid)
                 if found is not None:
-                    other = node.inputs[1 - side]
+                    other, reciprocal = node.inputs[1 - side], graph.producer(node.inputs[side])
                     graph.replace_node(nid, "Div", [other, found])
+                    graph.remove_node(reciprocal)  # read by nothing now: y keeps one reader
                     changed = True
                     break
         return changed
