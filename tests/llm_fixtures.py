@@ -1,12 +1,14 @@
 """The exporter-built LLM folders under tests/data/llm/ and their oracles.
 
-tools/build_llm_fixtures.py writes the folders (onnxruntime-genai's builder, Optimum) and
+tools/build_llm_fixtures.py writes the folders (onnxruntime-genai's builder, Optimum, and
+transformers.js' layouts: several decoders a folder, each its own fixture `folder@dtype`) and
 MANIFEST.json. The oracle runs live, on the CPU:
 
 - genai folders: onnxruntime-genai itself (`Config.clear_providers()`: its CPU provider), greedy;
   the logits of the last position before each token come from `Generator.get_logits()`.
-- Optimum folders: a plain onnxruntime session loop feeding present → past, as transformers
-  drives such a model (position ids = the absolute positions, an all-ones mask).
+- Optimum and transformers.js folders: a plain onnxruntime session loop (default options)
+  feeding present → past, as transformers drives such a model (position ids = the absolute
+  positions, an all-ones mask; a merged decoder's use_cache_branch false for the prefill only).
 - Folders whose GroupQueryAttention takes q_norm_weight / k_norm_weight (Qwen3 for WebGPU):
   onnxruntime's CPU kernel does not implement them, so onnxruntime-genai runs a copy of the
   folder whose graph makes the per-head RMS norms explicit (Split → Reshape →
