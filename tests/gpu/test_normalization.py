@@ -247,3 +247,14 @@ def test_a_torch_exported_rms_norm_runs_fused_as_onnxruntime_runs_it(runtime):
         np.testing.assert_array_equal(ours, ref)
     else:
         np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_rms_norm_rows_with_an_infinite_square_match_onnxruntime(runtime):
+    """A row holding inf, a value whose square overflows, or NaN: onnxruntime's sum is inf (its
+    outputs 0, NaN where x is inf) or NaN; the exact fused multiply-add must not turn inf into NaN."""
+    k = 32
+    model = make_model([h.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], epsilon=1e-6, axis=-1)],
+                       [("x", np.float32, [4, k])], ["y"], {"scale": np.ones(k, np.float32)})
+    x = np.random.default_rng(5).standard_normal((4, k)).astype(np.float32)
+    x[0, 3], x[1, 5], x[2, 7] = np.inf, 3e30, np.nan
+    np.testing.assert_array_equal(run_onyxia(runtime, model, {"x": x})[0], run_ort(model, {"x": x})[0])
