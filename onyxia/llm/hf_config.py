@@ -43,7 +43,6 @@ def decoder_file(folder: Path, decoder: str | None = None) -> str:
     `decoder`: a file inside the folder, or one of transformers.js' dtype names (fp32, fp16, q8,
     int8, uint8, q4, q4f16, bnb4: onnx/model_q4f16.onnx ...). Without it: model.onnx (or
     onnx/model.onnx, decoder_model_merged.onnx) if present, else the only model_*.onnx there is."""
-    available = _variants(folder)
     if decoder:
         if decoder.endswith(".onnx"):
             wanted = [decoder]
@@ -55,11 +54,12 @@ def decoder_file(folder: Path, decoder: str | None = None) -> str:
         found = next((name for name in wanted if (folder / name).is_file()), None)
         if found is None:
             raise ConfigError(f"{folder}: no decoder '{decoder}' (looked for {', '.join(wanted)}); the folder has "
-                              f"{', '.join(available) or 'no decoder file'}")
+                              f"{', '.join(_variants(folder)) or 'no decoder file'}")
         return found
     found = next((name for name in DECODER_FILES if (folder / name).is_file()), None)
     if found is not None:
         return found
+    available = _variants(folder)
     if len(available) == 1:
         return available[0]
     if not available:

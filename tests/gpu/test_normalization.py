@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper as h
 
+from onyxia.operators.base import MAX_TRIPS
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -215,7 +216,7 @@ def test_row_kernels_of_both_adapter_kinds(runtime, cpu, k):
 
 
 # ---- RMS norms in onnxruntime's order ----------------------------------------------------------
-@pytest.mark.parametrize("k", [96, 100, 2000])
+@pytest.mark.parametrize("k", [96, 100, 2000, 8 * MAX_TRIPS])  # the longest row in this order: 4096 trips a lane
 def test_rms_norm_rounds_as_onnxruntime(runtime, k):
     """SimplifiedLayerNormalization sums its squares in onnxruntime's order (eight running fused
     multiply-adds, halved, then the rest one at a time): on a CPU-type adapter, whose division
