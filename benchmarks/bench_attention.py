@@ -32,7 +32,6 @@ import onyxia  # noqa: E402
 from onyxia.compiler import CompilerPipeline  # noqa: E402
 from onyxia.operators import core_operator_registry  # noqa: E402
 from onyxia.operators.attention import SHARE_BUFFER_ATTR, GroupQueryAttention  # noqa: E402
-from onyxia.plan import ADAPTER_CPU  # noqa: E402
 from onyxia.runtime.profile import time_dispatches  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 
@@ -124,7 +123,8 @@ def main() -> None:
                  "tl": np.array(past + seq, np.int32)}
         for name, exe in exes.items():
             for cpu in (1, 0):
-                exe.update_dimensions({"S": seq, ADAPTER_CPU: cpu})
+                exe.update_dimensions({"S": seq})
+                exe.assume_adapter("cpu" if cpu else "gpu")
                 times: dict[tuple[int, str], list[float]] = defaultdict(list)
                 for _ in range(args.repeat):
                     for i, t in enumerate(time_dispatches(exe, feeds)):

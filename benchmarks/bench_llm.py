@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.llm_models
 
-from onyxia.plan_cost import DecodeCost  # noqa: E402
+from onyxia.plan.cost import DecodeCost  # noqa: E402
 from tests.llm_models import DecoderSpec, OrtDecoder, build_decoder, num_parameters  # noqa: E402
 
 BENCH_SPEC = DecoderSpec(vocab_size=8000, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
@@ -151,7 +151,7 @@ class LlmBench:
 def measure(model_dir: Path, prompt_len: int, new: int, repeat: int) -> LlmBench:
     """Load `model_dir` in LlmSession, generate greedily with both engines, and compare."""
     from onyxia.llm import LlmSession
-    from onyxia.plan_cost import decode_cost
+    from onyxia.plan.cost import decode_cost
 
     start = time.perf_counter()
     session = LlmSession(model_dir, prefill_length=prompt_len)

@@ -14,7 +14,7 @@ Run: python benchmarks/bench_speed.py [--repeat 7] [--wonnx-python PY]
    onnxruntime-genai (CPU): prefill ms, decode tokens/s, both as ratios, and decode speed as a
    fraction of the memory-bandwidth bound: the memory's streaming bandwidth (numpy's gemv over
    256 MB, the rate at which this machine's memory feeds one matrix-vector product) over the
-   bytes a decode step cannot avoid (weights + the KV cache read, onyxia/plan_cost.py); on a GPU
+   bytes a decode step cannot avoid (weights + the KV cache read, onyxia/plan/cost.py); on a GPU
    read the adapter's measured bandwidth instead (printed first). Also the plan's
    traffic per decode step over those bytes, dispatches per step, and recompiles/reallocations
    over a further generation.

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import onyxia  # noqa: E402
 from onyxia.runtime import Runtime  # noqa: E402
-from onyxia.runtime.tuner import TunableCommand, TuneSettings  # noqa: E402
+from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.tuner import TuneSettings  # noqa: E402
 
 
 def product_model(k: int, n: int):
@@ -69,7 +70,7 @@ def main() -> None:
                 exe.update_dimensions({"m": m})
                 before = exe.stats.tuning_timings
                 exe.run(feeds)  # the tuned executor times a new shape class here
-                picks.append((next(c for c in exe.commands if isinstance(c, TunableCommand)),
+                picks.append((next(c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned),
                               exe.stats.tuning_timings - before))
             h_ms, t_ms = (median_run(exe, feeds, args.repeat) * 1e3 for exe in (heuristic, tuned))
             (hc, _), (tc, timed) = picks

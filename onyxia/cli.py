@@ -85,7 +85,7 @@ def _by_storage(compiled, tensors) -> tuple[int, str]:
 
 
 def _summary(compiled) -> list[str]:
-    from onyxia.plan_cost import plan_cost
+    from onyxia.plan.show import run_count
 
     md = compiled.metadata
     tensors = compiled.tensors.values()
@@ -95,13 +95,14 @@ def _summary(compiled) -> list[str]:
         if t.alias_of is None and t.kind in ("intermediate", "output", "scratch") and t.data is None])
     io, io_parts = _by_storage(compiled, [compiled.tensors[n] for n in dict.fromkeys((*compiled.inputs,
                                                                                           *compiled.outputs))])
+    runs = run_count(compiled)
     symbols = ", ".join(f"{k}={v}{' (static)' if k in compiled.static_symbols else ''}"
                         for k, v in sorted(compiled.dims.items())) or "none"
     return [
         f"nodes:            {md.get('nodes', 0)} ({md.get('folded_nodes', 0)} folded, "
         f"{md.get('planned_nodes', 0)} planned)",
-        f"dispatches:       {compiled.num_dispatches} planned, {len(plan_cost(compiled).live)} run at the dims "
-        f"given (the heuristic's kernel variants)",
+        f"dispatches:       {compiled.num_dispatches} planned (every Select alternative), "
+        f"{runs['cpu']} run at the dims given on a CPU-type adapter, {runs['gpu']} on a GPU-type one",
         f"steps:            {len(compiled.steps)}",
         f"distinct shaders: {len(compiled.shaders)}",
         f"weights:          {_fmt_bytes(weights)} on the device ({weight_parts or 'none'})",
@@ -125,10 +126,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.output:
         _check_output_path(args.output)
     _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or (), args.decoder)
-    from onyxia.plan_cost import cost_summary
+    from onyxia.plan.cost import cost_summary
+    from onyxia.plan.show import select_lines
 
     print(f"compiled {args.model}")
-    for line in (*_summary(compiled), *cost_summary(compiled)):
+    for line in (*_summary(compiled), *cost_summary(compiled), *select_lines(compiled)):
         print("  " + line)
     if args.output:
         try:
@@ -350,7 +352,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    """Time every kernel choice (Tunable step) for these dims and write the tuning cache."""
+    """Time every kernel choice (tuned Select step) for these dims and write the tuning cache."""
     from dataclasses import replace
 
     from onyxia.runtime import Runtime

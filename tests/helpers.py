@@ -121,3 +121,15 @@ def compile_with_default_passes(model: onnx.ModelProto, dims: Mapping[str, int],
 
 __all__ = ["IR_VERSION", "TensorProto", "assert_matches_ort", "check_across_dims", "compile_model", "helper", "i64",
            "make_model", "numpy_helper", "random_array", "run_onyxia", "run_ort", "tensor_type"]
+
+
+def live_dispatches(compiled, dims: Mapping[str, int], adapter: str = "gpu") -> list:
+    """The Dispatch steps a run at `dims` encodes on an adapter of kind `adapter` with tuning off:
+    each Select's heuristic alternative, no empty grid."""
+    from onyxia.plan import AdapterFacts, Dispatch
+    from onyxia.plan.cost import replayed_steps
+
+    env = {**compiled.dims, **dims}
+    steps = replayed_steps([s for op in compiled.operations for s in op.steps], env, adapter=AdapterFacts(adapter))
+    return [s for s in steps if isinstance(s, Dispatch)
+            and all(w.evaluate(env) if hasattr(w, "evaluate") else w for w in s.workgroups)]

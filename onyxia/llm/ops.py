@@ -21,10 +21,9 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, TensorId, TensorKind
 from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import is_zero
 from onyxia.operators.indexing import plan_strided_copy
 from onyxia.operators.registry import OperatorRegistry
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Step, adapter
 
 DOMAIN = "onyxia.llm"
 LAST_TOKEN_CPU_MAX_VOCAB = 8 * 60_000  # the 8-thread variant's loop: V / 8 trips
@@ -51,11 +50,14 @@ class LastToken(Operator):
         ctx.compute_type(ctx.input_dtype(0), "logits")
         # 8 threads on a CPU-type adapter (one SIMD batch of lavapipe: no barrier switches), where
         # their loop stays under its ~65,535-iteration cut; 256 elsewhere.
-        cpu = ctx.adapter_cpu() if isinstance(vocab, int) and vocab <= LAST_TOKEN_CPU_MAX_VOCAB else 0
-        return [ctx.dispatch("llm/last_token.wgsl", label=f"llm/last_token_{wg}", defs={"WG": wg},
-                             params={"S": seq, "V": vocab}, reads={"logits": ctx.input(0)},
-                             writes={"last": ctx.output(0), "token": ctx.output(1)}, workgroups=(batch * share, 1, 1))
-                for wg, share in ((256, 1 - cpu), (8, cpu)) if not is_zero(share)]
+        def variant(wg: int) -> list[Step]:
+            return [ctx.dispatch("llm/last_token.wgsl", label=f"llm/last_token_{wg}", defs={"WG": wg},
+                                 params={"S": seq, "V": vocab}, reads={"logits": ctx.input(0)},
+                                 writes={"last": ctx.output(0), "token": ctx.output(1)}, workgroups=(batch, 1, 1))]
+
+        cpu_fits = isinstance(vocab, int) and vocab <= LAST_TOKEN_CPU_MAX_VOCAB
+        return ctx.select("llm/last_token", [*([("cpu", variant(8), ALWAYS, adapter("cpu"))] if cpu_fits else []),
+                                             ("gpu", variant(256), ALWAYS, ALWAYS)])
 
 
 def kept_rows(seq: Dim) -> Dim:

@@ -36,7 +36,7 @@ from onyxia.llm.io import DecoderIO
 from onyxia.llm.ops import LAST_LOGITS, LOGITS_GATE, NEXT_TOKEN
 from onyxia.llm.sampling import Sampler, SamplingParams
 from onyxia.operators import OperatorRegistry
-from onyxia.plan_cost import replayed_steps
+from onyxia.plan.cost import replayed_steps
 from onyxia.runtime.tensor import DeviceTensor
 
 
@@ -145,7 +145,7 @@ class LlmSession:
     @property
     def dispatches_per_step(self) -> int:
         """Dispatches a decode step runs (kernels whose grid is empty at one token are skipped;
-        of a Tunable's alternatives the one replayed now, or the heuristic's)."""
+        of a Select's alternatives the one replayed now, or the heuristic's)."""
         io, cached = self.io, self.max_length // 2
         dims = {**self.executor.dims, io.sequence: 1}
         if io.past:
@@ -153,7 +153,7 @@ class LlmSession:
         if io.total:
             dims[io.total] = cached + 1
         steps = replayed_steps([s for op in self.compiled.operations for s in op.steps], dims,
-                               self.executor.tunable_choices())
+                               self.executor.select_choices(), self.executor.adapter_facts)
         return sum(all(d.evaluate(dims) if isinstance(d, SymDim) else d for d in dispatch.workgroups)
                    for step in steps for dispatch in step.dispatches())
 

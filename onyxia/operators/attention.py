@@ -44,7 +44,7 @@ from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
 from onyxia.operators.indexing import copy_elements
 from onyxia.operators.split_kv import ATTENTION_WG, CPU_ATTENTION_WG, SPLIT_TRIPS, combine_splits, split_by, split_keys
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Step, adapter
 
 DOMAIN = "com.microsoft"
 SHARE_BUFFER_ATTR = "past_present_share_buffer"
@@ -317,23 +317,23 @@ class GroupQueryAttention(Operator):
         split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, lanes)
         reads = {"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
                  **norm_reads, **kv_reads}
-        cpu = ctx.adapter_cpu()
-        # A CPU-type adapter runs the tiled kernel (heads up to 128), a GPU-type one the
-        # row-per-workgroup kernel: `tiled` is 1 where the tiled kernel runs, else 0.
-        tiled = cpu if self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES else 0
-        for wg, rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * (cpu - tiled))):
-            steps.append(ctx.dispatch(
+        # Which kernel (one Select): a CPU-type adapter runs the tiled kernel (heads up to 128),
+        # else the row kernel with 8 threads; a GPU-type one the row kernel with 64.
+        variants = []
+        if self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES:
+            variants.append(("tiled", _tiled_attention(ctx, att_defs, att_params, reads, max_keys,
+                                                       (batch, heads, kv_heads, seq, d)), ALWAYS, adapter("cpu")))
+        for label, wg, prefer in (("rows8", CPU_ATTENTION_WG, adapter("cpu")), ("rows64", ATTENTION_WG, ALWAYS)):
+            rows = [ctx.dispatch(
                 "attention/gqa_attention.wgsl", label="gqa_attention",
                 defs={**att_defs, **(split.defs() if split else {}), "ATT_WG": wg, "DPT": lanes[wg]}, reads=reads,
                 writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
-                workgroups=(heads, rows, batch * (split.splits if split else 1)),
-                params={**att_params, **(split.params() if split else {})}))
-        if split is not None:
-            steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
-                                    gate=1 - tiled)
-        if not (isinstance(tiled, int) and tiled == 0):
-            steps += _tiled_attention(ctx, att_defs, att_params, reads, max_keys, (batch, heads, kv_heads, seq, d),
-                                      tiled)
+                workgroups=(heads, seq, batch * (split.splits if split else 1)),
+                params={**att_params, **(split.params() if split else {})})]
+            if split is not None:
+                rows += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d))
+            variants.append((label, rows, ALWAYS, prefer))
+        steps += ctx.select("gqa_attention", variants)
         if c.windowed:
             # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
             count = batch * kv_heads * c.past * d
@@ -349,8 +349,8 @@ class GroupQueryAttention(Operator):
 
 
 def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, object], reads: dict[str, str | Buf],
-                     max_keys: Dim, sizes: tuple[Dim, int, int, Dim, int], tiled: Dim) -> list[Step]:
-    """GQA's step 2 as shaders/attention/gqa_flash.wgsl, where `tiled` (0 or 1) says so: 8
+                     max_keys: Dim, sizes: tuple[Dim, int, int, Dim, int]) -> list[Step]:
+    """GQA's step 2 as shaders/attention/gqa_flash.wgsl: 8
     (query head, query row) pairs per workgroup, one per invocation, HB heads of a KV group by
     8 / HB rows; its own split of the keys (one loop trip per FLASH_KEYS keys), merged by its
     own combine step."""
@@ -366,11 +366,10 @@ def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, ob
         "attention/gqa_flash.wgsl", label="gqa_flash",
         defs={**defs, "CPL": math.ceil(d / 32), "HB": per_block, **(split.defs() if split else {})},
         reads=reads, writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
-        workgroups=(heads // per_block, (seq + rows - 1) // rows * tiled, batch * (split.splits if split else 1)),
+        workgroups=(heads // per_block, (seq + rows - 1) // rows, batch * (split.splits if split else 1)),
         params={**params, **(split.params() if split else {})})]
     if split is not None:
-        steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
-                                gate=tiled)
+        steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d))
     return steps
 
 

@@ -23,17 +23,18 @@ from onyxia.ir.provenance import value_sources
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
 from onyxia.operators.common import broadcast_shapes
 from onyxia.plan import (
-    ADAPTER_CPU,
     STATUS_TENSOR,
+    Alternative,
     Binding,
     BufferDecl,
     CopyBuffer,
     Dispatch,
+    Guard,
     Scalar,
+    Select,
     ShaderParam,
     ShaderSpec,
     Step,
-    Tunable,
     WriteBuffer,
 )
 
@@ -286,9 +287,6 @@ class PlanState:
     # recorded here for the tensor table.
     subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
     subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
-    # Symbols the runtime sets (plan.ADAPTER_CPU) that some step uses, with their placeholder
-    # values: they join the plan's dims, not the compilation's.
-    runtime_dims: dict[str, int] = field(default_factory=dict)
 
     def template(self, path: str) -> str:
         """The key of the shader file `path`'s template, read once."""
@@ -384,11 +382,6 @@ class PlanCtx(InferenceCtx):
         """A value is baked into the shader when it depends on no dynamic symbol."""
         return self.env.is_static(value)
 
-    def adapter_cpu(self) -> SymDim:
-        """plan.ADAPTER_CPU as a dim: 1 on a CPU-type adapter (0 until the runtime knows it)."""
-        self.state.runtime_dims[ADAPTER_CPU] = 0
-        return SymDim.symbol(ADAPTER_CPU)
-
     # shaders and steps
     def dispatch(
         self,
@@ -468,17 +461,31 @@ class PlanCtx(InferenceCtx):
     def copy(self, src: str, dst: str, nbytes: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> CopyBuffer:
         return CopyBuffer(src, dst, nbytes, src_offset, dst_offset)
 
-    def tunable(self, key: str, alternatives: Mapping[str, Sequence[Step]], default: Dim | str = 0,
-                shape: Sequence[Dim] = ()) -> list[Step]:
-        """Kernel variants computing the same outputs, {label: steps}: the runtime replays the
-        fastest on its adapter (timed once, cached on disk by adapter, `key` and the shape class
-        of `shape`), or `default` (a label, or an index that may be an expression over the dims
-        and adapter_cpu(): the heuristic) with tuning off. One alternative: its steps as they are."""
-        labels = list(alternatives)
-        if len(labels) == 1:
-            return list(alternatives[labels[0]])
-        index = labels.index(default) if isinstance(default, str) else default
-        return [Tunable(key, tuple(labels), tuple(tuple(alternatives[k]) for k in labels), index, tuple(shape))]
+    def select(self, key: str, alternatives: Sequence[tuple[str, Sequence[Step], Guard, Guard]], *,
+               tuned: bool = False, shape: Sequence[Dim] = ()) -> list[Step]:
+        """Alternatives computing the same outputs, `(label, steps, guard, prefer)` each, as one
+        plan.Select step: the runtime replays the first eligible one (`guard` holds) whose
+        `prefer` holds, or with `tuned` the one measured fastest on its adapter for the shape
+        class of `shape` (runtime/tuner.py, cached on disk under `key`).
+
+        Alternatives whose guard can never hold (a literal dim past a bound) are left out; the
+        last one kept must be eligible everywhere (an empty guard). What needs no choice at run
+        time stays plain steps: a single alternative, or an untuned first one that is always
+        eligible and preferred.
+        """
+        kept = [Alternative(label, tuple(steps), guard, prefer) for label, steps, guard, prefer in alternatives
+                if not guard.never]
+        if not tuned:
+            # Without tuning, nothing after an alternative that is always eligible and preferred
+            # can run, nor one never preferred before it (the fallback needs none preferred).
+            first = next((k for k, a in enumerate(kept) if not a.guard.clauses and not a.prefer.clauses), None)
+            if first is not None:
+                kept = [a for a in kept[:first] if not a.prefer.never] + [kept[first]]
+        if not kept or kept[-1].guard.clauses:
+            raise PlanError(f"{self.node.describe()}: select '{key}' has no alternative that is always eligible")
+        if len(kept) == 1:
+            return list(kept[0].steps)
+        return [Select(key, tuple(kept), tuned, tuple(shape) if tuned else ())]
 
 
 def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:

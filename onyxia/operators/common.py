@@ -20,25 +20,6 @@ def ceil_div(a: Dim, b: int) -> Dim:
     return (a + b - 1) // b
 
 
-def more_than_one(parts: Dim) -> Dim:
-    """1 when `parts` >= 2, else 0 (parts 0 or 1), as an expression without dividing by `parts`
-    (a zero-length row has zero parts). Exact for parts up to 2**32: (p + 2**32 - 2) // 2**32."""
-    return (parts + 2**32 - 2) // 2**32
-
-
-def select_small(m: Dim, limit: int) -> Dim:
-    """1 when 0 <= m <= limit, else 0, as an expression when `m` is symbolic.
-
-    MatMul and MatMulNBits plan both their few-rows (gemv) and many-rows (tiled) kernels for a
-    symbolic M and scale the workgroup counts by this and 1 - this: the runtime skips the
-    dispatch with no workgroups, so exactly one kernel runs for the current M and nothing
-    recompiles. (2L + 1) // (m + L + 1) is 1 for m <= L and 0 above; m + L + 1 is never 0.
-    """
-    if isinstance(m, int):
-        return int(m <= limit)
-    return (2 * limit + 1) // (m + limit + 1)
-
-
 def prefer_literal(a: Dim, b: Dim) -> Dim:
     """Of two dims known to be equal, the literal one if either is: it can be baked into shaders."""
     return b if isinstance(b, int) and not isinstance(a, int) else a
@@ -138,4 +119,4 @@ def strided_index_params(out_shape: Shape, in_shapes: Sequence[Shape], names: Se
 
 
 __all__ = ["broadcast_shapes", "broadcast_strides", "ceil_div", "collapse_dims", "contiguous_strides",
-           "is_one", "is_zero", "numel", "prefer_literal", "select_small", "strided_index_params"]
+           "is_one", "is_zero", "numel", "prefer_literal", "strided_index_params"]

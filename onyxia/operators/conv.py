@@ -279,7 +279,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     finish_params = {"ALPHA": one, "BETA": one, "C_MS": 1, "C_NS": 0} if has_bias else {}
     steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=spec.maps, n=p, params=finish_params,
                              defs={"T": compute, "GEMM": has_bias, "HAS_C": has_bias},
-                             epilogue_reads={"c": ctx.input(2)} if has_bias else {}, y=ctx.output(0), enabled=1,
+                             epilogue_reads={"c": ctx.input(2)} if has_bias else {}, y=ctx.output(0),
                              reports=None))
     return steps
 

@@ -6,11 +6,10 @@
   split a long K and add the partials with `matmul/splitk.wgsl`;
 - `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
   element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;
-- `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 64 rows (operators/gemv.py
-  holds the few-rows variants and the heuristic choosing them);
-- both, when M is symbolic (prefill and decode share one plan): the workgroup counts are
-  expressions that are zero for the kernel that does not fit the current M, so the runtime
-  skips it. No value of a dynamic dim is read at plan time and nothing recompiles.
+- `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 64 rows (operators/gemv.py);
+- all of them as one tuned Select step whose guards say which kernel may run for the current M
+  and which the heuristic prefers on this kind of adapter (prefill and decode share one plan):
+  no value of a dynamic dim is read at plan time and nothing recompiles.
 
 `plan_product` is the shared entry point; other operators (attention, quantized matmuls) can
 describe their product as a `Product` and reuse it. A product's `epilogue` (elementwise ops that
@@ -123,13 +122,13 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
-    # Every kernel variant that applies, as one Tunable (operators/gemm_variants.py): the runtime
+    # Every kernel variant that applies, as one Select (operators/gemm_variants.py): the runtime
     # replays the fastest on its adapter, or the heuristic's choice with tuning off.
     def planner(plan):
-        return lambda on: plan(ctx, p, nbatch, on, params, defs, epilogue_reads, reports)
+        return lambda: plan(ctx, p, nbatch, params, defs, epilogue_reads, reports)
 
     planners = {"chunked": planner(plan_chunked), "register": planner(plan_register), "shared": planner(plan_shared),
-                "coalesced": lambda on: _plan_gemv(ctx, p, m, nbatch, on, params, defs, epilogue_reads, reports)}
+                "coalesced": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports)}
     return plan_alternatives(ctx, p, SMALL_M, "CHECKED" in defs, planners, nbatch)
 
 
@@ -141,7 +140,7 @@ def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | 
     return int(value), dtype
 
 
-def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, params: dict, defs: dict,
+def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs: dict,
                epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
     cols, lanes = GEMV_LANES[p.trans_b]
     col_blocks = ceil_div(p.n, cols)
@@ -161,22 +160,22 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, enabled: Dim, para
     if split:  # the epilogue runs in the second pass
         gemv_defs.update(GEMM=False, HAS_C=False)
         gemv_params = {k_: v for k_, v in gemv_params.items() if k_ not in _EPILOGUE_PARAMS}
-    workgroups = (col_blocks, 1, nbatch * splits * enabled)
+    workgroups = (col_blocks, 1, nbatch * splits)
     if is_one(splits):
         gemv_defs, gemv_params, reads = p.epilogue.onto(gemv_defs, gemv_params, {"a": p.a, "b": p.b, **epilogue_reads})
         return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params, reads=reads, writes={"y": p.y},
                              workgroups=workgroups, reports=reports)]
     total = nbatch * m * p.n
-    # Sized for at most SMALL_M rows (M*small + SMALL_M*(1-small)): a prefill that runs the tiled
-    # kernel instead must not grow a scratch buffer it never uses.
-    rows_cap = m if isinstance(m, int) else m * enabled + SMALL_M * (1 - enabled)
+    # Sized for SMALL_M rows, the most its Select guard lets it run for: a prefill that runs
+    # another kernel must not grow a scratch buffer it never uses.
+    rows_cap = m if isinstance(m, int) else SMALL_M
     partial = ctx.scratch(splits * nbatch * rows_cap * p.n, _SCRATCH_DTYPE[p.dtype], "splitk")
     gemv_params["P"] = total
     return [
         ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
                      reads={"a": p.a, "b": p.b}, writes={"partial": partial}, workgroups=workgroups, reports=reports),
         plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=p.n, params=params, defs=defs,
-                    epilogue_reads=epilogue_reads, y=p.y, enabled=enabled, reports=reports, epilogue=p.epilogue),
+                    epilogue_reads=epilogue_reads, y=p.y, reports=reports, epilogue=p.epilogue),
     ]
 
 

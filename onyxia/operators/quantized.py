@@ -33,11 +33,11 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import ceil_div, is_zero, select_small
+from onyxia.operators.common import ceil_div
 from onyxia.operators.epilogue import fused_epilogue
 from onyxia.operators.fused import FUSED_DOMAIN
 from onyxia.operators.gemv import CHUNKED_MAX_M
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Step, adapter, at_most
 
 DOMAIN = "com.microsoft"
 GEMV_MAX_ROWS = 4  # rows one gemv workgroup covers (matmul_nbits_gemv.wgsl ROWS)
@@ -164,35 +164,31 @@ class MatMulNBits(Operator):
         q8 = int(ctx.attr("accuracy_level", 0)) == 4
         if q8 and c.block > 256:
             raise ctx.fail(f"accuracy_level 4 with block_size {c.block} is not supported by onyxia (at most 256)")
-        # The heuristic (as operators/gemv.py's): the chunked kernel on a CPU-type adapter, for
-        # every row count with int8 activations, up to CHUNKED_MAX_M rows with f32 ones.
-        chunked: Dim = 0
+        # Which kernel runs (one Select): on a CPU-type adapter the chunked kernel, for every row
+        # count with int8 activations, up to CHUNKED_MAX_M rows with f32 ones; elsewhere the
+        # coalesced kernel for few rows, the tiled one for many (with int8: the q8 kernel).
+        alternatives = []
         if _chunked_applies(c):
-            chunked = ctx.adapter_cpu() * (1 if q8 else select_small(m, CHUNKED_MAX_M))
-        steps: list[Step] = []
-        if not is_zero(chunked):
-            steps += _plan_chunked(ctx, c, m, q8, chunked, defs, reads, self.shared_activation(ctx))
+            prefer = adapter("cpu") if q8 else adapter("cpu") & at_most(m, CHUNKED_MAX_M)
+            alternatives.append(("chunked", _plan_chunked(ctx, c, m, q8, defs, reads, self.shared_activation(ctx)),
+                                 ALWAYS, prefer))
         if k % 8:
             defs["K_TAIL"] = True
         if q8:
-            if not is_zero(1 - chunked):
-                steps += self._plan_int8(ctx, c, m, defs, reads, 1 - chunked)
-            return steps
+            alternatives.append(("q8", self._plan_int8(ctx, c, m, defs, reads), ALWAYS, ALWAYS))
+            return ctx.select("matmul_nbits", alternatives)
         gemv_reads = {"a": Buf(ctx.input(0), vector=k % 8 == 0), **reads}
         reads = {"a": ctx.input(0), **reads}
         params = {"M": m, "N": n, "K": k, "BLOCK": block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * block // 8,
                   "KWORDS": ceil_div(k, 8), "ZP_ROW": c.zp_row}
-        small = select_small(m, GEMV_MAX_ROWS)  # both kernels for a symbolic M: one runs
-        gemv, tiled = small * (1 - chunked), (1 - small) * (1 - chunked)  # small M implies M <= CHUNKED_MAX_M
-        if not is_zero(gemv):
-            steps.append(ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=defs,
-                                      params=params, reads=gemv_reads, writes={"y": ctx.output(0)},
-                                      workgroups=(ceil_div(n, 8) * gemv, 1, ceil_div(m, GEMV_MAX_ROWS))))
-        if not is_zero(tiled):
-            steps.append(ctx.dispatch("quantized/matmul_nbits_tiled.wgsl", label="matmul_nbits_tiled", defs=defs,
-                                      params=params, reads=reads, writes={"y": ctx.output(0)},
-                                      workgroups=(ceil_div(n, 64) * tiled, ceil_div(m, 64), 1)))
-        return steps
+        gemv = ctx.dispatch("quantized/matmul_nbits_gemv.wgsl", label="matmul_nbits_gemv", defs=defs,
+                            params=params, reads=gemv_reads, writes={"y": ctx.output(0)},
+                            workgroups=(ceil_div(n, 8), 1, ceil_div(m, GEMV_MAX_ROWS)))
+        tiled = ctx.dispatch("quantized/matmul_nbits_tiled.wgsl", label="matmul_nbits_tiled", defs=defs,
+                             params=params, reads=reads, writes={"y": ctx.output(0)},
+                             workgroups=(ceil_div(n, 64), ceil_div(m, 64), 1))
+        alternatives += [("coalesced", [gemv], ALWAYS, at_most(m, GEMV_MAX_ROWS)), ("tiled", [tiled], ALWAYS, ALWAYS)]
+        return ctx.select("matmul_nbits", alternatives)
 
     def shared_activation(self, ctx: PlanCtx) -> dict[str, str | Buf] | None:
         """The chunked kernel's int8 activation when another node made it (MatMulNBitsShared)."""
@@ -202,8 +198,7 @@ class MatMulNBits(Operator):
         """(defs, reads) of fused elementwise ops after the product (MatMulNBitsShared)."""
         return {}, {}
 
-    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf],
-                   enabled: Dim) -> list[Step]:
+    def _plan_int8(self, ctx: PlanCtx, c: NBitsSpec, m, defs: dict, reads: dict[str, str | Buf]) -> list[Step]:
         """accuracy_level 4: quantize a per block to int8, then integer dots with the weights."""
         # int8 activations, 4 to a word as dot4I8Packed takes them (the kernels read whole words)
         qa = ctx.scratch(m * c.nblk * c.block, "int8", "qa")
@@ -212,7 +207,7 @@ class MatMulNBits(Operator):
             "quantized/quantize_q8.wgsl", label="quantize_q8",
             params={"M": m, "K": c.k, "BLOCK": c.block, "NBLK": c.nblk},
             reads={"a": ctx.input(0)}, writes={"qa": Buf(qa, whole_words=True), "sa": sa},
-            workgroups=(c.nblk * enabled, m, 1))
+            workgroups=(c.nblk, m, 1))
         q8_defs = {k: v for k, v in defs.items() if k != "K_TAIL"}
         if not self.packed_dot:
             q8_defs["PLAIN_DOT"] = True
@@ -221,7 +216,7 @@ class MatMulNBits(Operator):
             params={"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
                     "ZP_ROW": c.zp_row},
             reads={"qa": qa, "sa": sa, **reads}, writes={"y": ctx.output(0)},
-            workgroups=(ceil_div(c.n, 8) * enabled, 1, ceil_div(m, GEMV_MAX_ROWS)))
+            workgroups=(ceil_div(c.n, 8), 1, ceil_div(m, GEMV_MAX_ROWS)))
         return [quantize, matmul]
 
 
@@ -252,21 +247,20 @@ def _chunked_applies(c: NBitsSpec) -> bool:
     return c.block >= 32 and c.k % c.block == 0 and c.k <= 32 * CHUNKED_MAX_GROUPS
 
 
-def _quantize_chunked(ctx: PlanCtx, m: Dim, k: int, block: int, enabled: Dim, qa: str, sa: str,
-                      qsum: str) -> Step:
+def _quantize_chunked(ctx: PlanCtx, m: Dim, k: int, block: int, qa: str, sa: str, qsum: str) -> Step:
     """quantize_q8_chunked.wgsl: a [M, K] to int8 per block, in the chunked kernel's layout."""
     nblk = ceil_div(k, block)
     return ctx.dispatch("quantized/quantize_q8_chunked.wgsl", label="quantize_q8_chunked",
                         params={"M": m, "K": k, "BLOCK": block, "NBLK": nblk},
                         reads={"a": ctx.input(0)}, writes={"qa": qa, "sa": sa, "qsum": qsum},
-                        workgroups=ctx.grid(m * nblk * enabled, QUANTIZE_THREADS))
+                        workgroups=ctx.grid(m * nblk, QUANTIZE_THREADS))
 
 
-def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, defs: dict,
+def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, defs: dict,
                   reads: dict[str, str | Buf], shared: dict[str, str | Buf] | None = None) -> list[Step]:
     """matmul_nbits_chunked.wgsl (after quantize_q8_chunked.wgsl with int8 activations, unless
-    `shared` holds them already): one dispatch per row class (ROWS 1 for decode, 4 above),
-    whichever holds M runs."""
+    `shared` holds them already): the dispatch of M's row class (ROWS 1 for decode, 4 above),
+    a Select of both when M is symbolic."""
     steps: list[Step] = []
     # B's words (and with PAIRED the scales) read in pairs: two blocks (PAIRED) or two word
     # groups of one block (GROUP_PAIRS) an iteration; 64-bit loads where the device has them.
@@ -281,19 +275,21 @@ def _plan_chunked(ctx: PlanCtx, c: NBitsSpec, m: Dim, q8: bool, enabled: Dim, de
         qa = ctx.scratch(m * c.nblk * c.block // 2, "uint32", "qa")  # 2 words a value (pair words)
         sa = ctx.scratch(m * c.nblk, "float32", "sa")
         qsum = ctx.scratch(m * c.nblk, "float32", "qsum")
-        steps.append(_quantize_chunked(ctx, m, c.k, c.block, enabled, qa, sa, qsum))
+        steps.append(_quantize_chunked(ctx, m, c.k, c.block, qa, sa, qsum))
         activation = {"qa": Buf(qa, vector=True), "sa": sa, "qsum": qsum}
     else:
         activation = {"a": Buf(ctx.input(0), vector=True)}
     params = {"M": m, "N": c.n, "BLOCK": c.block, "NBLK": c.nblk, "ROW_WORDS": c.nblk * c.block // 8,
               "ZP_ROW": c.zp_row}
-    one = select_small(m, 1)  # decode
-    classes = [(1 if m == 1 else 4, 1)] if isinstance(m, int) else [(1, one), (4, 1 - one)]
-    for rows, holds in classes:
-        steps.append(ctx.dispatch(
+
+    def rows_class(rows: int) -> list[Step]:
+        return [ctx.dispatch(  # 8 invocations x 8 columns a workgroup
             "quantized/matmul_nbits_chunked.wgsl", label="matmul_nbits_chunked", defs={**defs, "Q8": q8, "ROWS": rows},
             params=params, reads={**activation, **reads}, writes={"y": ctx.output(0)},
-            workgroups=(ceil_div(c.n, 64), 1, ceil_div(m, rows) * enabled * holds)))  # 8 invocations x 8 columns
+            workgroups=(ceil_div(c.n, 64), 1, ceil_div(m, rows)))]
+
+    steps += ctx.select("matmul_nbits_chunked/rows", [("rows1", rows_class(1), ALWAYS, at_most(m, 1)),
+                                                       ("rows4", rows_class(4), ALWAYS, ALWAYS)])
     return steps
 
 
@@ -323,8 +319,10 @@ class QuantizeQ8(Operator):
         m = numel(ctx.input_shape(0)[:-1])
         if isinstance(m, int) and m == 0:
             return []
-        return [_quantize_chunked(ctx, m, int(ctx.attr("K")), int(ctx.attr("block_size")), ctx.adapter_cpu(),
-                                  ctx.output(0), ctx.output(1), ctx.output(2))]
+        # Only the chunked kernels, which run on a CPU-type adapter, read it.
+        quantize = _quantize_chunked(ctx, m, int(ctx.attr("K")), int(ctx.attr("block_size")), ctx.output(0),
+                                     ctx.output(1), ctx.output(2))
+        return ctx.select("quantize_q8", [("cpu", [quantize], ALWAYS, adapter("cpu")), ("other", [], ALWAYS, ALWAYS)])
 
 
 class RmsNormQ8(Operator):
@@ -358,17 +356,21 @@ class RmsNormQ8(Operator):
             reads["bias"] = Buf(ctx.input(3), vector=True)
         if defs["SUM_OUT"]:
             writes["s"] = ctx.output(4)
-        cpu = ctx.adapter_cpu()
         # y feeds only the MatMulNBits consumers' coalesced kernels (attribute y_nbits_only, set
         # by the pass): on a CPU-type adapter they read the int8 activation and y goes unwritten.
-        store_y = 1 - cpu if ctx.attr("y_nbits_only", 0) else 1
-        params = {"M": m, "K": k, "BLOCK": block, "NBLK": ceil_div(k, block),
-                  "EPS": (float(ctx.attr("epsilon")), "f32"), "STORE_Y": (store_y, "u32")}
         # 64 threads a row, or 8 on a CPU-type adapter (each barrier there switches between the
-        # workgroup's groups of 8 threads); the other kind's grid is empty.
-        return [ctx.dispatch("llm/rmsnorm_q8.wgsl", label="rmsnorm_q8", defs={**defs, "WG": wg}, params=params,
-                             reads=reads, writes=writes, workgroups=ctx.grid(m * enabled, 1))
-                for wg, enabled in ((64, 1 - cpu), (8, cpu))]
+        # workgroup's groups of 8 threads).
+        params = {"M": m, "K": k, "BLOCK": block, "NBLK": ceil_div(k, block),
+                  "EPS": (float(ctx.attr("epsilon")), "f32")}
+
+        def variant(wg: int, store_y: int) -> list[Step]:
+            return [ctx.dispatch("llm/rmsnorm_q8.wgsl", label="rmsnorm_q8", defs={**defs, "WG": wg},
+                                 params={**params, "STORE_Y": (store_y, "u32")}, reads=reads, writes=writes,
+                                 workgroups=ctx.grid(m, 1))]
+
+        cpu_store_y = 0 if ctx.attr("y_nbits_only", 0) else 1
+        return ctx.select("rmsnorm_q8", [("cpu", variant(8, cpu_store_y), ALWAYS, adapter("cpu")),
+                                         ("gpu", variant(64, 1), ALWAYS, ALWAYS)])
 
 
 class MatMulNBitsShared(MatMulNBits):

@@ -23,9 +23,9 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import MAX_TRIPS, UNBOUNDED_AXIS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import contiguous_strides, is_one, more_than_one
+from onyxia.operators.common import contiguous_strides, is_one
 from onyxia.operators.elementwise import INT64_OVERFLOW
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Step, at_least
 
 Groups = list[tuple[Dim, Dim]]  # merged (dim, element stride) pairs, outermost first
 
@@ -463,15 +463,16 @@ class CumulativeScan(Operator):
                                  reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
                                  workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes), reports=reports)]
         # Parts: their totals, then each part scanned from the totals before it (a symbolic line
-        # of one part skips the first pass: no workgroups).
+        # of one part skips the first pass: a Select).
         parts = (k + chunk - 1) // chunk
         totals = ctx.scratch(lines * parts, ctx.output_dtype(0).name, "part_totals")
         params["PARTS"] = (parts, "u32")
         defs["CHUNK"] = chunk
-        several = more_than_one(parts)  # 0 for one part (or none), else 1
-        return [ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_TOTALS": True}, params=params,
-                             reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0), "totals": totals},
-                             workgroups=ctx.grid(lines * parts * several, WORKGROUP_SIZE // lanes), reports=reports),
+        totals_pass = ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_TOTALS": True}, params=params,
+                                   reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0), "totals": totals},
+                                   workgroups=ctx.grid(lines * parts, WORKGROUP_SIZE // lanes), reports=reports)
+        return [*ctx.select("cumsum/parts", [("parts", [totals_pass], at_least(parts, 2), ALWAYS),
+                                             ("one part", [], ALWAYS, ALWAYS)]),
                 ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_CARRY": True}, params=params,
                              reads={"src": ctx.input(0), "totals": totals}, writes={"dst": ctx.output(0)},
                              workgroups=ctx.grid(lines * parts, WORKGROUP_SIZE // lanes), reports=reports)]

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, PlanCtx
-from onyxia.operators.common import more_than_one
 from onyxia.operators.reduction import bound_of, lanes_for
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Step, adapter, at_least
 
 READ_ROLES = ("skip", "bias", "scale", "beta")  # binding order after x
 # The CPU-adapter variant: rows of at least CPU_ROW_MIN elements (static) take a workgroup of
@@ -62,47 +61,47 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
     output_only = ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT", "SCALE_N", "BETA_N")
 
-    def variant(lanes: int, group: int, where: Dim) -> list[Step]:
+    def variant(lanes: int, group: int) -> list[Step]:
         vdefs = {**defs, "LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})}
         stats = ({d: v for d, v in vdefs.items() if d not in output_only},
                  {p: v for p, v in params.items() if p not in output_only},
                  {n: t for n, t in read_names.items() if n in ("x", "skip", "bias")})
         return in_parts(ctx, "normalization/rownorm.wgsl", f"rownorm_{out}", rows, k, lanes, vdefs, params,
-                        read_names, write_names, stats, group=group, where=where)
+                        read_names, write_names, stats, group=group)
 
     if not (isinstance(k, int) and k >= CPU_ROW_MIN):
-        return variant(lanes, WORKGROUP_SIZE, 1)
+        return variant(lanes, WORKGROUP_SIZE)
     # A CPU-type adapter (lavapipe) runs a workgroup as SIMD batches of 8 threads and switches
     # between the batches at every barrier: a row per workgroup of one batch has no switches
     # (decode RMSNorm over 512 elements: ~66 -> ~15 us). GPUs keep the 256-thread rows.
-    cpu = ctx.adapter_cpu()
-    return variant(lanes, WORKGROUP_SIZE, 1 - cpu) + variant(CPU_LANES, CPU_LANES, cpu)
+    return ctx.select(f"rownorm_{out}", [("cpu", variant(CPU_LANES, CPU_LANES), ALWAYS, adapter("cpu")),
+                                         ("gpu", variant(lanes, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
 
 
 def in_parts(ctx: PlanCtx, shader: str, label: str, rows: Dim, k: Dim, lanes: int, defs: dict[str, object],
              params: dict[str, object], reads: dict[str, str], writes: dict[str, str],
              stats: tuple[dict[str, object], dict[str, object], dict[str, str]], *,
-             group: int = WORKGROUP_SIZE, where: Dim = 1) -> list[Step]:
+             group: int = WORKGROUP_SIZE) -> list[Step]:
     """A statistics normalization (rownorm.wgsl, moments.wgsl) over `rows` rows of `k`: one
     dispatch, or for rows an invocation may not loop over (longer than LANES x MAX_TRIPS, or
     symbolic) two: the parts' statistics (`stats`: that pass's defs, params and reads), then
     each part merging them and writing its elements. A symbolic row of one part skips the
-    first (no workgroups) and walks its row in the second. `group`: threads per workgroup (the
-    WG_SIZE def when not the default); `where`: 1, or an expression that is 0 where this
-    variant does not run (its grids are empty)."""
+    first (a Select) and walks its row in the second. `group`: threads per workgroup (the
+    WG_SIZE def when not the default)."""
     chunk = lanes * MAX_TRIPS
     if bound_of(k) <= chunk:
         return [ctx.dispatch(shader, label=label, defs=defs, params=params, reads=reads, writes=writes,
-                             workgroups=ctx.grid(rows * where, group // lanes))]
+                             workgroups=ctx.grid(rows, group // lanes))]
     # At most 2^32 / CHUNK parts: a few per lane when merged.
     parts = (k + chunk - 1) // chunk
     partial = ctx.scratch(rows * parts * 2, "float32", "row_stats")
-    several = more_than_one(parts)  # 0 for one part (or none), else 1
     split = {"PARTS": (parts, "u32")}
     stat_defs, stat_params, stat_reads = stats
-    return [ctx.dispatch(shader, label=label, defs={**stat_defs, "CHUNK": chunk, "PARTIALS_OUT": True},
+    first = ctx.dispatch(shader, label=label, defs={**stat_defs, "CHUNK": chunk, "PARTIALS_OUT": True},
                          params={**stat_params, **split}, reads=stat_reads, writes={"partial": partial},
-                         workgroups=ctx.grid(rows * parts * several * where, group // lanes)),
+                         workgroups=ctx.grid(rows * parts, group // lanes))
+    return [*ctx.select(f"{label}/parts", [("parts", [first], at_least(parts, 2), ALWAYS),
+                                           ("one part", [], ALWAYS, ALWAYS)]),
             ctx.dispatch(shader, label=label, defs={**defs, "CHUNK": chunk, "PARTIALS_IN": True},
                          params={**params, **split}, reads={**reads, "partial": partial}, writes=writes,
-                         workgroups=ctx.grid(rows * parts * where, group // lanes))]
+                         workgroups=ctx.grid(rows * parts, group // lanes))]

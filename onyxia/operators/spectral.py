@@ -8,8 +8,8 @@ invocation does one element or one butterfly, so the work per invocation is boun
 the length (lavapipe stops an invocation's loops after ~65,535 iterations).
 
 L may be symbolic (a DFT along a dynamic axis): the plan then holds the stages of the largest
-FFT it supports (M up to 2^MAX_LOG) and the dispatches of the stages a given L does not need
-get no workgroups (`select_small`), so update_dimensions changes counts, never shaders.
+FFT it supports (M up to 2^MAX_LOG), each butterfly level in a Select whose guard says whether
+L needs it, so update_dimensions changes counts and choices, never shaders.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import numpy as np
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import select_small
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Guard, Step, at_least
 
 SHADER = "spectral/fft.wgsl"
 MAX_LOG = 26  # the largest FFT of a symbolic length: 2^26 points (512 MiB of complex f32)
@@ -82,23 +81,25 @@ def plan_transform(ctx: PlanCtx, t: Transform) -> list[Step]:
     if isinstance(t.length, int):
         log = (2 * t.length - 2).bit_length() if bluestein else t.length.bit_length() - 1
         size: Dim = 1 << log
-        levels = [(s, 1) for s in range(log)]
+        levels = [(s, ALWAYS) for s in range(log)]
     else:  # Bluestein with M < 4L; a stage s runs where 2^s < M, i.e. 2L - 2 >= 2^s
         size = 4 * t.length
-        levels = [(s, 1 - select_small(2 * t.length - 2, (1 << s) - 1)) for s in range(MAX_LOG)]
+        levels = [(s, at_least(2 * t.length - 2, 1 << s)) for s in range(MAX_LOG)]
     common = {"L": t.length, "B": batch}
     base_defs = {"BLUESTEIN": bluestein}
     work = ctx.scratch(2 * batch * size, hint="fft")
     steps: list[Step] = []
 
     def stage(name: str, reads: list[tuple[str, str]], writes: list[tuple[str, str]], count: Dim,
-              params: dict, defs: dict | None = None, active: Dim = 1) -> None:
-        workgroups = ctx.grid(count)
-        steps.append(ctx.dispatch(SHADER, label=f"fft_{name}", reads=dict(reads), writes=dict(writes),
-                                  params={**common, **params},
-                                  defs={**base_defs, "STAGE": name, **(defs or {}),
-                                        **dict.fromkeys(_STAGE_FLAGS[name], True)},
-                                  workgroups=(workgroups[0] * active, 1, 1)))
+              params: dict, defs: dict | None = None, active: Guard = ALWAYS) -> None:
+        dispatch = ctx.dispatch(SHADER, label=f"fft_{name}", reads=dict(reads), writes=dict(writes),
+                                params={**common, **params},
+                                defs={**base_defs, "STAGE": name, **(defs or {}),
+                                      **dict.fromkeys(_STAGE_FLAGS[name], True)},
+                                workgroups=ctx.grid(count))
+        # A butterfly level runs only where the transform is that long (a symbolic length).
+        steps.extend(ctx.select(f"fft_{name}/level", [("run", [dispatch], active, ALWAYS),
+                                                      ("skip", [], ALWAYS, ALWAYS)]))
 
     def fft(buffer: str, transforms: Dim, direction: int) -> None:
         for level, active in levels:

@@ -9,7 +9,7 @@ unnormalized softmax state, and shaders/attention/combine.wgsl merges them. That
 decode step (one query row per head) several workgroups per head.
 
 A symbolic key count (a growing KV cache) is usually one split: then the kernel writes the
-output itself and the combine step has no workgroups.
+output itself and a Select leaves the combine step out.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, PlanCtx
 from onyxia.operators.reduction import bound_of
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, Step, at_least
 
 ATTENTION_WG = 64  # threads of a fused attention workgroup (attention::reduce WG)
 CPU_ATTENTION_WG = 8  # the same on a CPU-type adapter: one SIMD batch of lavapipe's lanes
@@ -68,16 +68,17 @@ def split_by(ctx: PlanCtx, max_keys: Dim, rows: Dim, cols: Dim, kps: int) -> KvS
 
 
 def combine_splits(ctx: PlanCtx, split: KvSplit, y: str, batch: Dim, heads: Dim, seq: Dim,
-                   y_strides: tuple[Dim, Dim, Dim], gate: Dim = 1) -> list[Step]:
-    """The dispatch merging the splits' partial states into y (no workgroups for one split, nor
-    where `gate`, 0 or 1, says the kernel that wrote them does not run)."""
+                   y_strides: tuple[Dim, Dim, Dim]) -> list[Step]:
+    """The dispatch merging the splits' partial states into y, where there are two or more (with
+    one the kernel wrote y itself)."""
     count = batch * heads * seq * split.cols
-    several = (2 * split.splits - 2) // split.splits * gate  # 0 for one split, else 1
     params = {"N": count, "H": heads, "S": seq, "COLS": split.cols, "SPLITS": (split.splits, "u32"),
               "YB": y_strides[0], "YH": y_strides[1], "YS": y_strides[2]}
-    return [ctx.dispatch("attention/combine.wgsl", label="attention_combine", params=params,
-                         reads={"partial": split.partial}, writes={"y": y},
-                         workgroups=ctx.grid(count * several, WORKGROUP_SIZE))]
+    combine = ctx.dispatch("attention/combine.wgsl", label="attention_combine", params=params,
+                           reads={"partial": split.partial}, writes={"y": y},
+                           workgroups=ctx.grid(count, WORKGROUP_SIZE))
+    return ctx.select("attention_combine", [("splits", [combine], at_least(split.splits, 2), ALWAYS),
+                                            ("one split", [], ALWAYS, ALWAYS)])
 
 
 __all__ = ["ATTENTION_WG", "CPU_ATTENTION_WG", "KvSplit", "combine_splits", "split_by", "split_keys"]

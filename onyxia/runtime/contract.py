@@ -35,7 +35,7 @@ class Limits:
     packed_f16_reads: bool = False  # with native_f16, vec4 reads of read-only float16 buffers packed
     wide_reads: bool = False  # shader-int64: `wide` buffers and raw weight codes read as 64-bit words
     subgroups: bool = False  # subgroup operations: shaders render with the ONYXIA_SUBGROUPS def
-    cpu_adapter: bool = False  # a CPU-type adapter (lavapipe): sets the plan's ADAPTER_CPU symbol
+    cpu_adapter: bool = False  # a CPU-type adapter (lavapipe): the kind Select guards see
     adapter: str = "null"  # vendor/device/driver/backend: whose timings the tuning cache holds
 
 
@@ -113,5 +113,6 @@ class Replay(Protocol):
     def program_for(self, step: Dispatch) -> Any: ...
     def bind(self, step: Dispatch) -> Any: ...
     def build(self, step: Step) -> Any: ...  # the command of a nested step (a branch arm, a loop body)
-    tuner: Any  # runtime/tuner.py's Tuner: TunableCommands ask it which alternative to replay
+    tuner: Any  # runtime/tuner.py's Tuner: tuned SelectCommands ask it which alternative to replay
+    adapter_facts: Any  # plan.AdapterFacts: what Select guards see of the adapter
     def set_data_symbol(self, name: str, value: int) -> None: ...

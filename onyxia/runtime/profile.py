@@ -2,7 +2,7 @@
 
 Each dispatch gets its own compute pass with begin/end timestamp writes: slower than a normal
 run (passes are not shared), but the per-dispatch times are what the GPU spent. Each time is
-set against the dispatch's bytes and flops (onyxia/plan_cost.py) and the adapter's measured
+set against the dispatch's bytes and flops (onyxia/plan/cost.py) and the adapter's measured
 bandwidth and peak (runtime/peaks.py): the roofline fraction is the larger of achieved/bandwidth
 and achieved/peak, i.e. how close the dispatch runs to the roof that bounds it. `write_trace`
 saves the same as Chrome trace events (ui.perfetto.dev, chrome://tracing).
@@ -21,7 +21,7 @@ import wgpu
 
 from onyxia.errors import DeviceError
 from onyxia.plan import walk_steps
-from onyxia.plan_cost import DispatchCost, fmt_bytes, plan_cost
+from onyxia.plan.cost import DispatchCost, fmt_bytes, plan_cost
 from onyxia.runtime.peaks import AdapterPeaks, adapter_peaks
 
 
@@ -62,7 +62,7 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
     exe.run(feeds)  # writes the inputs and warms up
     device = exe.device
     # Nested steps (a loop body, a branch's arms) are timed once each, in walk_steps order; of a
-    # Tunable's alternatives only the one it replays now.
+    # Select's alternatives only the one it replays now.
     owner = {id(s): op for op in exe.model.operations for s in walk_steps(op.steps)}
     cmds = exe.dispatch_commands()
     count = 2 * len(cmds)
@@ -87,7 +87,7 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
 def profile(exe, feeds: Mapping[str, Any]) -> list[DispatchProfile]:
     """Every dispatch that runs at the executor's dims (empty grids aside), timed and costed."""
     timings = time_dispatches(exe, feeds)
-    costs = plan_cost(exe.model, exe.dims, exe.tunable_choices()).dispatches
+    costs = plan_cost(exe.model, exe.dims, exe.select_choices(), adapter=exe.adapter_facts).dispatches
     assert len(costs) == len(timings), (len(costs), len(timings))
     return [DispatchProfile(t, c) for t, c in zip(timings, costs) if c.live]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,18 +29,13 @@ from onyxia.codegen.wgsl import render
 from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
-from onyxia.plan import ADAPTER_CPU, STATUS_TENSOR, CompiledModel, Dispatch, Step
+from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
+from onyxia.runtime.dimensions import DimensionUpdates
+from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, live_commands
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
-from onyxia.runtime.tuner import (
-    TunableCommand,
-    Tuner,
-    TuneResult,
-    TuneSettings,
-    idle_commands,
-    live_commands,
-)
+from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
 
 @dataclass
@@ -50,29 +45,11 @@ class ExecutorStats:
     reallocs: int = 0  # buffers regrown past their capacity
     dimension_updates: int = 0
     readback_bytes: int = 0  # bytes copied to the host by the last run
-    tuning_timings: int = 0  # Tunable alternatives timed (runtime/tuner.py): 0 when all were cached
-    tuned: int = 0  # Tunable steps chosen by timing
+    tuning_timings: int = 0  # Select alternatives timed (runtime/tuner.py): 0 when all were cached
+    tuned: int = 0  # tuned Select steps chosen by timing
 
 
-@dataclass(eq=False)
-class _Expression:
-    """One distinct symbolic expression and every place its value goes."""
-
-    number: int
-    expr: SymDim
-    fn: Any  # the compiled evaluator
-    commands: list[tuple[Command, str, int]] = field(default_factory=list)
-    buffers: list[str] = field(default_factory=list)  # buffers sized by it (capacity checks)
-    shaders: list[int] = field(default_factory=list)  # shaders baking it (recompiled on change)
-    params: bool = False  # some dispatch parameter word is this expression
-
-
-def _idle_dispatch(cmd: Command) -> bool:
-    """A dispatch whose grid is empty now (a run does not encode it)."""
-    return isinstance(cmd, DispatchCommand) and not all(cmd.workgroups)
-
-
-class PlanReplay:
+class PlanReplay(DimensionUpdates):
     """A CompiledModel replayed on a Backend: `run`, `update_dimensions`, device tensors.
 
     The public surface of PlanExecutor (its wgpu subclass); on the NullBackend it replays a plan
@@ -89,8 +66,8 @@ class PlanReplay:
         self.stats = ExecutorStats()
         self.tuner = Tuner(tuning or TuneSettings.from_env(), self.limits.adapter, self.stats)
         self.dims: dict[str, int] = dict(model.dims)
-        if ADAPTER_CPU in self.dims:  # kernel variants for this kind of adapter (ir/dim_env.py)
-            self.dims[ADAPTER_CPU] = int(self.limits.cpu_adapter)
+        # What Select guards may ask of the adapter (runtime/select.py); assume_adapter changes it.
+        self.adapter_facts = adapter_facts(self.limits)
         # Too many parameters for push constants: that shader takes the uniform buffer.
         self.shader_transport = [
             self.transport if self.transport.carries(spec.immediate_bytes, self.limits.max_immediate_bytes)
@@ -124,7 +101,7 @@ class PlanReplay:
             self._slot(name)
         self._live_commands = self._run_commands
         self._refresh_all()
-        self.tune()  # the Tunable steps the cache has no choice for (none when tuning is off)
+        self.tune()  # the tuned Selects the cache has no choice for (none when tuning is off)
 
     # ---- setup --------------------------------------------------------------------------
     def root(self, name: str) -> str:
@@ -201,44 +178,6 @@ class PlanReplay:
             # array (measured: 0.7 vs 1.9 µs), once per dispatch per run with immediates.
             d.params = view[4 * d.param_offset:4 * (d.param_offset + len(d.types))]
 
-    def _setup_expressions(self) -> None:
-        """Group the plan's symbolic bindings by distinct expression, indexed by symbol."""
-        by_expr: dict[SymDim, _Expression] = {}
-        words: dict[bool, tuple[list[int], list[int]]] = {False: ([], []), True: ([], [])}  # f32? -> (pos, expr)
-        for b in self.model.symbolic_bindings:
-            e = by_expr.get(b.expr)
-            if e is None:
-                e = by_expr[b.expr] = _Expression(len(by_expr), b.expr, b.expr.compile())
-            if b.kind == "buffer":
-                e.buffers.append(str(b.target))
-            elif b.kind == "shader":
-                if int(b.target) in self.programs:  # shaders no dispatch uses are never built
-                    e.shaders.append(int(b.target))
-            elif b.kind == "immediate":
-                position, type_ = self.commands[int(b.target)].param_word(b.index)
-                e.params = True
-                pos, src = words[type_ == "f32"]
-                pos.append(position)
-                src.append(e.number)
-            else:
-                e.commands.append((self.commands[int(b.target)], b.kind, b.index))
-        self._exprs = list(by_expr.values())
-        self._values = [0] * len(self._exprs)  # each expression's current value (a list: cheap to compare)
-        (self._param_pos, self._param_src), (self._float_pos, self._float_src) = (
-            (np.array(pos, dtype=np.intp), np.array(src, dtype=np.intp)) for pos, src in words.values())
-        self._by_symbol: dict[str, list[int]] = {}
-        for e in self._exprs:
-            for symbol in e.expr.symbols:
-                self._by_symbol.setdefault(symbol, []).append(e.number)
-
-    def _scatter_params(self) -> None:
-        """Every symbolic parameter word from its expression's value, in two numpy scatters."""
-        words = self.param_words
-        values = np.array(self._values, dtype=np.int64)
-        words[self._param_pos] = (values[self._param_src] & 0xFFFFFFFF).astype(np.uint32)
-        if len(self._float_pos):
-            words[self._float_pos] = values[self._float_src].astype(np.float32).view(np.uint32)
-
     def _refresh_all(self) -> None:
         """Evaluate everything for the current dims (load time; recovery from a failed update)."""
         for e in self._exprs:
@@ -254,8 +193,20 @@ class PlanReplay:
         """What a run encodes (tuner.live_commands); mid-run readbacks may change grids: keep all."""
         self._live_commands = self._run_commands if self._device_syncs else live_commands(self._run_commands)
 
+    def assume_adapter(self, kind: str) -> None:
+        """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this
+        device then runs the other kind's kernels (tests check every variant on one adapter)."""
+        if kind not in ("cpu", "gpu"):
+            raise DimensionError(f"adapter kind must be 'cpu' or 'gpu', got {kind!r}")
+        facts = self.adapter_facts
+        self.adapter_facts = type(facts)(kind, facts.features, facts.limits)
+        for cmd in self.commands:
+            if isinstance(cmd, SelectCommand):
+                cmd.settle(self)
+        self._refresh_live()
+
     def tune(self, *, force: bool = False, budget_s: float | None = None) -> list[TuneResult]:
-        """Time the Tunable steps waiting for a choice (`force`: all) and replay the fastest."""
+        """Time the tuned Selects waiting for a choice (`force`: all) and replay the fastest."""
         results = self.tuner.tune(self, self.commands if force else list(self.tuner.pending), budget_s)
         self._refresh_live()
         return results
@@ -269,131 +220,6 @@ class PlanReplay:
                                                    tuple(info.shape), symbols)
             slot.refresh(self.dims)
         return slot
-
-    # ---- dimensions ---------------------------------------------------------------------
-    def update_dimensions(self, dims: Mapping[str, int]) -> None:
-        """Change symbol values (e.g. sequence_length 8 → 1) without recompiling the plan.
-
-        Only the distinct expressions over a changed symbol are evaluated (once each), and only
-        the values that changed are scattered. Everything that can fail — bad values, broken
-        constraints, sizes over the device limit, a shader that does not compile, an allocation
-        — happens before the executor's state changes, so an error leaves it usable with the
-        old dims. This runs once per generated token in an LLM session.
-        """
-        new = dict(self.dims)
-        for name, v in dims.items():
-            if name not in self.dims:
-                raise DimensionError(f"unknown dimension '{name}' (the plan's symbols: {', '.join(sorted(self.dims))})")
-            if name in self.model.data_symbols:
-                raise DimensionError(f"dimension '{name}' depends on the data: the model sets it while it runs")
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise DimensionError(f"dimension '{name}' must be a non-negative integer, got {v!r}")
-            new[name] = int(v)
-        if all(new[k] == self.dims[k] for k in dims):
-            return
-        for name, (fn, _) in self._bounds.items():  # data symbols take their capacity from the dims
-            new[name] = max(fn(new), 0)
-        changed = {k for k in new if new[k] != self.dims[k]}
-        for a, b, node, fa, fb in self._constraints:
-            if fa(new) != fb(new):
-                what = f"dimensions {a} = {fa(new)} and {b} = {fb(new)} must be equal" if isinstance(b, SymDim) \
-                    else f"dimension {a} = {fa(new)} must be {b}"
-                # The symbols' values too, unless shown already: an expression's value alone does
-                # not say which feed broke it.
-                hidden = sorted((dim_symbols(a) | dim_symbols(b)) - {str(x) for x in (a, b)})
-                given = f" (with {', '.join(f'{s}={new[s]}' for s in hidden)})" if hidden else ""
-                raise DimensionError(f"{what}{given}: node '{node}' needs them equal "
-                                     "(they were when the model was compiled)")
-        self._apply(new, changed)
-        self.stats.dimension_updates += 1
-
-    def set_data_symbol(self, name: str, value: int) -> None:
-        """A data-dependent symbol's value, read back during a run: patches the values that
-        depend on it (grid sizes, parameters, copy sizes) before the steps after it are encoded,
-        and grows the buffers it sizes past their capacity (nothing has written them yet)."""
-        if self.dims[name] == value:
-            return
-        new = dict(self.dims)
-        new[name] = value
-        for other, (fn, symbols) in self._bounds.items():  # capacities bounded by this symbol follow it
-            if name in symbols:
-                new[other] = max(fn(new), 0)
-        self._apply(new, {k for k in new if new[k] != self.dims[k]})
-
-    def _apply(self, new: dict[str, int], changed: set[str]) -> None:
-        """Move to the dims `new` (`changed`: the symbols whose values differ)."""
-        affected = [self._exprs[i] for i in sorted({i for s in changed for i in self._by_symbol.get(s, ())})]
-        # A shader baking a changed static dim is rebuilt (once, though it may bake several values).
-        rebuild = {index for e in affected for index in e.shaders}
-        values = self._values
-        exprs = [(e, v) for e, v in ((e, e.fn(new)) for e in affected) if v != values[e.number]]
-        grown: dict[str, int] = {}
-        for e, v in exprs:
-            for name in e.buffers:
-                size = max(v, 4)
-                if size > self.limits.max_binding_bytes:
-                    shown = {k: n for k, n in new.items() if k != ADAPTER_CPU}  # the user's dims only
-                    raise DeviceError(f"tensor '{name}' would need {size} bytes for {shown}, over this "
-                                      f"device's max storage binding of {self.limits.max_binding_bytes} bytes")
-                if size > self.capacity[name]:
-                    grown[name] = max(size, grown.get(name, 0))
-        old_dims, self.dims = self.dims, new  # programs render with the new dims
-        programs: dict[int, Any] = {}
-        buffers: dict[str, Any] = {}
-        try:
-            for index in sorted(rebuild):
-                programs[index] = self._build(index)
-            for name, size in grown.items():
-                buffers[name] = self.backend.alloc(name, size)
-        except Exception:
-            for buf in buffers.values():
-                self.backend.free(buf)
-            self.dims = old_dims  # nothing else changed yet
-            raise
-        try:
-            self._commit(exprs, programs, buffers, grown, changed)
-        except Exception:
-            self.dims = old_dims  # leave the executor as it was: usable with the old dims
-            self._refresh_all()
-            raise
-
-    def _commit(self, exprs: list[tuple[_Expression, int]], programs: dict[int, Any], buffers: dict[str, Any],
-                grown: dict[str, int], changed: set[str]) -> None:
-        for index, program in programs.items():
-            self.programs[index] = program
-            for cmd in self._by_shader.get(index, ()):
-                cmd.program = program
-            self.stats.recompiles += 1
-        for name, buf in buffers.items():  # grow past capacity: new buffer, new bind groups for its users
-            self.backend.free(self.buffers[name])
-            self.buffers[name] = buf
-            self.capacity[name] = grown[name]
-            self.stats.reallocs += 1
-        if buffers:
-            for cmd in self.commands:
-                cmd.rebind(self, set(buffers))
-        dirty: dict[Command, bool] = {}  # command -> whether it was a dispatch with an empty grid
-        params = False
-        values = self._values
-        for e, v in exprs:
-            values[e.number] = v
-            params = params or e.params
-            for cmd, kind, index in e.commands:
-                if cmd not in dirty:
-                    dirty[cmd] = _idle_dispatch(cmd)
-                cmd.set(kind, index, v)
-        for cmd in dirty:
-            cmd.settle(self)
-        if params:
-            self._scatter_params()
-            self.backend.params_changed()
-        for slot in self._slots.values():
-            if slot.symbols & changed:
-                slot.refresh(self.dims)
-        # What a run encodes (live_commands) changes only where a grid empties or fills or a
-        # Tunable may choose anew; a decode step's new lengths change neither (~0.3 ms a step).
-        if any(isinstance(cmd, TunableCommand) or _idle_dispatch(cmd) != was for cmd, was in dirty.items()):
-            self._refresh_live()
 
     # ---- running ------------------------------------------------------------------------
     def input_shape(self, name: str) -> tuple[int, ...]:
@@ -494,16 +320,17 @@ class PlanReplay:
 
     @property
     def dispatches_per_run(self) -> int:
-        """Kernel launches a run encodes now (empty grids and Tunable alternatives not replayed
+        """Kernel launches a run encodes now (empty grids and Select alternatives not replayed
         left out)."""
         return sum(isinstance(c, DispatchCommand) for c in self._live_commands)
 
-    def tunable_choices(self) -> dict[int, int]:
-        """{id of a Tunable step: the alternative it replays now} (plan_cost's `choices`)."""
-        return {id(c.step): c.chosen for c in self.commands if isinstance(c, TunableCommand)}
+    def select_choices(self) -> dict[int, int]:
+        """{id of a tuned Select step: the alternative it replays now} (plan_cost's `choices`;
+        the others follow their guards at whatever dims plan_cost is given)."""
+        return {id(c.step): c.chosen for c in self.commands if isinstance(c, SelectCommand) and c.tuned}
 
     def dispatch_commands(self) -> list[DispatchCommand]:
         """Every kernel launch in replay order (including those whose grid is empty now), but
-        not those of the alternatives a Tunable step does not replay now."""
+        not those of the alternatives a Select step does not replay now."""
         idle = idle_commands(self.commands)
         return [d for cmd in self.commands if id(cmd) not in idle for d in cmd.dispatches()]

@@ -1,12 +1,14 @@
-"""The autotuner: a Tunable step's alternatives timed on the adapter at hand, the fastest kept.
+"""The autotuner: a tuned Select step's eligible alternatives timed on the adapter at hand, the
+fastest kept.
 
-A plan's Tunable steps (plan_steps.py) hold kernel variants of one computation. Replay asks the
-Tuner which alternative each replays for its current shape class (its `shape` values for the
-current dims, symbolic ones rounded up to a power of two):
+A plan's tuned Select steps (plan/select.py) hold kernel variants of one computation. Replay
+(runtime/select.py) asks the Tuner which alternative each replays for its current shape class
+(its `shape` values for the current dims, symbolic ones rounded up to a power of two), among
+the alternatives whose guards hold:
 1. a choice in the disk cache, keyed by adapter (vendor, device, driver, backend), the step's
    key with a digest of its alternatives' kernels (a choice made for other kernels never
    replays) and the shape class;
-2. otherwise its default (the heuristic), and, with tuning on, the step waits for the next
+2. otherwise the heuristic's choice (the guards' `prefer`), and, with tuning on, the step waits for the next
    `run()` (or `PlanReplay.tune()`), which times every alternative of every waiting step: a
    warm-up, then TuneSettings.repeats repetitions each (GPU timestamps where the adapter has
    them, wall time otherwise), the median decides; the default goes first, and an alternative
@@ -37,10 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from onyxia.errors import PlanError
-from onyxia.plan import Tunable, walk_steps
-from onyxia.runtime.commands import Command, DispatchCommand, replays, value
-from onyxia.runtime.contract import Backend, Replay
+from onyxia.plan import Select, walk_steps
+from onyxia.runtime.commands import Command
 
 _OFF = ("0", "false", "no", "off")
 CACHE_VERSION = 1
@@ -145,94 +145,17 @@ def shape_class(values: list[int], symbolic: tuple[bool, ...]) -> str:
                     for v, sym in zip(values, symbolic))
 
 
-def kernels_digest(step: Tunable, model: Any) -> str:
-    """A short digest of the kernels a Tunable's alternatives dispatch: label, defs, template."""
+def kernels_digest(step: Select, model: Any) -> str:
+    """A short digest of the kernels a Select's alternatives dispatch: label, defs, template."""
     h = hashlib.sha256()
-    for label, alt in zip(step.labels, step.alternatives):
-        h.update(label.encode())
-        for s in walk_steps(alt):
+    for alt in step.alternatives:
+        h.update(alt.label.encode())
+        for s in walk_steps(alt.steps):
             for d in s.dispatches():
                 spec = model.shaders[d.shader]
                 h.update(repr((spec.label, spec.defs)).encode())
                 h.update(model.templates[spec.template].encode())
     return h.hexdigest()[:12]
-
-
-@replays(Tunable)
-class TunableCommand(Command):
-    """Replays the chosen alternative (the Tuner sets `chosen` whenever the class changes)."""
-
-    __slots__ = ("step", "key", "tuner", "alternatives", "values", "symbolic", "shape_class", "chosen", "source",
-                 "timeable", "written")
-
-    def __init__(self, step: Tunable, index: int, replay: Replay) -> None:
-        super().__init__(step, index, replay)
-        self.step = step
-        # The cache key: the step's, plus a digest of its alternatives' kernels (templates and
-        # defs), so that a choice timed for other kernels (an older onyxia) is not replayed.
-        self.key = f"{step.key}@{kernels_digest(step, replay.model)}"
-        self.tuner: Tuner = replay.tuner  # type: ignore[attr-defined]
-        self.alternatives = [[replay.build(s) for s in alt] for alt in step.alternatives]
-        self.values = [0] * (1 + len(step.shape))
-        self.symbolic = tuple(not isinstance(v, int) for v in step.shape)
-        self.shape_class = ""
-        self.chosen = 0
-        self.source = "default"  # "default" | "cache" | "timed"
-        # Host control flow inside an alternative cannot be timed in isolation.
-        self.timeable = not any(c.device_sync for alt in self.alternatives for c in _walk(alt))
-        tensors = replay.model.tensors
-        self.written = sorted({replay.root(t) for t, w in step.uses() if w
-                               and tensors[replay.root(t)].kind not in ("intermediate", "scratch")})
-
-    def refresh(self, replay: Replay) -> None:
-        self.values = [int(value(v, replay.dims)) for v in (self.step.default, *self.step.shape)]
-        self.settle(replay)
-
-    def set(self, kind: str, index: int, value: int) -> None:
-        self.values[index] = value
-
-    def settle(self, replay: Replay) -> None:
-        default = self.values[0]
-        if not 0 <= default < len(self.alternatives):
-            raise PlanError(f"step {self.index} (tunable '{self.step.key}'): default index {default} is not in "
-                            f"[0, {len(self.alternatives)}) for {replay.dims}")
-        self.shape_class = shape_class(self.values[1:], self.symbolic)
-        self.tuner.place(self)
-
-    def encode(self, backend: Backend) -> None:
-        for cmd in self.alternatives[self.chosen]:
-            cmd.encode(backend)
-
-    def active(self) -> list[Command]:
-        """The chosen alternative's commands (what a run replays in this one's place)."""
-        return self.alternatives[self.chosen]
-
-    def idle(self) -> list[Command]:
-        """Every command of the alternatives not chosen, nested ones included."""
-        return [c for k, alt in enumerate(self.alternatives) if k != self.chosen for c in _walk(alt)]
-
-
-def _walk(commands: list[Command]) -> list[Command]:
-    out: list[Command] = []
-    for c in commands:
-        out.append(c)
-        for attr in ("then", "orelse", "body"):
-            out.extend(_walk(getattr(c, attr, None) or []))
-        if isinstance(c, TunableCommand):
-            out.extend(_walk([x for alt in c.alternatives for x in alt]))
-    return out
-
-
-def live_commands(cmds: list[Command]) -> list[Command]:
-    """What a run encodes: a Tunable's chosen alternative in its place, no dispatch with an
-    empty grid now (other kernel variants: half of an LLM decode step's)."""
-    return [x for c in cmds for x in (live_commands(c.active()) if isinstance(c, TunableCommand) else (c,))
-            if not isinstance(x, DispatchCommand) or all(x.workgroups)]
-
-
-def idle_commands(commands: list[Command]) -> set[int]:
-    """ids of the commands of alternatives their Tunable does not replay now."""
-    return {id(c) for t in commands if isinstance(t, TunableCommand) for c in t.idle()}
 
 
 @dataclass
@@ -243,7 +166,7 @@ class Tuner:
     adapter: str
     stats: Any  # the executor's ExecutorStats (tuning_timings, tuned)
     cache: TuneCache | None = None
-    pending: dict[TunableCommand, None] = field(default_factory=dict)
+    pending: dict[Any, None] = field(default_factory=dict)  # SelectCommands waiting to be timed
     chosen: dict[tuple[str, str], str] = field(default_factory=dict)  # this executor's timed choices
     # (key, shape class) the budget did not reach: the default until the next load (or a
     # forced tune), not timed again at every run that meets the class.
@@ -259,22 +182,23 @@ class Tuner:
             label = self.cache.get(key, cls)
         return label
 
-    def place(self, cmd: TunableCommand) -> None:
-        """Set `cmd.chosen` for its current shape class (cache, else default; waits for timing)."""
+    def place(self, cmd: Any) -> None:
+        """Set a tuned SelectCommand's `chosen` for its current shape class: the cached or timed
+        choice where it is eligible now, else the heuristic's (and it waits for timing)."""
         labels = cmd.step.labels
         label = self.known(cmd.key, cmd.shape_class)
-        if label in labels:
+        if label in labels and cmd.eligible[labels.index(label)]:
             cmd.chosen, cmd.source = labels.index(label), "cache"
             self.pending.pop(cmd, None)
             return
-        cmd.chosen, cmd.source = cmd.values[0], "default"
+        cmd.chosen, cmd.source = cmd.default, "default"
         if self.settings.enabled and cmd.timeable and (cmd.key, cmd.shape_class) not in self.deferred:
             self.pending[cmd] = None
 
     def tune(self, replay: Any, commands: list[Command], budget_s: float | None = None) -> list[TuneResult]:
-        """Time every alternative of the TunableCommands in `commands` (one per key and shape
-        class) and choose; the others keep their choice."""
-        commands = [c for c in commands if isinstance(c, TunableCommand)]
+        """Time every eligible alternative of the tuned SelectCommands in `commands` (one per key
+        and shape class) and choose; the others keep their choice."""
+        commands = [c for c in commands if getattr(c, "tuned", False)]
         budget = self.settings.budget_s if budget_s is None else budget_s
         deadline = time.perf_counter() + budget
         results: list[TuneResult] = []
@@ -293,7 +217,7 @@ class Tuner:
             times: dict[str, float] = {}
             # The default first: an alternative far slower than the best so far stops after one
             # replay (on lavapipe a GPU-style kernel can take 50x the chunked one's time).
-            order = [cmd.chosen, *(k for k in range(len(cmd.alternatives)) if k != cmd.chosen)]
+            order = [cmd.chosen, *(k for k, ok in enumerate(cmd.eligible) if ok and k != cmd.chosen)]
             try:
                 for k in order:
                     if time.perf_counter() > deadline:
@@ -305,7 +229,7 @@ class Tuner:
             finally:
                 for buf, raw in saved:
                     backend.copyin(buf, np.frombuffer(bytes(raw), dtype=np.uint8))
-            if len(times) < len(cmd.alternatives):
+            if len(times) < len(order):
                 self.deferred.add(ident)
                 continue
             choice = min(times, key=lambda k: times[k])
@@ -319,8 +243,8 @@ class Tuner:
         return results
 
     @staticmethod
-    def _choose(cmd: TunableCommand, label: str) -> None:
+    def _choose(cmd: Any, label: str) -> None:
         cmd.chosen, cmd.source = cmd.step.labels.index(label), "timed"
 
 
-__all__ = ["TuneCache", "TuneResult", "TuneSettings", "Tuner", "TunableCommand", "default_cache_dir", "shape_class"]
+__all__ = ["TuneCache", "TuneResult", "TuneSettings", "Tuner", "default_cache_dir", "kernels_digest", "shape_class"]

@@ -17,7 +17,6 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
-from onyxia.plan import ADAPTER_CPU
 from tests.helpers import compile_model, make_model, run_ort
 
 MS = {"com.microsoft": 1}
@@ -83,7 +82,7 @@ CASES = {
 @pytest.mark.parametrize("layout", ["growing", "shared"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_gqa_prefill_then_decode(runtime, case, layout, cpu):
-    """Each attention kernel (64 threads for a GPU, 8 for a CPU-type adapter: ADAPTER_CPU),
+    """Each attention kernel (64 threads for a GPU, 8 for a CPU-type adapter: assume_adapter),
     whatever this adapter is."""
     cfg = dict(CASES[case])
     packed, batch, head = cfg["packed"], cfg["batch"], cfg.get("head", HEAD)
@@ -94,7 +93,7 @@ def test_gqa_prefill_then_decode(runtime, case, layout, cpu):
     dims = {"S": prompt} if shared else {"S": prompt, "P": 0}
     compiled = compile_shared(model, dims) if shared else compile_model(model, dims)
     exe = runtime.load_model(compiled)
-    exe.update_dimensions({ADAPTER_CPU: cpu})
+    exe.assume_adapter("cpu" if cpu else "gpu")
     rng = np.random.default_rng(hash(case) % 1000)
 
     cache_len = capacity if shared else 0
@@ -239,8 +238,8 @@ PROMPT_CASES = {
 @pytest.mark.parametrize("case", list(PROMPT_CASES))
 def test_gqa_prompts_after_a_past(runtime, runtime_without_subgroups, case, layout, subgroups):
     """Prompts of several lengths after a cached past (a chunked prefill: S > 1 rows whose keys
-    start at past_b), each run by the tiled kernel (ADAPTER_CPU = 1) against onnxruntime, with
-    and without subgroups; the per-row kernel (ADAPTER_CPU = 0) gives the same."""
+    start at past_b), each run by the tiled kernel (assume_adapter("cpu")) against onnxruntime, with
+    and without subgroups; the per-row kernel (assume_adapter("gpu")) gives the same."""
     cfg = dict(PROMPT_CASES[case])
     prompts, head, batch, past = cfg.pop("prompts"), cfg.pop("head"), cfg.pop("batch", 1), cfg.pop("past", 11)
     rt = runtime if subgroups else runtime_without_subgroups
@@ -264,7 +263,7 @@ def test_gqa_prompts_after_a_past(runtime, runtime_without_subgroups, case, layo
              "pv": rng.standard_normal((batch, KV_HEADS, cache_len, head), dtype=np.float32)}
         ref = run_ort(model, f)
         for cpu in (1, 0):
-            exe.update_dimensions({ADAPTER_CPU: cpu})
+            exe.assume_adapter("cpu" if cpu else "gpu")
             ours = exe.run(f)
             np.testing.assert_allclose(ours["o"], ref[0], rtol=1e-4, atol=1e-5, err_msg=f"S={seq} cpu={cpu}")
             for b, last in enumerate(lengths):
@@ -285,7 +284,7 @@ def test_gqa_tiled_kernel_head_groups(runtime, runtime_without_subgroups, heads,
     q_heads, kv_heads = heads
     model = gqa_model(packed=True, batch=1, cache="P", rotary=True, heads=heads, softcap=3.0)
     exe = rt.load_model(compile_model(model, {"S": 11, "P": 0}))
-    exe.update_dimensions({ADAPTER_CPU: 1})
+    exe.assume_adapter("cpu")
     rng = np.random.default_rng(q_heads)
     past = (np.zeros((1, kv_heads, 0, HEAD), np.float32),) * 2
     ref_past, total = past, 0

@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onyxia.ir.shapes import SymDim
-from onyxia.plan import ADAPTER_CPU
-from tests.helpers import compile_with_default_passes, make_model, run_ort
+from tests.helpers import compile_with_default_passes, live_dispatches, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
 MS = {"com.microsoft": 1}
@@ -64,9 +62,8 @@ def _compile(model, dims, epilogue=True):
     return compile_with_default_passes(model, dims, without=None if epilogue else "epilogue-fusion")
 
 
-def _dispatches(compiled, dims) -> int:
-    return sum(1 for s in compiled.steps for d in s.dispatches()
-               if all(w.evaluate(dims) if isinstance(w, SymDim) else w for w in d.workgroups))
+def _dispatches(compiled, dims, adapter: str) -> int:
+    return len(live_dispatches(compiled, dims, adapter))
 
 
 def _check(runtime, model, m: int):
@@ -78,11 +75,12 @@ def _check(runtime, model, m: int):
     report = pipeline.context.reports["epilogue-fusion"]
     assert report.fused, report.skipped
     for cpu in (0, 1):
-        dims = {"M": m, ADAPTER_CPU: cpu}
-        assert _dispatches(compiled, dims) < _dispatches(_compile(model, {"M": m}, epilogue=False)[1], dims)
+        kind = "cpu" if cpu else "gpu"
+        assert _dispatches(compiled, {"M": m}, kind) < _dispatches(_compile(model, {"M": m}, epilogue=False)[1],
+                                                                   {"M": m}, kind)
     exe = runtime.load_model(compiled)
     for cpu in (0, 1):  # both adapter kinds' kernels, whatever this adapter is
-        exe.update_dimensions({ADAPTER_CPU: cpu})
+        exe.assume_adapter("cpu" if cpu else "gpu")
         ours = exe.run(feeds)["y"]
         np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()), err_msg=f"cpu={cpu}")
 

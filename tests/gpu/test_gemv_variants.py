@@ -1,5 +1,5 @@
 """The few-rows matrix product's variants (operators/gemv.py) against onnxruntime, each run on
-this adapter whatever the heuristic would pick for it: ADAPTER_CPU = 1 runs the chunked kernel,
+this adapter whatever the heuristic would pick for it: assume_adapter("cpu") runs the chunked kernel,
 0 the coalesced one. Sizes include K past lavapipe's ~65k loop-iteration cap (split-K by
 construction), row counts in every row class, Gemm's epilogue, batched and float16 weights."""
 
@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from onyxia.plan import ADAPTER_CPU
 from tests.helpers import compile_model, make_model, run_ort
 
 RNG = np.random.default_rng(7)
@@ -34,7 +33,7 @@ def running(exe) -> set[str]:
 
 def check(runtime, model, dims, feeds_for, rows_list, cpu, rtol=2e-5, atol=2e-5):
     exe = runtime.load_model(compile_model(model, dims))
-    exe.update_dimensions({ADAPTER_CPU: cpu})
+    exe.assume_adapter("cpu" if cpu else "gpu")
     for m in rows_list:
         if "m" in dims:
             exe.update_dimensions({"m": m})

@@ -153,7 +153,6 @@ def test_last_token_argmax_picks_first_maximum(runtime):
     from onyxia.compiler import CompilerPipeline
     from onyxia.llm.ops import LAST_LOGITS, NEXT_TOKEN, add_last_token_head, register_llm_operators
     from onyxia.operators import core_operator_registry
-    from onyxia.plan import ADAPTER_CPU
     from tests.helpers import helper, make_model
 
     vocab = 1000
@@ -165,7 +164,8 @@ def test_last_token_argmax_picks_first_maximum(runtime):
     rng = np.random.default_rng(0)
     cases = ((5, [700, 3, 999]), (1, [256, 255]), (3, [998, 999]), (2, [7, 8, 15]))
     for (s, ties), cpu in itertools.product(cases, (0, 1)):
-        exe.update_dimensions({"s": s, ADAPTER_CPU: cpu})
+        exe.update_dimensions({"s": s})
+        exe.assume_adapter("cpu" if cpu else "gpu")
         live = {exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)}
         assert {x for x in live if x.startswith("llm/last_token")} == {f"llm/last_token_{8 if cpu else 256}"}, live
         x = rng.random((2, s, vocab), dtype=np.float32)
@@ -225,7 +225,6 @@ def test_last_token_over_a_vocabulary_past_the_loop_cut(runtime):
     from onyxia.compiler import CompilerPipeline
     from onyxia.llm.ops import LAST_TOKEN_CPU_MAX_VOCAB, NEXT_TOKEN, add_last_token_head, register_llm_operators
     from onyxia.operators import core_operator_registry
-    from onyxia.plan import ADAPTER_CPU
     from tests.helpers import helper, make_model
 
     vocab = 8 * 70_000
@@ -236,6 +235,6 @@ def test_last_token_over_a_vocabulary_past_the_loop_cut(runtime):
     exe = runtime.load_model(CompilerPipeline(register_llm_operators(core_operator_registry())).compile(graph, {}))
     x = np.random.default_rng(1).random((1, 1, vocab), dtype=np.float32)
     x[0, 0, vocab - 3] = 2.0
-    assert ADAPTER_CPU not in exe.dims  # no adapter-dependent variant planned
+    assert not exe.model.adapter_dependent  # no adapter-dependent variant planned
     assert {s.label for s in exe.model.shaders if s.label.startswith("llm/last_token")} == {"llm/last_token_256"}
     assert exe.run({"x": x}, outputs=[NEXT_TOKEN])[NEXT_TOKEN].tolist() == [vocab - 3]

@@ -27,7 +27,6 @@ from onyxia.codegen.wgsl import render
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
 from onyxia.operators.quantized import MatMulNBits
-from onyxia.plan import ADAPTER_CPU
 from tests.helpers import compile_model, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
@@ -66,7 +65,7 @@ def sliding_gqa(capacity: int, window: int, rotary: bool) -> object:
 def test_gqa_sliding_window_cache(runtime, prompt, capacity, window, rotary, cpu):
     model = sliding_gqa(capacity, window, rotary)
     exe = runtime.load_model(compile_model(model, {"S": prompt}))
-    exe.update_dimensions({ADAPTER_CPU: cpu})  # each attention kernel, whatever this adapter is
+    exe.assume_adapter("cpu" if cpu else "gpu")  # each attention kernel, whatever this adapter is
     rng = np.random.default_rng(prompt * 100 + capacity)
     zeros = np.zeros((1, KVH, capacity, HEAD), np.float32)
     ours_past, ort_past = (zeros, zeros), (zeros, zeros)
@@ -126,7 +125,7 @@ def test_gqa_qk_norm_matches_explicit_norms(runtime, cpu):
     eps = 1e-6
     fused, explicit = qk_norm_models(eps)
     exe = runtime.load_model(compile_model(fused, {"S": 6, "P": 0}))
-    exe.update_dimensions({ADAPTER_CPU: cpu})
+    exe.assume_adapter("cpu" if cpu else "gpu")
     rng = np.random.default_rng(2)
     past = ref_past = (np.zeros((1, KVH, 0, HEAD), np.float32),) * 2
     total = 0
@@ -199,7 +198,7 @@ def test_matmulnbits_accuracy_level_4_quantizes_the_activation(runtime, runtime_
     exe = rt.load_model(compiled)
     for cpu in (0, 1) if chunked else (None,):  # each variant, whatever this adapter is
         if cpu is not None:
-            exe.update_dimensions({ADAPTER_CPU: cpu})
+            exe.assume_adapter("cpu" if cpu else "gpu")
         ours = exe.run({"a": a})["y"]
         np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()), err_msg=f"cpu={cpu}")
     # ... and it differs measurably from the f32-activation product (accuracy_level 0)
@@ -237,7 +236,7 @@ def test_matmulnbits_accuracy_level_4_extreme_products(runtime, m, sign):
     ref = run_ort(model, {"a": a})[0]
     exe = runtime.load_model(compile_model(model, {"M": m}))
     for cpu in (0, 1):
-        exe.update_dimensions({ADAPTER_CPU: cpu})
+        exe.assume_adapter("cpu" if cpu else "gpu")
         np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=1e-6, err_msg=f"cpu={cpu}")
 
 

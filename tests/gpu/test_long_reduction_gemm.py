@@ -68,14 +68,13 @@ def test_conv_many_input_channels(runtime, maps, group):
 # ---- the many-rows variants, each forced on this adapter ---------------------------------------
 
 def run_variant(runtime, model, feeds, cpu: int) -> list[np.ndarray]:
-    from onyxia.plan import ADAPTER_CPU
 
     compiled = compile_model(model)
     exe = runtime.load_model(compiled)
-    if ADAPTER_CPU in compiled.dims:
-        exe.update_dimensions({ADAPTER_CPU: cpu})
+    if compiled.adapter_dependent:
+        exe.assume_adapter("cpu" if cpu else "gpu")
     ran = {exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)}
-    assert ("matmul/gemv_chunked" in ran) == bool(cpu and ADAPTER_CPU in compiled.dims), ran
+    assert ("matmul/gemv_chunked" in ran) == bool(cpu and compiled.adapter_dependent), ran
     out = exe.run(feeds)
     return [out[name] for name in compiled.outputs]
 

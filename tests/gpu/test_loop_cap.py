@@ -229,15 +229,14 @@ def test_attention_splits_with_mask_and_causal_rows(runtime):
 
 @pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
 def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
-    from onyxia.plan import ADAPTER_CPU
     from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
 
     # head 16: the per-row kernels split at 4,672 keys (the 8-thread kernel's bound; a multiple of
-    # 64): the 64-thread one (ADAPTER_CPU = 0) sees caches of 1, 2 and 13 splits. The tiled kernel
-    # (ADAPTER_CPU = 1) splits at 61,440 keys: 60,001 keys are one walk of 15,001 loop trips.
+    # 64): the 64-thread one (assume_adapter("gpu")) sees caches of 1, 2 and 13 splits. The tiled kernel
+    # (assume_adapter("cpu")) splits at 61,440 keys: 60,001 keys are one walk of 15,001 loop trips.
     model = gqa_model(packed=False, batch=1, cache="P", rotary=False)
     exe = runtime.load_model(compile_model(model, {"S": 1, "P": 10}))
-    exe.update_dimensions({ADAPTER_CPU: cpu})
+    exe.assume_adapter("cpu" if cpu else "gpu")
     rng = np.random.default_rng(12)
     for past in (10, 4_672, 60_000):  # 60,000: past the cap of the old one-workgroup-per-row kernel
         exe.update_dimensions({"S": 1, "P": past})
@@ -253,7 +252,6 @@ def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
 
 
 def test_gqa_decode_over_several_splits_with_a_large_head(runtime):
-    from onyxia.plan import ADAPTER_CPU
     from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
 
     # head 160 (past the tiled kernel's 128): a CPU-type adapter runs the 8-thread per-row
@@ -261,7 +259,7 @@ def test_gqa_decode_over_several_splits_with_a_large_head(runtime):
     d = 160
     model = gqa_model(packed=False, batch=1, cache="P", rotary=False, head=d)
     exe = runtime.load_model(compile_model(model, {"S": 1, "P": 10}))
-    exe.update_dimensions({ADAPTER_CPU: 1})
+    exe.assume_adapter("cpu")
     rng = np.random.default_rng(14)
     for past in (10, 1_344, 3_000):
         exe.update_dimensions({"S": 1, "P": past})
@@ -285,7 +283,6 @@ def runtime_without_subgroups(wgpu_adapter):
 
 @pytest.mark.parametrize("kernel", ["tiled", "tiled-no-subgroups", "gpu-kernel"])
 def test_gqa_prompt_after_a_long_prefix(runtime, runtime_without_subgroups, kernel):
-    from onyxia.plan import ADAPTER_CPU
     from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
 
     # A prompt of 12 rows after 270,000 cached keys, head 16. The tiled prompt kernel (CPU-type
@@ -295,7 +292,7 @@ def test_gqa_prompt_after_a_long_prefix(runtime, runtime_without_subgroups, kern
     rt = runtime_without_subgroups if kernel == "tiled-no-subgroups" else runtime
     model = gqa_model(packed=False, batch=1, cache="P", rotary=False, softcap=4.0)
     exe = rt.load_model(compile_model(model, {"S": 12, "P": 10}))
-    exe.update_dimensions({ADAPTER_CPU: int(kernel != "gpu-kernel")})
+    exe.assume_adapter("cpu" if int(kernel != "gpu-kernel") else "gpu")
     rng = np.random.default_rng(13)
     for past in (1_000, 270_000):
         exe.update_dimensions({"S": 12, "P": past})

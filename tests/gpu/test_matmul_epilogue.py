@@ -15,8 +15,8 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.compiler.passes import default_optimization_passes
 from onyxia.operators import core_operator_registry
-from onyxia.plan import ADAPTER_CPU
-from onyxia.runtime.tuner import TunableCommand, TuneSettings
+from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.tuner import TuneSettings
 from tests.helpers import make_model, run_ort
 
 pytestmark = pytest.mark.gpu
@@ -117,12 +117,15 @@ def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_spli
         feeds = feeds_for(model, {"M": m}, rng)
         ref = run_ort(model, feeds)[0].astype(F)
         tol_abs = tol * max(1.0, float(np.abs(ref).max()))
-        for cpu in (0, 1) if ADAPTER_CPU in exe.dims else (None,):  # (a plan may not depend on it)
+        for cpu in (0, 1) if exe.model.adapter_dependent else (None,):  # (a plan may not depend on it)
             for e in (exe, plain):
-                e.update_dimensions({"M": m, **({} if cpu is None else {ADAPTER_CPU: cpu})})
-            tunables = [c for c in exe.commands if isinstance(c, TunableCommand)]
-            plain_tunables = [c for c in plain.commands if isinstance(c, TunableCommand)]
-            choices = [None] + list(range(len(tunables[0].step.labels))) if tunables else [None]
+                e.update_dimensions({"M": m})
+                if cpu is not None:
+                    e.assume_adapter("cpu" if cpu else "gpu")
+            tunables = [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned]
+            plain_tunables = [c for c in plain.commands if isinstance(c, SelectCommand) and c.tuned]
+            # every alternative eligible at this M (a few-rows kernel is not past its rows)
+            choices = [None] + [k for k, ok in enumerate(tunables[0].eligible) if ok] if tunables else [None]
             for choice in choices:
                 for c in tunables + plain_tunables:
                     if choice is not None:
@@ -149,7 +152,7 @@ def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_spli
                                      "residual", "bias_gelu_residual", "broadcast"])
 def test_matmul_epilogue_every_variant(runtime, pattern):
     exe = check_every_variant(runtime, weight_model(pattern), rows=[1, 5, 70])
-    [tunable] = [c for c in exe.commands if isinstance(c, TunableCommand)]
+    [tunable] = [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned]
     assert tunable.step.labels == VARIANTS
 
 

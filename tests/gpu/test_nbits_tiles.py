@@ -12,7 +12,6 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
 from onyxia.operators.quantized import TILES_ATTR, tile_nbits
-from onyxia.plan import ADAPTER_CPU
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}
@@ -62,7 +61,7 @@ def test_tiles_place_each_unit_where_the_kernels_read_it():
 
 @pytest.mark.parametrize("accuracy", [4, 0])
 def test_every_kernel_reads_the_tiles(runtime, accuracy):
-    """The chunked kernel (ADAPTER_CPU 1) and the coalesced ones (0) for decode and a prompt,
+    """The chunked kernel (assume_adapter("cpu")) and the coalesced ones ("gpu") for decode and a prompt,
     from tiles: onnxruntime's result from the row-major weight. The plan keeps one copy."""
     model = nbits_model(256, 192, accuracy=accuracy)
     compiled, report = compile_with_report(model, {"M": 70})
@@ -73,7 +72,8 @@ def test_every_kernel_reads_the_tiles(runtime, accuracy):
     rng = np.random.default_rng(5)
     for cpu in (1, 0):
         for m in (1, 5, 70):
-            exe.update_dimensions({ADAPTER_CPU: cpu, "M": m})
+            exe.update_dimensions({"M": m})
+            exe.assume_adapter("cpu" if cpu else "gpu")
             a = rng.standard_normal((m, 256)).astype(np.float32)
             ref = run_ort(model, {"a": a})[0]
             np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()),
@@ -126,7 +126,8 @@ def test_weights_from_onnxruntimes_quantizer_read_from_tiles(runtime, accuracy):
     exe = runtime.load_model(compiled)
     for cpu in (1, 0):
         for m in (1, 5):
-            exe.update_dimensions({ADAPTER_CPU: cpu, "M": m})
+            exe.update_dimensions({"M": m})
+            exe.assume_adapter("cpu" if cpu else "gpu")
             a = rng.standard_normal((m, 256)).astype(np.float32)
             ref = run_ort(quantized, {"a": a})[0]
             np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()),

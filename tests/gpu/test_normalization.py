@@ -194,8 +194,7 @@ def test_random_layernorm_matches_ort(runtime, case):
 @pytest.mark.parametrize("k", [512, 70_000])  # 70,000: three parts of the 8-thread rows (8 x 4,096 each)
 def test_row_kernels_of_both_adapter_kinds(runtime, cpu, k):
     """Rows of 64+ elements run 8 threads per row on a CPU-type adapter, 256 elsewhere
-    (ADAPTER_CPU): each variant against onnxruntime, whatever this adapter is."""
-    from onyxia.plan import ADAPTER_CPU
+    (assume_adapter): each variant against onnxruntime, whatever this adapter is."""
 
     nodes = [h.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "mean", "inv", "sum"],
                          domain="com.microsoft", epsilon=1e-5),
@@ -205,7 +204,7 @@ def test_row_kernels_of_both_adapter_kinds(runtime, cpu, k):
                                ("gamma", np.float32, [k]), ("beta", np.float32, [k])],
                        ["y", "inv", "sum", "p", "n"], opset=17, extra_opsets=MS)
     exe = runtime.load_model(compile_model(model, {"rows": 3}))
-    exe.update_dimensions({ADAPTER_CPU: cpu})
+    exe.assume_adapter("cpu" if cpu else "gpu")
     for rows in (3, 1):
         exe.update_dimensions({"rows": rows})
         feeds = {"x": randn(rows, k, scale=2.0, offset=1.0), "skip": randn(rows, k), "gamma": randn(k),

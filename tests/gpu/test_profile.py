@@ -9,7 +9,7 @@ import pytest
 from onnx import helper as h
 
 from onyxia.cli import main
-from onyxia.plan_cost import plan_cost
+from onyxia.plan.cost import plan_cost
 from onyxia.runtime import peaks as peaks_module
 from onyxia.runtime.peaks import CACHE_FILE, AdapterPeaks, adapter_peaks
 from tests.helpers import compile_model, make_model

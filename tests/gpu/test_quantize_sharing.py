@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onyxia.plan import ADAPTER_CPU
-from tests.helpers import compile_with_default_passes, make_model, run_ort
+from tests.helpers import compile_with_default_passes, live_dispatches, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
 MS = {"com.microsoft": 1}
@@ -45,8 +44,7 @@ def _compile(model, dims, optimize=True):
 
 
 def _quantizers(compiled, dims) -> int:
-    labels = [compiled.shaders[d.shader].label for s in compiled.steps for d in s.dispatches()
-              if all(w.evaluate(dims) if hasattr(w, "evaluate") else w for w in d.workgroups)]
+    labels = [compiled.shaders[d.shader].label for d in live_dispatches(compiled, dims, "cpu")]
     return labels.count("quantize_q8_chunked")
 
 
@@ -58,7 +56,7 @@ def test_sharing_report_says_why():
     assert "accuracy_level 0" in report.skipped["f32"]
     assert "the only int8 reader of 'a'" in report.skipped["gate"]
     # one quantization per group on a CPU-type adapter: 2 + gate's own, instead of 6
-    dims = {"M": 1, ADAPTER_CPU: 1}
+    dims = {"M": 1}
     assert _quantizers(compiled, dims) == 3
     assert _quantizers(_compile(model, {"M": 1}, optimize=False)[1], dims) == 6
 
@@ -71,7 +69,7 @@ def test_shared_quantization_matches_onnxruntime(runtime, m):
     ref = dict(zip(outs, run_ort(model, {"a": a})))
     exe = runtime.load_model(_compile(model, {"M": m})[1])
     for cpu in (0, 1):  # both adapter kinds' kernels, whatever this adapter is
-        exe.update_dimensions({ADAPTER_CPU: cpu})
+        exe.assume_adapter("cpu" if cpu else "gpu")
         ours = exe.run({"a": a})
         for name in outs:
             np.testing.assert_allclose(ours[name], ref[name], rtol=1e-5, atol=1e-5 * float(np.abs(ref[name]).max()),
@@ -107,15 +105,12 @@ def test_norm_quantizes_its_output_as_onnxruntime(runtime, bias, m):
     ref = dict(zip(outs, run_ort(model, feeds)))
     pipeline, compiled = _compile(model, {"M": m})
     assert len(pipeline.context.reports["quantize-sharing"].fused_norms) == 2
-    dims = {"M": m, ADAPTER_CPU: 1}
-    fused = sum(1 for s in compiled.steps for d in s.dispatches()
-                if all(w.evaluate(dims) if hasattr(w, "evaluate") else w for w in d.workgroups))
+    fused = len(live_dispatches(compiled, {"M": m}, "cpu"))
     unfused = _compile(model, {"M": m}, optimize=False)[1]
-    assert fused < sum(1 for s in unfused.steps for d in s.dispatches()
-                       if all(w.evaluate(dims) if hasattr(w, "evaluate") else w for w in d.workgroups))
+    assert fused < len(live_dispatches(unfused, {"M": m}, "cpu"))
     exe = runtime.load_model(compiled)
     for cpu in (0, 1):
-        exe.update_dimensions({ADAPTER_CPU: cpu})
+        exe.assume_adapter("cpu" if cpu else "gpu")
         ours = exe.run(feeds)
         for name in outs:
             np.testing.assert_allclose(ours[name], ref[name], rtol=1e-5, atol=1e-5 * float(np.abs(ref[name]).max()),

@@ -15,7 +15,6 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.compiler.passes import DeadCodeEliminationPass, NBitsTilesPass
 from onyxia.operators import core_operator_registry
-from onyxia.plan import ADAPTER_CPU
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}
@@ -77,9 +76,9 @@ def test_matmul_nbits(runtime, block, k, n, zero_points, bias):
     tiled = block == 32 and (k // block) % 2 == 0 and n % 64 == 0
     assert {bool(dict(s.defs).get("TILED")) for s in exe.model.shaders if "nbits" in s.label} == {tiled}
     # Both adapter kinds' kernels (the chunked one where it applies: block >= 32, whole blocks)
-    for cpu in (0, 1) if ADAPTER_CPU in exe.dims else (None,):
+    for cpu in (0, 1) if exe.model.adapter_dependent else (None,):
         if cpu is not None:
-            exe.update_dimensions({ADAPTER_CPU: cpu})
+            exe.assume_adapter("cpu" if cpu else "gpu")
         for m in (1, 3, 70):  # gemv (m <= 4) / chunked (m <= 16) and tiled kernels, one plan
             exe.update_dimensions({"M": m})
             a = rng.standard_normal((m, k), dtype=np.float32)

@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 from onnx import helper as h
 
-from onyxia.runtime.tuner import TunableCommand, TuneSettings
+from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.tuner import TuneSettings
 from tests.helpers import compile_model, make_model, run_ort
 
 RNG = np.random.default_rng(3)
@@ -24,8 +25,8 @@ def mlp():
                       {"w1": w1, "w2": w2})
 
 
-def tunables(exe) -> list[TunableCommand]:
-    return [c for c in exe.commands if isinstance(c, TunableCommand)]
+def tunables(exe) -> list[SelectCommand]:
+    return [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned]
 
 
 def test_tuned_and_heuristic_runs_match_onnxruntime(runtime, tmp_path):

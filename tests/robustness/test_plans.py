@@ -4,7 +4,7 @@ Before: a `.onyxia` file could hang the runtime (a 2^31-workgroup grid), exhaust
 that inflates to gigabytes), silently run with a negative shader index, float workgroup counts
 or weights of the wrong shape or dtype, carry duplicate `plan.json` members or `../` names, and
 give IndexError/KeyError/OverflowError on edited structure. Each case edits a valid plan and
-expects a PlanError naming the field (onyxia/plan_check.py).
+expects a PlanError naming the field (onyxia/plan/check.py).
 """
 
 from __future__ import annotations

@@ -9,13 +9,11 @@ from onnx import helper
 import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError
-from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.shapes import SymDim, dim_symbols, evaluate_dim
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention import SHARE_BUFFER_ATTR
-from onyxia.operators.common import select_small
-from onyxia.plan import ADAPTER_CPU, CopyBuffer, Dispatch
-from tests.helpers import make_model
+from onyxia.plan import CopyBuffer, Dispatch, Select
+from tests.helpers import live_dispatches, make_model
 
 MS = {"com.microsoft": 1}
 S, P = SymDim.symbol("S"), SymDim.symbol("P")
@@ -93,26 +91,24 @@ def test_gqa_shared_buffer_aliases_a_graph_input_past():
 def test_gqa_plan_takes_lengths_as_immediates():
     """Sequence and past lengths change per decode step: they must never be baked into shaders."""
     compiled = compile_graph(gqa(), {"S": 5, "P": 0})
-    # the new K/V, the attention (64 threads for a GPU, 8 for a CPU-type adapter, the tiled prompt
-    # kernel: one of the three has workgroups), and the merges of their key splits (the per-row
-    # kernels share theirs; no workgroups for one split)
-    assert compiled.num_dispatches == 6
+    # the new K/V, then a Select of the attention kernels (64 threads for a GPU, 8 for a CPU-type
+    # adapter, the tiled prompt kernel), each with the merge of its key splits (itself a Select:
+    # none for one split)
+    assert compiled.num_dispatches == 7
     for spec in compiled.shaders:
         baked = {p.name for p, _ in spec.constants}
         assert not baked & {"S", "T", "N", "SPLITS"}, spec.label
         lengths = {"S", "SPLITS"} if spec.label == "attention_combine" else {"S", "T"}
         assert lengths <= {p.name for p in spec.immediates}, spec.label
-    assert all(isinstance(s, Dispatch) for s in compiled.steps)
+    assert all(isinstance(s, (Dispatch, Select)) for s in compiled.steps)
 
 
-def _live_attention(compiled, dims) -> list[str]:
-    """Labels (with workgroup size) of the attention dispatches that have workgroups at `dims`."""
-    env = {**compiled.dims, **dims}
+def _live_attention(compiled, dims, adapter: str) -> list[str]:
+    """Labels (with workgroup size) of the attention dispatches a run at `dims` encodes."""
     live = []
-    for step in compiled.steps:
-        if all(evaluate_dim(w, env) > 0 for w in step.workgroups):
-            spec = compiled.shaders[step.shader]
-            live.append(f"{spec.label}/{dict(spec.defs).get('ATT_WG', '')}".rstrip("/"))
+    for step in live_dispatches(compiled, dims, adapter):
+        spec = compiled.shaders[step.shader]
+        live.append(f"{spec.label}/{dict(spec.defs).get('ATT_WG', '')}".rstrip("/"))
     return live
 
 
@@ -126,12 +122,12 @@ def test_gqa_on_a_cpu_adapter_runs_the_tiled_kernel(share):
     past = {} if share else {"P": 3}
     for seq, cpu, kernel in ((9, 1, "gqa_flash"), (2, 1, "gqa_flash"), (1, 1, "gqa_flash"),
                              (9, 0, "gqa_attention/64"), (1, 0, "gqa_attention/64")):
-        live = _live_attention(compiled, {"S": seq, ADAPTER_CPU: cpu, **past})
+        live = _live_attention(compiled, {"S": seq, **past}, "cpu" if cpu else "gpu")
         assert live == ["gqa_kv", kernel], (seq, cpu, live)
-    flash = next(s for s in compiled.steps if compiled.shaders[s.shader].label == "gqa_flash")
+    flash = next(s for s in compiled.steps for d in s.dispatches() if compiled.shaders[d.shader].label == "gqa_flash")
     assert dict(compiled.shaders[flash.shader].defs)["HB"] == 2  # the 2 query heads of a KV head
     for seq, grid in ((17, [2, 5, 1]), (1, [2, 1, 1])):  # 2 head pairs, ceil(S / 4) row blocks, batch
-        env = {**compiled.dims, "S": seq, ADAPTER_CPU: 1, **past}
+        env = {**compiled.dims, "S": seq, **past}
         assert [evaluate_dim(w, env) for w in flash.workgroups] == grid
 
 
@@ -144,7 +140,7 @@ def test_gqa_large_heads_keep_the_per_row_kernel():
                        ["o", "prk", "prv"], extra_opsets=MS)
     compiled = compile_graph(model, {"S": 6})
     assert "gqa_flash" not in {s.label for s in compiled.shaders}
-    assert _live_attention(compiled, {ADAPTER_CPU: 1}) == ["gqa_kv", "gqa_attention/8"]
+    assert _live_attention(compiled, {}, "cpu") == ["gqa_kv", "gqa_attention/8"]
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -216,18 +212,9 @@ def test_matmul_nbits_rejects_clearly(kwargs, needle):
     assert "'mm'" in str(err.value) and "MatMulNBits" in str(err.value)
 
 
-def test_select_small_matches_the_row_count():
-    m = parse_dim("M")
-    for limit in (1, 4):
-        expr = select_small(m, limit)
-        for value in range(0, 12):
-            assert expr.evaluate({"M": value}) == int(value <= limit), (limit, value)
-        assert select_small(limit, limit) == 1 and select_small(limit + 1, limit) == 0
-
-
 def test_matmul_nbits_symbolic_rows_plan_both_kernels():
     compiled = compile_graph(nbits(), {"S": 1})
-    labels = sorted(compiled.shaders[s.shader].label for s in compiled.steps)
+    labels = sorted(compiled.shaders[d.shader].label for s in compiled.steps for d in s.dispatches())
     # + the chunked kernel (CPU-type adapters), one dispatch for decode and one for more rows
     assert labels == ["matmul_nbits_chunked", "matmul_nbits_chunked", "matmul_nbits_gemv", "matmul_nbits_tiled"]
 

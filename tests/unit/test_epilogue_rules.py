@@ -9,7 +9,7 @@ from onnx import helper as h
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.compiler.passes import default_optimization_passes
-from onyxia.plan_cost import plan_cost
+from onyxia.plan.cost import plan_cost
 from tests.helpers import make_model
 
 F = np.float32

@@ -8,7 +8,6 @@ import pytest
 from onnx import helper as h
 
 from onyxia.operators.gemm_variants import TILED_KCHUNK, k_splits
-from onyxia.plan import ADAPTER_CPU
 from onyxia.runtime.null import null_executor
 from tests.helpers import compile_model, make_model
 from tests.unit.test_gemv_heuristic import running
@@ -35,14 +34,14 @@ def product(m, k, n, *, trans_b=False, dtype=F):
 ])
 def test_variant_per_adapter_kind_and_long_k(cpu, k, trans_b, expected):
     exe = null_executor(compile_model(product(100, k, 32, trans_b=trans_b)))
-    if ADAPTER_CPU in exe.model.dims:  # planned only where the register variant applies
-        exe.update_dimensions({ADAPTER_CPU: cpu})
+    if exe.model.adapter_dependent:  # planned only where the register variant applies
+        exe.assume_adapter("cpu" if cpu else "gpu")
     assert running(exe) == expected
 
 
 def test_integer_products_take_the_shared_memory_kernel():
     model = compile_model(product(100, 64, 32, dtype=np.int32))
-    assert ADAPTER_CPU not in model.dims
+    assert not model.adapter_dependent
     assert [s.label for s in model.shaders] == ["matmul/gemm"]
 
 

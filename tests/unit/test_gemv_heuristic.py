@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from onyxia.plan import ADAPTER_CPU
 from onyxia.runtime.null import NULL_LIMITS, null_executor
 from tests.helpers import compile_model, make_model
 
@@ -40,14 +39,15 @@ def running(exe) -> list[str]:
 ])
 def test_one_kernel_runs_per_adapter_kind_and_row_count(cpu, m, expected):
     exe = null_executor(compile_model(weight_matmul(512, 1024), {"m": 80}))
-    exe.update_dimensions({ADAPTER_CPU: cpu, "m": m})
+    exe.update_dimensions({"m": m})
+    exe.assume_adapter("cpu" if cpu else "gpu")
     assert running(exe) == expected
     assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
 
 
-def test_the_runtime_sets_the_adapter_symbol_from_its_limits():
+def test_the_runtime_takes_the_adapter_kind_from_its_limits():
     model = compile_model(weight_matmul(64, 32), {"m": 1})
-    assert model.dims[ADAPTER_CPU] == 0  # a placeholder until the adapter is known
+    assert model.adapter_dependent and set(model.dims) == {"m"}  # no symbol of the runtime's own
     assert running(null_executor(model, limits=replace(NULL_LIMITS, cpu_adapter=True))) == ["gemv_chunked/1"]
     assert running(null_executor(model, limits=replace(NULL_LIMITS, cpu_adapter=False))) == ["gemv"]
 
@@ -56,7 +56,7 @@ def test_the_runtime_sets_the_adapter_symbol_from_its_limits():
 def test_the_chunked_kernel_needs_vec4_rows_of_floats(k, n, dtype):
     # K or N not a multiple of 4, or an integer product: only the coalesced kernel is planned.
     model = compile_model(weight_matmul(k, n, dtype), {"m": 1})
-    assert ADAPTER_CPU not in model.dims
+    assert not model.adapter_dependent
     assert "matmul/gemv_chunked" not in {s.label for s in model.shaders}
 
 

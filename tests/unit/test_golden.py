@@ -27,7 +27,8 @@ import onnx
 import pytest
 
 from onyxia.codegen.wgsl import render
-from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, ShaderSpec, Tunable, WriteBuffer
+from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, Select, ShaderSpec, WriteBuffer
+from onyxia.plan.show import run_count
 from tests.helpers import compile_model
 from tests.models import bert_encoder, gpt2_block
 
@@ -80,6 +81,8 @@ def plan_summary(name: str, compiled: CompiledModel) -> str:
         f"  static: {sorted(compiled.static_symbols) or '-'}",
         f"nodes: {meta.get('nodes')}  planned: {meta.get('planned_nodes')}  folded: {meta.get('folded_nodes')}"
         f"  dispatches: {compiled.num_dispatches}  shaders: {len(compiled.shaders)}",
+        f"selects: {sum(isinstance(s, Select) for s in compiled.steps)}  dispatches run at these dims: "
+        + ", ".join(f"{kind} adapter {n}" for kind, n in run_count(compiled).items()),
         f"memory: {', '.join(f'{k}={v}' for k, v in sorted(memory.items())) if isinstance(memory, dict) else memory}",
     ]
     for title, names in (("inputs", compiled.inputs), ("outputs", compiled.outputs)):
@@ -127,12 +130,12 @@ def _render_steps(compiled: CompiledModel, keys: list[str], steps, indent: str) 
                          f"  bytes={step.size}")
         elif isinstance(step, WriteBuffer):
             lines.append(f"{indent}write {step.dst} {step.dtype} [{', '.join(str(d) for d in step.data)}]")
-        elif isinstance(step, Tunable):
-            lines.append(f"{indent}tunable {step.key}  default={step.default}"
-                         f"  shape=({', '.join(str(d) for d in step.shape)})")
-            for label, alt in zip(step.labels, step.alternatives):
-                lines.append(f"{indent}  alternative {label}:")
-                lines += _render_steps(compiled, keys, alt, indent + "    ")
+        elif isinstance(step, Select):
+            tuned = f"  tuned shape=({', '.join(str(d) for d in step.shape)})" if step.tuned else ""
+            lines.append(f"{indent}select {step.key}{tuned}")
+            for alt in step.alternatives:
+                lines.append(f"{indent}  alternative {alt.label}  guard: {alt.guard}  prefer: {alt.prefer}")
+                lines += _render_steps(compiled, keys, alt.steps, indent + "    ")
         else:  # a new step type must be rendered here, not silently dropped
             lines.append(f"{indent}{type(step).__name__} {step!r}")
     return lines

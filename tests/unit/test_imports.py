@@ -21,8 +21,7 @@ import onyxia
 LAYERS: list[tuple[str, ...]] = [
     ("onyxia.errors", "onyxia.paths"),  # paths: file names from a model folder stay inside it
     ("onyxia.ir", "onyxia.onnx", "onyxia.onnx_checks"),  # the loader builds IR and nothing else
-    ("onyxia.plan", "onyxia.plan_steps", "onyxia.plan_check", "onyxia.plan_archive",
-     "onyxia.plan_cost"),  # plan_cost: bytes and flops read off a plan
+    ("onyxia.plan",),  # the package: steps, select, check, archive, cost (bytes and flops read off a plan)
     ("onyxia.codegen",),
     ("onyxia.operators",),
     ("onyxia.compiler",),

@@ -11,7 +11,7 @@ from onnx import helper as h
 
 import onyxia
 from onyxia.compiler import CompilerPipeline
-from onyxia.plan_cost import activation_memory
+from onyxia.plan.cost import activation_memory
 from tests.models import bert_encoder, gpt2_block, mixer_block
 
 LLAMA = "tests/data/llm/optimum/llama/model.onnx"

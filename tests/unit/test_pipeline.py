@@ -14,7 +14,7 @@ from onyxia.errors import DimensionError, PipelineError, ShapeInferenceError, Un
 from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import SymDim, evaluate_dim
 from onyxia.operators import core_operator_registry
-from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, Tunable, WriteBuffer, walk_steps
+from onyxia.plan import CompiledModel, CopyBuffer, Dispatch, Select, WriteBuffer, walk_steps
 from tests.helpers import compile_model, make_model, run_ort
 
 
@@ -215,7 +215,7 @@ def test_shape_gather_concat_reshape_chain_compiles_to_zero_steps():
     dispatching = [op.name for op in compiled.operations if op.steps]
     assert dispatching == ["mm", "add"]  # the Relu runs in mm's epilogue (EpilogueFusionPass)
     # Only the real compute dispatches remain (an op may use more than one kernel).
-    assert all(isinstance(s, (Dispatch, Tunable)) for s in compiled.steps)  # a matmul's variants: a Tunable
+    assert all(isinstance(s, (Dispatch, Select)) for s in compiled.steps)  # a matmul's variants: a Select
     own = [s for n in dispatching for s in walk_steps(by_name[n].steps)]
     assert compiled.num_dispatches == sum(isinstance(s, Dispatch) for s in own)
     assert compiled.metadata["folded_nodes"] >= 4

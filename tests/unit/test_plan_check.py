@@ -1,4 +1,4 @@
-"""Every plan the compiler produces passes the plan-file validation (onyxia/plan_check.py).
+"""Every plan the compiler produces passes the plan-file validation (onyxia/plan/check.py).
 
 The hostile side (edited plans refused, naming the field) is tests/robustness/test_plans.py.
 """
@@ -14,9 +14,9 @@ import pytest
 from onnx import helper as h
 
 import onyxia
-from onyxia import plan_check
 from onyxia.compiler import CompilerPipeline
 from onyxia.plan import STATUS_TENSOR, CompiledModel
+from onyxia.plan import check as plan_check
 from tests import control_models, models
 from tests.helpers import make_model
 

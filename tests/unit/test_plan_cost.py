@@ -1,11 +1,11 @@
-"""The plan cost model (onyxia/plan_cost.py): exact bytes and flops for known kernels, peak live
+"""The plan cost model (onyxia/plan/cost.py): exact bytes and flops for known kernels, peak live
 activations, and the decode-step traffic of a decoder with a past KV cache."""
 
 import numpy as np
 from onnx import helper as h
 
-from onyxia.plan import Tunable
-from onyxia.plan_cost import activation_memory, cost_summary, decode_cost, plan_cost
+from onyxia.plan import Select
+from onyxia.plan.cost import activation_memory, cost_summary, decode_cost, plan_cost
 from tests.helpers import compile_model, make_model
 
 
@@ -40,12 +40,11 @@ def test_fused_epilogue_costs_the_product_and_its_operands():
         assert (mm.read_bytes, mm.written_bytes) == (4 * (m * 16 + 16 * 8 + 8), 4 * m * 8)
 
 
-def test_empty_grid_variants_cost_nothing():
+def test_only_the_chosen_alternative_costs():
     compiled = compile_model(_matmul_add(), {"m": 4})
-    [tunable] = [s for s in compiled.steps if isinstance(s, Tunable)]
-    # MatMul plans its kernel variants as a Tunable: the cost follows the alternative replayed
-    # (the heuristic's by default, or the executor's choice), and within it only the kernel
-    # for these dims has a grid.
+    [tunable] = [s for s in compiled.steps if isinstance(s, Select) and s.tuned]
+    # MatMul plans its kernel variants as a Select: the cost follows the alternative replayed
+    # (the heuristic's by default, or the executor's choice), and within it the row class's.
     for choice in (None, *range(len(tunable.labels))):
         cost = plan_cost(compiled, choices=None if choice is None else {id(tunable): choice})
         assert len(cost.dispatches) < compiled.num_dispatches
@@ -122,7 +121,7 @@ def test_compile_prints_the_decode_step_of_an_llm_folder(capsys):
 
 def test_attention_touches_the_valid_keys_and_the_new_rows_of_a_shared_cache():
     """With KvRows, a shared-buffer GQA reads `read` rows of its 32-row cache and writes one."""
-    from onyxia.plan_cost import KvRows
+    from onyxia.plan.cost import KvRows
     from tests.unit.test_contrib_infer import compile_graph, gqa
 
     compiled = compile_graph(gqa(cache=32), {"S": 4}, share=True)

@@ -13,7 +13,8 @@ import pytest
 from onnx import helper as h
 
 from onyxia.runtime.null import NULL_LIMITS, null_executor
-from onyxia.runtime.tuner import TunableCommand, TuneCache, TuneSettings, shape_class
+from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.tuner import TuneCache, TuneSettings, shape_class
 from tests.helpers import compile_model, make_model
 
 K, N = 512, 1024
@@ -38,8 +39,8 @@ def running(exe) -> list[str]:
                               for d in exe.dispatch_commands() if all(d.workgroups)))
 
 
-def tunables(exe) -> list[TunableCommand]:
-    return [c for c in exe.commands if isinstance(c, TunableCommand)]
+def tunables(exe) -> list[SelectCommand]:
+    return [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned]
 
 
 def feeds(m: int) -> dict:
@@ -84,12 +85,14 @@ def test_each_shape_class_is_timed_once(compiled, tmp_path):
     exe.update_dimensions({"m": 40})  # M rounds up to 64: a new class, timed at the next run
     assert tunables(exe)[0].shape_class == f"64x{N}x{K}x1"
     exe.run(feeds(40))
-    assert exe.stats.tuning_timings == timed + 4
+    # the eligible alternatives only: the coalesced kernel takes at most 8 rows (its guard)
+    assert tunables(exe)[0].eligible == [True, False, True, True]
+    assert exe.stats.tuning_timings == timed + 3
     exe.update_dimensions({"m": 33})  # the same class: nothing timed
     exe.run(feeds(33))
     exe.update_dimensions({"m": 1})
     exe.run(feeds(1))
-    assert exe.stats.tuning_timings == timed + 4 and running(exe) == ["gemm"]
+    assert exe.stats.tuning_timings == timed + 3 and running(exe) == ["gemm"]
     assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
 
 
@@ -181,7 +184,7 @@ def test_a_class_over_budget_is_not_timed_again_until_the_next_load(compiled, tm
         exe.run(feeds(m))
     assert exe.stats.tuning_timings == 0 and running(exe) == ["gemv", "splitk"]
     again = at_decode(compiled, settings(tmp_path))  # the next load tries again (load dims, then m = 1)
-    assert again.stats.tuning_timings == 8
+    assert again.stats.tuning_timings == 2 + 4  # the load's class (M = 80: register, shared), then decode's 4
 
 
 def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_path, monkeypatch):
@@ -205,9 +208,10 @@ def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_
 
 
 def test_a_run_encodes_only_the_replayed_alternative(compiled, tmp_path):
-    from onyxia.plan_cost import plan_cost
+    from onyxia.plan.cost import plan_cost
 
     exe = at_decode(compiled, replace(settings(tmp_path), enabled=False))
     assert compiled.num_dispatches > 2
     # the coalesced kernel and its split-K sum; the cost model pairs with what runs
-    assert exe.dispatches_per_run == len(plan_cost(exe.model, exe.dims, exe.tunable_choices()).live) == 2
+    costs = plan_cost(exe.model, exe.dims, exe.select_choices(), adapter=exe.adapter_facts)
+    assert exe.dispatches_per_run == len(costs.live) == 2

@@ -4,7 +4,7 @@ A product followed by a bias Add, an activation (Relu, Gelu, Sigmoid, Tanh, SiLU
 x * Sigmoid(x), ...) or a residual Add otherwise writes its [M, N] output, and a second dispatch
 reads it back. The product kernels end in an epilogue function that evaluates such a program per
 output element (shaders/matmul/epilogue.wgsl for MatMul and Gemm, whichever variant of the
-Tunable runs and in the split-K finish pass when K is split; shaders/quantized/epilogue.wgsl for
+Select runs and in the split-K finish pass when K is split; shaders/quantized/epilogue.wgsl for
 MatMulNBits), so the pair becomes one product. onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul,
 Mul by up) becomes two: gate, then up with the fused Sigmoid·Mul·Mul reading gate's output in
 its epilogue.

@@ -20,7 +20,7 @@ import collections
 from dataclasses import replace
 from typing import Callable
 
-from onyxia.plan import Dispatch, PlannedOp, ShaderSpec, Step, TensorInfo, Tunable, walk_steps
+from onyxia.plan import Dispatch, PlannedOp, Select, ShaderSpec, Step, TensorInfo, walk_steps
 
 MAP_TEMPLATE = "elementwise/map.wgsl"
 REUSABLE_KINDS = ("intermediate", "scratch")
@@ -113,10 +113,10 @@ def _refuse(step: Dispatch, spec: ShaderSpec, tensors: dict[str, TensorInfo], ro
 
 def drop_unused_shaders(ops: list[PlannedOp], shaders: list[ShaderSpec]) -> tuple[list[PlannedOp], list[ShaderSpec]]:
     """The shaders no dispatch uses any more (the maps rewritten above) left out, the dispatches'
-    indices renumbered (a Tunable's alternatives included). Plans with host control flow
+    indices renumbered (a Select's alternatives included). Plans with host control flow
     (branches, loops) keep their list as it is."""
     steps = [s for op in ops for s in walk_steps(op.steps)]
-    if any(s.children() and not isinstance(s, Tunable) for s in steps):
+    if any(s.children() and not isinstance(s, Select) for s in steps):
         return ops, shaders
     used = sorted({d.shader for s in steps for d in s.dispatches()})
     if len(used) == len(shaders):
@@ -126,8 +126,9 @@ def drop_unused_shaders(ops: list[PlannedOp], shaders: list[ShaderSpec]) -> tupl
     def renumber(s: Step) -> Step:
         if isinstance(s, Dispatch):
             return replace(s, shader=index[s.shader])
-        if isinstance(s, Tunable):
-            return replace(s, alternatives=tuple(tuple(renumber(x) for x in alt) for alt in s.alternatives))
+        if isinstance(s, Select):
+            return replace(s, alternatives=tuple(replace(a, steps=tuple(renumber(x) for x in a.steps))
+                                                 for a in s.alternatives))
         return s
 
     renumbered = [replace(op, steps=tuple(renumber(s) for s in op.steps)) for op in ops]

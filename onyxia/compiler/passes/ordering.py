@@ -8,7 +8,7 @@ results, and the order decides how many activation bytes are alive at once. This
    read follows the last write, a write follows the last write and every read since (so a buffer
    updated in place, such as a shared KV cache, keeps its order); the status word is exempt
    (kernels only raise it). Operations with host steps (ReadSymbol, branches, loops, writes;
-   not a Tunable's kernel variants) are barriers: everything before stays before, everything
+   not a Select's alternatives) are barriers: everything before stays before, everything
    after stays after;
 2. list-schedules (Kahn): among the ready operations, the one that frees the most activation
    bytes (their last use) goes first; ties go to the earlier operation, so the order is
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from onyxia.ir.shapes import evaluate_dim
-from onyxia.plan import STATUS_TENSOR, CopyBuffer, Dispatch, PlannedOp, TensorInfo, Tunable, walk_steps
+from onyxia.plan import STATUS_TENSOR, CopyBuffer, Dispatch, PlannedOp, Select, TensorInfo, walk_steps
 
 REUSABLE_KINDS = ("intermediate", "scratch")
-DEVICE_STEPS = (Dispatch, CopyBuffer, Tunable)  # a Tunable's alternatives are device steps too
+DEVICE_STEPS = (Dispatch, CopyBuffer, Select)  # a Select's alternatives are device steps too
 
 
 @dataclass(frozen=True)

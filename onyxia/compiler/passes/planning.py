@@ -42,7 +42,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     tensors, prelude = _tensor_table(graph, state, operations)
     order = None
     if ctx.memory_order:
-        operations, order = order_for_memory(operations, tensors, {**ctx.dims, **state.runtime_dims})
+        operations, order = order_for_memory(operations, tensors, dict(ctx.dims))
     if prelude:
         operations.insert(0, PlannedOp("<materialize>", "WriteBuffer", tuple(prelude)))
     in_place = None
@@ -61,7 +61,7 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
         inputs=tuple(graph.inputs),
         outputs=tuple(graph.outputs),
         symbolic_bindings=tuple(bindings),
-        dims={**ctx.dims, **state.runtime_dims},
+        dims=dict(ctx.dims),
         static_symbols=ctx.static,
         constraints=tuple(ctx.constraints.values()),
         data_symbols=dict(ctx.data_symbols),

@@ -7,7 +7,7 @@ from onyxia.errors import DimensionError
 from onyxia.ir.graph import IrGraph
 from onyxia.ir.shapes import dim_symbols, evaluate_dim
 
-RESERVED_PREFIX = "onyxia_"  # symbols onyxia itself introduces (plan.ADAPTER_CPU, llm.ops.LOGITS_GATE)
+RESERVED_PREFIX = "onyxia_"  # symbols onyxia itself introduces (llm.ops.LOGITS_GATE)
 
 
 class SymbolicResolutionPass(Pass):

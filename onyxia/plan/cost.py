@@ -12,9 +12,9 @@ A cost model read off the plan alone (a loaded plan file works too), evaluated a
   dispatch that reads the most bytes; its other dispatches (split-K reductions, packing) count
   their elements.
 - dispatches whose grid is empty at these dims (kernel variants for other shapes or adapters)
-  are listed but cost nothing, as the runtime skips them. Of a Tunable step's alternatives only
+  are listed but cost nothing, as the runtime skips them. Of a Select step's alternatives only
   the one replayed counts: the executor's choice where the caller passes it (`choices`), else
-  the step's default (the heuristic) at these dims.
+  the heuristic's at these dims on the adapter the caller names (`adapter`).
 - a KV cache (a rank-4 [batch, heads, rows, head size] tensor an attention op binds) counts the
   rows its kernels touch where the caller says how many (`kv`, KvRows): attention reads the
   valid keys only, not the cache's capacity, and a shared-buffer cache (present written in place
@@ -30,7 +30,17 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from onyxia.ir.shapes import Dim, evaluate_dim, numel
-from onyxia.plan import STATUS_TENSOR, CompiledModel, CopyBuffer, Dispatch, Step, TensorInfo, Tunable, walk_steps
+from onyxia.plan import (
+    STATUS_TENSOR,
+    AdapterFacts,
+    CompiledModel,
+    CopyBuffer,
+    Dispatch,
+    Select,
+    Step,
+    TensorInfo,
+    walk_steps,
+)
 
 PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMulInteger", "QLinearMatMul",
                          "Conv", "ConvTranspose", "QLinearConv", "ConvInteger",
@@ -117,19 +127,19 @@ def _op_flops(op_type: str, reads: list[TensorInfo], writes: list[TensorInfo], d
     return 0
 
 
-def replayed_steps(steps: Sequence[Step], dims: Mapping[str, int], choices: Mapping[int, int] | None = None
-                   ) -> list[Step]:
-    """`walk_steps` with each Tunable replaced by the alternative a run replays: `choices[id(step)]`
-    where given (PlanReplay.tunable_choices), else its default at `dims`."""
+def replayed_steps(steps: Sequence[Step], dims: Mapping[str, int], choices: Mapping[int, int] | None = None,
+                   adapter: AdapterFacts = AdapterFacts()) -> list[Step]:
+    """`walk_steps` with each Select replaced by the alternative a run replays: `choices[id(step)]`
+    where given (PlanReplay.select_choices), else the heuristic's at `dims` on `adapter`."""
     out: list[Step] = []
     for s in steps:
-        if isinstance(s, Tunable):
+        if isinstance(s, Select):
             index = (choices or {}).get(id(s))
-            out.extend(replayed_steps(s.alternatives[_eval(s.default, dims) if index is None else index], dims,
-                                      choices))
+            chosen = s.alternatives[s.choose(dims, adapter) if index is None else index]
+            out.extend(replayed_steps(chosen.steps, dims, choices, adapter))
         else:
             out.append(s)
-            out.extend(replayed_steps(s.children(), dims, choices))
+            out.extend(replayed_steps(s.children(), dims, choices, adapter))
     return out
 
 
@@ -146,17 +156,18 @@ def _kv_bytes(t: TensorInfo, env: Mapping[str, int], rows: int) -> int:
 
 
 def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
-              choices: Mapping[int, int] | None = None, kv: KvRows | None = None) -> PlanCost:
+              choices: Mapping[int, int] | None = None, kv: KvRows | None = None,
+              adapter: AdapterFacts = AdapterFacts()) -> PlanCost:
     """The cost of one run of `model` at `dims` (default: the dims it was compiled for), with the
-    Tunable alternatives `choices` picks (default: the heuristic's); `kv`: the KV cache rows
-    attention touches (default: whole tensors)."""
+    Select alternatives `choices` picks (default: the heuristic's on `adapter`); `kv`: the KV
+    cache rows attention touches (default: whole tensors)."""
     env = {**model.dims, **(dims or {})}
     tensors = model.tensors
     out: list[DispatchCost] = []
     weight_reads: dict[str, int] = {}
     copies = 0
     for op in model.operations:
-        steps = replayed_steps(op.steps, env, choices)
+        steps = replayed_steps(op.steps, env, choices, adapter)
         own: list[tuple[Dispatch, bool]] = []
         for s in steps:
             if isinstance(s, CopyBuffer):

@@ -4,7 +4,7 @@ A `.onyxia` file is a zip of `plan.json` and one `.npy` per constant. Loading on
 the runtime, exhaust memory, or run with a plan that silently means something else, so
 `load_plan` checks, in order, and reports each violation as a PlanError naming the field:
 
-1. The container (onyxia/plan_archive.py): members are exactly `plan.json` and `data_N.npy`
+1. The container (onyxia/plan/archive.py): members are exactly `plan.json` and `data_N.npy`
    names, none twice (zip allows that; the last would win), none with a path; their declared
    sizes add up to at most the decompressed-size cap, and reads never go past a member's size.
 2. The document (`check_document`): every field present and of its type (workgroup counts are
@@ -13,7 +13,8 @@ the runtime, exhaust memory, or run with a plan that silently means something el
    names exists, a dispatch's bindings match its shader's buffers (count, access, dtype; the
    status word last where the shader reports), immediates match their shader's parameters,
    expressions parse and use the plan's symbols only, the symbols a run sets are data symbols,
-   a Tunable has one distinct label per alternative and a default index in range;
+   a Select has distinct labels, guards of known conditions and an always-eligible last
+   alternative;
    the `.npy` members are exactly the ones the tensors name. Steps, nested ones included (a
    branch's arms, a loop's body), are checked through the Step interface, so a new kind of
    step needs nothing here.
@@ -36,7 +37,8 @@ from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir import dtypes
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, numel
-from onyxia.plan_archive import DATA_MEMBER
+from onyxia.plan.archive import DATA_MEMBER
+from onyxia.plan.select import ADAPTER_KINDS, CLAUSE_OPS, FEATURES, LIMITS
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch", "status"})
@@ -302,8 +304,8 @@ class _StepChecks:
 
     def check(self, raw: Any, where: str, decode_step: Callable[[dict], Any]) -> None:
         self.d.obj(raw, where, ("t",))
-        if raw["t"] == "tunable":
-            self._tunable(raw, where)
+        if raw["t"] == "select":
+            self._select(raw, where)
         try:
             step = decode_step(raw)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OnyxiaError) as exc:
@@ -338,30 +340,57 @@ class _StepChecks:
         for name, _written in step.uses():  # after the children: an error names the innermost step
             self.tensor(name, f"{where} (tensor)")
 
-    def _tunable(self, raw: dict, where: str) -> None:
-        """A Tunable's own fields: a key, one distinct label per alternative (each a list of
-        steps), a default index in range (or an expression, checked at the plan's dims in
-        check_model and by the runtime at every other), shape values that are expressions."""
+    def _select(self, raw: dict, where: str) -> None:
+        """A Select's own fields: a key, `tuned` true/false, shape values that are expressions,
+        and alternatives, each a distinct non-empty label, a guard and a prefer of known
+        conditions, and a list of steps; the last one's guard is empty (always eligible)."""
         d = self.d
-        d.obj(raw, where, ("key", "labels", "alternatives", "default", "shape"))
+        d.obj(raw, where, ("key", "tuned", "shape", "alternatives"))
         if not d.str(raw["key"], f"{where}.key"):
             raise _fail(f"{where}.key", "must not be empty")
-        labels = d.list(raw["labels"], f"{where}.labels")
-        for k, label in enumerate(labels):
-            if not d.str(label, f"{where}.labels[{k}]") or label in labels[:k]:
-                raise _fail(f"{where}.labels[{k}]", f"{label!r} is empty or names a second alternative")
-        alternatives = d.list(raw["alternatives"], f"{where}.alternatives")
-        if not alternatives or len(alternatives) != len(labels):
-            raise _fail(f"{where}.alternatives", f"holds {len(alternatives)} alternatives for {len(labels)} labels "
-                        "(one per label, at least one)")
-        for k, alt in enumerate(alternatives):
-            for j, step in enumerate(d.list(alt, f"{where}.alternatives[{k}]")):
-                d.obj(step, f"{where}.alternatives[{k}][{j}]", ("t",))
-        default = d.expr(raw["default"], f"{where}.default")
-        if isinstance(default, int):
-            d.int(default, f"{where}.default", 0, len(alternatives))
+        if not isinstance(raw["tuned"], bool):
+            raise _fail(f"{where}.tuned", f"must be true or false, got {raw['tuned']!r}")
         for j, v in enumerate(d.list(raw["shape"], f"{where}.shape")):
             d.expr(v, f"{where}.shape[{j}]")
+        alternatives = d.list(raw["alternatives"], f"{where}.alternatives")
+        if not alternatives:
+            raise _fail(f"{where}.alternatives", "must hold at least one alternative")
+        labels: list[str] = []
+        for k, alt in enumerate(alternatives):
+            at = f"{where}.alternatives[{k}]"
+            d.obj(alt, at, ("label", "guard", "prefer", "steps"))
+            label = d.str(alt["label"], f"{at}.label")
+            if not label or label in labels:
+                raise _fail(f"{at}.label", f"{label!r} is empty or names a second alternative")
+            labels.append(label)
+            for field in ("guard", "prefer"):
+                for j, clause in enumerate(d.list(alt[field], f"{at}.{field}")):
+                    self._clause(clause, f"{at}.{field}[{j}]")
+            for j, step in enumerate(d.list(alt["steps"], f"{at}.steps")):
+                d.obj(step, f"{at}.steps[{j}]", ("t",))
+        if alternatives[-1]["guard"]:
+            raise _fail(f"{where}.alternatives[{len(alternatives) - 1}].guard",
+                        "must be empty: the last alternative runs when no other may")
+
+    def _clause(self, clause: Any, where: str) -> None:
+        """One guard condition: ["le", a, b], ["adapter", kind], ["feature", name] or
+        ["limit", name, value] (plan.select.Clause)."""
+        d = self.d
+        row = d.list(clause, where)
+        op = row[0] if row else None
+        arity = {"le": 3, "adapter": 2, "feature": 2, "limit": 3}
+        if op not in arity or len(row) != arity[op]:
+            raise _fail(where, f"must be one of {', '.join(f'[{o!r}, ...]' for o in CLAUSE_OPS)} with its "
+                        f"arguments, got {clause!r}")
+        if op == "le":
+            d.expr(row[1], f"{where}[1]")
+            d.expr(row[2], f"{where}[2]")
+            return
+        known = {"adapter": ADAPTER_KINDS, "feature": FEATURES, "limit": LIMITS}[op]
+        if row[1] not in known:
+            raise _fail(f"{where}[1]", f"must be one of {', '.join(known)}, got {row[1]!r}")
+        if op == "limit":
+            d.expr(row[2], f"{where}[2]")
 
     def _dispatch(self, dispatch: Any, where: str) -> None:
         shader = dispatch.shader
@@ -401,9 +430,9 @@ def _children(step: Any, raw: dict, where: str) -> list[tuple[Any, dict, str]]:
         return []
     found = [(row, f"{where}.{key}[{k}]") for key, rows in raw.items() if isinstance(rows, list)
              for k, row in enumerate(rows) if isinstance(row, dict) and "t" in row]
-    found += [(row, f"{where}.{key}[{k}][{j}]") for key, rows in raw.items() if isinstance(rows, list)
-              for k, group in enumerate(rows) if isinstance(group, list)  # a Tunable's alternatives
-              for j, row in enumerate(group) if isinstance(row, dict) and "t" in row]
+    found += [(row, f"{where}.{key}[{k}].steps[{j}]") for key, rows in raw.items() if isinstance(rows, list)
+              for k, alt in enumerate(rows) if isinstance(alt, dict) and isinstance(alt.get("steps"), list)
+              for j, row in enumerate(alt["steps"]) if isinstance(row, dict) and "t" in row]  # a Select's
     if len(found) != len(kids) or any(row["t"] != kid.tag for (row, _), kid in zip(found, kids)):
         found = [({}, f"{where} nested step {k}") for k in range(len(kids))]
     return [(kid, row, at) for kid, (row, at) in zip(kids, found)]
@@ -458,9 +487,6 @@ def check_model(model: Any) -> None:
                     raise _fail(at, f"strides {src_stride}, {dst_stride} must be multiples of 4")
                 if trips:  # the first iteration's copy; later ones move by the strides
                     _check_copy(c, (size, src_off, dst_off), value, nbytes, at)
-        elif step.tag == "tunable" and not 0 <= value(step.default, f"{where} default") < len(step.alternatives):
-            raise _fail(f"{where} default", f"index {value(step.default, where)} is not one of the "
-                        f"{len(step.alternatives)} alternatives at the plan's dims")
         elif step.tag == "write" and 4 * len(step.data) > nbytes[step.dst]:
             raise _fail(f"{where} write", f"{len(step.data)} words into tensor '{step.dst}' of "
                         f"{nbytes[step.dst]} bytes")

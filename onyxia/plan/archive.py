@@ -1,6 +1,6 @@
 """The container of a plan file: a zip of `plan.json` and one `data_N.npy` per constant.
 
-Checked before anything is inflated (load_plan, step 1 of onyxia/plan_check.py's list): members
+Checked before anything is inflated (load_plan, step 1 of onyxia/plan/check.py's list): members
 are exactly `plan.json` and `data_N.npy` names, none twice (zip allows that; the last would win),
 none with a path or encrypted; their declared sizes add up to at most the decompressed-size cap,
 and reads never go past a member's declared size, so a member that inflates to gigabytes is

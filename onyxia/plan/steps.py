@@ -1,10 +1,10 @@
 """The steps a plan's operations are made of: Dispatch, CopyBuffer, WriteBuffer, and the host-side
-steps of control flow and data-dependent shapes (ReadSymbol, BranchStep, LoopStep), and Tunable,
-the kernel variants of one computation among which the runtime picks.
+steps of control flow and data-dependent shapes (ReadSymbol, BranchStep, LoopStep); Select, the
+step holding alternatives, is in onyxia/plan/select.py.
 
 Each step kind is one class with its JSON form (`Step.kind(tag).from_json`), the tensors it
-uses and its nested steps, so a new kind is one class here. Data only, like onyxia/plan.py,
-which re-exports everything below.
+uses and its nested steps, so a new kind is one class here. Data only, like onyxia/plan/model.py,
+whose package re-exports everything below.
 """
 
 from __future__ import annotations
@@ -319,46 +319,6 @@ class LoopStep(Step, tag="loop"):
             return tuple(SliceCopy(r[0], r[1], *(_dec(v) for v in r[2:])) for r in rows)
         return cls(_steps(d["body"]), _dec(d["trip_count"]), d["cond"], d["first"], d["counter"], copies(d["enter"]),
                    copies(d["leave"]), d["iterations"], d["label"])
-
-
-@dataclass(frozen=True)
-class Tunable(Step, tag="tunable"):
-    """Alternatives computing the same tensors (kernel variants of one family); the runtime
-    replays one of them, the fastest on its adapter (runtime/tuner.py), or `default` with
-    tuning off.
-
-    `key` names the family and what the plan fixes (dtype, layout, static sizes); `shape` holds
-    the values a choice depends on: the runtime evaluates them for the current dims and rounds
-    each symbolic one up to a power of two, so its shape class (and choice) changes with the
-    dims (decode and prefill may pick differently) while nothing recompiles. `default` is an
-    index, or an expression over the dims and ADAPTER_CPU (the heuristic). Memory planning sees
-    every alternative's tensors live at this step, so alternatives never share a buffer.
-    """
-
-    key: str
-    labels: tuple[str, ...]
-    alternatives: tuple[tuple[Step, ...], ...]
-    default: Expr = 0
-    shape: tuple[Expr, ...] = ()
-
-    def uses(self) -> tuple[tuple[str, bool], ...]:
-        return tuple(u for alt in self.alternatives for u in _nested_uses(alt))
-
-    def expressions(self) -> tuple[tuple[str, int, object], ...]:
-        return tuple(("tune", j, v) for j, v in enumerate((self.default, *self.shape)))
-
-    def children(self) -> tuple[Step, ...]:
-        return tuple(s for alt in self.alternatives for s in alt)
-
-    def to_json(self) -> dict:
-        return {"t": self.tag, "key": self.key, "labels": list(self.labels),
-                "alternatives": [[s.to_json() for s in alt] for alt in self.alternatives],
-                "default": _enc(self.default), "shape": _enc(self.shape)}
-
-    @classmethod
-    def from_json(cls, d: dict) -> Tunable:
-        return cls(d["key"], tuple(d["labels"]), tuple(_steps(alt) for alt in d["alternatives"]),
-                   _dec(d["default"]), _dec(d["shape"]))
 
 
 def _steps(rows: list) -> tuple[Step, ...]:

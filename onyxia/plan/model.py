@@ -21,48 +21,25 @@ from pathlib import Path
 
 import numpy as np
 
-from onyxia import plan_archive, plan_check
+import onyxia.plan.archive as plan_archive
+import onyxia.plan.check as plan_check
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.dtypes import from_name
 from onyxia.ir.shapes import SymDim, numel
-from onyxia.plan_steps import (  # noqa: F401 - re-exported: the step types are part of the plan's API
-    Binding,
-    BranchStep,
-    CopyBuffer,
-    Dispatch,
-    Expr,
-    LoopStep,
-    ReadSymbol,
-    Scalar,
-    SliceCopy,
-    Step,
-    Tunable,
-    WriteBuffer,
-    _dec,
-    _enc,
-    _steps,
-    walk_steps,
-)
+from onyxia.plan.select import Select  # noqa: F401 - registers the "select" step kind
+from onyxia.plan.steps import Expr, Scalar, Step, _dec, _enc, walk_steps
 
 PLAN_FORMAT = "onyxia-plan"
-# 5: buffers read in pairs (BufferDecl.wide); 4: Tunable steps (kernel variants the runtime
-# chooses among); 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
-PLAN_VERSION = 5
+# 6: Select steps (alternatives with guards over dims and adapter facts) replace Tunable steps
+# and the adapter symbol; 5: buffers read in pairs (BufferDecl.wide); 4: Tunable steps;
+# 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
+PLAN_VERSION = 6
 
 # The plan's status word: kernels that can detect a wrong result (an int64 value out of the
 # range the GPU computes it in) record a report site in it, and the runtime raises an error
 # naming the site's node when it reads outputs back. Bound after a reporting shader's buffers.
 STATUS_TENSOR = "onyxia/status"
-
-# A symbol the runtime sets from the adapter when it loads a plan: 1 on a CPU-type adapter
-# (lavapipe, SwiftShader), 0 on a GPU. Kernel families plan a variant per kind of adapter and
-# scale their grids by it (operators/gemv.py), so a plan stays adapter-neutral and the adapter
-# at hand runs its own variant; nothing recompiles. update_dimensions may set it (tests run
-# every variant that way).
-ADAPTER_CPU = "onyxia_adapter_cpu"
-
-
 
 @dataclass(frozen=True)
 class ShaderParam:
@@ -147,8 +124,8 @@ class SymbolicBinding:
 
     kind: "immediate" (target=flat step index, index=word), "workgroups" (step, axis),
     "copy" (step, 0=size 1=src_offset 2=dst_offset), "write" (step, element), "buffer"
-    (target=tensor name, size in bytes), "tune" (step, 0=default index, 1.. = shape class
-    values of a Tunable), "shader" (target=shader index; a static dim the
+    (target=tensor name, size in bytes), "select" (step, j: the j-th of Select.values(): its
+    alternatives' guard and prefer values, then its shape class values), "shader" (target=shader index; a static dim the
     shader's defs or constants depend on — changing it recompiles that shader).
     """
 
@@ -191,6 +168,13 @@ class CompiledModel:
     @property
     def num_dispatches(self) -> int:
         return sum(len(s.dispatches()) for s in self.steps)
+
+    @property
+    def adapter_dependent(self) -> bool:
+        """Whether some Select chooses by the adapter's kind (kernel variants per adapter type)."""
+        return any(isinstance(s, Select) and any(c.op == "adapter" for a in s.alternatives
+                                                 for c in (*a.guard.clauses, *a.prefer.clauses))
+                   for s in self.steps)
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -248,8 +232,8 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
 
 
 def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:
-    """Read a plan file, validated before anything trusts it (onyxia/plan_archive.py: members;
-    onyxia/plan_check.py: schema, indices, names, sizes, weights). `max_bytes` caps the
+    """Read a plan file, validated before anything trusts it (onyxia/plan/archive.py: members;
+    onyxia/plan/check.py: schema, indices, names, sizes, weights). `max_bytes` caps the
     decompressed size."""
     try:
         with zipfile.ZipFile(path) as zf:

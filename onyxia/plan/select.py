@@ -1,0 +1,256 @@
+"""Select: which of several alternatives computing the same tensors runs, said by the plan.
+
+A kernel family offers variants (a CPU-type adapter's register-tiled kernel, a GPU's
+shared-memory one, a few-rows kernel for decode); a kernel may need a pass only for long axes.
+The plan holds them as one Select step whose alternatives carry Guards: conditions over the
+dims and the adapter's facts (kind, WebGPU features, limits). The runtime evaluates them when
+the dims change, never per run, and encodes only the chosen alternative (runtime/select.py); a
+tuned Select lets the autotuner pick among the eligible alternatives by measurement.
+docs/plan-format.md gives the file form and the evaluation rules a second replayer follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+from onyxia.plan.steps import Expr, Step, _dec, _enc, _nested_uses, _steps
+
+ADAPTER_KINDS = ("cpu", "gpu")
+# Adapter facts a guard may name: WebGPU's feature names, and limits by their WebGPU names.
+FEATURES = ("shader-f16", "subgroups")
+LIMITS = ("maxStorageBufferBindingSize", "maxComputeWorkgroupsPerDimension")
+CLAUSE_OPS = ("le", "adapter", "feature", "limit")
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One condition of a Guard, in its plan-file form `[op, *args]`:
+
+    - `["le", a, b]`: a <= b, two expressions over the dims (`m <= 64`; `m > 64` is `65 <= m`);
+    - `["adapter", "cpu" | "gpu"]`: the adapter's kind (CPU-type: lavapipe, SwiftShader);
+    - `["feature", name]`: the device has the WebGPU feature (FEATURES);
+    - `["limit", name, v]`: the device's WebGPU limit `name` (LIMITS) is at least v (an expression).
+    """
+
+    op: str
+    args: tuple
+
+    def values(self) -> tuple[Expr, ...]:
+        """The expressions the runtime evaluates for this clause (the dims' part of it)."""
+        if self.op == "le":
+            return self.args
+        return self.args[1:] if self.op == "limit" else ()
+
+    def static(self) -> bool | None:
+        """True or False when no dim is involved ("le" of two literals), else None."""
+        if self.op == "le" and all(isinstance(v, int) for v in self.args):
+            return self.args[0] <= self.args[1]
+        return None
+
+    def __str__(self) -> str:
+        if self.op == "le":
+            return f"{self.args[0]} <= {self.args[1]}"
+        if self.op == "adapter":
+            return f"{self.args[0]} adapter"
+        if self.op == "feature":
+            return f"has {self.args[0]}"
+        return f"{self.args[0]} >= {self.args[1]}"
+
+    def to_json(self) -> list:
+        return [self.op, *(_enc(v) if self.op in ("le", "limit") else v for v in self.args)]
+
+    @classmethod
+    def from_json(cls, row: list) -> Clause:
+        op, *args = row
+        if op not in CLAUSE_OPS:
+            raise ValueError(f"unknown guard condition {op!r} (known: {', '.join(CLAUSE_OPS)})")
+        if op == "le":
+            return cls(op, (_dec(args[0]), _dec(args[1])))
+        if op == "limit":
+            return cls(op, (args[0], _dec(args[1])))
+        return cls(op, tuple(args))
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A conjunction of clauses; empty: always. `&` joins guards, dropping clauses that hold for
+    every dim; a statically false guard is `NEVER` (PlanCtx.select drops its alternative)."""
+
+    clauses: tuple[Clause, ...] = ()
+
+    def __and__(self, other: Guard) -> Guard:
+        if self.never or other.never:
+            return NEVER
+        return Guard(tuple(dict.fromkeys((*self.clauses, *other.clauses))))
+
+    @property
+    def never(self) -> bool:
+        return any(c.static() is False for c in self.clauses)
+
+    def values(self) -> tuple[Expr, ...]:
+        return tuple(v for c in self.clauses for v in c.values())
+
+    def __str__(self) -> str:
+        return " and ".join(map(str, self.clauses)) or "always"
+
+    def to_json(self) -> list:
+        return [c.to_json() for c in self.clauses]
+
+    @classmethod
+    def from_json(cls, rows: list) -> Guard:
+        return cls(tuple(Clause.from_json(r) for r in rows))
+
+
+ALWAYS = Guard()
+NEVER = Guard((Clause("le", (1, 0)),))
+
+
+def at_most(value: Expr, bound: Expr) -> Guard:
+    """value <= bound (ALWAYS / NEVER when both are literals)."""
+    clause = Clause("le", (value, bound))
+    return {True: ALWAYS, False: NEVER}.get(clause.static(), Guard((clause,)))  # type: ignore[arg-type]
+
+
+def at_least(value: Expr, bound: Expr) -> Guard:
+    """value >= bound."""
+    return at_most(bound, value)
+
+
+def adapter(kind: str) -> Guard:
+    """The adapter is of `kind` ("cpu" or "gpu")."""
+    assert kind in ADAPTER_KINDS, kind
+    return Guard((Clause("adapter", (kind,)),))
+
+
+def has_feature(name: str) -> Guard:
+    assert name in FEATURES, name
+    return Guard((Clause("feature", (name,)),))
+
+
+def limit_at_least(name: str, value: Expr) -> Guard:
+    assert name in LIMITS, name
+    return Guard((Clause("limit", (name, value)),))
+
+
+@dataclass(frozen=True)
+class AdapterFacts:
+    """What a guard may ask of the adapter: its kind ("cpu": lavapipe, SwiftShader; "gpu"), the
+    WebGPU features the device has, and its limits by WebGPU name."""
+
+    kind: str = "gpu"
+    features: frozenset[str] = frozenset()
+    limits: tuple[tuple[str, int], ...] = ()
+
+
+def guard_holds(guard: Guard, values: Iterator[int], facts: AdapterFacts) -> bool:
+    """Whether `guard` holds, its expressions' values taken in order from `values` (all of them
+    consumed, so the next guard's come next)."""
+    holds = True
+    limits = dict(facts.limits)
+    for c in guard.clauses:
+        if c.op == "le":
+            a, b = next(values), next(values)
+            holds = holds and a <= b
+        elif c.op == "adapter":
+            holds = holds and facts.kind == c.args[0]
+        elif c.op == "feature":
+            holds = holds and c.args[0] in facts.features
+        else:
+            need = next(values)
+            holds = holds and limits.get(c.args[0], 0) >= need
+    return holds
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way a Select can compute its outputs.
+
+    `guard`: where it may run at all (it computes the right result there and fits the device);
+    `prefer`: where the deterministic heuristic runs it. Both are Guards over the dims and the
+    adapter's facts.
+    """
+
+    label: str
+    steps: tuple[Step, ...]
+    guard: Guard = ALWAYS
+    prefer: Guard = ALWAYS
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "guard": self.guard.to_json(), "prefer": self.prefer.to_json(),
+                "steps": [s.to_json() for s in self.steps]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Alternative:
+        return cls(d["label"], _steps(d["steps"]), Guard.from_json(d["guard"]), Guard.from_json(d["prefer"]))
+
+
+@dataclass(frozen=True)
+class Select(Step, tag="select"):
+    """Which of several alternatives computing the same tensors runs: kernel variants of one
+    family, row classes of one kernel, a pass that only a long axis needs.
+
+    The runtime chooses whenever the dims change (never per run) and replays only the chosen
+    alternative's steps:
+    - eligible: the alternatives whose `guard` holds for the dims and the adapter;
+    - untuned (`tuned` false), or no measurement yet: the first eligible alternative whose
+      `prefer` holds, else the first eligible one;
+    - tuned: the alternative the autotuner (runtime/tuner.py) measured fastest among the
+      eligible ones, for `key` and the shape class of `shape` (its values at the current dims,
+      symbolic ones rounded up to a power of two), so decode and prefill may choose differently
+      while nothing recompiles.
+    The last alternative's guard is empty, so one is always eligible. Memory planning sees every
+    alternative's tensors live at this step, so alternatives never share a buffer.
+    """
+
+    key: str
+    alternatives: tuple[Alternative, ...]
+    tuned: bool = False
+    shape: tuple[Expr, ...] = ()
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(a.label for a in self.alternatives)
+
+    def values(self) -> tuple[Expr, ...]:
+        """The expressions the runtime evaluates: each alternative's guard then prefer values,
+        then `shape`; SymbolicBindings of kind "select" index this tuple."""
+        return (*(v for a in self.alternatives for v in (*a.guard.values(), *a.prefer.values())), *self.shape)
+
+    def evaluate(self, values: Sequence[int], facts: AdapterFacts) -> tuple[list[bool], int]:
+        """(eligible?, per alternative; the heuristic's choice) for `values`, the evaluated
+        `values()` at the current dims, on an adapter with `facts`."""
+        it = iter(values)
+        rows = [(guard_holds(a.guard, it, facts), guard_holds(a.prefer, it, facts)) for a in self.alternatives]
+        eligible = [e for e, _ in rows]
+        choice = next((k for k, (e, p) in enumerate(rows) if e and p), None)
+        if choice is None:
+            choice = next((k for k, e in enumerate(eligible) if e), len(rows) - 1)
+        return eligible, choice
+
+    def choose(self, dims: Mapping[str, int], facts: AdapterFacts) -> int:
+        """The heuristic's choice at `dims` (plan_cost, inspect; the runtime keeps its values)."""
+        return self.evaluate([v if isinstance(v, int) else v.evaluate(dims) for v in self.values()], facts)[1]
+
+    def uses(self) -> tuple[tuple[str, bool], ...]:
+        return tuple(u for a in self.alternatives for u in _nested_uses(a.steps))
+
+    def expressions(self) -> tuple[tuple[str, int, object], ...]:
+        return tuple(("select", j, v) for j, v in enumerate(self.values()))
+
+    def children(self) -> tuple[Step, ...]:
+        return tuple(s for a in self.alternatives for s in a.steps)
+
+    def to_json(self) -> dict:
+        return {"t": self.tag, "key": self.key, "tuned": self.tuned, "shape": _enc(self.shape),
+                "alternatives": [a.to_json() for a in self.alternatives]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Select:
+        return cls(d["key"], tuple(Alternative.from_json(a) for a in d["alternatives"]), bool(d["tuned"]),
+                   _dec(d["shape"]))
+
+
+__all__ = ["ADAPTER_KINDS", "ALWAYS", "AdapterFacts", "Alternative", "CLAUSE_OPS", "Clause", "FEATURES", "Guard",
+           "LIMITS", "NEVER", "Select", "adapter", "at_least", "at_most", "guard_holds", "has_feature",
+           "limit_at_least"]

@@ -1,0 +1,78 @@
+"""Plans as text for people: the Select steps of a plan, their alternatives and which one runs.
+
+`onyxia compile` prints `select_lines`: for every Select (nested ones indented under their
+alternative) the guards and preferences of each alternative, and which runs at the given dims
+on a CPU-type and on a GPU-type adapter with tuning off (a tuned Select may replay another
+eligible alternative, measured faster on the adapter at hand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from onyxia.plan.model import CompiledModel
+from onyxia.plan.select import AdapterFacts, Select
+from onyxia.plan.steps import Step, walk_steps
+
+KINDS = (AdapterFacts("cpu"), AdapterFacts("gpu"))
+
+
+def _lines(step: Select, dims: Mapping[str, int], depth: int) -> list[str]:
+    pad = "  " * depth
+    runs = {facts.kind: step.choose(dims, facts) for facts in KINDS}
+    tuned = f", tuned per shape class of ({', '.join(map(str, step.shape))})" if step.tuned else ""
+    out = [f"{pad}select {step.key}{tuned}"]
+    width = max(len(a.label) for a in step.alternatives)
+    for k, alt in enumerate(step.alternatives):
+        where = "+".join(kind for kind, chosen in runs.items() if chosen == k) or "-"
+        conditions = [f"guard {alt.guard}"] if alt.guard.clauses else []
+        conditions += [f"prefer {alt.prefer}"] if alt.prefer.clauses else []
+        kernels = sum(len(s.dispatches()) for s in walk_steps(alt.steps))
+        out.append(f"{pad}  {alt.label:<{width}}  runs on: {where:<7}  {kernels} dispatch"
+                   f"{'es' if kernels != 1 else ''}{'; ' + '; '.join(conditions) if conditions else ''}")
+        out += _nested(alt.steps, dims, depth + 2)
+    return out
+
+
+def _nested(steps: tuple[Step, ...] | list[Step], dims: Mapping[str, int], depth: int) -> list[str]:
+    out: list[str] = []
+    for s in steps:
+        if isinstance(s, Select):
+            out += _lines(s, dims, depth)
+        else:
+            out += _nested(s.children(), dims, depth)
+    return out
+
+
+def select_lines(model: CompiledModel, dims: Mapping[str, int] | None = None) -> list[str]:
+    """The plan's Selects per operation, as described in the module doc."""
+    env = {**model.dims, **(dims or {})}
+    out: list[str] = []
+    for op in model.operations:
+        lines = _nested(op.steps, env, 2)
+        if lines:
+            out += [f"  {op.name} [{op.op_type}]", *lines]
+    count = sum(1 for s in model.steps if isinstance(s, Select))
+    if not count:
+        return ["kernel choices:   none (every operation has one way to run)"]
+    return [f"kernel choices:   {count} Select steps; 'runs on' is the choice at the dims given with tuning off",
+            *out]
+
+
+def run_count(model: CompiledModel, dims: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Dispatches a run encodes at `dims` per adapter kind (tuning off; empty grids count)."""
+    env = {**model.dims, **(dims or {})}
+
+    def count(steps: tuple[Step, ...] | list[Step], facts: AdapterFacts) -> int:
+        total = 0
+        for s in steps:
+            if isinstance(s, Select):
+                total += count(s.alternatives[s.choose(env, facts)].steps, facts)
+            else:
+                total += len(s.dispatches()) + count(s.children(), facts)
+        return total
+
+    return {facts.kind: sum(count(op.steps, facts) for op in model.operations) for facts in KINDS}
+
+
+__all__ = ["run_count", "select_lines"]
