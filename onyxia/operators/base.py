@@ -89,18 +89,25 @@ class Operator:
 
 # ---- inference ----------------------------------------------------------------------------
 
-class SubgraphInference(Protocol):
-    """What the compiler lends an operator owning subgraphs (If, Loop, Scan) during inference."""
+class SubgraphServices(Protocol):
+    """The compiler's side of operators owning subgraphs (If arms, Loop and Scan bodies): operators/
+    never imports compiler/, so the compiler implements this (compiler/subgraphs.py) and passes it
+    in explicitly, to InferenceCtx and to PlanState; operators call ctx.infer/plan_subgraph."""
 
-    def infer(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
-        """Give `graph`'s inputs these types, infer (and fold) its nodes; its outputs' types."""
-        ...
+    def expand_subgraph(self, graph: IrGraph) -> object:
+        """Replace `graph`'s function ops by their bodies, as FunctionExpansionPass does the graph's."""
+
+    def infer_subgraph(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
+        """Type `graph`'s inputs `inputs`, expand, infer (and fold) its nodes; its outputs' types."""
+
+    def plan_subgraph(self, graph: IrGraph, state: PlanState) -> list[Step]:
+        """The steps of `graph`'s live, unfolded nodes planned into `state` (its tensors join it)."""
 
 
 class InferenceCtx:
     """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
 
-    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphInference | None = None):
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphServices | None = None):
         self.graph = graph
         self.node = node
         self.env = env
@@ -116,7 +123,7 @@ class InferenceCtx:
         if len(inputs) != len(graph.inputs):
             raise self.fail(f"attribute '{attr}': the subgraph takes {len(graph.inputs)} inputs, the node gives "
                             f"it {len(inputs)}")
-        return self.subgraphs.infer(graph, inputs)
+        return self.subgraphs.infer_subgraph(graph, inputs)
 
     @property
     def opset(self) -> int:
@@ -282,9 +289,9 @@ class PlanState:
     # Report sites: (node, op type, what went wrong) of every dispatch that may report an error
     # through the status word; a site's number is its position + 1.
     sites: list[tuple[str, str, str]] = field(default_factory=list)
-    # Plans a subgraph's nodes into steps (set by the compiler's planning); their tensors are
-    # recorded here for the tensor table.
-    subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
+    # Plans a subgraph's nodes into steps (the compiler's SubgraphServices, given by planning);
+    # their tensors are recorded here for the tensor table.
+    subgraphs: SubgraphServices | None = None
     subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
     # Symbols the runtime sets (plan.ADAPTER_CPU) that some step uses, with their placeholder
     # values: they join the plan's dims, not the compilation's.
@@ -323,8 +330,8 @@ class PlanCtx(InferenceCtx):
     def plan_subgraph(self, attr: str) -> list[Step]:
         """The steps of the subgraph in attribute `attr` (its live, unfolded nodes)."""
         graph = self.attr(attr)
-        assert isinstance(graph, IrGraph) and self.state.subgraph_planner is not None
-        return self.state.subgraph_planner(graph)
+        assert isinstance(graph, IrGraph) and self.state.subgraphs is not None
+        return self.state.subgraphs.plan_subgraph(graph, self.state)
 
     # buffers
     def input(self, i: int) -> str:
