@@ -143,8 +143,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     import onyxia
-    from onyxia.compiler.passes.inference import resolve_operator
     from onyxia.ir.shapes import shape_str
+    from onyxia.operators.registry import resolve_operator
 
     graph = onyxia.load_model(args.model)
     registry = onyxia.core_operator_registry()

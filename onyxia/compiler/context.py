@@ -6,9 +6,9 @@ It replaces string keys in a graph-wide dict: each field says who writes it and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 from onyxia.ir.dim_env import DimEnv
+from onyxia.operators.base import SubgraphServices
 from onyxia.operators.registry import OperatorRegistry
 
 
@@ -23,12 +23,13 @@ class CompileContext(DimEnv):
                   adds the folded nodes it skips), reported in the plan's metadata;
     containers    sequence/optional graph outputs and their element tensors;
     memory_order  planning orders the operations to lower peak activation memory
-                  (passes/ordering.py) and lets elementwise maps write into a dying input's
-                  buffer (passes/inplace.py); False keeps the graph's topological order and
+                  (lowering/ordering.py) and lets elementwise maps write into a dying input's
+                  buffer (lowering/inplace.py); False keeps the graph's topological order and
                   gives every map its own output buffer.
-    expand_subgraph  set by FunctionExpansionPass: expands a subgraph's (an If arm's, a Loop or
-                  Scan body's) ops that run as bodies of other ops, before shape inference
-                  infers that subgraph (None: the pipeline has no such pass).
+    subgraphs     the SubgraphServices (operators/base.py) this compilation lends operators that
+                  own subgraphs: CompilerPipeline passes in a CompilerSubgraphs
+                  (compiler/subgraphs.py); inference hands it to each InferenceCtx, planning to
+                  its PlanState (None: a node with subgraphs cannot be inferred or planned).
     """
 
     registry: OperatorRegistry
@@ -39,7 +40,7 @@ class CompileContext(DimEnv):
     # metadata and InferenceSession reassembles them from their element tensors.
     containers: dict[str, object] = field(default_factory=dict)
     memory_order: bool = True
-    expand_subgraph: Callable[[Any], object] | None = None
+    subgraphs: SubgraphServices | None = None
 
 
 __all__ = ["CompileContext"]

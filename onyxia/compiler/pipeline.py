@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from onyxia.compiler.context import CompileContext
+from onyxia.compiler.lowering import plan_model
 from onyxia.compiler.pass_api import Pass, PassResult, Stage
 from onyxia.compiler.passes import (
     ConstantFoldingPass,
@@ -17,7 +18,7 @@ from onyxia.compiler.passes import (
     SymbolicResolutionPass,
     default_optimization_passes,
 )
-from onyxia.compiler.passes.planning import plan_model
+from onyxia.compiler.subgraphs import CompilerSubgraphs
 from onyxia.errors import PipelineError
 from onyxia.ir.graph import IrGraph
 from onyxia.operators import core_operator_registry
@@ -40,7 +41,7 @@ Progress = Callable[[PassRecord, int, int], None]
 
 class CompilerPipeline:
     """Passes ordered by stage, then by registration. `compile` runs them all and lowers the
-    graph (compiler/passes/planning.py); `run_passes` stops at a stage and returns the graph.
+    graph (compiler/lowering/planning.py); `run_passes` stops at a stage and returns the graph.
 
     `history` (a PassRecord per pass) and `context` (the CompileContext, with every pass's
     report) describe the most recent run.
@@ -48,11 +49,13 @@ class CompilerPipeline:
 
     def __init__(self, registry: OperatorRegistry, *, optimize: bool = True, memory_order: bool = True):
         """`memory_order=False` plans the operations in the graph's topological order instead
-        of the memory-aware one (compiler/passes/ordering.py), without in-place elementwise
-        writes (compiler/passes/inplace.py)."""
+        of the memory-aware one (compiler/lowering/ordering.py), without in-place elementwise
+        writes (compiler/lowering/inplace.py)."""
         self.registry = registry
         self.memory_order = memory_order
-        self._passes: list[Pass] = [SymbolicResolutionPass(), FunctionExpansionPass(), SequenceLoweringPass(),
+        # Also expands the function ops of subgraphs, when their node's inference infers them.
+        self._expansion = FunctionExpansionPass()
+        self._passes: list[Pass] = [SymbolicResolutionPass(), self._expansion, SequenceLoweringPass(),
                                     ShapeInferencePass(),
                                     ConstantFoldingPass()]
         if optimize:
@@ -116,6 +119,7 @@ class CompilerPipeline:
         self.context = ctx = CompileContext(dims=dict(dims), static=frozenset(static),
                                             placeholders=frozenset(placeholders), registry=self.registry,
                                             memory_order=self.memory_order)
+        ctx.subgraphs = CompilerSubgraphs(ctx, self._expansion if self._expansion in passes else None)
         self.history = []
         self._total = len(passes) + int(lowering)
         for p in passes:

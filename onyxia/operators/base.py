@@ -90,18 +90,25 @@ class Operator:
 
 # ---- inference ----------------------------------------------------------------------------
 
-class SubgraphInference(Protocol):
-    """What the compiler lends an operator owning subgraphs (If, Loop, Scan) during inference."""
+class SubgraphServices(Protocol):
+    """The compiler's side of operators owning subgraphs (If arms, Loop and Scan bodies): operators/
+    never imports compiler/, so the compiler implements this (compiler/subgraphs.py) and passes it
+    in explicitly, to InferenceCtx and to PlanState; operators call ctx.infer/plan_subgraph."""
 
-    def infer(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
-        """Give `graph`'s inputs these types, infer (and fold) its nodes; its outputs' types."""
-        ...
+    def expand_subgraph(self, graph: IrGraph) -> object:
+        """Replace `graph`'s function ops by their bodies, as FunctionExpansionPass does the graph's."""
+
+    def infer_subgraph(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
+        """Type `graph`'s inputs `inputs`, expand, infer (and fold) its nodes; its outputs' types."""
+
+    def plan_subgraph(self, graph: IrGraph, state: PlanState) -> list[Step]:
+        """The steps of `graph`'s live, unfolded nodes planned into `state` (its tensors join it)."""
 
 
 class InferenceCtx:
     """What an operator sees of one node: its inputs, attributes and the compile's dims (`env`)."""
 
-    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphInference | None = None):
+    def __init__(self, graph: IrGraph, node: Node, env: DimEnv, subgraphs: SubgraphServices | None = None):
         self.graph = graph
         self.node = node
         self.env = env
@@ -117,7 +124,7 @@ class InferenceCtx:
         if len(inputs) != len(graph.inputs):
             raise self.fail(f"attribute '{attr}': the subgraph takes {len(graph.inputs)} inputs, the node gives "
                             f"it {len(inputs)}")
-        return self.subgraphs.infer(graph, inputs)
+        return self.subgraphs.infer_subgraph(graph, inputs)
 
     @property
     def opset(self) -> int:
@@ -283,9 +290,9 @@ class PlanState:
     # Report sites: (node, op type, what went wrong) of every dispatch that may report an error
     # through the status word; a site's number is its position + 1.
     sites: list[tuple[str, str, str]] = field(default_factory=list)
-    # Plans a subgraph's nodes into steps (set by the compiler's planning); their tensors are
-    # recorded here for the tensor table.
-    subgraph_planner: Callable[[IrGraph], list[Step]] | None = None
+    # Plans a subgraph's nodes into steps (the compiler's SubgraphServices, given by planning);
+    # their tensors are recorded here for the tensor table.
+    subgraphs: SubgraphServices | None = None
     subgraph_tensors: dict[str, TensorDef] = field(default_factory=dict)
 
     def template(self, path: str) -> str:
@@ -321,8 +328,8 @@ class PlanCtx(InferenceCtx):
     def plan_subgraph(self, attr: str) -> list[Step]:
         """The steps of the subgraph in attribute `attr` (its live, unfolded nodes)."""
         graph = self.attr(attr)
-        assert isinstance(graph, IrGraph) and self.state.subgraph_planner is not None
-        return self.state.subgraph_planner(graph)
+        assert isinstance(graph, IrGraph) and self.state.subgraphs is not None
+        return self.state.subgraphs.plan_subgraph(graph, self.state)
 
     # buffers
     def input(self, i: int) -> str:
@@ -464,23 +471,15 @@ class PlanCtx(InferenceCtx):
     def select(self, key: str, alternatives: Sequence[tuple[str, Sequence[Step], Guard, Guard]], *,
                tuned: bool = False, shape: Sequence[Dim] = ()) -> list[Step]:
         """Alternatives computing the same outputs, `(label, steps, guard, prefer)` each, as one
-        plan.Select step: the runtime replays the first eligible one (`guard` holds) whose
-        `prefer` holds, or with `tuned` the one measured fastest on its adapter for the shape
-        class of `shape` (runtime/tuner.py, cached on disk under `key`).
-
-        Alternatives whose guard can never hold (a literal dim past a bound) are left out; the
-        last one kept must be eligible everywhere (an empty guard). What needs no choice at run
-        time stays plain steps: a single alternative, or an untuned first one that is always
-        eligible and preferred.
-        """
+        plan.Select step (plan/select.py says how the runtime chooses; `tuned`: the autotuner
+        may, per shape class of `shape`, under `key`). Never-eligible alternatives are left out,
+        and untuned, those after one always eligible and preferred; one left: its steps as they
+        are. The last one kept must be always eligible (an empty guard)."""
         kept = [Alternative(label, tuple(steps), guard, prefer) for label, steps, guard, prefer in alternatives
                 if not guard.never]
-        if not tuned:
-            # Without tuning, nothing after an alternative that is always eligible and preferred
-            # can run, nor one never preferred before it (the fallback needs none preferred).
-            first = next((k for k, a in enumerate(kept) if not a.guard.clauses and not a.prefer.clauses), None)
-            if first is not None:
-                kept = [a for a in kept[:first] if not a.prefer.never] + [kept[first]]
+        first = next((k for k, a in enumerate(kept) if not a.guard.clauses and not a.prefer.clauses), None)
+        if not tuned and first is not None:  # a never-preferred one before it could only be a fallback
+            kept = [a for a in kept[:first] if not a.prefer.never] + [kept[first]]
         if not kept or kept[-1].guard.clauses:
             raise PlanError(f"{self.node.describe()}: select '{key}' has no alternative that is always eligible")
         if len(kept) == 1:

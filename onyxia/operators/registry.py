@@ -1,9 +1,12 @@
-"""OperatorRegistry: {(domain, op_type): {since_version: Operator}}, highest version ≤ opset wins."""
+"""OperatorRegistry: {(domain, op_type): {since_version: Operator}}, highest version ≤ opset wins;
+`resolve_operator` / `check_supported`: the operator of a graph's node, at the node's opset."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
+from onyxia.errors import UnsupportedOperatorError
+from onyxia.ir.graph import OPSETS_META, IrGraph, Node
 from onyxia.operators.base import Operator
 
 
@@ -40,3 +43,21 @@ class OperatorRegistry:
         dup = OperatorRegistry()
         dup._ops = {k: dict(v) for k, v in self._ops.items()}
         return dup
+
+
+def resolve_operator(graph: IrGraph, registry: OperatorRegistry, node: Node) -> Operator | None:
+    """The operator `registry` runs `node` with, at the opset the node was written for (None: none)."""
+    # A domain the model does not import resolves to the newest version (None).
+    opset = node.meta.get(OPSETS_META, {}).get(node.domain, graph.opsets.get(node.domain))
+    return registry.get(node.op_type, node.domain, opset)
+
+
+def check_supported(graph: IrGraph, registry: OperatorRegistry) -> None:
+    """Raise one error listing every unsupported op and its nodes (in subgraphs too)."""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for g in (graph, *graph.all_subgraphs()):
+        for node in g.nodes:
+            if resolve_operator(g, registry, node) is None:
+                missing.setdefault((node.domain, node.op_type), []).append(node.name)
+    if missing:
+        raise UnsupportedOperatorError(missing)

@@ -15,6 +15,7 @@ PLAN_VERSION; load_plan refuses any other version with an error naming both.
 from onyxia.plan.model import (
     PLAN_FORMAT,
     PLAN_VERSION,
+    REUSABLE_KINDS,
     STATUS_TENSOR,
     BufferDecl,
     CompiledModel,
@@ -62,8 +63,9 @@ from onyxia.plan.steps import (
 
 __all__ = [
     "ADAPTER_KINDS", "ALWAYS", "CLAUSE_OPS", "FEATURES", "LIMITS", "NEVER", "PLAN_FORMAT", "PLAN_VERSION",
-    "STATUS_TENSOR", "AdapterFacts", "Alternative", "Binding", "BranchStep", "BufferDecl", "Clause", "CompiledModel",
-    "CopyBuffer", "Dispatch", "Expr", "Guard", "LoopStep", "PlannedOp", "ReadSymbol", "Scalar", "Select",
-    "ShaderParam", "ShaderSpec", "SliceCopy", "Step", "SymbolicBinding", "TensorInfo", "WriteBuffer", "adapter",
-    "at_least", "at_most", "guard_holds", "has_feature", "limit_at_least", "load_plan", "save_plan", "walk_steps",
+    "REUSABLE_KINDS", "STATUS_TENSOR", "AdapterFacts", "Alternative", "Binding", "BranchStep", "BufferDecl",
+    "Clause", "CompiledModel", "CopyBuffer", "Dispatch", "Expr", "Guard", "LoopStep", "PlannedOp", "ReadSymbol",
+    "Scalar", "Select", "ShaderParam", "ShaderSpec", "SliceCopy", "Step", "SymbolicBinding", "TensorInfo",
+    "WriteBuffer", "adapter", "at_least", "at_most", "guard_holds", "has_feature", "limit_at_least", "load_plan",
+    "save_plan", "walk_steps",
 ]

@@ -31,6 +31,7 @@ from typing import Mapping, Sequence
 
 from onyxia.ir.shapes import Dim, evaluate_dim, numel
 from onyxia.plan import (
+    REUSABLE_KINDS,
     STATUS_TENSOR,
     AdapterFacts,
     CompiledModel,
@@ -47,7 +48,6 @@ PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMul
                          "MatMulEpilogue", "GemmEpilogue", "MatMulNBitsShared"})  # the fused forms
 ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "SplitKvAttention"})
 GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND", "GatherBlockQuantized", "Slice", "Split"})
-ACTIVATION_KINDS = ("intermediate", "scratch")
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ def activation_memory(model: CompiledModel, dims: Mapping[str, int] | None = Non
     env = {**model.dims, **(dims or {})}
     tensors = model.tensors
     roots = {n: t for n, t in tensors.items()
-             if t.alias_of is None and t.kind in ACTIVATION_KINDS and t.data is None}
+             if t.alias_of is None and t.kind in REUSABLE_KINDS and t.data is None}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, op in enumerate(model.operations):

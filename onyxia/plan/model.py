@@ -118,6 +118,11 @@ class TensorInfo:
         return from_name(self.dtype).require_device(f"tensor '{self.name}'")
 
 
+# TensorInfo kinds whose buffers only the plan's steps see (activations): memory planning may
+# hand such a buffer to another tensor, the caller never holds it.
+REUSABLE_KINDS = ("intermediate", "scratch")
+
+
 @dataclass(frozen=True)
 class SymbolicBinding:
     """One place in the plan whose value is an expression over dynamic dimensions.

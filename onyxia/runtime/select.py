@@ -11,7 +11,7 @@ pipelines, made at load like every other's.
 
 from __future__ import annotations
 
-from onyxia.plan import AdapterFacts, Select
+from onyxia.plan import REUSABLE_KINDS, AdapterFacts, Select
 from onyxia.runtime.commands import Command, DispatchCommand, replays, value
 from onyxia.runtime.contract import Backend, Limits, Replay
 from onyxia.runtime.tuner import kernels_digest, shape_class
@@ -52,7 +52,7 @@ class SelectCommand(Command):
         self.timeable = not any(c.device_sync for alt in self.alternatives for c in walk_commands(alt))
         tensors = replay.model.tensors
         self.written = sorted({replay.root(t) for t, w in step.uses() if w
-                               and tensors[replay.root(t)].kind not in ("intermediate", "scratch")})
+                               and tensors[replay.root(t)].kind not in REUSABLE_KINDS})
 
     def refresh(self, replay: Replay) -> None:
         self.values = [int(value(v, replay.dims)) for v in self.step.values()]

@@ -1,4 +1,4 @@
-"""Plans in the memory-aware order (compiler/passes/ordering.py) compute what onnxruntime does,
+"""Plans in the memory-aware order (compiler/lowering/ordering.py) compute what onnxruntime does,
 also after a dimension change."""
 
 import numpy as np

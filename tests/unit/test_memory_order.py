@@ -1,4 +1,4 @@
-"""The memory-aware operation order (compiler/passes/ordering.py): never a higher peak of live
+"""The memory-aware operation order (compiler/lowering/ordering.py): never a higher peak of live
 activations than the plain topological order, lower where the model's order is wasteful, and
 deterministic. Results against onnxruntime: tests/gpu/test_memory_order.py."""
 

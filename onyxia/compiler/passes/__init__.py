@@ -1,4 +1,5 @@
-"""Built-in passes, one per file."""
+"""Built-in passes, one Pass class per file (planning, which lowers the graph to a plan rather
+than rewriting it, and its helpers are in compiler/lowering/)."""
 
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.div_mul import DivMulFusionPass

@@ -13,13 +13,14 @@ import onnx.shape_inference
 from onnx import numpy_helper
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
-from onyxia.compiler.passes.inference import check_supported, infer_node, resolve_operator
+from onyxia.compiler.passes.inference import infer_node
 from onyxia.errors import ShapeInferenceError, UnsupportedOperatorError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import OPSETS_META, IrGraph, Node, TensorDef, TensorKind
 from onyxia.ir.provenance import value_sources
 from onyxia.onnx import node_attributes
 from onyxia.operators.functions import Call, FunctionOp
+from onyxia.operators.registry import check_supported, resolve_operator
 
 
 class FunctionExpansionPass(Pass):
@@ -48,8 +49,7 @@ class FunctionExpansionPass(Pass):
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         # Subgraphs (If arms, Loop and Scan bodies) are inferred later, by their node's
-        # inference: their function ops are expanded then (passes/inference.py Subgraphs).
-        ctx.expand_subgraph = lambda sub: self.run(sub, ctx)
+        # inference: their function ops are expanded then (compiler/subgraphs.py runs this pass).
         order = graph.topological_order()
         targets = [nid for nid in order if self._is_function(graph, ctx, graph.node(nid))]
         if not targets:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
-from onyxia.compiler.passes.inference import fold_node, resolve_operator
+from onyxia.compiler.passes.inference import fold_node
 from onyxia.ir.graph import IrGraph
+from onyxia.operators.registry import resolve_operator
 
 # Folding a huge constant (say, a broadcast to 1 GB) would bloat the plan; let the GPU do it.
 FOLD_MAX_ELEMENTS = 1 << 24

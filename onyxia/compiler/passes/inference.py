@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
-from onyxia.errors import OnyxiaError, ShapeInferenceError, UnsupportedOperatorError
+from onyxia.errors import OnyxiaError, ShapeInferenceError
 from onyxia.ir.dim_env import DimEnv
-from onyxia.ir.dtypes import DType
-from onyxia.ir.graph import OPSETS_META, IrGraph, Node
-from onyxia.ir.shapes import Shape, SymDim
+from onyxia.ir.graph import IrGraph, Node
+from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator
-from onyxia.operators.registry import OperatorRegistry
+from onyxia.operators.registry import check_supported, resolve_operator
 
 # Small values are folded during inference (like ONNX data propagation) because later shapes
 # depend on them: Shape → Gather → Concat → Reshape. Big constants wait for ConstantFolding.
 PROPAGATE_MAX_ELEMENTS = 4096
-
-
-def resolve_operator(graph: IrGraph, registry: OperatorRegistry, node: Node) -> Operator | None:
-    # A domain the model does not import resolves to the newest version (None).
-    opset = node.meta.get(OPSETS_META, {}).get(node.domain, graph.opsets.get(node.domain))
-    return registry.get(node.op_type, node.domain, opset)
-
-
-def check_supported(graph: IrGraph, registry: OperatorRegistry) -> None:
-    """Raise one error listing every unsupported op and its nodes (in subgraphs too)."""
-    missing: dict[tuple[str, str], list[str]] = {}
-    for g in (graph, *graph.all_subgraphs()):
-        for node in g.nodes:
-            if resolve_operator(g, registry, node) is None:
-                missing.setdefault((node.domain, node.op_type), []).append(node.name)
-    if missing:
-        raise UnsupportedOperatorError(missing)
 
 
 def fold_node(graph: IrGraph, env: DimEnv, op: Operator, node: Node, max_elements: int | None) -> bool:
@@ -117,7 +97,7 @@ def infer_node(graph: IrGraph, compile_ctx: CompileContext, node: Node) -> None:
     """Record the dtype and shape of `node`'s outputs (its inputs' must be known); fold small values."""
     op = resolve_operator(graph, compile_ctx.registry, node)
     assert op is not None, "check_supported ran first"
-    ctx = InferenceCtx(graph, node, compile_ctx, Subgraphs(compile_ctx))
+    ctx = InferenceCtx(graph, node, compile_ctx, compile_ctx.subgraphs)
     try:
         results = op.infer(ctx)
     except OnyxiaError:
@@ -131,33 +111,3 @@ def infer_node(graph: IrGraph, compile_ctx: CompileContext, node: Node) -> None:
         t = graph.tensor(out)
         t.dtype, t.shape = dtype, tuple(shape)
     fold_node(graph, compile_ctx, op, node, PROPAGATE_MAX_ELEMENTS)
-
-
-class Subgraphs:
-    """Inference of the subgraphs an If, Loop or Scan owns (InferenceCtx.infer_subgraph): their
-    inputs take the types the op gives, their nodes are inferred and folded like the graph's."""
-
-    def __init__(self, compile_ctx: CompileContext):
-        self.compile_ctx = compile_ctx
-
-    def infer(self, graph: IrGraph, inputs: Sequence[tuple[DType, Shape]]) -> list[tuple[DType, Shape]]:
-        for tid, (dtype, shape) in zip(graph.inputs, inputs):
-            t = graph.tensors[tid]
-            if t.dtype is not None and dtype is not None and t.dtype != dtype:
-                raise ShapeInferenceError(f"subgraph '{graph.name}' input '{tid}' is declared {t.dtype}, "
-                                          f"the node gives it {dtype}")
-            t.dtype, t.shape = dtype, tuple(shape)
-        check_supported(graph, self.compile_ctx.registry)
-        # Ops that run as a body of other ops (DynamicQuantizeLinear in a merged decoder's If
-        # branch) are expanded as the main graph's are; a second inference finds none.
-        if self.compile_ctx.expand_subgraph is not None:
-            self.compile_ctx.expand_subgraph(graph)
-        for nid in graph.topological_order():
-            infer_node(graph, self.compile_ctx, graph.node(nid))
-        results = []
-        for tid in graph.outputs:
-            t = graph.tensor(tid)
-            if t.dtype is None or t.shape is None:
-                raise ShapeInferenceError(f"subgraph '{graph.name}' output '{tid}' has no type")
-            results.append((t.dtype, t.shape))
-        return results

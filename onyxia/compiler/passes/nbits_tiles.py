@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
-from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.errors import OnyxiaError
 from onyxia.ir.graph import IrGraph, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
@@ -35,6 +34,7 @@ from onyxia.operators.quantized import (
     tile_nbits,
     tiles_apply,
 )
+from onyxia.operators.registry import resolve_operator
 
 # (domain, op type) of the nodes whose B and scales may be stored in tiles.
 PRODUCTS = {(DOMAIN, "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
-from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.errors import OnyxiaError
 from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
@@ -26,6 +25,7 @@ from onyxia.operators.quantized import (
     RmsNormQ8,
     chunked_q8,
 )
+from onyxia.operators.registry import resolve_operator
 
 MS = "com.microsoft"
 

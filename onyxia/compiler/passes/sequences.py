@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
-from onyxia.compiler.passes.inference import check_supported, infer_node
+from onyxia.compiler.passes.inference import infer_node
 from onyxia.errors import ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
+from onyxia.operators.registry import check_supported
 from onyxia.operators.sequences import SEQUENCE_OPS
 
 # A Loop over sequences, or one whose body needs its iteration number as a value, is unrolled;

@@ -1,8 +1,8 @@
-"""Memory-aware operation order: the planning pass that runs right before memory planning.
+"""Memory-aware operation order: the planning step that runs right before memory planning.
 
 Operations come out of planning in the graph's topological order (ties by model order). Any
 order that keeps every operation after the ones whose buffers it depends on computes the same
-results, and the order decides how many activation bytes are alive at once. This pass:
+results, and the order decides how many activation bytes are alive at once. This step:
 
 1. builds the dependencies from the steps' buffer uses, by root buffer (aliases resolved): a
    read follows the last write, a write follows the last write and every read since (so a buffer
@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from onyxia.ir.shapes import evaluate_dim
-from onyxia.plan import STATUS_TENSOR, CopyBuffer, Dispatch, PlannedOp, Select, TensorInfo, walk_steps
+from onyxia.plan import REUSABLE_KINDS, STATUS_TENSOR, CopyBuffer, Dispatch, PlannedOp, Select, TensorInfo, walk_steps
 
-REUSABLE_KINDS = ("intermediate", "scratch")
 DEVICE_STEPS = (Dispatch, CopyBuffer, Select)  # a Select's alternatives are device steps too
 
 

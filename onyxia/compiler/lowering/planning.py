@@ -1,17 +1,17 @@
 """Planning: the lowering from the optimized graph to a CompiledModel (CompilerPipeline.compile
-runs it after every pass)."""
+runs it after every pass). Not a Pass: a pass rewrites the graph in place, this returns the plan."""
 
 from __future__ import annotations
 
 from onyxia.compiler.context import CompileContext
-from onyxia.compiler.passes.inference import resolve_operator
-from onyxia.compiler.passes.inplace import drop_unused_shaders, write_in_place
-from onyxia.compiler.passes.memory import plan_memory
-from onyxia.compiler.passes.ordering import order_for_memory
+from onyxia.compiler.lowering.inplace import drop_unused_shaders, write_in_place
+from onyxia.compiler.lowering.memory import plan_memory
+from onyxia.compiler.lowering.ordering import order_for_memory
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.graph import IrGraph, TensorKind
 from onyxia.ir.shapes import SymDim
 from onyxia.operators.base import PlanCtx, PlanState, symbolic_write
+from onyxia.operators.registry import resolve_operator
 from onyxia.plan import (
     STATUS_TENSOR,
     CompiledModel,
@@ -29,13 +29,12 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
     2. Calls `plan` of each remaining node in topological order, collecting its steps.
     3. Materializes the values the steps read: numeric ones as weight data, symbolic ones
        (shape tensors over dynamic dims) as WriteBuffer steps patched on dimension changes.
-    4. Orders the operations to lower the peak of live activations (passes/ordering.py), lets
-       elementwise maps write into a dying input's buffer (passes/inplace.py) and
-       intermediates with disjoint lifetimes share buffers (passes/memory.py).
+    4. Orders the operations to lower the peak of live activations (lowering/ordering.py), lets
+       elementwise maps write into a dying input's buffer (lowering/inplace.py) and
+       intermediates with disjoint lifetimes share buffers (lowering/memory.py).
     5. Records a SymbolicBinding for every expression over dynamic dimensions.
     """
-    state = PlanState(graph, ctx)
-    state.subgraph_planner = lambda sub: _plan_subgraph(sub, ctx, state)
+    state = PlanState(graph, ctx, subgraphs=ctx.subgraphs)  # If arms, loop bodies: plan_subgraph below
     operations, planned_nodes, folded = _plan_nodes(graph, ctx, state)
     folded += ctx.folded_nodes
 
@@ -109,7 +108,7 @@ def _plan_nodes(graph: IrGraph, ctx: CompileContext, state: PlanState) -> tuple[
     return operations, planned_nodes, folded
 
 
-def _plan_subgraph(graph: IrGraph, ctx: CompileContext, state: PlanState) -> list[Step]:
+def plan_subgraph(graph: IrGraph, ctx: CompileContext, state: PlanState) -> list[Step]:
     """The steps of a subgraph (an If branch, a loop body), for the op that owns it; its tensors
     join the plan's tensor table."""
     for sub in (graph, *graph.all_subgraphs()):

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from onyxia.plan import PlannedOp, TensorInfo
-
-# Kinds whose buffers the executor may hand to another tensor: the caller never sees them.
-REUSABLE_KINDS = ("intermediate", "scratch")
+from onyxia.plan import REUSABLE_KINDS, PlannedOp, TensorInfo
 
 
 def plan_memory(operations: list[PlannedOp], tensors: dict[str, TensorInfo]) -> tuple[dict[str, TensorInfo], dict]:

@@ -1,4 +1,4 @@
-"""In-place elementwise writes: the planning pass between operation ordering and memory planning.
+"""In-place elementwise writes: the planning step between operation ordering and memory planning.
 
 An elementwise map (shaders/elementwise/map.wgsl, the families and fused chains) whose input 0
 dies there — same dtype and shape as the output, an intermediate nothing reads afterwards —
@@ -20,10 +20,9 @@ import collections
 from dataclasses import replace
 from typing import Callable
 
-from onyxia.plan import Dispatch, PlannedOp, Select, ShaderSpec, Step, TensorInfo, walk_steps
+from onyxia.plan import REUSABLE_KINDS, Dispatch, PlannedOp, Select, ShaderSpec, Step, TensorInfo, walk_steps
 
 MAP_TEMPLATE = "elementwise/map.wgsl"
-REUSABLE_KINDS = ("intermediate", "scratch")
 
 
 def _last_uses(ops: list[PlannedOp], root: Callable[[str], str]) -> dict[str, int]:
