@@ -57,7 +57,7 @@ STATUS_TENSOR = "onyxia/status"
 
 # A symbol the runtime sets from the adapter when it loads a plan: 1 on a CPU-type adapter
 # (lavapipe, SwiftShader), 0 on a GPU. Kernel families plan a variant per kind of adapter and
-# scale their grids by it (operators/gemv.py), so a plan stays adapter-neutral and the adapter
+# scale their grids by it (operators/matmul/gemv.py), so a plan stays adapter-neutral and the adapter
 # at hand runs its own variant; nothing recompiles. update_dimensions may set it (tests run
 # every variant that way).
 ADAPTER_CPU = "onyxia_adapter_cpu"

@@ -22,7 +22,7 @@ from onyxia.ir.graph import IrGraph, TensorId, TensorKind
 from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import is_zero
-from onyxia.operators.indexing import plan_strided_copy
+from onyxia.operators.indexing.indexing import plan_strided_copy
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import Step
 

@@ -1,51 +1,46 @@
 """Built-in operators and the registry that collects them.
 
-Each category module (elementwise, shape, indexing, ...) exposes `operators()`, a list of
-(operator, since_version) pairs; `core_operator_registry` registers them all.
+Operators live in one subpackage per family, named as the family's folder of shaders/
+(operators/matmul/ plans shaders/matmul/). Each category module in them (matmul/matmul.py,
+matmul/gemv.py, ...) that registers ops exposes `operators()`, a list of (operator, since_version)
+pairs; `core_operator_registry` registers those of CATEGORY_MODULES.
 """
 
-from onyxia.operators import (
-    attention,
-    control,
-    conv,
-    conversion,
-    datadep,
-    decomposed,
-    deform,
-    elementwise,
-    functions,
-    fused,
-    generators,
-    image,
-    indexing,
-    layout,
-    linalg,
-    matmul,
-    normalization,
-    onnx_attention,
-    pooling,
-    qlinear,
-    quantize_linear,
-    quantized,
-    recurrent,
-    reduction,
-    resize,
-    roi,
-    scatter,
-    selection,
-    sequences,
-    shape,
-    spectral,
-    unique_nms,
-)
+# One subpackage per family, named as its shaders/ folder; a module named as its family is imported
+# under an alias, so that `onyxia.operators.<family>` stays the subpackage.
+from onyxia.operators import decomposed, functions
+from onyxia.operators.attention import gqa, onnx_attention
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.control import control as control_ops
+from onyxia.operators.conv import conv as conv_ops
+from onyxia.operators.conv import deform
+from onyxia.operators.elementwise import conversion, fused
+from onyxia.operators.elementwise import elementwise as elementwise_ops
+from onyxia.operators.generators import generators as generator_ops
+from onyxia.operators.image import image as image_ops
+from onyxia.operators.image import resize, roi
+from onyxia.operators.indexing import indexing as indexing_ops
+from onyxia.operators.indexing import layout, scatter
+from onyxia.operators.linalg import linalg as linalg_ops
+from onyxia.operators.matmul import matmul as matmul_ops
+from onyxia.operators.normalization import normalization as normalization_ops
+from onyxia.operators.pooling import pooling as pooling_ops
+from onyxia.operators.quantized import qlinear, quantize_linear
+from onyxia.operators.quantized import quantized as quantized_ops
+from onyxia.operators.reduction import reduction as reduction_ops
 from onyxia.operators.registry import OperatorRegistry
+from onyxia.operators.rnn import recurrent
+from onyxia.operators.selection import datadep, unique_nms
+from onyxia.operators.selection import selection as selection_ops
+from onyxia.operators.sequences import sequences as sequence_ops
+from onyxia.operators.shape import shape as shape_ops
+from onyxia.operators.spectral import spectral as spectral_ops
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
-CATEGORY_MODULES = (elementwise, conversion, shape, layout, indexing, scatter, matmul, reduction, normalization,
-                    attention, onnx_attention, quantized, conv, pooling, resize, image, selection, linalg, fused,
-                    functions, generators, qlinear, decomposed, datadep, unique_nms, control, recurrent, sequences,
-                    quantize_linear, spectral, roi, deform)
+CATEGORY_MODULES = (elementwise_ops, conversion, shape_ops, layout, indexing_ops, scatter, matmul_ops, reduction_ops,
+                    normalization_ops, gqa, onnx_attention, quantized_ops, conv_ops, pooling_ops, resize, image_ops,
+                    selection_ops, linalg_ops, fused, functions, generator_ops, qlinear, decomposed, datadep,
+                    unique_nms, control_ops, recurrent, sequence_ops, quantize_linear, spectral_ops, roi, deform)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -8,13 +8,13 @@ onnx builds for it, before shape inference; every op of the body then plans as u
 
 That body comes from onnx itself (`onnx.inliner` with the op's schema), never from onyxia. An op
 joins EXPANDED when every op its body uses is supported (LinearAttention's needs Scan, a
-host LoopStep: operators/control.py). Such a FunctionOp is registered from the first opset version
+host LoopStep: operators/control/control.py). Such a FunctionOp is registered from the first opset version
 whose schema has a body.
 
 Ops the spec does not define as functions can still be exact compositions of supported ops
 (the quantized ops: integer products, then a requantization): a FunctionOp built with a
 `decompose` function gives that body itself, as ONNX nodes written against a fixed opset
-(operators/qlinear.py). The same pass splices them in, so constants fold through the body.
+(operators/quantized/qlinear.py). The same pass splices them in, so constants fold through the body.
 """
 
 from __future__ import annotations

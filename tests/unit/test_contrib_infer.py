@@ -12,7 +12,7 @@ from onyxia.errors import OnyxiaError, ShapeInferenceError
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.shapes import SymDim, dim_symbols, evaluate_dim
 from onyxia.operators import core_operator_registry
-from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR
 from onyxia.operators.common import select_small
 from onyxia.plan import ADAPTER_CPU, CopyBuffer, Dispatch
 from tests.helpers import make_model

@@ -18,7 +18,7 @@ from onyxia.compiler.passes.inference import resolve_operator
 from onyxia.ir.dtypes import from_numpy
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.indexing import CLAMP_INDICES_ATTR
+from onyxia.operators.indexing.indexing import CLAMP_INDICES_ATTR
 
 MAX_BINDING_BYTES = 128 << 20  # WebGPU's guaranteed maxStorageBufferBindingSize
 COLUMN_ALIGN = 64  # MatMul pieces in whole gemv column groups / tile widths when they can be
