@@ -8,25 +8,27 @@ pairs; `core_operator_registry` registers those of CATEGORY_MODULES.
 
 # One subpackage per family, named as its shaders/ folder; a module named as its family is imported
 # under an alias, so that `onyxia.operators.<family>` stays the subpackage.
-from onyxia.operators import decomposed, functions
 from onyxia.operators.attention import gqa, onnx_attention
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.control import control as control_ops
+from onyxia.operators.conv import col2im, deform
 from onyxia.operators.conv import conv as conv_ops
-from onyxia.operators.conv import deform
 from onyxia.operators.elementwise import conversion, fused
 from onyxia.operators.elementwise import elementwise as elementwise_ops
 from onyxia.operators.generators import generators as generator_ops
+from onyxia.operators.generators import multinomial
 from onyxia.operators.image import image as image_ops
 from onyxia.operators.image import resize, roi
 from onyxia.operators.indexing import indexing as indexing_ops
 from onyxia.operators.indexing import layout, scatter
 from onyxia.operators.linalg import linalg as linalg_ops
 from onyxia.operators.matmul import matmul as matmul_ops
+from onyxia.operators.normalization import lrn
 from onyxia.operators.normalization import normalization as normalization_ops
 from onyxia.operators.pooling import pooling as pooling_ops
-from onyxia.operators.quantized import qlinear, quantize_linear
+from onyxia.operators.quantized import matmul_bnb4, qlinear, quantize_linear
 from onyxia.operators.quantized import quantized as quantized_ops
+from onyxia.operators.reduction import losses
 from onyxia.operators.reduction import reduction as reduction_ops
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.operators.rnn import recurrent
@@ -35,12 +37,14 @@ from onyxia.operators.selection import selection as selection_ops
 from onyxia.operators.sequences import sequences as sequence_ops
 from onyxia.operators.shape import shape as shape_ops
 from onyxia.operators.spectral import spectral as spectral_ops
+from onyxia.operators.spectral import windows
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
 CATEGORY_MODULES = (elementwise_ops, conversion, shape_ops, layout, indexing_ops, scatter, matmul_ops, reduction_ops,
                     normalization_ops, gqa, onnx_attention, quantized_ops, conv_ops, pooling_ops, resize, image_ops,
-                    selection_ops, linalg_ops, fused, functions, generator_ops, qlinear, decomposed, datadep,
-                    unique_nms, control_ops, recurrent, sequence_ops, quantize_linear, spectral_ops, roi, deform)
+                    selection_ops, linalg_ops, fused, losses, windows, generator_ops, qlinear, lrn, col2im,
+                    multinomial, matmul_bnb4, datadep, unique_nms, control_ops, recurrent, sequence_ops,
+                    quantize_linear, spectral_ops, roi, deform)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -1,4 +1,6 @@
-"""ONNX Attention (opsets 23-25): scaled dot-product attention in one fused kernel."""
+"""ONNX Attention (opsets 23-25): scaled dot-product attention in one fused kernel; the other
+ai.onnx attention ops (RotaryEmbedding, FlexAttention, LinearAttention) run as their function
+bodies."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from onyxia.operators.attention.gqa import require_float
 from onyxia.operators.attention.split_kv import combine_splits, split_keys
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import prefer_literal
+from onyxia.operators.functions import expanded
 from onyxia.plan import Step
 
 _QK_MODES = (0, 1, 2, 3)  # raw, after softcap, after bias, after softmax
@@ -239,4 +242,8 @@ class Attention(Operator):
 
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(Attention(), 23)]
+    return [(Attention(), 23),
+            # ops that run as their ONNX function bodies (operators/functions.py)
+            expanded("RotaryEmbedding"),  # com.microsoft's RotaryEmbedding has its kernel: gqa.py
+            expanded("FlexAttention", "ai.onnx.preview"),  # score_mod / prob_mod subgraphs are inlined too
+            expanded("LinearAttention")]  # its body scans the sequence (Scan)

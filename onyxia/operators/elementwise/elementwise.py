@@ -33,6 +33,7 @@ from onyxia.ir.shapes import Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.elementwise.folds import div, erf, gelu, isinf, power, shift, symbolic_compare
 from onyxia.operators.elementwise.map_kernel import Operand, map_dispatch, operand
+from onyxia.operators.functions import expanded
 from onyxia.plan import Step
 
 FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
@@ -481,4 +482,4 @@ def operators() -> list[tuple[Operator, int]]:
     ops += [(BinaryElementwise(name, row), row.since) for name, row in {**BINARY_OPS, **COMPARISON_OPS}.items()]
     ops += [(UnaryElementwise(name, row), row.since) for name, row in UNARY_OPS.items()]
     ops += [(VariadicElementwise(name, row), 1) for name, row in VARIADIC_OPS.items()]
-    return ops + [(Where(), 9), (Clip(), 1)]
+    return ops + [(Where(), 9), (Clip(), 1), expanded("SwiGLU")]  # SwiGLU: its ONNX function body

@@ -9,6 +9,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import broadcast_strides, contiguous_strides, is_zero, prefer_literal
+from onyxia.operators.functions import expanded
 from onyxia.operators.indexing.indexing import coords_code, dispatch_gather, plan_strided_copy
 from onyxia.operators.shape.shape import MAX_PARTS, is_used
 from onyxia.plan import Step
@@ -390,4 +391,5 @@ class ReverseSequence(Operator):
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
     return [(Transpose(), 1), (Expand(), 8), (Tile(), 6), (Concat(), 1), (Split(), 1), (Pad(), 1),
-            (ReverseSequence(), 10)]
+            (ReverseSequence(), 10),
+            expanded("CenterCropPad")]  # its ONNX function body: Slice and Pad
