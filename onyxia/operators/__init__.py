@@ -8,7 +8,7 @@ pairs; `core_operator_registry` registers those of CATEGORY_MODULES.
 
 # One subpackage per family, named as its shaders/ folder; a module named as its family is imported
 # under an alias, so that `onyxia.operators.<family>` stays the subpackage.
-from onyxia.operators.attention import gqa, onnx_attention
+from onyxia.operators.attention import gqa, onnx_attention, rotary
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.control import control as control_ops
 from onyxia.operators.conv import col2im, deform
@@ -40,11 +40,24 @@ from onyxia.operators.spectral import spectral as spectral_ops
 from onyxia.operators.spectral import windows
 
 # Registration order is kept: a later module's (domain, op_type, version) entry would win.
-CATEGORY_MODULES = (elementwise_ops, conversion, shape_ops, layout, indexing_ops, scatter, matmul_ops, reduction_ops,
-                    normalization_ops, gqa, onnx_attention, quantized_ops, conv_ops, pooling_ops, resize, image_ops,
-                    selection_ops, linalg_ops, fused, losses, windows, generator_ops, qlinear, lrn, col2im,
-                    multinomial, matmul_bnb4, datadep, unique_nms, control_ops, recurrent, sequence_ops,
-                    quantize_linear, spectral_ops, roi, deform)
+CATEGORY_MODULES = (
+    elementwise_ops, conversion, fused,  # elementwise/
+    shape_ops, sequence_ops, control_ops,  # shape/, sequences/, control/
+    layout, indexing_ops, scatter,  # indexing/
+    matmul_ops,  # matmul/
+    reduction_ops, losses,  # reduction/
+    normalization_ops, lrn,  # normalization/
+    gqa, rotary, onnx_attention,  # attention/
+    quantized_ops, qlinear, quantize_linear, matmul_bnb4,  # quantized/
+    conv_ops, deform, col2im,  # conv/
+    pooling_ops,  # pooling/
+    resize, image_ops, roi,  # image/
+    selection_ops, datadep, unique_nms,  # selection/
+    linalg_ops,  # linalg/
+    generator_ops, multinomial,  # generators/
+    recurrent,  # rnn/
+    spectral_ops, windows,  # spectral/
+)
 
 
 def core_operator_registry() -> OperatorRegistry:

@@ -1,6 +1,5 @@
-"""ONNX Attention (opsets 23-25): scaled dot-product attention in one fused kernel; the other
-ai.onnx attention ops (RotaryEmbedding, FlexAttention, LinearAttention) run as their function
-bodies."""
+"""ONNX Attention (opsets 23-25): scaled dot-product attention in one fused kernel; FlexAttention
+and LinearAttention run as their function bodies (RotaryEmbedding: rotary.py)."""
 
 from __future__ import annotations
 
@@ -244,6 +243,5 @@ def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
     return [(Attention(), 23),
             # ops that run as their ONNX function bodies (operators/functions.py)
-            expanded("RotaryEmbedding"),  # com.microsoft's RotaryEmbedding has its kernel: gqa.py
             expanded("FlexAttention", "ai.onnx.preview"),  # score_mod / prob_mod subgraphs are inlined too
             expanded("LinearAttention")]  # its body scans the sequence (Scan)
