@@ -235,105 +235,47 @@ class GroupQueryAttention(Operator):
         c = self.spec(ctx)
         if len(ctx.node.outputs) < 3:
             raise ctx.fail("needs the present_key and present_value outputs")
-        heads, kv_heads, d = c.heads, c.kv_heads, c.head_size
-        batch, seq, present = c.batch, c.seq, c.present
-        steps: list[Step] = []
-        kv_src = [ctx.input(0)] * 2 if c.packed else [ctx.input(1), ctx.input(2)]
-        row = (heads + 2 * kv_heads) * d if c.packed else kv_heads * d
-        k_off = heads * d if c.packed else 0
-        v_off = (heads + kv_heads) * d if c.packed else 0
-        rotary_reads = {"cos_cache": ctx.input(7), "sin_cache": ctx.input(8)} if c.rotary else {}
-        maxpos = ctx.input_shape(7)[0] if c.rotary else 1
-        flags = {"ROTARY": True} if c.rotary else {}
-        if c.rotary and ctx.attr("rotary_interleaved", 0):
-            flags["INTERLEAVED"] = True
-        common = {"S": seq, "T": present, "KVH": kv_heads, "D": d, "HALF": c.half, "MAXPOS": maxpos}
+        cache = kv_cache(c)
+        rotary = _rotary_inputs(ctx, c)
+        # 1. new K/V into the cache (and whatever copies the layout needs first)
+        rows = cache.new_rows(ctx, c)
+        steps = rows.steps + _kv_step(ctx, c, rows, rotary)
+        # 2. fused attention over the cache
+        steps += self._attention_steps(ctx, c, cache, rows, rotary)
+        # 3. the layout's last step, if any
+        return steps + cache.finish(ctx, c, rows)
 
-        # 1. new K/V into present
-        present_k, present_v = ctx.output(1), ctx.output(2)
-        reads: dict[str, str | Buf] = {"key_in": kv_src[0], "value_in": kv_src[1], "seqlens": ctx.input(5),
-                                       "total_len": ctx.input(6), **rotary_reads}
-        kv_defs: dict[str, object] = dict(flags)
-        if c.qk_norm:
-            kv_defs["QK_NORM"] = True
-            reads["k_norm"] = ctx.input(15)
-            if c.dtype.name == "float16":
-                kv_defs["ROUND_F16"] = True
-        if c.windowed:
-            # The step's rows go to a scratch first: present can hold fewer rows than the step reads.
-            count = batch * kv_heads * seq * d
-            cache_dtype = ctx.output_dtype(1).name  # the window kernel copies their bits into present
-            present_k = ctx.scratch(count, cache_dtype, hint="new_k")
-            present_v = ctx.scratch(count, cache_dtype, hint="new_v")
-            kv_defs["WINDOWED"] = True
-        elif c.share:
-            count = batch * kv_heads * seq * d
-            if _exclusive_input(ctx, 3) and _exclusive_input(ctx, 4):
-                ctx.alias_output(1, 3)
-                ctx.alias_output(2, 4)
-            else:
-                count = numel(ctx.output_shape(1))
-                steps += copy_elements(ctx, ctx.input(3), present_k, count) + copy_elements(ctx, ctx.input(4),
-                                                                                            present_v, count)
-        else:
-            count = batch * kv_heads * present * d
-            kv_defs["FULL"] = True
-            if c.has_past:
-                kv_defs["HAS_PAST"] = True
-                reads |= {"past_k": ctx.input(3), "past_v": ctx.input(4)}
-        if not (isinstance(count, int) and count == 0):
-            steps.append(ctx.dispatch(
-                "attention/gqa_kv.wgsl", label="gqa_kv", defs=kv_defs, reads=reads,
-                writes={"present_k": present_k, "present_v": present_v}, workgroups=ctx.grid(count),
-                params={**common, "N": count, "PAST": c.past, "ROW": row, "K_OFF": k_off, "V_OFF": v_off,
-                        "EPS": c.k_eps}))
-
-        # 2. fused attention over present
-        att_defs: dict[str, object] = dict(flags)
-        norm_reads = {"q_norm": ctx.input(14)} if c.qk_norm else {}
-        if c.qk_norm:
-            att_defs["QK_NORM"] = True
-        # K and V are read as vec4s (head sizes are multiples of 8)
-        kv_reads = {"present_k": Buf(present_k, vector=True), "present_v": Buf(present_v, vector=True)}
-        if c.windowed:
-            att_defs["WINDOWED"] = True
-            kv_reads = {"past_k": Buf(ctx.input(3), vector=True), "past_v": Buf(ctx.input(4), vector=True),
-                        "new_k": Buf(present_k, vector=True), "new_v": Buf(present_v, vector=True)}
-        att_defs["DIM"] = d
-        if c.dtype.name == "float16" and (c.rotary or c.qk_norm):
-            att_defs["ROUND_F16"] = True  # onnxruntime's float16 steps (attention::rope f16_step)
-        if c.causal:
-            att_defs["CAUSAL"] = True
-        if c.window >= 0:
-            att_defs["WINDOW"] = True
+    def _attention_steps(self, ctx: PlanCtx, c: GqaSpec, cache: KvCache, rows: NewRows,
+                         rotary: RotaryInputs) -> list[Step]:
+        """Step 2 on both kernels: the row-per-workgroup kernel on a GPU-type adapter, on a
+        CPU-type one the tiled kernel (heads up to 128) or the row kernel with 8 threads."""
+        heads, kv_heads, d, batch, seq = c.heads, c.kv_heads, c.head_size, c.batch, c.seq
+        att_defs = _attention_defs(ctx, c, cache, rotary)
         softcap = float(ctx.attr("softcap", 0.0))
-        if softcap > 0:
-            att_defs["SOFTCAP"] = True
         scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(d)
-        att_params = {**common, "H": heads, "D4": d // 4,
+        att_params = {**rotary.params(c), "H": heads, "D4": d // 4,
                       "Q_ROW": (heads + 2 * kv_heads) * d if c.packed else heads * d,
                       "SCALE": scale, "CAP": softcap if softcap > 0 else 1.0,
                       "WINDOW_SIZE": max(c.window, 0), "EPS": c.q_eps, "C": c.past}
-        # A row visits at most the present's T keys, or the window's (windowed: the only bound)
-        max_keys: Dim = present
-        if c.window >= 0 and (c.windowed or not isinstance(present, int) or c.window < present):
-            max_keys = c.window
+        max_keys = cache.max_keys(c)
         # Threads per workgroup -> vec4 value columns per thread; 64 threads on a GPU, 8 (no
         # coroutine switches at the barriers, see attention::reduce) on a CPU-type adapter.
         lanes = {wg: max(1, math.ceil(d / 4 / wg)) for wg in (ATTENTION_WG, CPU_ATTENTION_WG)}
         split = split_keys(ctx, max_keys, batch * heads * seq, d, d // 4, lanes)
-        reads = {"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary_reads,
-                 **norm_reads, **kv_reads}
+        norm_reads = {"q_norm": ctx.input(14)} if c.qk_norm else {}
+        reads = {"query": ctx.input(0), "seqlens": ctx.input(5), "total_len": ctx.input(6), **rotary.reads,
+                 **norm_reads, **cache.attention_reads(ctx, rows)}
         cpu = ctx.adapter_cpu()
         # A CPU-type adapter runs the tiled kernel (heads up to 128), a GPU-type one the
         # row-per-workgroup kernel: `tiled` is 1 where the tiled kernel runs, else 0.
         tiled = cpu if self.flash and math.ceil(d / 32) <= FLASH_MAX_SLICES else 0
-        for wg, rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * (cpu - tiled))):
+        steps: list[Step] = []
+        for wg, grid_rows in ((ATTENTION_WG, seq * (1 - cpu)), (CPU_ATTENTION_WG, seq * (cpu - tiled))):
             steps.append(ctx.dispatch(
                 "attention/gqa_attention.wgsl", label="gqa_attention",
                 defs={**att_defs, **(split.defs() if split else {}), "ATT_WG": wg, "DPT": lanes[wg]}, reads=reads,
                 writes={"output": ctx.output(0), **({"partial": split.partial} if split else {})},
-                workgroups=(heads, rows, batch * (split.splits if split else 1)),
+                workgroups=(heads, grid_rows, batch * (split.splits if split else 1)),
                 params={**att_params, **(split.params() if split else {})}))
         if split is not None:
             steps += combine_splits(ctx, split, ctx.output(0), batch, heads, seq, (seq * heads * d, d, heads * d),
@@ -341,18 +283,176 @@ class GroupQueryAttention(Operator):
         if not (isinstance(tiled, int) and tiled == 0):
             steps += _tiled_attention(ctx, att_defs, att_params, reads, max_keys, (batch, heads, kv_heads, seq, d),
                                       tiled)
-        if c.windowed:
-            # 3. the window: present from past and the step's rows (see shaders/attention/window.wgsl)
-            count = batch * kv_heads * c.past * d
-            steps.append(ctx.dispatch(
-                "attention/gqa_window.wgsl", label="gqa_window",
-                reads={"new_k": Buf(present_k, raw=True), "new_v": Buf(present_v, raw=True), "seqlens": ctx.input(5),
-                       "total_len": ctx.input(6), "past_k": Buf(ctx.input(3), raw=True),
-                       "past_v": Buf(ctx.input(4), raw=True)},
-                writes={"present_k": Buf(ctx.output(1), raw=True), "present_v": Buf(ctx.output(2), raw=True)},
-                workgroups=ctx.grid(count),
-                params={"N": count, "S": seq, "C": c.past, "KVH": kv_heads, "D": d, "WINDOW_SIZE": c.window}))
         return steps
+
+
+@dataclass(frozen=True)
+class RotaryInputs:
+    """What steps 1 and 2 share: the rotary caches (when do_rotary) and the dims both kernels take."""
+
+    reads: dict[str, str]  # cos_cache, sin_cache
+    flags: dict[str, object]  # ROTARY, INTERLEAVED
+    maxpos: Dim  # the caches' positions (1 without rotary)
+
+    def params(self, c: GqaSpec) -> dict[str, object]:
+        return {"S": c.seq, "T": c.present, "KVH": c.kv_heads, "D": c.head_size, "HALF": c.half,
+                "MAXPOS": self.maxpos}
+
+
+def _rotary_inputs(ctx: PlanCtx, c: GqaSpec) -> RotaryInputs:
+    if not c.rotary:
+        return RotaryInputs({}, {}, 1)
+    flags: dict[str, object] = {"ROTARY": True}
+    if ctx.attr("rotary_interleaved", 0):
+        flags["INTERLEAVED"] = True
+    return RotaryInputs({"cos_cache": ctx.input(7), "sin_cache": ctx.input(8)}, flags, ctx.input_shape(7)[0])
+
+
+def _kv_step(ctx: PlanCtx, c: GqaSpec, rows: NewRows, rotary: RotaryInputs) -> list[Step]:
+    """Step 1, shaders/attention/gqa_kv.wgsl: the step's K/V rows (rotated, normalized) into
+    the buffers the cache layout chose; none when it writes nothing."""
+    if isinstance(rows.count, int) and rows.count == 0:
+        return []
+    d, kv_heads = c.head_size, c.kv_heads
+    kv_src = [ctx.input(0)] * 2 if c.packed else [ctx.input(1), ctx.input(2)]
+    reads: dict[str, str | Buf] = {"key_in": kv_src[0], "value_in": kv_src[1], "seqlens": ctx.input(5),
+                                   "total_len": ctx.input(6), **rotary.reads}
+    defs: dict[str, object] = dict(rotary.flags)
+    if c.qk_norm:
+        defs["QK_NORM"] = True
+        reads["k_norm"] = ctx.input(15)
+        if c.dtype.name == "float16":
+            defs["ROUND_F16"] = True
+    return [ctx.dispatch(
+        "attention/gqa_kv.wgsl", label="gqa_kv", defs={**defs, **rows.defs}, reads={**reads, **rows.reads},
+        writes={"present_k": rows.keys, "present_v": rows.values}, workgroups=ctx.grid(rows.count),
+        params={**rotary.params(c), "N": rows.count, "PAST": c.past,
+                "ROW": (c.heads + 2 * kv_heads) * d if c.packed else kv_heads * d,
+                "K_OFF": c.heads * d if c.packed else 0, "V_OFF": (c.heads + kv_heads) * d if c.packed else 0,
+                "EPS": c.k_eps})]
+
+
+def _attention_defs(ctx: PlanCtx, c: GqaSpec, cache: KvCache, rotary: RotaryInputs) -> dict[str, object]:
+    defs: dict[str, object] = dict(rotary.flags)
+    if c.qk_norm:
+        defs["QK_NORM"] = True
+    defs |= cache.attention_defs
+    defs["DIM"] = c.head_size
+    if c.dtype.name == "float16" and (c.rotary or c.qk_norm):
+        defs["ROUND_F16"] = True  # onnxruntime's float16 steps (attention::rope f16_step)
+    if c.causal:
+        defs["CAUSAL"] = True
+    if c.window >= 0:
+        defs["WINDOW"] = True
+    if float(ctx.attr("softcap", 0.0)) > 0:
+        defs["SOFTCAP"] = True
+    return defs
+
+
+# ---- KV cache layouts (the module docstring describes them) ---------------------------------
+
+@dataclass(frozen=True)
+class NewRows:
+    """Where step 1 writes the step's K/V rows, and what its kernel needs for that layout."""
+
+    keys: str
+    values: str
+    count: Dim  # elements the gqa_kv kernel writes
+    defs: dict[str, object]
+    reads: dict[str, str | Buf]
+    steps: list[Step]  # copies that go before it
+
+
+class KvCache:
+    """A GroupQueryAttention KV cache layout: where step 1 writes (`new_rows`), what step 2
+    reads (`attention_defs`, `attention_reads`, `max_keys`) and a step 3 (`finish`)."""
+
+    attention_defs: dict[str, object] = {}
+
+    def new_rows(self, ctx: PlanCtx, c: GqaSpec) -> NewRows:
+        raise NotImplementedError
+
+    def attention_reads(self, ctx: PlanCtx, rows: NewRows) -> dict[str, str | Buf]:
+        # K and V are read as vec4s (head sizes are multiples of 8)
+        return {"present_k": Buf(rows.keys, vector=True), "present_v": Buf(rows.values, vector=True)}
+
+    def max_keys(self, c: GqaSpec) -> Dim:
+        """The most keys a query row visits: the present's T, or the window's when smaller."""
+        if c.window >= 0 and (not isinstance(c.present, int) or c.window < c.present):
+            return c.window
+        return c.present
+
+    def finish(self, ctx: PlanCtx, c: GqaSpec, rows: NewRows) -> list[Step]:
+        return []
+
+
+class GrowingCache(KvCache):
+    """present = past + the new rows: the kernel writes all of present's rows."""
+
+    def new_rows(self, ctx: PlanCtx, c: GqaSpec) -> NewRows:
+        defs: dict[str, object] = {"FULL": True}
+        reads: dict[str, str | Buf] = {}
+        if c.has_past:
+            defs["HAS_PAST"] = True
+            reads = {"past_k": ctx.input(3), "past_v": ctx.input(4)}
+        return NewRows(ctx.output(1), ctx.output(2), c.batch * c.kv_heads * c.present * c.head_size, defs, reads,
+                       [])
+
+
+class SharedCache(KvCache):
+    """past and present are one buffer of capacity rows: only the new rows are written, into
+    past's own buffer when nothing else reads it, else into a copy of it."""
+
+    def new_rows(self, ctx: PlanCtx, c: GqaSpec) -> NewRows:
+        keys, values = ctx.output(1), ctx.output(2)
+        count: Dim = c.batch * c.kv_heads * c.seq * c.head_size
+        steps: list[Step] = []
+        if _exclusive_input(ctx, 3) and _exclusive_input(ctx, 4):
+            ctx.alias_output(1, 3)
+            ctx.alias_output(2, 4)
+        else:
+            count = numel(ctx.output_shape(1))
+            steps = copy_elements(ctx, ctx.input(3), keys, count) + copy_elements(ctx, ctx.input(4), values, count)
+        return NewRows(keys, values, count, {}, {}, steps)
+
+
+class WindowCache(KvCache):
+    """sliding_window_cache = 1: the step's rows go to a scratch (present can hold fewer rows
+    than the step reads), attention reads past and scratch, step 3 writes present."""
+
+    attention_defs = {"WINDOWED": True}
+
+    def new_rows(self, ctx: PlanCtx, c: GqaSpec) -> NewRows:
+        count = c.batch * c.kv_heads * c.seq * c.head_size
+        cache_dtype = ctx.output_dtype(1).name  # the window kernel copies their bits into present
+        keys = ctx.scratch(count, cache_dtype, hint="new_k")
+        values = ctx.scratch(count, cache_dtype, hint="new_v")
+        return NewRows(keys, values, count, {"WINDOWED": True}, {}, [])
+
+    def attention_reads(self, ctx: PlanCtx, rows: NewRows) -> dict[str, str | Buf]:
+        return {"past_k": Buf(ctx.input(3), vector=True), "past_v": Buf(ctx.input(4), vector=True),
+                "new_k": Buf(rows.keys, vector=True), "new_v": Buf(rows.values, vector=True)}
+
+    def max_keys(self, c: GqaSpec) -> Dim:
+        return c.window  # the only bound (the spec requires local_window_size > 0)
+
+    def finish(self, ctx: PlanCtx, c: GqaSpec, rows: NewRows) -> list[Step]:
+        """present from past and the step's rows (see shaders/attention/window.wgsl)."""
+        count = c.batch * c.kv_heads * c.past * c.head_size
+        return [ctx.dispatch(
+            "attention/gqa_window.wgsl", label="gqa_window",
+            reads={"new_k": Buf(rows.keys, raw=True), "new_v": Buf(rows.values, raw=True), "seqlens": ctx.input(5),
+                   "total_len": ctx.input(6), "past_k": Buf(ctx.input(3), raw=True),
+                   "past_v": Buf(ctx.input(4), raw=True)},
+            writes={"present_k": Buf(ctx.output(1), raw=True), "present_v": Buf(ctx.output(2), raw=True)},
+            workgroups=ctx.grid(count),
+            params={"N": count, "S": c.seq, "C": c.past, "KVH": c.kv_heads, "D": c.head_size,
+                    "WINDOW_SIZE": c.window})]
+
+
+def kv_cache(c: GqaSpec) -> KvCache:
+    """The node's cache layout (GqaSpec decided it: windowed wins over a shared buffer)."""
+    return WindowCache() if c.windowed else SharedCache() if c.share else GrowingCache()
 
 
 def _tiled_attention(ctx: PlanCtx, defs: dict[str, object], params: dict[str, object], reads: dict[str, str | Buf],
