@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.helper
 import onyxia  # noqa: E402
 from onyxia.compiler import CompilerPipeline  # noqa: E402
 from onyxia.operators import core_operator_registry  # noqa: E402
-from onyxia.operators.attention import SHARE_BUFFER_ATTR, GroupQueryAttention  # noqa: E402
+from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR, GroupQueryAttention  # noqa: E402
 from onyxia.runtime.profile import time_dispatches  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 

@@ -22,8 +22,8 @@ from onyxia.llm.io import DecoderIO, bind_decoder_io, take_cache_branch, write_f
 from onyxia.llm.ops import LOGITS_GATE, add_last_token_head, register_llm_operators, restrict_logits_rows
 from onyxia.onnx import load_model
 from onyxia.operators import OperatorRegistry, core_operator_registry
-from onyxia.operators.attention import DOMAIN as MS_DOMAIN
-from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.operators.attention.gqa import DOMAIN as MS_DOMAIN
+from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR
 from onyxia.plan import CompiledModel
 
 Report = Callable[[str, int, int], None]  # (phase, done, total)

@@ -21,7 +21,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, TensorId, TensorKind
 from onyxia.ir.shapes import Dim, Shape, SymDim
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
-from onyxia.operators.indexing import plan_strided_copy
+from onyxia.operators.indexing.indexing import plan_strided_copy
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.plan import ALWAYS, Step, adapter
 

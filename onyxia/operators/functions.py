@@ -1,4 +1,5 @@
-"""Ops that run as a body of other ops: one class, FunctionOp, registered from tables.
+"""Ops that run as a body of other ops: one class, FunctionOp, registered as rows of the
+family it belongs to.
 
 The ONNX spec defines many ops as functions of other ops (a fixed body, or a context-dependent
 one built from the input types: NegativeLogLikelihoodLoss, RotaryEmbedding, ...). Where onyxia
@@ -7,14 +8,16 @@ FunctionExpansionPass (compiler/passes/expansion.py) replaces each of its nodes 
 onnx builds for it, before shape inference; every op of the body then plans as usual.
 
 That body comes from onnx itself (`onnx.inliner` with the op's schema), never from onyxia. An op
-joins EXPANDED when every op its body uses is supported (LinearAttention's needs Scan, a
-host LoopStep: operators/control.py). Such a FunctionOp is registered from the first opset version
-whose schema has a body.
+is registered so, with `expanded(op_type, domain)`, when every op its body uses is supported
+(LinearAttention's needs Scan, a host LoopStep: operators/control/control.py); its row sits in
+the `operators()` of its family's module (spectral/windows.py, reduction/losses.py,
+attention/onnx_attention.py, ...), from the first opset version whose schema has a body.
 
 Ops the spec does not define as functions can still be exact compositions of supported ops
 (the quantized ops: integer products, then a requantization): a FunctionOp built with a
 `decompose` function gives that body itself, as ONNX nodes written against a fixed opset
-(operators/qlinear.py). The same pass splices them in, so constants fold through the body.
+(operators/quantized/qlinear.py, normalization/lrn.py, ...). The same pass splices them in, so
+constants fold through the body.
 """
 
 from __future__ import annotations
@@ -35,19 +38,8 @@ from onyxia.ir.shapes import Shape
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
 from onyxia.plan import Step
 
-# (domain, op_type) of every op onyxia runs through its function body.
-EXPANDED: tuple[tuple[str, str], ...] = (
-    ("", "NegativeLogLikelihoodLoss"),
-    ("", "SoftmaxCrossEntropyLoss"),  # its body calls NegativeLogLikelihoodLoss: expanded in turn
-    ("", "HannWindow"),
-    ("", "HammingWindow"),
-    ("", "BlackmanWindow"),
-    ("", "CenterCropPad"),
-    ("", "RotaryEmbedding"),
-    ("", "SwiGLU"),
-    ("ai.onnx.preview", "FlexAttention"),  # score_mod / prob_mod subgraphs are inlined too
-    ("", "LinearAttention"),  # its body scans the sequence (Scan)
-)
+# The opset the decompositions written in onyxia (normalization/lrn.py, conv/col2im.py, ...) use.
+BODY_OPSET = {"": 21}
 
 
 def has_body(schema: onnx.defs.OpSchema) -> bool:
@@ -159,9 +151,11 @@ class FunctionOp(Operator):
         raise AssertionError("a FunctionOp never reaches planning")
 
 
-def operators() -> list[tuple[Operator, int]]:
-    """(operator, since_version) pairs this module registers."""
-    return [(FunctionOp(domain, op), first_body_version(domain, op)) for domain, op in EXPANDED]
+def expanded(op_type: str, domain: str = "") -> tuple[Operator, int]:
+    """The registry row of an op that runs as its ONNX function body: a FunctionOp, from the
+    first opset version whose schema has that body."""
+    return FunctionOp(domain, op_type), first_body_version(domain, op_type)
 
 
-__all__ = ["EXPANDED", "BodyBuilder", "Call", "Decompose", "Decomposition", "FunctionOp", "operators"]
+__all__ = ["BODY_OPSET", "BodyBuilder", "Call", "Decompose", "Decomposition", "FunctionOp", "expanded",
+           "first_body_version"]

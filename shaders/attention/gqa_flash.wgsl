@@ -30,7 +30,7 @@
 // CPL = ceil(D / 32) slices (D <= 128: CPL <= 4; the planner keeps larger heads on
 // gqa_attention.wgsl). The key walk is the only loop whose trips grow with the keys: one trip
 // per QT keys (the slices' work is written out), so a split of KPS keys (attention::split;
-// operators/attention.py) bounds them; the other loops run a few hundred trips at most.
+// operators/attention/gqa.py) bounds them; the other loops run a few hundred trips at most.
 // Buffers: as gqa_attention.wgsl. Defs: DIM, CPL, HB, ROTARY, INTERLEAVED, CAUSAL, WINDOW,
 // SOFTCAP, QK_NORM, WINDOWED, ROUND_F16, SPLIT_KV, KPS, ONYXIA_SUBGROUPS (set at render).
 // Params: as gqa_attention.wgsl.

@@ -1,4 +1,4 @@
-// DeformConv's two element kernels around a batched matrix product (operators/deform.py):
+// DeformConv's two element kernels around a batched matrix product (operators/conv/deform.py):
 //
 // STAGE im2col: one thread per column element: cols[n, g, k, p] with k = (c, ki, kj) over the
 //   group's CG channels and the kernel taps, p = (oh, ow), is x[n, g * CG + c] sampled

@@ -1,5 +1,5 @@
 // Elementwise map over NIN inputs with NumPy broadcasting: y[i] = EXPR(x0, x1, ...).
-// Buffers (operators/map_kernel.py): in0 .. in{NIN-1}, y (written whole words at a time: a
+// Buffers (operators/elementwise/map_kernel.py): in0 .. in{NIN-1}, y (written whole words at a time: a
 // thread computes the y_lanes elements of one word of a packed output, so no two threads share
 // a word). Defs: INDEX (code defining idx_x0, idx_x1, ... from the flat output index i), LOADS
 // (`let xk = Ck(ink_load(idx_xk));` in the type each input computes in, then any statements

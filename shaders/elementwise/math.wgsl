@@ -1,6 +1,6 @@
 #define_import_path elementwise::math
 
-// Scalar helpers for the elementwise expressions (operators/elementwise.py tables).
+// Scalar helpers for the elementwise expressions (operators/elementwise/elementwise.py tables).
 // WGSL leaves what max/min/pow/tanh/sign do with NaN, Inf and negative bases to the driver;
 // ONNX (and numpy, onnxruntime) define it, so these helpers spell it out.
 

@@ -1,4 +1,4 @@
-// Resize, one thread per output element. BODY (generated per node by operators/image.py)
+// Resize, one thread per output element. BODY (generated per node by operators/image/image.py)
 // decodes the output index into copied coordinates (accumulated into `src`) and resized ones;
 // each resized axis k calls axis_taps() for its input indices and weights (`t<k>`), and the
 // loops over the taps of all resized axes sum the separable product (nearest: copy the one tap).

@@ -5,7 +5,7 @@
 // those near the image can count (samples of an adaptive grid are at least half a pixel apart,
 // so at most NY_MAX = 2H + 5 rows of them, NX_MAX columns, fall within a pixel of it), and
 // each lane takes every (LANES * CHUNKS)-th of at most NY_MAX * NX_MAX candidates. Where that
-// is still too many for one invocation (operators/roi.py keeps it under LIMIT), CHUNKS rows per
+// is still too many for one invocation (operators/image/roi.py keeps it under LIMIT), CHUNKS rows per
 // bin pool a part each into `partial`, and the FINISH stage combines them.
 //
 // Defs: MODE (align_avg | align_max | max_pool), HALF_PIXEL (RoiAlign's half_pixel mode),
@@ -214,7 +214,7 @@ fn main(wg: Grid) {
         acc = vec2<f32>(0.0, 1.0);  // samples left out are outside the image: a 0
     }
 #endif
-    // At most ceil(NY_MAX * NX_MAX / (LANES * CHUNKS)) turns (operators/roi.py bounds it).
+    // At most ceil(NY_MAX * NX_MAX / (LANES * CHUNKS)) turns (operators/image/roi.py bounds it).
     for (var s = chunk * LANES + ln.lane; s < total; s += LANES * CHUNKS()) {
         let iy = b.y0 + s / b.nx;
         let ix = b.x0 + s % b.nx;

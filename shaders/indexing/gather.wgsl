@@ -1,6 +1,6 @@
 // Data movement by index arithmetic: y[i] = x[src(i)] for every flat index i < N().
 // Transpose, Slice, Expand, Tile, Pad, Trilu, Gather, GatherElements and GatherND all use it;
-// only the generated INDEX code differs (see onyxia/operators/indexing.py). With SCATTER the
+// only the generated INDEX code differs (see onyxia/operators/indexing/indexing.py). With SCATTER the
 // INDEX code also computes `dst` and a thread moves y[dst] = x[src] (TensorScatter).
 // Buffers: x, [idx (the i32 indices INDEX may read)], [fill_value], y. x, y and fill_value move
 // storage codes (raw), so every dtype copies bit-exactly; y is written whole words at a time.

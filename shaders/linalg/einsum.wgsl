@@ -2,7 +2,7 @@
 // element. The generated BASE code decomposes i into the output labels' coordinates and sets
 // off<k> (operand k's offset of those coordinates); SAVE keeps them as base<k>; OFFSETS adds the
 // summed labels' coordinates of r. Repeated labels (diagonals) have summed strides, broadcast
-// dims stride 0 (see onyxia/operators/linalg.py).
+// dims stride 0 (see onyxia/operators/linalg/linalg.py).
 // Buffers: x0 .., y. Defs: T (the compute type and accumulator), BASE, SAVE, OFFSETS, ACC (acc
 // plus the product of the operands' elements; checked for int64). Params: COUNT (outputs), RED (terms per output)
 // and the dims / strides the generated code reads.

@@ -9,7 +9,7 @@
 // i32) every sum and product checks the int32 range and reports leaving it.
 //
 // EPILOGUE: the elementwise ops that consumed the product run in the kernel that stores it
-// (fused by passes/epilogue_fusion.py; operators/epilogue.py writes the defs). Once an
+// (fused by passes/epilogue_fusion.py; operators/matmul/epilogue.py writes the defs). Once an
 // invocation has stored all its outputs, it calls matmul_epilogue_at for each: the product is
 // read back as stored (x<slot>), the other operands e0, e1, ... at the flat output index o
 // (EPILOGUE_LOADS), the ops' values are `let`s (EPILOGUE_BODY) and EPILOGUE_EXPR the result,

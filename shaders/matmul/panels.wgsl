@@ -1,6 +1,6 @@
 #define_import_path matmul::panels
 
-// B stored in column panels (def B_PANELS; onyxia/operators/panels.py): strips of B_PANEL
+// B stored in column panels (def B_PANELS; onyxia/operators/matmul/panels.py): strips of B_PANEL
 // columns, the last one N % B_PANEL wide, each row-major over the whole K, one after another.
 // A CPU-type adapter's workgroup streams one strip as one contiguous run; a row of a strip is
 // still B_PANEL contiguous elements, which a GPU's neighbouring invocations read coalesced.

@@ -18,7 +18,7 @@ fn value(m: u32, k: u32) -> f32 {
 }
 
 // Small workgroups: a decode step has only NBLK (row, block) pairs, and lavapipe runs a whole
-// workgroup on one thread (QUANTIZE_THREADS in operators/quantized.py).
+// workgroup on one thread (QUANTIZE_THREADS in operators/quantized/quantized.py).
 @compute @workgroup_size(16)
 fn main(wg: Grid) {
     let t = grid_group(wg) * 16u + wg.lid;

@@ -1,6 +1,6 @@
 // DFT and STFT as radix-2 FFTs: every invocation does a constant amount of work (one element or
 // one butterfly), so no loop grows with the signal length (lavapipe stops an invocation's loops
-// after ~65,535 iterations; GPUs have watchdogs). operators/spectral.py plans the stages:
+// after ~65,535 iterations; GPUs have watchdogs). operators/spectral/spectral.py plans the stages:
 //
 //   power-of-two length L:  LOAD, BUTTERFLY x log2 L, STORE
 //   any other length (Bluestein's chirp-z: the length-L DFT as a circular convolution of
@@ -13,7 +13,7 @@
 // A batch of B transforms shares each dispatch: element j of transform b is work[b * M + j],
 // a complex number as two f32.
 //
-// A short transform of any length (L <= DIRECT_MAX in operators/spectral.py) is one DIRECT
+// A short transform of any length (L <= DIRECT_MAX in operators/spectral/spectral.py) is one DIRECT
 // stage instead: a thread per bin sums its L terms (exactly as the definition; more accurate
 // and, that short, faster than the three FFTs of Bluestein's).
 //
@@ -139,7 +139,7 @@ fn main(wg: Grid) {
     let t = grid_thread(wg);
 #if STAGE == direct
     // A short transform straight from its definition: bin k = sum over j of x[j] e^(-+2 pi i jk/L)
-    // (L <= operators/spectral.py's DIRECT_MAX terms per invocation).
+    // (L <= operators/spectral/spectral.py's DIRECT_MAX terms per invocation).
     if (t >= B() * K()) { return; }
     let b = t / K();
     let k = t % K();

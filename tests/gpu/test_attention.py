@@ -16,7 +16,7 @@ from onnx import helper
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR
 from tests.helpers import compile_model, make_model, run_ort
 
 MS = {"com.microsoft": 1}

@@ -34,7 +34,7 @@ def check(runtime, model, x_shape, dims=None, tol=1e-4):
     assert_matches_ort(runtime, model, {"x": x}, dims, rtol=tol, atol=tol)
 
 
-# (x shape, w shape, attributes, bias): kernels chosen by shape, see operators/conv.py
+# (x shape, w shape, attributes, bias): kernels chosen by shape, see operators/conv/conv.py
 CONV_CASES = [
     ([2, 3, 7, 8], [16, 3, 3, 3], dict(pads=[1, 1, 1, 1]), True),  # implicit GEMM, small tile
     ([2, 16, 9, 8], [32, 16, 3, 3], dict(pads=[1, 0, 2, 1], strides=[2, 2]), False),

@@ -15,7 +15,14 @@ from onnx import helper as h
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.elementwise import BINARY_OPS, COMPARISON_OPS, UNARY_OPS, BinaryElementwise, Row, numeric
+from onyxia.operators.elementwise.elementwise import (
+    BINARY_OPS,
+    COMPARISON_OPS,
+    UNARY_OPS,
+    BinaryElementwise,
+    Row,
+    numeric,
+)
 from tests.helpers import compile_model, make_model, run_onyxia
 
 F32, F16, I64, I32, I16, I8 = np.float32, np.float16, np.int64, np.int32, np.int16, np.int8

@@ -1,4 +1,4 @@
-"""The few-rows matrix product's variants (operators/gemv.py) against onnxruntime, each run on
+"""The few-rows matrix product's variants (operators/matmul/gemv.py) against onnxruntime, each run on
 this adapter whatever the heuristic would pick for it: assume_adapter("cpu") runs the chunked kernel,
 0 the coalesced one. Sizes include K past lavapipe's ~65k loop-iteration cap (split-K by
 construction), row counts in every row class, Gemm's epilogue, batched and float16 weights."""

@@ -18,7 +18,7 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 from onyxia.errors import OnyxiaError
-from onyxia.operators.generators import pcg_hash
+from onyxia.operators.generators.generators import pcg_hash
 from tests.helpers import compile_model, make_model, run_onyxia
 
 PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

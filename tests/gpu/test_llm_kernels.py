@@ -26,7 +26,7 @@ import onyxia
 from onyxia.codegen.wgsl import render
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.quantized import MatMulNBits
+from onyxia.operators.quantized.quantized import MatMulNBits
 from tests.helpers import compile_model, make_model, run_ort
 
 pytestmark = pytest.mark.gpu

@@ -11,7 +11,7 @@ from onnx import helper as h
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.quantized import TILES_ATTR, tile_nbits
+from onyxia.operators.quantized.quantized import TILES_ATTR, tile_nbits
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}

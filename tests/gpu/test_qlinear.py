@@ -1,4 +1,4 @@
-"""Quantized operators (operators/qlinear.py) on the GPU against onnxruntime.
+"""Quantized operators (operators/quantized/qlinear.py) on the GPU against onnxruntime.
 
 Integer products and their requantization are exact: every output equals onnxruntime's. The
 com.microsoft elementwise and pooling ops go through float (onnxruntime computes some of them in

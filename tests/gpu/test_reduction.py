@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
-from onyxia.operators.reduction import REDUCE_OPS
+from onyxia.operators.reduction.reduction import REDUCE_OPS
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)

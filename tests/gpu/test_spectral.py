@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from onyxia.errors import ShapeInferenceError
-from onyxia.operators.spectral import DIRECT_MAX
+from onyxia.operators.spectral.spectral import DIRECT_MAX
 from tests.helpers import compile_model, make_model, run_onyxia
 
 RNG = np.random.default_rng(0)

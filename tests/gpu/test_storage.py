@@ -343,7 +343,7 @@ class _CopyInto(onyxia.Operator):
         return [(ctx.input_dtype(1), ctx.input_shape(1))]
 
     def plan(self, ctx):
-        from onyxia.operators.indexing import copy_elements
+        from onyxia.operators.indexing.indexing import copy_elements
         src, dst, n = (int(ctx.attr(k)) for k in ("src", "dst", "n"))
         base = numel_of(ctx.input_shape(1))
         return (copy_elements(ctx, ctx.input(1), ctx.output(0), base)

@@ -11,7 +11,7 @@ from onnx import helper as h
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.panels import PANEL_COLUMNS, from_panels, to_panels
+from onyxia.operators.matmul.panels import PANEL_COLUMNS, from_panels, to_panels
 from onyxia.runtime.select import SelectCommand
 from onyxia.runtime.tuner import TuneSettings
 from tests.helpers import make_model, run_ort

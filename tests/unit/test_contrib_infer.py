@@ -11,7 +11,7 @@ from onyxia.compiler import CompilerPipeline, Stage
 from onyxia.errors import OnyxiaError, ShapeInferenceError
 from onyxia.ir.shapes import SymDim, dim_symbols, evaluate_dim
 from onyxia.operators import core_operator_registry
-from onyxia.operators.attention import SHARE_BUFFER_ATTR
+from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR
 from onyxia.plan import CopyBuffer, Dispatch, Select
 from tests.helpers import live_dispatches, make_model
 

@@ -17,8 +17,8 @@ from onyxia.compiler.pipeline import Stage
 from onyxia.errors import OnyxiaError, UnsupportedDtypeError
 from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
-from onyxia.operators import elementwise as ew
-from onyxia.operators.elementwise import (
+from onyxia.operators.elementwise import elementwise as ew
+from onyxia.operators.elementwise.elementwise import (
     BINARY_OPS,
     COMPARISON_OPS,
     NUMERIC,

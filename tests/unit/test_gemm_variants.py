@@ -1,4 +1,4 @@
-"""The many-rows matmul variants (operators/gemm_variants.py) and the split of a long K, replayed
+"""The many-rows matmul variants (operators/matmul/gemm_variants.py) and the split of a long K, replayed
 without a GPU: which kernels each adapter kind runs, and that no invocation walks a long K."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from onyxia.operators.gemm_variants import TILED_KCHUNK, k_splits
+from onyxia.operators.matmul.gemm_variants import TILED_KCHUNK, k_splits
 from onyxia.runtime.null import null_executor
 from tests.helpers import compile_model, make_model
 from tests.unit.test_gemv_heuristic import running

@@ -1,4 +1,4 @@
-"""The few-rows matmul heuristic (operators/gemv.py), replayed without a GPU: which kernel each
+"""The few-rows matmul heuristic (operators/matmul/gemv.py), replayed without a GPU: which kernel each
 adapter kind runs for each row count, from one plan, with nothing rebuilt when either changes."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onyxia.ir.shapes import SymDim
-from onyxia.operators.window import _out_size
+from onyxia.operators.conv.window import _out_size
 
 
 @settings(max_examples=200, deadline=None)

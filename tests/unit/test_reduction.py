@@ -15,7 +15,7 @@ from onyxia.compiler.pipeline import Stage
 from onyxia.errors import OnyxiaError
 from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
-from onyxia.operators.reduction import REDUCE_OPS, split_axes
+from onyxia.operators.reduction.reduction import REDUCE_OPS, split_axes
 from onyxia.plan import Dispatch
 from tests.helpers import compile_model, make_model, run_ort
 

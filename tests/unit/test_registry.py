@@ -17,7 +17,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape, numel
 from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
 from onyxia.operators.base import InferenceCtx, PlanCtx
-from onyxia.operators.map_kernel import plan_map
+from onyxia.operators.elementwise.map_kernel import plan_map
 from onyxia.plan import Dispatch, Step
 from tests.helpers import make_model
 
@@ -125,8 +125,8 @@ def test_core_registry_holds_every_category_operator():
     from onyxia.operators import CATEGORY_MODULES
 
     # A category module (one defining operators()) left out of CATEGORY_MODULES would be silently unregistered.
-    modules = [importlib.import_module(f"onyxia.operators.{m.name}")
-               for m in pkgutil.iter_modules(onyxia.operators.__path__)]
+    modules = [importlib.import_module(m.name)
+               for m in pkgutil.walk_packages(onyxia.operators.__path__, "onyxia.operators.")]
     assert {m for m in modules if hasattr(m, "operators")} == set(CATEGORY_MODULES)
     reg = core_operator_registry()
     expected = set()

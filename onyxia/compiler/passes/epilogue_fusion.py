@@ -21,9 +21,9 @@ from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.ir.graph import IrGraph, Node, NodeId
 from onyxia.ir.shapes import numel
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.fused import FUSED_DOMAIN
-from onyxia.operators.matmul import GemmEpilogue, MatMulEpilogue
-from onyxia.operators.quantized import MatMulNBitsShared
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.matmul.matmul import GemmEpilogue, MatMulEpilogue
+from onyxia.operators.quantized.quantized import MatMulNBitsShared
 
 NBITS = {("com.microsoft", "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}
 # op type -> (fused operator, inputs before the epilogue operands)
@@ -65,7 +65,7 @@ class EpilogueFusionPass(Pass):
          before it) or a scalar.
     2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue (operands from input 2,
        resp. 3) or MatMulNBitsShared (from input 9) writing the elementwise node's output, with
-       `epilogue_exprs` / `epilogue_inputs` (operators/epilogue.py).
+       `epilogue_exprs` / `epilogue_inputs` (operators/matmul/epilogue.py).
     3. Every product left alone gets its reason (EpilogueReport in ctx.reports["epilogue-fusion"]).
     """
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.elementwise import FLOAT, MAX_MAP_INPUTS, BinaryElementwise, UnaryElementwise, kind
-from onyxia.operators.fused import FUSED_DOMAIN
+from onyxia.operators.elementwise.elementwise import FLOAT, MAX_MAP_INPUTS, BinaryElementwise, UnaryElementwise, kind
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.registry import resolve_operator
 
 _OPERAND = re.compile(r"\bx(\d+)\b")

@@ -24,8 +24,8 @@ from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.errors import OnyxiaError
 from onyxia.ir.graph import IrGraph, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.fused import FUSED_DOMAIN
-from onyxia.operators.quantized import (
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.quantized.quantized import (
     DOMAIN,
     TILE_COLUMNS,
     TILES_ATTR,

@@ -1,7 +1,7 @@
 """SharedQuantizationPass: one int8 activation for every MatMulNBits that reads the same one.
 
 With accuracy_level 4 each MatMulNBits quantizes its activation to int8 per block before its
-integer dots (operators/quantized.py). An LLM layer feeds one normalized activation to q, k and
+integer dots (operators/quantized/quantized.py). An LLM layer feeds one normalized activation to q, k and
 v (and another to gate and up): without this pass each of them quantizes it again, a dispatch
 and a pass over the activation each time (41 quantize dispatches per decode step in the
 8-layer benchmark model of benchmarks/bench_llm.py, 24 of them repeats).
@@ -15,9 +15,9 @@ from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.errors import OnyxiaError
 from onyxia.ir.graph import IrGraph, NodeId
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.fused import FUSED_DOMAIN
-from onyxia.operators.normalization import NORM_OPS
-from onyxia.operators.quantized import (
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.normalization.normalization import NORM_OPS
+from onyxia.operators.quantized.quantized import (
     RMSNORM_Q8_MAX_K,
     MatMulNBits,
     MatMulNBitsShared,

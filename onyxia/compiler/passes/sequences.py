@@ -20,7 +20,7 @@ from onyxia.errors import ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.registry import check_supported
-from onyxia.operators.sequences import SEQUENCE_OPS
+from onyxia.operators.sequences.sequences import SEQUENCE_OPS
 
 # A Loop over sequences, or one whose body needs its iteration number as a value, is unrolled;
 # this many iterations at most (each is a copy of the body).

@@ -17,7 +17,7 @@ from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.ir.dtypes import from_numpy
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.base import InferenceCtx
-from onyxia.operators.indexing import CLAMP_INDICES_ATTR
+from onyxia.operators.indexing.indexing import CLAMP_INDICES_ATTR
 from onyxia.operators.registry import resolve_operator
 
 MAX_BINDING_BYTES = 128 << 20  # WebGPU's guaranteed maxStorageBufferBindingSize

@@ -1,7 +1,7 @@
 """WeightPanelsPass: constant matrix-product weights stored in the column panels their kernels
-stream best (operators/panels.py says why, with the measurement).
+stream best (operators/matmul/panels.py says why, with the measurement).
 
-Every kernel variant of a product (operators/gemv.py, gemm_variants.py, matmul.py's coalesced
+Every kernel variant of a product (operators/matmul/gemv.py, gemm_variants.py, matmul.py's coalesced
 gemv) reads B through the same index when it is in panels (def B_PANELS), for every M, so
 decode and prefill share the one copy, and the layout suits every adapter: the plan does not
 depend on the adapter it will run on.
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.ir.graph import IrGraph, NodeId, TensorDef, TensorKind
-from onyxia.operators.fused import FUSED_DOMAIN
-from onyxia.operators.panels import PANEL_COLUMNS, PANELS_ATTR, to_panels
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.matmul.panels import PANEL_COLUMNS, PANELS_ATTR, to_panels
 
 # (domain, op type) of the products whose B may be stored in panels; Gemm reads transB.
 PRODUCTS = {("", "MatMul"), ("ai.onnx", "MatMul"), ("", "Gemm"), ("ai.onnx", "Gemm"),

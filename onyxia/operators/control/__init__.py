@@ -1,0 +1,1 @@
+"""Control flow: If, Loop and Scan (host-side steps; no shaders of their own)."""

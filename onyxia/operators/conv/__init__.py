@@ -1,0 +1,3 @@
+"""Convolutions: Conv, ConvTranspose, CausalConvWithState, DeformConv and their window geometry
+(shaders/conv/).
+"""

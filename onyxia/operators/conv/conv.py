@@ -1,0 +1,368 @@
+"""Conv and ConvTranspose (1-D, 2-D and 3-D) over the window geometry of operators/conv/window.py.
+
+Both ops run on one of two kernels over the same patch addressing (shaders/conv/window.wgsl):
+
+- `conv/conv_gemm.wgsl`, an implicit GEMM: per group, Y[MG, N*P] = W[MG, K] x patches[K, N*P]
+  with K = C/group * kernel size and P the output's spatial size. The patch matrix is never
+  stored; each tile of it is gathered from the input into shared memory (im2col on the fly)
+  and multiplied with register blocking as in matmul/gemm.wgsl.
+- `conv/conv_direct.wgsl`, one thread per output element, for products too thin to tile:
+  depthwise and other convolutions with few channels per group (and a K short enough for one
+  invocation to walk).
+
+A reduction K longer than gemm_variants.TILED_KCHUNK is split: partial sums per K range, added
+with the bias by `matmul/splitk.wgsl` (lavapipe stops an invocation's loops after ~65,535).
+
+Every spatial rank is computed as 3-D with leading unit axes (static: the compiler drops them).
+Batch and spatial dims may be symbolic; they reach the kernels as params. Kernel shape,
+strides, pads, dilations and group are attributes and static. ConvTranspose uses the same
+kernels with the gather form of the transposed convolution: output position o takes input
+position i wherever o + pad = i * stride + tap * dilation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from onyxia.ir.dtypes import DType
+from onyxia.ir.shapes import Dim, Shape, numel, shape_str
+from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import ceil_div
+from onyxia.operators.conv.window import (
+    MAX_SPATIAL,
+    Window,
+    auto_pad_of,
+    int_list,
+    padded_windows,
+    window_of,
+    window_params,
+)
+from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
+from onyxia.operators.matmul.matmul import Product, plan_product
+from onyxia.plan import Step
+
+# Below these many output channels per group or products per output, a tile would be mostly
+# idle: the direct kernel (one thread per output) is faster.
+MIN_GEMM_ROWS = 8
+MIN_GEMM_K = 8
+SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgroups
+# The direct kernel walks all of K in one invocation (lavapipe stops an invocation's loops after
+# ~65,535 iterations): a longer reduction takes the GEMM kernel, which splits K.
+DIRECT_MAX_K = 16384
+
+
+def _is_int(d: object) -> bool:
+    return isinstance(d, int)
+
+
+# ---- Conv / ConvTranspose -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConvSpec:
+    batch: Dim
+    channels: int  # input channels C
+    maps: int  # output channels M
+    group: int
+    spatial: tuple[Dim, ...]
+    window: Window
+    transposed: bool
+
+    @property
+    def cg(self) -> int:
+        return self.channels // self.group
+
+    @property
+    def mg(self) -> int:
+        return self.maps // self.group
+
+    @property
+    def out_shape(self) -> Shape:
+        return (self.batch, self.maps, *self.window.out)
+
+
+class Conv(Operator):
+    """Conv: X [N, C, *spatial], W [M, C/group, *kernel], optional B [M]."""
+
+    op_type = "Conv"
+
+    def spec(self, ctx: InferenceCtx) -> ConvSpec:
+        x, w = ctx.input_shape(0), ctx.input_shape(1)
+        if not 3 <= len(x) <= 2 + MAX_SPATIAL:
+            raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape "
+                           f"{shape_str(x)}", 0)
+        if len(w) != len(x) or not all(_is_int(d) for d in w):
+            raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
+        for i in (0, 1, 2):
+            # int32: the integer convolutions ConvInteger/QLinearConv decompose to (i32 kernels)
+            if ctx.has_input(i) and not (ctx.input_dtype(i).is_float or ctx.input_dtype(i).name == "int32"):
+                raise ctx.fail(f"expects float tensors, got {ctx.input_dtype(i)}", i)
+            if ctx.has_input(i) and ctx.input_dtype(i).is_float != ctx.input_dtype(0).is_float:
+                raise ctx.fail(f"dtype {ctx.input_dtype(i)} does not match input 0's {ctx.input_dtype(0)}", i)
+        group = int(ctx.attr("group", 1))
+        kernel = tuple(w[2:])
+        if tuple(int_list(ctx, "kernel_shape", len(kernel), 0)) not in (kernel, (0,) * len(kernel)):
+            raise ctx.fail(f"attribute 'kernel_shape' {ctx.attr('kernel_shape')} differs from the weights' "
+                           f"{list(kernel)}", 1)
+        channels = x[1]
+        if not _is_int(channels):
+            raise ctx.fail(f"the channel axis must be static, got {channels}", 0)
+        if group < 1 or channels % group:
+            raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
+        spec = self.geometry(ctx, x, w, group, kernel)
+        if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
+            raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
+        return spec
+
+    def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
+        if w[1] * group != x[1]:
+            raise ctx.fail(f"weights {shape_str(w)} need C/group = {x[1]}/{group} input channels per group", 1)
+        if w[0] % group:
+            raise ctx.fail(f"attribute 'group' {group} must divide the {w[0]} output channels", 1)
+        return ConvSpec(x[0], x[1], w[0], group, tuple(x[2:]), window_of(ctx, tuple(x[2:]), kernel), False)
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        return [(ctx.input_dtype(0), self.spec(ctx).out_shape)]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        spec = self.spec(ctx)
+        x, w = vals[0].astype(np.float64), vals[1].astype(np.float64)
+        y = self.fold_values(spec, x, w)
+        if ctx.has_input(2):
+            y += vals[2].reshape((1, -1) + (1,) * len(spec.spatial))
+        return [ctx.cast_output(y)]
+
+    @staticmethod
+    def fold_values(spec: ConvSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        n = len(spec.spatial)
+        windows = padded_windows(x, spec.window, 0.0)  # [N, C, *out, *kernel]
+        axes, kern = "abc"[:n], "xyz"[:n]
+        parts = []
+        for g in range(spec.group):
+            xs = windows[:, g * spec.cg:(g + 1) * spec.cg]
+            ws = w[g * spec.mg:(g + 1) * spec.mg]
+            parts.append(np.einsum(f"nc{axes}{kern},mc{kern}->nm{axes}", xs, ws))
+        return np.concatenate(parts, axis=1)
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        return plan_conv(ctx, self.spec(ctx))
+
+
+class ConvTranspose(Conv):
+    """ConvTranspose: X [N, C, *spatial], W [C, M/group, *kernel], optional B [M].
+
+    Output size from pads and output_padding, or from `output_shape` (pads then derived as the
+    ONNX spec says: SAME_UPPER puts the odd pad at the end, anything else at the beginning).
+    """
+
+    op_type = "ConvTranspose"
+
+    def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
+        if w[0] != x[1]:
+            raise ctx.fail(f"weights {shape_str(w)} need {x[1]} input channels on axis 0", 1)
+        n = len(kernel)
+        spatial = tuple(x[2:])
+        strides = int_list(ctx, "strides", n, 1, minimum=1)
+        dilations = int_list(ctx, "dilations", n, 1, minimum=1)
+        extra = int_list(ctx, "output_padding", n, 0, minimum=0)
+        extent = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
+        # Size without any pads: every input position's full footprint.
+        full = [s * (i - 1) + e + op for s, i, e, op in zip(strides, spatial, extent, extra)]
+        mode = auto_pad_of(ctx)
+        shape_attr = ctx.attr("output_shape", None)
+        if shape_attr:
+            target = [int(v) for v in shape_attr][-n:]
+            if len(target) != n:
+                raise ctx.fail(f"attribute 'output_shape' {list(shape_attr)} needs {n} spatial sizes")
+        elif mode in ("SAME_UPPER", "SAME_LOWER"):
+            target = [i * s for i, s in zip(spatial, strides)]
+        else:
+            target = None
+        if target is None:
+            pads = (0,) * 2 * n if mode == "VALID" else int_list(ctx, "pads", 2 * n, 0)
+            begin, end = list(pads[:n]), list(pads[n:])
+            out = [f - b - e for f, b, e in zip(full, begin, end)]
+        else:
+            begin, end = [], []
+            for f, t in zip(full, target):
+                total = f - t  # negative: the output extends past the last tap (zeros and bias there)
+                small = total // 2
+                begin.append(small if mode == "SAME_UPPER" else total - small)
+                end.append(total - begin[-1])
+            out = target
+        for axis, o in enumerate(out):
+            if _is_int(o) and o <= 0:
+                raise ctx.fail(f"output size {o} on spatial axis {axis} is not positive (pads too large)")
+        win = Window(tuple(kernel), strides, dilations, tuple(begin), tuple(end), tuple(out))
+        return ConvSpec(x[0], x[1], w[1] * group, group, spatial, win, True)
+
+    @staticmethod
+    def fold_values(spec: ConvSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        win = spec.window
+        # Scatter form on a canvas big enough for every tap and the output window (which a
+        # negative pad may start before the first tap), then crop the pads.
+        full = [s * (i - 1) + e for s, i, e in zip(win.strides, spec.spatial, win.extent)]
+        lead = [max(-b, 0) for b in win.begin]
+        size = [max(f, b + o) + a for f, b, o, a in zip(full, win.begin, win.out, lead)]
+        canvas = np.zeros((x.shape[0], spec.maps, *size))
+        for g in range(spec.group):
+            xs = x[:, g * spec.cg:(g + 1) * spec.cg]
+            ws = w[g * spec.cg:(g + 1) * spec.cg]  # [CG, MG, *kernel]
+            for taps in itertools.product(*(range(k) for k in win.kernel)):
+                contrib = np.einsum("nc...,cm->nm...", xs, ws[(slice(None), slice(None)) + taps])
+                where = tuple(slice(a + t * d, a + t * d + s * (i - 1) + 1, s)
+                              for a, t, d, s, i in zip(lead, taps, win.dilations, win.strides, spec.spatial))
+                canvas[(slice(None), slice(g * spec.mg, (g + 1) * spec.mg)) + where] += contrib
+        crop = tuple(slice(a + b, a + b + o) for a, b, o in zip(lead, win.begin, win.out))
+        return canvas[(slice(None), slice(None)) + crop]
+
+
+def _is_pointwise(spec: ConvSpec) -> bool:
+    win = spec.window
+    return (not spec.transposed and spec.group == 1 and all(k == 1 for k in win.kernel)
+            and all(s == 1 for s in win.strides) and all(_is_int(p) and p == 0 for p in win.begin + win.end))
+
+
+def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
+    """A 1x1 convolution is a batched matrix product, Y[n] = W[M, C] @ X[n][C, P] (+ bias per
+    row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
+    squeeze-excite convolutions over a pooled 1x1 map)."""
+    has_bias = ctx.has_input(2)
+    compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
+    return plan_product(ctx, Product(
+        ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
+        batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
+        c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else ()))
+
+
+def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
+    compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
+    win = spec.window
+    p = numel(win.out)
+    ncols = spec.batch * p
+    k = spec.cg * numel(win.kernel)
+    if _is_int(ncols) and ncols == 0:
+        return []
+    if _is_pointwise(spec):
+        return _plan_pointwise(ctx, spec)
+    params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
+              "MG": spec.mg, "K": k, "NCOLS": ncols}
+    has_bias = ctx.has_input(2)
+    defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
+    reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
+    if (spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K) and k <= DIRECT_MAX_K:
+        total = spec.batch * spec.maps * p
+        return [ctx.dispatch("conv/conv_direct.wgsl", defs=defs, params={**params, "TOTAL": total},
+                             reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
+    rm = 1 if spec.mg <= 16 else 2 if spec.mg <= 32 else 4
+    # Columns: the largest tile that still leaves enough workgroups (symbolic: many columns).
+    hint = ncols if _is_int(ncols) else p if _is_int(p) and p >= 1024 else None
+    rn = 8
+    if hint is not None:
+        for rn in (8, 4, 2):
+            if ceil_div(hint, 16 * rn) * ceil_div(spec.mg, 16 * rm) * spec.group >= SMALL_GRID:
+                break
+    row_blocks = ceil_div(spec.mg, 16 * rm)
+    splits, chunk, split = k_splits(k, TILED_KCHUNK, BK)
+    # Column blocks along x alone (y = 1): the runtime may fold a long x into y.
+    workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group * splits)
+    gemm_defs = {**defs, "RM": rm, "RN": rn}
+    if not split:
+        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params={**params, "ROW_BLOCKS": row_blocks},
+                             reads=reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
+    # A long reduction (many input channels x taps): partial sums per K range, added up with the
+    # bias by the split-K pass of the matrix product (bias = Gemm's C broadcast along P).
+    total = spec.batch * spec.maps * p
+    partial = ctx.scratch(splits * total, SCRATCH_DTYPE[compute], "splitk")
+    one = (1.0, "f32") if compute == "f32" else (1, compute)
+    steps = [ctx.dispatch("conv/conv_gemm.wgsl", defs={**gemm_defs, "HAS_BIAS": False, "SPLIT": True},
+                          params={**params, "ROW_BLOCKS": row_blocks, "SPLITS": splits, "KCHUNK": chunk},
+                          reads={"x": ctx.input(0), "w": ctx.input(1)}, writes={"partial": partial},
+                          workgroups=workgroups)]
+    finish_params = {"ALPHA": one, "BETA": one, "C_MS": 1, "C_NS": 0} if has_bias else {}
+    steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=spec.maps, n=p, params=finish_params,
+                             defs={"T": compute, "GEMM": has_bias, "HAS_C": has_bias},
+                             epilogue_reads={"c": ctx.input(2)} if has_bias else {}, y=ctx.output(0),
+                             reports=None))
+    return steps
+
+
+# ---- CausalConvWithState --------------------------------------------------------------------
+
+class CausalConvWithState(Operator):
+    """Stateful causal depthwise 1-D convolution (opset 27; Mamba / Gated DeltaNet decoders).
+
+    input [B, C, L], weight [C, 1, k], optional bias [C] and past_state [B, C, k-1] (zeros when
+    absent). The sequence seen is past_state ++ input; output [B, C, L] is its valid depthwise
+    convolution (optionally SiLU), present_state [B, C, k-1] its last k-1 positions. L may be
+    symbolic (prefill and one-token decode share a plan). shaders/conv/causal_conv.wgsl writes
+    both outputs in one dispatch.
+    """
+
+    op_type = "CausalConvWithState"
+
+    def shapes(self, ctx: InferenceCtx) -> tuple[Shape, int]:
+        x, w = ctx.input_shape(0), ctx.input_shape(1)
+        if len(x) != 3:
+            raise ctx.fail(f"input must be [batch, channels, length], got {shape_str(x)}", 0)
+        if len(w) != 3 or not all(_is_int(d) for d in w) or w[1] != 1 or not ctx.same_dim(w[0], x[1]):
+            raise ctx.fail(f"weight must be a static [channels, 1, k] = [{x[1]}, 1, k], got {shape_str(w)}", 1)
+        if not ctx.input_dtype(0).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
+        if ctx.attr("activation", "none") not in ("none", "silu", "swish"):
+            raise ctx.fail(f"attribute 'activation' {ctx.attr('activation')!r} is not one of none, silu, swish")
+        if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (w[0],)):
+            raise ctx.fail(f"bias must have shape [{w[0]}], got {shape_str(ctx.input_shape(2))}", 2)
+        state = (x[0], x[1], w[2] - 1)
+        if ctx.has_input(3) and len(ctx.input_shape(3)) != 3:
+            raise ctx.fail(f"past_state must be {shape_str(state)}, got {shape_str(ctx.input_shape(3))}", 3)
+        return x, w[2]
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        x, k = self.shapes(ctx)
+        return [(ctx.input_dtype(0), x), (ctx.input_dtype(0), (x[0], x[1], k - 1))][:len(ctx.node.outputs)]
+
+    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
+        vals = ctx.numeric_values()
+        if vals is None:
+            return None
+        x, k = vals[0].astype(np.float64), vals[1].shape[2]
+        past = vals[3] if ctx.has_input(3) else np.zeros(x.shape[:2] + (k - 1,))
+        seq = np.concatenate([past, x], axis=2)
+        windows = np.lib.stride_tricks.sliding_window_view(seq, k, axis=2)  # [B, C, L, k]
+        y = np.einsum("bclk,ck->bcl", windows, vals[1][:, 0].astype(np.float64))
+        if ctx.has_input(2):
+            y += vals[2][None, :, None]
+        if ctx.attr("activation", "none") != "none":
+            y = y / (1.0 + np.exp(-y))
+        outs = [ctx.cast_output(y, 0), ctx.cast_output(seq[:, :, seq.shape[2] - (k - 1):], 1)]
+        return outs[:len(ctx.node.outputs)]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        (b, c, length), k = self.shapes(ctx)
+        ctx.compute_type(ctx.input_dtype(0), "input 0")
+        outs = ctx.node.outputs
+        want_y, want_state = bool(outs[0]), len(outs) > 1 and bool(outs[1])
+        rows = b * c
+        count = rows * ((length if want_y else 0) + ((k - 1) if want_state else 0))
+        reads = {"x": ctx.input(0), "w": ctx.input(1)}
+        defs: dict[str, object] = {"SILU": ctx.attr("activation", "none") != "none", "HAS_Y": want_y,
+                                   "HAS_STATE": want_state}
+        for role, i in (("bias", 2), ("past", 3)):
+            if ctx.has_input(i):
+                defs[role.upper()] = True
+                reads[role] = ctx.input(i)
+        writes = ({"y": ctx.output(0)} if want_y else {}) | ({"present": ctx.output(1)} if want_state else {})
+        params = {"TOTAL": count, "C": c, "L": length, "KS": k, "NY": rows * length if want_y else 0}
+        return [ctx.dispatch("conv/causal_conv.wgsl", defs=defs, params=params, reads=reads, writes=writes,
+                             workgroups=ctx.grid(count))]
+
+
+def operators() -> list[tuple[Operator, int]]:
+    """(operator, since_version) pairs this module registers."""
+    return [(Conv(), 1), (ConvTranspose(), 1), (CausalConvWithState(), 27)]

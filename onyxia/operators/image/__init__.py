@@ -1,0 +1,3 @@
+"""Image operators: Resize, GridSample, AffineGrid, DepthToSpace, RoiAlign, MaxRoiPool
+(shaders/image/).
+"""

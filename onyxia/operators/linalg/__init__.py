@@ -1,0 +1,1 @@
+"""Linear algebra: Einsum and Det (shaders/linalg/)."""

@@ -1,0 +1,3 @@
+"""Matrix products: MatMul and Gemm, their gemv / gemm kernel variants, weight panels, fused
+epilogues (shaders/matmul/).
+"""

@@ -1,0 +1,95 @@
+"""Fused elementwise epilogues of matrix products (passes/epilogue_fusion.py builds them).
+
+A product node that absorbed the elementwise ops reading its output carries the program of a
+FusedElementwise node (operators/elementwise/fused.py) as attributes: `epilogue_exprs`, one WGSL
+expression per op over `x0, x1, ...` and the earlier values `v0, v1, ...`, and
+`epilogue_inputs`, per `x`: -1 for the product's own value, else the node input holding that
+operand. `fused_epilogue` turns them into the defs of the kernels' epilogue functions
+(shaders/matmul/epilogue.wgsl, shaders/quantized/epilogue.wgsl): EPILOGUE_LOADS reads every
+operand at the output element being stored, EPILOGUE_BODY evaluates the values in f32, and
+EPILOGUE_EXPR is the result, rounded when the kernel stores it (the matmul kernels apply it to
+the product as they stored it, the MatMulNBits kernels to their float32 accumulator).
+
+Operands broadcast to the product's output shape (the pass checked it). Each is read through
+the cheapest index that fits: a scalar at 0, the full output shape at the output's flat index
+`o`, an [N] row (ones before it) at the column `n`, anything else through broadcast strides
+over `o` (params E<k>D<j> / E<k>S<j>: baked when static, immediates otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.operators.base import Buf, PlanCtx
+from onyxia.operators.common import broadcast_strides, collapse_dims, is_one
+
+EPILOGUE_DEFS = ("EPILOGUE", "EPILOGUE_LOADS", "EPILOGUE_BODY", "EPILOGUE_EXPR")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a product's kernels need to run its fused epilogue: defs, operand buffers (e0,
+    e1, ...) and the broadcast operands' index params."""
+
+    defs: dict[str, object] = field(default_factory=dict)
+    reads: dict[str, str | Buf] = field(default_factory=dict)
+    params: dict[str, Dim] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.defs)
+
+    def onto(self, defs: dict, params: dict, reads: dict) -> tuple[dict, dict, dict]:
+        """The defs, params and reads of the dispatch that stores the product (the kernel
+        itself, or its split-K finish), with this epilogue's added."""
+        return {**defs, **self.defs}, {**params, **self.params}, {**reads, **self.reads}
+
+
+def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str) -> tuple[str, list[str], dict[str, Dim]]:
+    """(index expression, statements defining it, params) reading operand k of `shape`
+    broadcast to `out` at the output element whose flat index is `flat` (column `n`)."""
+    if is_one(numel(shape)):
+        return "0u", [], {}
+    if ctx.same_shape(shape, out):
+        return flat, [], {}
+    if len(shape) >= 1 and ctx.same_dim(shape[-1], out[-1]) and all(is_one(d) for d in shape[:-1]):
+        return "n", [], {}
+    dims, (strides,) = collapse_dims(out, [broadcast_strides(shape, out)])
+    params: dict[str, Dim] = {}
+    lines = [f"var e{k}_i = 0u;", f"var e{k}_r = {flat};"]
+    for j, axis in enumerate(reversed(range(len(dims)))):  # innermost axis first
+        outermost = axis == 0  # what is left of the index is its coordinate: no % or / needed
+        coord = f"e{k}_r" if outermost else f"(e{k}_r % E{k}D{j}())"
+        if not (isinstance(strides[axis], int) and strides[axis] == 0):
+            params[f"E{k}S{j}"] = strides[axis]
+            lines.append(f"e{k}_i += {coord} * E{k}S{j}();")
+        if not outermost:
+            params[f"E{k}D{j}"] = dims[axis]
+            lines.append(f"e{k}_r = e{k}_r / E{k}D{j}();")
+    return f"e{k}_i", lines, params
+
+
+def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o") -> Epilogue:
+    """The node's `epilogue_exprs` / `epilogue_inputs` as kernel defs (see the module doc);
+    `flat` is the WGSL expression of the output element's flat index in the epilogue function."""
+    exprs = list(ctx.attr("epilogue_exprs", []))
+    if not exprs:
+        return Epilogue()
+    loads: list[str] = []
+    reads: dict[str, str | Buf] = {}
+    params: dict[str, Dim] = {}
+    for k, i in enumerate(ctx.attr("epilogue_inputs")):
+        if i < 0:
+            loads.append(f"let x{k} = v;")
+            continue
+        index, lines, index_params = operand_index(ctx, k, ctx.input_shape(i), out, flat)
+        loads += lines
+        loads.append(f"let x{k} = f32(e{k}_load({index}));")
+        reads[f"e{k}"] = ctx.input(i)
+        params.update(index_params)
+    body = " ".join(f"let v{j} = {e};" for j, e in enumerate(exprs))
+    return Epilogue({"EPILOGUE": True, "EPILOGUE_LOADS": " ".join(loads), "EPILOGUE_BODY": body,
+                     "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads, params)
+
+
+__all__ = ["EPILOGUE_DEFS", "Epilogue", "fused_epilogue", "operand_index"]

@@ -1,0 +1,123 @@
+"""The few-rows matrix product (decode, short prefills): kernel variants and the heuristic
+choosing among them.
+
+Variants (one family; each a shader specialized by defs):
+- `coalesced` (`matmul/gemv.wgsl`, planned by matmul.py): neighbouring invocations read
+  neighbouring words of B and a workgroup's lanes meet in shared memory, split-K across
+  workgroups so a decode product fills a large GPU: the pattern a GPU wants;
+- `chunked` (`matmul/gemv_chunked.wgsl`): no shared memory or barriers, each invocation streams
+  its own contiguous runs of B with vec4 loads and holds up to 32 rows in registers (A's rows
+  shared through subgroups where the adapter has them): the pattern a CPU-type adapter runs
+  fastest (lavapipe: several times the coalesced kernel's bandwidth at M = 1, ~10x the tiled
+  kernel's GF/s at M = 32 - 64).
+- many rows: the GEMM variants of operators/matmul/gemm_variants.py.
+
+gemm_variants.plan_alternatives offers every variant that applies as one tuned Select step: the
+chunked kernel eligible up to CHUNKED_MAX_M rows and preferred on a CPU-type adapter, the
+coalesced one eligible up to the caller's small-M bound; the runtime times the eligible ones on
+the adapter at hand (runtime/tuner.py), the preferences being its choice with tuning off. One
+plan serves every adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from onyxia.ir.shapes import Dim
+from onyxia.operators.base import Buf, PlanCtx
+from onyxia.operators.common import ceil_div
+from onyxia.operators.matmul.epilogue import Epilogue
+from onyxia.plan import ALWAYS, Step, at_most
+
+# Rows the chunked kernel takes on a CPU-type adapter: up to 32 per invocation in registers, a
+# row block per wid.z above (B is read once per block). Measured on lavapipe at M = 32 and 64
+# (K = 512, N = 1408): the tiled kernel reaches 0.6 - 1.2 GF/s per core, this one ~10x that;
+# above 64 rows the choice belongs to the GEMM variants.
+CHUNKED_MAX_M = 64
+# Row classes of the chunked kernel (ROWS def, first row count): a symbolic M plans a Select of
+# one dispatch per class, the one whose class holds M runs. Decode (M = 1) takes vec4 accumulators; 17 - 64
+# rows take blocks of 32 (lavapipe, M = 64 with subgroups: ~35 GF/s, blocks of 16 ~28).
+CHUNK_ROWS = ((1, 1), (4, 2), (16, 5), (32, 17))
+COLUMNS_PER_WORKGROUP = 32  # 8 invocations x 1 vec4 column group (gemv_chunked.wgsl)
+
+
+# The longest K one invocation walks: KCHUNK / 4 loop iterations, far below the ~65k after
+# which lavapipe stops an invocation's loops; a longer K is split and added by splitk.wgsl.
+MAX_KCHUNK = 16384
+_DROPPED_PARAMS = ("A_MS", "A_KS", "B_KS", "B_NS")  # layout strides the chunked kernel bakes in
+_FINISH_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
+
+
+class Product(Protocol):
+    """What the variants read of matmul.py's Product (which imports this module)."""
+
+    a: str
+    b: str
+    y: str
+    dtype: str
+    m: Dim
+    n: Dim
+    k: Dim
+    trans_a: bool
+    trans_b: bool
+    epilogue: Epilogue
+    b_panels: bool
+
+
+def chunked_applies(p: Product) -> bool:
+    """f32 products of row-major operands whose K and N are static multiples of 4 (vec4 reads)."""
+    return (p.dtype == "f32" and not p.trans_a and not p.trans_b and isinstance(p.k, int) and isinstance(p.n, int)
+            and p.k % 4 == 0 and p.n % 4 == 0 and p.k > 0)
+
+
+def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict,
+                 epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
+    """The chunked variant, eligible up to CHUNKED_MAX_M rows: a dispatch of M's row class (a
+    Select of the classes when M is symbolic), + a split-K sum."""
+    m, n, k = p.m, p.n, p.k
+    splits = ceil_div(k, MAX_KCHUNK)
+    chunk = 4 * ceil_div(ceil_div(k, splits), 4)
+    split = splits > 1
+    base_params = {key: v for key, v in params.items() if key not in _DROPPED_PARAMS}
+    base_params.update(SPLITS=splits, KCHUNK=chunk)
+    reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True, wide=True)}
+    if split:  # the epilogue runs in the second pass
+        base_params = {key: v for key, v in base_params.items() if key not in _FINISH_PARAMS}
+        total = nbatch * m * n
+        # The alternative runs for at most CHUNKED_MAX_M rows (its guard): partials for as many.
+        rows_cap = m if isinstance(m, int) else CHUNKED_MAX_M
+        partial = ctx.scratch(splits * nbatch * rows_cap * n, "float32", "splitk")
+        base_params["P"] = total
+        writes: dict[str, str | Buf] = {"partial": partial}
+        kernel_defs = {key: v for key, v in defs.items() if key not in ("GEMM", "HAS_C")}
+    else:  # the epilogue runs here
+        kernel_defs, base_params, reads = p.epilogue.onto(defs, base_params, {**reads, **epilogue_reads})
+        writes = {"y": p.y}
+    kernel_defs["SPLIT"] = split
+
+    def rows_class(rows: int) -> list[Step]:
+        rblocks = ceil_div(m, rows)
+        return [ctx.dispatch(
+            "matmul/gemv_chunked.wgsl", defs={**kernel_defs, "ROWS": rows},
+            params={**base_params, "RBLOCKS": rblocks}, reads=reads, writes=writes, reports=reports,
+            workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits))]
+
+    if isinstance(m, int):
+        steps = rows_class(next((r for r, first in reversed(CHUNK_ROWS) if m >= first), 1))
+    else:  # every class computes any M; each is preferred up to its last row count
+        lasts = [first - 1 for _, first in CHUNK_ROWS[1:]]
+        steps = ctx.select("matmul/gemv_chunked/rows", [
+            (f"rows{rows}", rows_class(rows), ALWAYS, at_most(m, last) if last is not None else ALWAYS)
+            for (rows, _), last in zip(CHUNK_ROWS, [*lasts, None])])
+    if split:
+        finish_defs, finish_params, finish_reads = p.epilogue.onto(
+            {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")},
+            {key: v for key, v in params.items() if key in ("M", "N", *_FINISH_PARAMS)},
+            {"partial": partial, **epilogue_reads})
+        steps.append(ctx.dispatch(
+            "matmul/splitk.wgsl", defs=finish_defs, params={**finish_params, "P": total, "SPLITS": splits},
+            reads=finish_reads, writes={"y": p.y}, workgroups=ctx.grid(total), reports=reports))
+    return steps
+
+
+__all__ = ["CHUNKED_MAX_M", "chunked_applies", "plan_chunked"]

@@ -1,0 +1,3 @@
+"""Row normalizations: Softmax, the LayerNorm family, BatchNorm, InstanceNorm, GroupNorm
+(shaders/normalization/).
+"""

@@ -1,0 +1,107 @@
+"""Planning rownorm.wgsl and moments.wgsl: a row's two statistics, then its writes.
+
+`plan_rows` binds a LayerNorm-family row by role (READ_ROLES, WRITE_ROLES); `in_parts` splits a
+row longer than one invocation may loop over (lavapipe's loop cap) into parts whose statistics
+are merged, so per-invocation trip counts stay bounded by construction.
+"""
+
+from __future__ import annotations
+
+from onyxia.ir.shapes import Dim
+from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, PlanCtx
+from onyxia.operators.reduction.reduction import bound_of, lanes_for
+from onyxia.plan import ALWAYS, Step, adapter, at_least
+
+READ_ROLES = ("skip", "bias", "scale", "beta")  # binding order after x
+# The CPU-adapter variant: rows of at least CPU_ROW_MIN elements (static) take a workgroup of
+# CPU_LANES threads each (shorter rows keep sharing 256-thread workgroups: one workgroup per
+# short row would multiply lavapipe's per-workgroup cost).
+CPU_LANES = 8
+CPU_ROW_MIN = 64
+ORT_RMS_LANES = 8  # onnxruntime's RMS norm keeps eight running sums (an AVX2 register)
+WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
+
+
+def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps: float = 0.0,
+              reads: dict[str, int] | None = None, writes: dict[str, int] | None = None,
+              counts: dict[str, Dim] | None = None) -> list[Step]:
+    """rownorm.wgsl over `rows` rows of `k` elements (in parts when long: in_parts).
+    `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
+    count of operands indexed modulo their size."""
+    if isinstance(rows, int) and rows == 0:
+        return []
+    reads, writes = reads or {}, writes or {"y": 0}
+    for i in (0, *reads.values()):
+        ctx.compute_type(ctx.input_dtype(i), f"input {i}")
+        if not ctx.input_dtype(i).is_float:
+            raise ctx.fail(f"expects float input, got {ctx.input_dtype(i)}", i)
+    lanes = lanes_for(rows, k, True)
+    strided = not (isinstance(inner, int) and inner == 1)
+    defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "OUT": out,
+                               "STATS": "online" if "softmax" in out else "moments", "STRIDED": strided}
+    # An RMS norm without skip sums its squares as onnxruntime does (8 running fused
+    # multiply-adds, see rownorm.wgsl) where eight lanes walk the row in one part.
+    if (out == "rmsnorm" and "skip" not in (reads or {}) and lanes >= ORT_RMS_LANES
+            and bound_of(k) <= ORT_RMS_LANES * MAX_TRIPS):
+        defs["ORT_RMS"] = True
+    params: dict[str, object] = {"ROWS": rows, "K": k}
+    if strided:
+        params["INNER"] = inner
+    if out in ("layernorm", "rmsnorm"):
+        params["EPS"] = float(eps)
+    read_names, write_names = {"x": ctx.input(0)}, {}
+    for role in READ_ROLES:
+        if role in reads:
+            defs[role.upper()] = True
+            read_names[role] = ctx.input(reads[role])
+    for role in WRITE_ROLES:
+        if role in writes:
+            defs[role.upper()] = True
+            write_names[role] = ctx.output(writes[role])
+    params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
+    output_only = ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT", "SCALE_N", "BETA_N")
+
+    def variant(lanes: int, group: int) -> list[Step]:
+        vdefs = {**defs, "LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})}
+        stats = ({d: v for d, v in vdefs.items() if d not in output_only},
+                 {p: v for p, v in params.items() if p not in output_only},
+                 {n: t for n, t in read_names.items() if n in ("x", "skip", "bias")})
+        return in_parts(ctx, "normalization/rownorm.wgsl", f"rownorm_{out}", rows, k, lanes, vdefs, params,
+                        read_names, write_names, stats, group=group)
+
+    if not (isinstance(k, int) and k >= CPU_ROW_MIN):
+        return variant(lanes, WORKGROUP_SIZE)
+    # A CPU-type adapter (lavapipe) runs a workgroup as SIMD batches of 8 threads and switches
+    # between the batches at every barrier: a row per workgroup of one batch has no switches
+    # (decode RMSNorm over 512 elements: ~66 -> ~15 us). GPUs keep the 256-thread rows.
+    return ctx.select(f"rownorm_{out}", [("cpu", variant(CPU_LANES, CPU_LANES), ALWAYS, adapter("cpu")),
+                                         ("gpu", variant(lanes, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
+
+
+def in_parts(ctx: PlanCtx, shader: str, label: str, rows: Dim, k: Dim, lanes: int, defs: dict[str, object],
+             params: dict[str, object], reads: dict[str, str], writes: dict[str, str],
+             stats: tuple[dict[str, object], dict[str, object], dict[str, str]], *,
+             group: int = WORKGROUP_SIZE) -> list[Step]:
+    """A statistics normalization (rownorm.wgsl, moments.wgsl) over `rows` rows of `k`: one
+    dispatch, or for rows an invocation may not loop over (longer than LANES x MAX_TRIPS, or
+    symbolic) two: the parts' statistics (`stats`: that pass's defs, params and reads), then
+    each part merging them and writing its elements. A symbolic row of one part skips the
+    first (a Select) and walks its row in the second. `group`: threads per workgroup (the
+    WG_SIZE def when not the default)."""
+    chunk = lanes * MAX_TRIPS
+    if bound_of(k) <= chunk:
+        return [ctx.dispatch(shader, label=label, defs=defs, params=params, reads=reads, writes=writes,
+                             workgroups=ctx.grid(rows, group // lanes))]
+    # At most 2^32 / CHUNK parts: a few per lane when merged.
+    parts = (k + chunk - 1) // chunk
+    partial = ctx.scratch(rows * parts * 2, "float32", "row_stats")
+    split = {"PARTS": (parts, "u32")}
+    stat_defs, stat_params, stat_reads = stats
+    first = ctx.dispatch(shader, label=label, defs={**stat_defs, "CHUNK": chunk, "PARTIALS_OUT": True},
+                         params={**stat_params, **split}, reads=stat_reads, writes={"partial": partial},
+                         workgroups=ctx.grid(rows * parts, group // lanes))
+    return [*ctx.select(f"{label}/parts", [("parts", [first], at_least(parts, 2), ALWAYS),
+                                           ("one part", [], ALWAYS, ALWAYS)]),
+            ctx.dispatch(shader, label=label, defs={**defs, "CHUNK": chunk, "PARTIALS_IN": True},
+                         params={**params, **split}, reads={**reads, "partial": partial}, writes=writes,
+                         workgroups=ctx.grid(rows * parts, group // lanes))]

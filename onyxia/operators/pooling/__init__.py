@@ -1,0 +1,1 @@
+"""Pooling: MaxPool, AveragePool, LpPool, MaxUnpool and the global poolings (shaders/pooling/)."""

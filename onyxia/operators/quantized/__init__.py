@@ -1,0 +1,3 @@
+"""Quantized operators: MatMulNBits, GatherBlockQuantized, (De)QuantizeLinear, the QLinear ops
+(shaders/quantized/).
+"""

@@ -1,0 +1,1 @@
+"""Reductions: the Reduce* family, ArgMax/ArgMin, CumSum/CumProd (shaders/reduction/)."""

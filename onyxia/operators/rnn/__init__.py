@@ -1,0 +1,1 @@
+"""Recurrent networks: RNN, GRU and LSTM (shaders/rnn/)."""

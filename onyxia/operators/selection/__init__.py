@@ -1,0 +1,3 @@
+"""Selection: TopK, Hardmax, OneHot, NonZero, Compress, Unique, NonMaxSuppression
+(shaders/selection/).
+"""

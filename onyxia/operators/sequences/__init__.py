@@ -1,0 +1,1 @@
+"""Sequence and optional operators: registry rows that SequenceLoweringPass rewrites away."""

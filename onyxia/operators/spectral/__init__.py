@@ -1,0 +1,1 @@
+"""Spectral operators: DFT and STFT (shaders/spectral/)."""
