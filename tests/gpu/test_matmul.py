@@ -29,7 +29,7 @@ def matmul_model(a_shape, b_shape, dtype=np.float32, weight: np.ndarray | None =
 
 
 def kernels(compiled) -> list[str]:
-    """The shaders planned (every alternative of a Tunable included)."""
+    """The shaders planned (every alternative of a Select included)."""
     return [s.label.removeprefix("matmul/") for s in compiled.shaders]
 
 
@@ -108,7 +108,7 @@ def test_symbolic_rows_switch_kernels_without_recompiling(runtime):
     w = rand((600, 40))
     model = matmul_model(["batch", "seq", 600], [600, 40], weight=w)
     compiled = compile_model(model, {"batch": 2, "seq": 9})
-    # the chunked kernel per row class (1, 4, 16, 32), then the Tunable alternatives' other kernels
+    # the chunked kernel per row class (1, 4, 16, 32), then the Select alternatives' other kernels
     assert kernels(compiled) == ["gemv_chunked"] * 4 + ["gemm", "gemv", "splitk"]
     exe = runtime.load_model(compiled)
     for dims in ({"batch": 2, "seq": 9}, {"batch": 1, "seq": 1}, {"batch": 3, "seq": 1}, {"batch": 1, "seq": 8},

@@ -1,6 +1,6 @@
 """EpilogueFusionPass on MatMul and Gemm: a bias Add, activations, a residual Add and broadcast
 operands run in the product's epilogue, against onnxruntime, for every kernel variant of the
-product's Tunable (chunked, coalesced, register, shared; each forced in turn, and the heuristic on
+product's Select (chunked, coalesced, register, shared; each forced in turn, and the heuristic on
 both adapter kinds), the split-K finish pass, a symbolic M moving between few and many rows,
 float32 and float16 storage, tuning off and on. Declines (with their reasons): tests/unit/
 test_epilogue_decline.py."""
@@ -103,7 +103,7 @@ def compile_unfused(model, dims):
 
 def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_split=False):
     """For each M in `rows` and adapter kind: the heuristic's kernels, then every alternative of
-    the product's Tunable forced in turn, each against onnxruntime and equal to the unfused
+    the product's Select forced in turn (eligible ones), each against onnxruntime and equal to the unfused
     plan's result with the same kernel (the epilogue reads the product as stored, so fusing
     changes no bit, float16 included); no separate elementwise dispatch ever runs and nothing
     recompiles. `tuning` None: the heuristic's choices, whatever ONYXIA_TUNE says."""

@@ -77,14 +77,14 @@ def zip_members(path: Path, members: list[tuple[str, bytes]]) -> None:
 
 
 def all_steps(doc: dict) -> list[dict]:
-    """Every step's JSON in the pre-order of plan.walk_steps (a Tunable's alternatives in order)."""
+    """Every step's JSON in the pre-order of plan.walk_steps (a Select's alternatives in order)."""
     flat: list[dict] = []
 
     def walk(steps: list[dict]) -> None:
         for s in steps:
             flat.append(s)
             walk([c for key in ("then", "orelse", "body") for c in s.get(key, [])])
-            walk([c for alt in s.get("alternatives", []) for c in alt])
+            walk([c for alt in s.get("alternatives", []) for c in alt["steps"]])
     walk([s for op in doc["operations"] for s in op["steps"]])
     return flat
 
@@ -277,9 +277,9 @@ def load_edited(tmp: str, kind: str) -> None:
     CompiledModel.load(path)
 
 
-# The plan's first dispatch: the MatMul is a Tunable (its kernel variants), whose first
+# The plan's first dispatch: the MatMul is a Select (its kernel variants), whose first
 # alternative's first step this is.
-FIRST = r"operations\[0\]\.steps\[0\]\.alternatives\[0\]\[0\]"
+FIRST = r"operations\[0\]\.steps\[0\]\.alternatives\[0\]\.steps\[0\]"
 CASES = {
     "huge_grid": r"step 1 workgroups: \[2147483648, 1, 1\] launch 2147483648 workgroups",
     "float_workgroups": FIRST + r" workgroups\[0\]: must be an integer",
@@ -289,14 +289,14 @@ CASES = {
     "shader_out_of_range": FIRST + r"\.shader: must be an index in \[0, 3\), got 3",
     "bool_shader": FIRST + r"\.shader: must be an index",
     "binding_to_nowhere": FIRST + r"\.bindings\[0\]\[0\]: names tensor 'ghost'",
-    "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'tunable' step: field 'bindings' is missing",
+    "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'select' step: field 'bindings' is missing",
     "immediates_count": FIRST + r"\.immediates: holds 3 values; shader 0 takes 2",
     "unknown_step": r"operations\[0\]\.steps\[0\]: .*unknown step kind 'teleport'",
     "unknown_symbol": r"uses symbol 'zz'",
     "hostile_expression": r"dimension expression .* nested more than",
-    "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 5\)",
+    "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 4\)",
     "binding_kind_mismatch": r"symbolic_bindings\[0\]\[0\]: a binding of kind 'copy' cannot target step 0",
-    "binding_index_out_of_range": r"symbolic_bindings\[0\]\[2\]: must be an integer in \[0, 5\), got 99",
+    "binding_index_out_of_range": r"symbolic_bindings\[0\]\[2\]: must be an integer in \[0, 6\), got 99",
     "unknown_dtype": r"tensors\[0\]\.dtype: unknown dtype 'float128'",
     "float_shape": r"tensors\[0\]\.shape\[1\]: must be an integer or a dimension expression, got 4\.0",
     "negative_weight_shape": r"tensors\[2\]\.shape\[0\]: must be non-negative, got -4",
@@ -309,8 +309,8 @@ CASES = {
     "param_type": r"shaders\[0\]\.immediates\[0\]\[1\]: must be one of \['f32', 'i32', 'u32'\], got 'f64'",
     "entry_point": r"shaders\[0\]\.entry_point: must be an identifier",
     "dims_negative": r"dims\.n: must be an integer >= 0, got -2",
-    "copy_misaligned": r"step 5 copy: size 6 and offsets 0, 0 must be multiples of 4",
-    "copy_out_of_range": r"step 5 copy: bytes 0\.\.4096 of tensor 'x', which has 32",
+    "copy_misaligned": r"step 4 copy: size 6 and offsets 0, 0 must be multiples of 4",
+    "copy_out_of_range": r"step 4 copy: bytes 0\.\.4096 of tensor 'x', which has 32",
     "weight_wrong_shape": r"tensor 'w' data: is float32\[3, 4\], its TensorInfo says float32\[4, 3\]",
     "weight_wrong_dtype": r"member 'data_0\.npy': inflates to \d+ bytes, more than|tensor 'w' data: is float64",
     "pickled_weight": r"(Object arrays cannot be loaded|inflates to)",

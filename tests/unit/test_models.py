@@ -27,7 +27,7 @@ def test_shape_chains_fold_and_views_are_free(name: str, record_property) -> Non
     print(f"{name}: {onnx_nodes} ONNX nodes -> {len(compiled.operations)} planned ops, "
           f"{compiled.num_dispatches} dispatches, {len(compiled.shaders)} shaders")
     # What a run launches (the heuristic's kernel variants at these dims): the plan-wide count adds
-    # every Tunable alternative, which says little once epilogues absorb the cheap ops.
+    # every Select alternative, which says little once epilogues absorb the cheap ops.
     launched = sum(d.live for d in plan_cost(compiled).dispatches)
     assert 0 < launched <= 2 * len(compiled.operations)
 

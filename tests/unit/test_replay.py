@@ -392,7 +392,7 @@ def test_long_grids_fold_into_two_dimensions_within_the_limit():
     exe = null_executor(compiled, limits=dataclasses.replace(NULL_LIMITS, max_workgroups=limit))
     exe.update_dimensions({"seq": 20})
     exe.run(encoder_feeds(2, 20))  # the null backend asserts every count is within the limit
-    cmds = exe.dispatch_commands()  # a Tunable's chosen alternative only
+    cmds = exe.dispatch_commands()  # a Select's chosen alternative only
     raw = [tuple(SymDim.evaluate(v, exe.dims) if isinstance(v, SymDim) else v for v in d.step.workgroups)
            for d in cmds]
     folded = [d.workgroups for d in cmds]
