@@ -1,3 +1,3 @@
-"""Attention operators: GroupQueryAttention and RotaryEmbedding (com.microsoft), ONNX Attention,
-split-KV (shaders/attention/).
+"""Attention operators: GroupQueryAttention, RotaryEmbedding, ONNX Attention, FlexAttention,
+LinearAttention, split-KV (shaders/attention/).
 """

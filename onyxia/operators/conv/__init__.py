@@ -1,3 +1,3 @@
-"""Convolutions: Conv, ConvTranspose, CausalConvWithState, DeformConv and their window geometry
-(shaders/conv/).
+"""Convolutions: Conv, ConvTranspose, CausalConvWithState, DeformConv, Col2Im and their window
+geometry (shaders/conv/).
 """

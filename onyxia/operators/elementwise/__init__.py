@@ -1,3 +1,3 @@
-"""Elementwise families and the shared map kernel: tables of unary/binary ops, Cast, fused chains
-(shaders/elementwise/).
+"""Elementwise families and the shared map kernel: tables of unary/binary ops, SwiGLU, Cast, fused
+chains (shaders/elementwise/).
 """

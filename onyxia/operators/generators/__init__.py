@@ -1,3 +1,3 @@
-"""Tensors made from a shape: EyeLike, the random generators, MelWeightMatrix (the map kernel of
-elementwise/).
+"""Tensors made from a shape: EyeLike, the random generators, Multinomial, MelWeightMatrix (the map
+kernel of elementwise/).
 """

@@ -1,3 +1,3 @@
-"""Data movement: the Gathers, Slice, Trilu, Scatters, Transpose, Expand, Tile, Pad, Concat, Split
-(shaders/indexing/).
+"""Data movement: the Gathers, Slice, Trilu, Scatters, Transpose, Expand, Tile, Pad, CenterCropPad,
+Concat, Split (shaders/indexing/).
 """

@@ -1,3 +1,3 @@
-"""Row normalizations: Softmax, the LayerNorm family, BatchNorm, InstanceNorm, GroupNorm
+"""Row normalizations: Softmax, the LayerNorm family, BatchNorm, InstanceNorm, GroupNorm, LRN
 (shaders/normalization/).
 """

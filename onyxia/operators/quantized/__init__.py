@@ -1,3 +1,3 @@
-"""Quantized operators: MatMulNBits, GatherBlockQuantized, (De)QuantizeLinear, the QLinear ops
-(shaders/quantized/).
+"""Quantized operators: MatMulNBits, GatherBlockQuantized, (De)QuantizeLinear, the QLinear ops,
+MatMulBnb4 (shaders/quantized/).
 """

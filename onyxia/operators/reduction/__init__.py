@@ -1,1 +1,1 @@
-"""Reductions: the Reduce* family, ArgMax/ArgMin, CumSum/CumProd (shaders/reduction/)."""
+"""Reductions: the Reduce* family, ArgMax/ArgMin, CumSum/CumProd, the losses (shaders/reduction/)."""

@@ -1,1 +1,1 @@
-"""Spectral operators: DFT and STFT (shaders/spectral/)."""
+"""Spectral operators: DFT, STFT and the window functions (shaders/spectral/)."""
