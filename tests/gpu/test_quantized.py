@@ -16,6 +16,7 @@ from onyxia.compiler import CompilerPipeline
 from onyxia.compiler.passes import DeadCodeEliminationPass, NBitsTilesPass
 from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
+from tests.builders.quantized import bnb4_model
 from tests.helpers import make_model, run_ort
 
 MS = {"com.microsoft": 1}
@@ -126,19 +127,6 @@ def test_gather_block_quantized(runtime, shape, block, zero_points):
     np.testing.assert_allclose(exe.run({"idx": idx})["y"], run_ort(model, {"idx": idx})[0], rtol=1e-6, atol=1e-6)
 
 
-# ---- MatMulBnb4 (transformers.js' "bnb4" files) --------------------------------------------------
-def bnb4_model(rng, k: int, n: int, block: int, quant_type: int, dtype=np.float32):
-    """A MatMul [S, k] x [k, n] quantized by onnxruntime's own MatMulBnb4Quantizer."""
-    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
-
-    node = helper.make_node("MatMul", ["A", "W"], ["Y"], name="proj")
-    model = make_model([node], [("A", dtype, ["S", k])], ["Y"], {"W": rng.standard_normal((k, n)).astype(dtype)})
-    quantizer = MatMulBnb4Quantizer(model, quant_type, block)
-    quantizer.process()
-    assert [n.op_type for n in quantizer.model.model.graph.node] == ["MatMulBnb4"]
-    return quantizer.model.model
-
-
 @pytest.mark.parametrize("k,n,block,quant_type,dtype", [
     (64, 48, 64, 1, np.float32),   # NF4, transformers.js' default
     (64, 48, 64, 0, np.float32),   # FP4
@@ -168,8 +156,3 @@ def test_matmul_bnb4_bad_sizes_name_the_node(runtime):
         onyxia.InferenceSession(model, runtime=runtime).run(None, {"A": np.zeros((1, 64), np.float32)})
 
 
-def validation_models() -> list:
-    """MatMulBnb4 (both codebooks, float32 and float16) for tests/gpu/test_shader_validation.py."""
-    rng = np.random.default_rng(1)
-    return [(bnb4_model(rng, 64, 16, 64, kind, dtype), {"S": 3})
-            for kind, dtype in ((1, np.float32), (0, np.float16))]
