@@ -1,4 +1,5 @@
-"""Builders shared by tests/gpu/test_image.py and tests/gpu/test_shader_validation.py's table."""
+"""Builders shared by tests/gpu/test_image.py, tests/gpu/test_shader_validation.py's table and
+tests/unit/test_operator_errors.py."""
 
 from __future__ import annotations
 
@@ -76,3 +77,6 @@ def validation_models() -> list[tuple[object, dict[str, int]]]:
                stn_model(2, 0), stn_model(3, 1),
                space_model("SpaceToDepth", ["n", 2, 4, 4], blocksize=2)]
     return [(m, {"n": 2}) for m in models]
+
+
+X = [1, 2, 5, 6]

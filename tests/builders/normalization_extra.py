@@ -1,4 +1,5 @@
-"""Builders shared by tests/gpu/test_normalization_extra.py and tests/gpu/test_shader_validation.py's table."""
+"""Builders shared by tests/gpu/test_normalization_extra.py, tests/gpu/test_shader_validation.py's table and
+tests/unit/test_operator_errors.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Builders shared by tests/gpu/test_onnx_attention.py and tests/gpu/test_shader_validation.py's table."""
+"""Builders shared by tests/gpu/test_onnx_attention.py, tests/gpu/test_shader_validation.py's table and
+tests/unit/test_operator_errors.py."""
 
 from __future__ import annotations
 
@@ -40,3 +41,7 @@ def validation_models() -> list[tuple[object, dict[str, int]]]:
         (attention_model({**qkv, "nonpad_kv_seqlen": (1,)}, ("Y",), opset=25, is_causal=1, left_window_size=1,
                          right_window_size=0), {"n": 3}),
     ]
+
+
+def bhsd(b, h_, s, d):
+    return (b, h_, s, d)

@@ -1,4 +1,5 @@
-"""Builders shared by tests/gpu/test_pooling.py and tests/gpu/test_shader_validation.py's table."""
+"""Builders shared by tests/gpu/test_pooling.py, tests/gpu/test_shader_validation.py's table and
+tests/unit/test_operator_errors.py."""
 
 from __future__ import annotations
 
@@ -48,3 +49,6 @@ def validation_models() -> list[tuple[object, dict[str, int]]]:
                pool_model("AveragePool", ["n", 3, 8], kernel_shape=[3], count_include_pad=1, pads=[1, 1])]
     models += [pool_model(op, x) for op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")]
     return [(m, {"n": 2}) for m in models] + [(unpool_model(True), {"n": 2, "h": 5, "w": 4})]
+
+
+X4 = [2, 3, 7, 8]

@@ -1,4 +1,5 @@
-"""Builders shared by tests/gpu/test_sequences.py and tests/gpu/test_shader_validation.py's table."""
+"""Builders shared by tests/gpu/test_sequences.py, tests/gpu/test_shader_validation.py's table and
+tests/unit/test_sequence_lowering.py."""
 
 from __future__ import annotations
 

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from tests.builders.image import COORDS, EMPTY, grid_model, resize_model, scales, sizes, space_model, stn_model
+from tests.builders.image import COORDS, EMPTY, X, grid_model, resize_model, scales, sizes, space_model, stn_model
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
-X = [1, 2, 5, 6]
 
 
 def feed(shape, dtype=np.float32):

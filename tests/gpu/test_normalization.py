@@ -240,7 +240,7 @@ def test_rms_norm_rounds_as_onnxruntime(runtime, k):
 def test_a_torch_exported_rms_norm_runs_fused_as_onnxruntime_runs_it(runtime):
     """Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul, Cast, Mul(w) (torch.onnx's RMSNorm) is one
     SimplifiedLayerNormalization dispatch, with onnxruntime's (default, optimized) results."""
-    from tests.unit.test_rms_norm_fusion import K, torch_rms_norm
+    from tests.builders.rms_norm_fusion import K, torch_rms_norm
 
     model = torch_rms_norm()
     compiled = compile_model(model)

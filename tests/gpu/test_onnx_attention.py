@@ -13,7 +13,7 @@ import pytest
 from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
-from tests.builders.onnx_attention import OUTPUTS, attention_model
+from tests.builders.onnx_attention import OUTPUTS, attention_model, bhsd
 from tests.helpers import assert_matches_ort, compile_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -33,10 +33,6 @@ def random_feeds(model, nonpad=None) -> dict[str, np.ndarray]:
         else:
             feeds[vi.name] = RNG.standard_normal(shape).astype(dtype)
     return feeds
-
-
-def bhsd(b, h_, s, d):
-    return (b, h_, s, d)
 
 
 # name -> (input shapes, outputs, attributes)

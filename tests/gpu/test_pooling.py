@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper as h
 
-from tests.builders.pooling import POOL_CASES, pool_model, unpool_model
+from tests.builders.pooling import POOL_CASES, X4, pool_model, unpool_model
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -20,9 +20,6 @@ def feed(shape, dtype=np.float32):
         return RNG.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
     # Distinct values: MaxPool's indices are well defined.
     return RNG.permutation(np.prod(shape)).reshape(shape).astype(dtype) / 7.0
-
-
-X4 = [2, 3, 7, 8]
 
 
 @pytest.mark.parametrize("op,attrs", POOL_CASES)

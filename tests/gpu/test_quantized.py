@@ -12,51 +12,9 @@ import pytest
 from onnx import helper
 
 import onyxia
-from onyxia.compiler import CompilerPipeline
-from onyxia.compiler.passes import DeadCodeEliminationPass, NBitsTilesPass
-from onyxia.operators import core_operator_registry
 from onyxia.plan import ADAPTER_CPU
-from tests.builders.quantized import bnb4_model
+from tests.builders.quantized import MS, bnb4_model, compile_with, nbits_model, pack_nibbles
 from tests.helpers import make_model, run_ort
-
-MS = {"com.microsoft": 1}
-
-
-def compile_with(model, dims):
-    """The kernels as planned, with B and scales in tiles where they apply (NBitsTilesPass)."""
-    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
-    pipeline.add_pass(DeadCodeEliminationPass())
-    pipeline.add_pass(NBitsTilesPass())
-    return pipeline.compile(onyxia.load_model(model), dims)
-
-
-def pack_nibbles(q: np.ndarray) -> np.ndarray:
-    """4-bit values [..., 2k] -> bytes [..., k], low nibble first (odd lengths zero-padded)."""
-    if q.shape[-1] % 2:
-        q = np.concatenate([q, np.zeros(q.shape[:-1] + (1,), np.uint8)], axis=-1)
-    return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
-
-
-def nbits_model(rng, *, k: int, n: int, block: int, zero_points: str | None, bias: bool,
-                dtype=np.float32, batch_dims=("M",)):
-    nblk = -(-k // block)
-    q = rng.integers(0, 16, (n, nblk * block), dtype=np.uint8)
-    inits = {"B": pack_nibbles(q).reshape(n, nblk, block // 2),
-             "scales": (rng.random(n * nblk) * 0.1).astype(dtype)}
-    names = ["A", "B", "scales"]
-    if zero_points == "uint8":
-        inits["zp"] = pack_nibbles(rng.integers(0, 16, (n, nblk), dtype=np.uint8)).reshape(-1)
-    elif zero_points == "float":
-        inits["zp"] = (rng.random(n * nblk) * 15).astype(dtype)
-    names.append("zp" if zero_points else "")
-    if bias:
-        inits["bias"] = rng.standard_normal(n).astype(dtype)
-        names += ["", "bias"]
-    while not names[-1]:
-        names.pop()
-    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft",
-                            K=k, N=n, bits=4, block_size=block)
-    return make_model([node], [("A", dtype, [*batch_dims, k])], ["Y"], inits, extra_opsets=MS)
 
 
 @pytest.mark.parametrize("block,k,n,zero_points,bias", [
