@@ -24,7 +24,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
     os.environ["XDG_RUNTIME_DIR"] = _xdg_dir
     atexit.register(shutil.rmtree, _xdg_dir, ignore_errors=True)
 
-# Kernel variants (Tunable steps): the deterministic heuristic unless the run asks for tuning
+# Kernel variants (tuned Select steps): the deterministic heuristic unless the run asks for tuning
 # (ONYXIA_TUNE=1 python3 dev.py test runs the suite with it on); either way the tuning cache
 # lives in a private folder, never in the user's ~/.cache.
 os.environ.setdefault("ONYXIA_TUNE", "0")

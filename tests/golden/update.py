@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: make `tests` and `onyxia` importable
 
-from tests.unit.test_golden import GOLDEN, current_summary, golden_path  # noqa: E402
+from tests.golden.summary import GOLDEN, current_summary, golden_path  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ from onnx import helper as h
 
 from onyxia.errors import ShapeInferenceError
 from onyxia.plan import BranchStep, LoopStep, ReadSymbol
+from tests.builders.control_flow import linear_attention_model
 from tests.control_models import counting_loop, fibonacci_loop, if_model, scan_model, vi
 from tests.helpers import compile_model, make_model, run_onyxia, run_ort
 
@@ -195,28 +196,6 @@ def test_scan_body_arity_errors_name_the_attribute():
                        [("s0", np.float32, [4]), ("x", np.float32, [3, 4])], ["s"])
     with pytest.raises(ShapeInferenceError, match="node 'sc' \\(Scan\\): attribute 'body'"):
         compile_model(model)
-
-
-def validation_models() -> list:
-    """(model, dims) for tests/gpu/test_shader_validation.py, dims with the symbol `n`."""
-    return [(make_model([h.make_node("If", ["c"], ["o"],
-                                     then_branch=h.make_graph([h.make_node("Neg", ["x"], ["t"])], "t", [], [vi("t")]),
-                                     else_branch=h.make_graph([h.make_node("Abs", ["x"], ["e"])], "e", [], [vi("e")]))],
-                        [("x", np.float32, ["n"]), ("c", np.bool_, [])], ["o"]), {"n": 3}),
-            (scan_model("n", in_axis=1, out_axis=1), {"n": 3}),
-            (linear_attention_model(), {}),
-            (make_model([h.make_node("Loop", ["M", "", "v0"], ["v", "sc"], body=h.make_graph(
-                [h.make_node("Neg", ["v"], ["v2"]), h.make_node("Less", ["v2", "z"], ["c2"])], "b",
-                [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("v", shape=["n"])],
-                [vi("c2", TP.BOOL, []), vi("v2"), vi("v2")]))],
-                [("v0", np.float32, ["n"]), ("M", np.int64, []), ("z", np.float32, [])], ["v", "sc"]), {"n": 3})]
-
-
-def linear_attention_model(rule: str = "linear"):
-    shapes = [("q", np.float32, [1, 3, 8]), ("k", np.float32, [1, 3, 8]), ("v", np.float32, [1, 3, 8])]
-    node = h.make_node("LinearAttention", ["q", "k", "v"], ["y", "state"], q_num_heads=2, kv_num_heads=2,
-                       update_rule=rule)
-    return make_model([node], shapes, ["y", "state"], opset=27)
 
 
 def gated_linear_attention_model():

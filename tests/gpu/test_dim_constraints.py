@@ -3,17 +3,12 @@ the model to it (exporters name one length twice: input_ids [b, seq], attention_
 
 import numpy as np
 import pytest
-from onnx import helper as h
 
 import onyxia
 from onyxia.errors import DimensionError
 from onyxia.plan import CompiledModel
-from tests.helpers import compile_model, make_model, run_ort
-
-
-def _model():
-    nodes = [h.make_node("Cast", ["mask"], ["m"], to=1), h.make_node("Mul", ["x", "m"], ["y"])]
-    return make_model(nodes, [("x", np.float32, ["batch", "seq"]), ("mask", np.int64, ["batch", "mask_seq"])], ["y"])
+from tests.builders.dim_constraints import _model
+from tests.helpers import compile_model, run_ort
 
 
 def test_equal_symbols_broadcast_and_are_checked(runtime, tmp_path):

@@ -15,8 +15,8 @@ from onyxia.errors import DimensionError, InputError, OnyxiaError
 from onyxia.ir.shapes import SymDim
 from onyxia.plan import CompiledModel
 from onyxia.runtime import DeviceTensor, wgpu_backend
+from tests.builders.registry import custom_registry, scaled_square_model
 from tests.helpers import compile_model, make_model, run_ort
-from tests.unit.test_registry import custom_registry, scaled_square_model
 
 TRANSPORTS = ["immediate", "uniform"]
 RTOL, ATOL = 1e-5, 1e-5

@@ -9,7 +9,6 @@ does not depend on the generator (Bernoulli with probabilities 0 and 1).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 from onyxia.errors import OnyxiaError
 from onyxia.operators.generators.generators import pcg_hash
+from tests.builders.generators import SAME_WIDTH, bernoulli_model, bitcast_model, random_model
 from tests.helpers import compile_model, make_model, run_onyxia
 
 PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -50,11 +50,6 @@ def test_eye_like_rejects_rank_3_naming_the_node():
 
 
 # ---- random generators ------------------------------------------------------------------------------
-
-def random_model(op: str, shape=(64, 128), *, like: bool = False, **attrs):
-    if like:
-        return make_model([h.make_node(op, ["x"], ["y"], **attrs)], [("x", np.float32, ["n", shape[1]])], ["y"])
-    return make_model([h.make_node(op, [], ["y"], shape=list(shape), **attrs)], [], ["y"])
 
 
 def draw(runtime, model, feeds=None, dims=None) -> np.ndarray:
@@ -123,11 +118,6 @@ def test_random_ops_do_not_fold():
     assert compile_model(random_model("RandomUniform", seed=1.0)).num_dispatches == 1
 
 
-def bernoulli_model(dtype=None, seed=None):
-    attrs = ({} if dtype is None else {"dtype": dtype}) | ({} if seed is None else {"seed": seed})
-    return make_model([h.make_node("Bernoulli", ["p"], ["y"], **attrs)], [("p", np.float32, ["n"])], ["y"], opset=15)
-
-
 # onnxruntime 1.32 runs Bernoulli as its ONNX function body, which draws 1 when u > p: the
 # opposite of the spec ("an output of 1 is produced with probability p"). onnx.reference and
 # onyxia follow the spec, so these tests compare with onnx.reference.
@@ -163,15 +153,6 @@ def test_bad_random_attributes_name_node_and_attribute(op, attrs, match):
 
 
 # ---- BitCast --------------------------------------------------------------------------------------
-
-SAME_WIDTH = [(np.float32, np.int32), (np.int32, np.float32), (np.uint32, np.int32), (np.float32, np.uint32),
-              (np.int8, np.uint8), (np.uint8, np.int8), (np.bool_, np.uint8), (np.uint16, np.int16),
-              (np.int16, np.float16), (np.float16, np.uint16)]
-
-
-def bitcast_model(src, dst, shape=("n", 3)):
-    to = h.np_dtype_to_tensor_dtype(np.dtype(dst))
-    return make_model([h.make_node("BitCast", ["x"], ["y"], to=to)], [("x", src, list(shape))], ["y"], opset=26)
 
 
 def raw_values(rng, dtype, shape) -> np.ndarray:
@@ -212,12 +193,3 @@ def test_bitcast_width_mismatch_names_node_and_attribute():
         compile_model(model)
 
 
-def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
-    """Models covering EyeLike, the random ops and BitCast, for tests/gpu/test_shader_validation.py."""
-    n = {"n": 3}
-    models = [(make_model([h.make_node("EyeLike", ["x"], ["y"], k=1)], [("x", np.float32, ["n", 4])], ["y"]), n)]
-    models += [(random_model(op, seed=1.0), {}) for op in ("RandomUniform", "RandomNormal")]
-    models += [(random_model(op, like=True), n) for op in ("RandomUniformLike", "RandomNormalLike")]
-    models += [(bernoulli_model(TensorProto.INT64), n), (bernoulli_model(), n)]
-    models += [(bitcast_model(src, dst), n) for src, dst in SAME_WIDTH]
-    return models

@@ -9,8 +9,8 @@ import pytest
 
 import onyxia
 from onyxia.errors import DimensionError
+from tests.builders.known_dims import gqa_model
 from tests.helpers import compile_model, run_ort
-from tests.unit.test_known_dims import gqa_model
 
 HEADS, KV_HEADS, HEAD = 4, 2, 16
 

@@ -7,15 +7,10 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
+from tests.builders.linalg import einsum_model
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
-
-
-def einsum_model(equation: str, shapes, dtype=np.float32):
-    names = [f"x{i}" for i in range(len(shapes))]
-    node = h.make_node("Einsum", names, ["y"], equation=equation)
-    return make_model([node], [(n, dtype, s) for n, s in zip(names, shapes)], ["y"], opset=12)
 
 
 def feeds(shapes, dtype=np.float32):
@@ -92,8 +87,3 @@ def test_einsum_folds_constants(runtime):
     np.testing.assert_allclose(run_onyxia(runtime, model, {})[0], a @ b, rtol=1e-5)
 
 
-def validation_models() -> list[tuple[object, dict[str, int]]]:
-    """Small models covering the kernels this module's operators emit."""
-    return [(einsum_model("ij->ji", [("n", 4)]), {"n": 3}), (einsum_model("ii->", [("n", "n")]), {"n": 3}),
-            (einsum_model("ij,jk,kl->il", [("n", 3), (3, 4), (4, 2)], np.int64), {"n": 3}),
-            (einsum_model("bij,bjk->bik", [("n", 3, 4), ("n", 4, 5)]), {"n": 3})]

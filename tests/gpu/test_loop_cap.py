@@ -229,7 +229,7 @@ def test_attention_splits_with_mask_and_causal_rows(runtime):
 
 @pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
 def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
-    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+    from tests.builders.attention import KV_HEADS, Q_HEADS, gqa_model
 
     # head 16: the per-row kernels split at 4,672 keys (the 8-thread kernel's bound; a multiple of
     # 64): the 64-thread one (assume_adapter("gpu")) sees caches of 1, 2 and 13 splits. The tiled kernel
@@ -252,7 +252,7 @@ def test_gqa_decode_over_a_cache_of_several_splits(runtime, cpu):
 
 
 def test_gqa_decode_over_several_splits_with_a_large_head(runtime):
-    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+    from tests.builders.attention import KV_HEADS, Q_HEADS, gqa_model
 
     # head 160 (past the tiled kernel's 128): a CPU-type adapter runs the 8-thread per-row
     # kernel, 1,344 keys per split: caches of 1, 2 and 3 splits.
@@ -283,7 +283,7 @@ def runtime_without_subgroups(wgpu_adapter):
 
 @pytest.mark.parametrize("kernel", ["tiled", "tiled-no-subgroups", "gpu-kernel"])
 def test_gqa_prompt_after_a_long_prefix(runtime, runtime_without_subgroups, kernel):
-    from tests.gpu.test_attention import KV_HEADS, Q_HEADS, gqa_model
+    from tests.builders.attention import KV_HEADS, Q_HEADS, gqa_model
 
     # A prompt of 12 rows after 270,000 cached keys, head 16. The tiled prompt kernel (CPU-type
     # adapters; gqa_flash.wgsl) walks 4 keys per loop trip, so 61,440 keys per split: 270,012

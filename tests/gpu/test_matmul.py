@@ -11,6 +11,7 @@ from onnx import helper as h
 
 from onyxia.runtime.null import null_executor
 from onyxia.runtime.tuner import TuneSettings
+from tests.builders.matmul import matmul_model
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
 RNG = np.random.default_rng(0)
@@ -20,12 +21,6 @@ def rand(shape, dtype=np.float32):
     if np.issubdtype(dtype, np.integer):
         return RNG.integers(-4, 5, size=shape).astype(dtype)
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def matmul_model(a_shape, b_shape, dtype=np.float32, weight: np.ndarray | None = None):
-    inputs = [("a", dtype, a_shape)] + ([] if weight is not None else [("b", dtype, b_shape)])
-    return make_model([h.make_node("MatMul", ["a", "b"], ["y"], name="mm")], inputs, ["y"],
-                      {"b": weight} if weight is not None else None)
 
 
 def kernels(compiled) -> list[str]:

@@ -5,9 +5,9 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.builders.memory_order import branches
 from tests.helpers import check_across_dims, compile_model, run_ort
 from tests.models import bert_encoder, bert_feeds
-from tests.unit.test_memory_order import branches
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def test_reordered_bert_matches_onnxruntime(runtime):
 
 def test_reordered_decoder_matches_onnxruntime(runtime):
     # Optimum's Gemma-3 export: its plain order peaks in the attention (Llama's does not reorder
-    # since its P@V product's Tunable alternatives each hold a split-K scratch buffer).
+    # since its P@V product's Select alternatives each hold a split-K scratch buffer).
     model = onnx.load("tests/data/llm/optimum/gemma3/model.onnx")
     rng = np.random.default_rng(2)
 
@@ -52,7 +52,7 @@ def test_reordered_decoder_matches_onnxruntime(runtime):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_in_place_maps_match_onnxruntime(runtime, dtype):
-    from tests.unit.test_memory_order import chain
+    from tests.builders.memory_order import chain
 
     model = chain(dtype)
     compiled = compile_model(model, {"n": 16})

@@ -13,32 +13,15 @@ of the table until they land — `test_cnn_availability_is_reported` says so in 
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 import onyxia
-from onyxia.operators import core_operator_registry
+from tests.builders.model_cases import CASES, _compiled, _model
 from tests.helpers import compile_model, run_ort
-from tests.models import MODELS, ModelCase
 
 RTOL = ATOL = 1e-4
-_REGISTRY = core_operator_registry()
-CASES: dict[str, ModelCase] = {name: case for name, case in MODELS.items()
-                               if all(need in _REGISTRY for need in case.needs)}
-VIEW_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity")
-
-
-@functools.lru_cache(maxsize=None)
-def _model(name: str):
-    return CASES[name].build()
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(name: str):
-    return compile_model(_model(name), CASES[name].compile_dims)
 
 
 def _assert_close(got: dict | list, want: list[np.ndarray], names, where: str) -> None:

@@ -154,8 +154,11 @@ def test_folding_matches_gpu(runtime):
                                          extra_opsets=MS), {"x": x})
     folded_model = make_model(nodes, [], outs, {**weights, "x": x}, opset=17, extra_opsets=MS)
     assert not any(op.steps for op in compile_model(folded_model).operations if op.op_type != "WriteBuffer")
-    for name, a, b in zip(outs, gpu, run_onyxia(runtime, folded_model, {})):
+    expected = run_ort(make_model(nodes, [("x", np.float32, x.shape)], outs, weights, opset=17, extra_opsets=MS),
+                       {"x": x})
+    for name, a, b, ref in zip(outs, gpu, run_onyxia(runtime, folded_model, {}), expected, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape, name
+        np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-5, err_msg=f"{name} folded vs onnxruntime")
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
@@ -236,7 +239,7 @@ def test_rms_norm_rounds_as_onnxruntime(runtime, k):
 def test_a_torch_exported_rms_norm_runs_fused_as_onnxruntime_runs_it(runtime):
     """Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul, Cast, Mul(w) (torch.onnx's RMSNorm) is one
     SimplifiedLayerNormalization dispatch, with onnxruntime's (default, optimized) results."""
-    from tests.unit.test_rms_norm_fusion import K, torch_rms_norm
+    from tests.builders.rms_norm_fusion import K, torch_rms_norm
 
     model = torch_rms_norm()
     compiled = compile_model(model)

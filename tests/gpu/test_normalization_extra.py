@@ -7,23 +7,8 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
+from tests.builders.normalization_extra import C, affine, bn_params, norm_model, randn
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
-
-RNG = np.random.default_rng(0)
-C = 6
-
-
-def randn(*shape, scale=1.0, offset=0.0):
-    return (RNG.standard_normal(shape) * scale + offset).astype(np.float32)
-
-
-def norm_model(op: str, x_shape, params: dict, opset: int = 18, **attrs):
-    node = h.make_node(op, ["x", *params], ["y"], name="norm0", **attrs)
-    return make_model([node], [("x", np.float32, x_shape)], ["y"], params, opset=opset)
-
-
-def bn_params(*shape):
-    return {"s": randn(*shape), "b": randn(*shape), "m": randn(*shape), "v": np.abs(randn(*shape)) + 0.1}
 
 
 @pytest.mark.parametrize("x_shape,params,opset,attrs", [
@@ -35,10 +20,6 @@ def bn_params(*shape):
 def test_batchnorm_matches_ort(runtime, x_shape, params, opset, attrs):
     model = norm_model("BatchNormalization", x_shape, params, opset, **attrs)
     assert_matches_ort(runtime, model, {"x": randn(*x_shape, scale=2.0)}, rtol=1e-5, atol=1e-5)
-
-
-def affine(n=C):
-    return {"s": randn(n), "b": randn(n)}
 
 
 @pytest.mark.parametrize("op,x_shape,params,opset,attrs", [
@@ -99,13 +80,3 @@ def test_constant_normalizations_fold(runtime):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def validation_models() -> list[tuple[object, dict[str, int]]]:
-    """Small models covering every (shader, defs) variant of these normalizations."""
-    x = ["n", C, 4, 5]
-    models = [norm_model("BatchNormalization", x, bn_params(C), 15),
-              norm_model("InstanceNormalization", x, affine(), 18),
-              norm_model("GroupNormalization", x, affine(), 21, num_groups=3),
-              norm_model("MeanVarianceNormalization", x, {}, 13),
-              norm_model("LpNormalization", x, {}, 18, p=1),
-              norm_model("LpNormalization", x, {}, 18, axis=1)]
-    return [(m, {"n": 2}) for m in models]

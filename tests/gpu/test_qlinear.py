@@ -18,22 +18,12 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.errors import OnyxiaError
 from onyxia.operators import core_operator_registry
+from tests.builders.qlinear import I8, MS, U8, ms_model, qlinear_matmul_model, qvalues, scalar
 from tests.helpers import compile_model, make_model, run_onyxia, run_ort
 
 PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MS = "com.microsoft"
-U8, I8 = np.uint8, np.int8
 # (A, B) element types onnxruntime's CPU kernels take
 PAIRS = [(U8, U8), (U8, I8), (I8, I8)]
-
-
-def qvalues(rng, dtype, shape) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
-
-
-def scalar(value, dtype) -> np.ndarray:
-    return np.array(value, dtype)
 
 
 def check_exact(runtime, model, feeds, dims=None):
@@ -82,15 +72,6 @@ def test_matmul_integer_long_k_accumulates_in_int32(runtime):
     assert y[0, 0] == int(a[0].astype(np.int64) @ b[:, 0].astype(np.int64))
 
 
-def qlinear_matmul_model(ta, tb, k, n, per_column: bool, rng, opset=10, m="m"):
-    inits = {"a_scale": scalar(0.02, np.float32), "a_zp": qvalues(rng, ta, ()),
-             "b_scale": (rng.random(n) * 0.05 + 0.01).astype(np.float32) if per_column else scalar(0.03, np.float32),
-             "b_zp": qvalues(rng, tb, (n,) if per_column else ()),
-             "y_scale": scalar(0.7, np.float32), "y_zp": qvalues(rng, ta, ())}
-    node = h.make_node("QLinearMatMul", ["a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp"], ["y"])
-    return make_model([node], [("a", ta, [m, k]), ("b", tb, [k, n])], ["y"], inits, opset=opset)
-
-
 @PROPERTY
 @given(pair=st.sampled_from(PAIRS), m=st.integers(1, 9), k=st.sampled_from([3, 64, 257]), n=st.integers(1, 9),
        per_column=st.booleans(), seed=st.integers(0, 2**16))
@@ -109,7 +90,11 @@ def test_constant_integer_product_folds_to_the_gpu_result(runtime):
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer} | {"a": a, "b": b}
     const = make_model(model.graph.node, [], ["y"], inits)
     assert compile_model(const).num_dispatches == 0
-    np.testing.assert_array_equal(run_onyxia(runtime, const, {})[0], gpu)
+    (on_host,) = run_onyxia(runtime, const, {})
+    (expected,) = run_ort(model, {"a": a, "b": b})
+    assert on_host.dtype == expected.dtype
+    np.testing.assert_array_equal(on_host, expected)  # integer products: exact
+    np.testing.assert_array_equal(on_host, gpu)
 
 
 def test_constant_weights_fold_to_int32(runtime):
@@ -218,10 +203,6 @@ def test_qgemm_matches_ort(runtime, quantized_out, trans):
 
 
 # ---- com.microsoft dequantize / float op / quantize -------------------------------------------------
-
-def ms_model(op, inputs, input_specs, inits, **attrs):
-    return make_model([h.make_node(op, inputs, ["y"], domain=MS, **attrs)], input_specs, ["y"], inits,
-                      extra_opsets={MS: 1})
 
 
 @PROPERTY
@@ -332,52 +313,3 @@ def test_float_operand_is_refused_naming_node_and_input():
         compile_model(model)
 
 
-def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
-    """Models covering every quantized op, for tests/gpu/test_shader_validation.py."""
-    rng = np.random.default_rng(0)
-    m = {"m": 3}
-    models = [(qlinear_matmul_model(U8, I8, 16, 4, True, rng), m)]
-    models.append((make_model([h.make_node("MatMulInteger", ["a", "b", "azp"], ["y"])], [("a", U8, ["m", 8])], ["y"],
-                              {"b": qvalues(rng, I8, (8, 3)), "azp": scalar(3, U8)}), m))
-    conv_inits = {"w": qvalues(rng, U8, (4, 3, 3, 3)), "xzp": scalar(5, U8), "xs": scalar(0.1, np.float32),
-                  "ws": scalar(0.1, np.float32), "wzp": scalar(2, U8), "ys": scalar(0.2, np.float32),
-                  "yzp": scalar(9, U8)}
-    models.append((make_model([h.make_node("ConvInteger", ["x", "w", "xzp"], ["y"])], [("x", U8, ["m", 3, 5, 5])],
-                              ["y"], conv_inits), m))
-    q_conv = ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp"]
-    for domain in ("", MS):
-        models.append((make_model([h.make_node("QLinearConv", q_conv, ["y"], domain=domain)],
-                                  [("x", U8, ["m", 3, 5, 5])], ["y"], conv_inits, extra_opsets={MS: 1}), m))
-    models.append((make_model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
-                               h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
-                              [("x", np.float32, ["m", 4])], ["y"], {"s": np.full(4, 0.1, np.float32),
-                                                                     "z": np.full(4, 3, U8)}, opset=21), m))
-    models.append((make_model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain=MS),
-                               h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], domain=MS)],
-                              [("x", np.float32, ["m", 4])], ["y"], {"s": scalar(0.1, np.float32), "z": scalar(3, U8)},
-                              extra_opsets={MS: 1}), m))
-    models.append((make_model([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
-                              [("x", np.float32, ["m", 4])], ["y", "s", "z"], opset=11), m))
-    prod = {"b": qvalues(rng, I8, (8, 3)), "as": scalar(0.1, np.float32), "bs": scalar(0.1, np.float32),
-            "bzp": scalar(0, I8), "azp": scalar(1, U8), "ys": scalar(0.3, np.float32), "yzp": scalar(4, U8)}
-    for node, a_type in ((h.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs", "azp", "bzp"], ["y"], domain=MS),
-                          U8),
-                         (h.make_node("DynamicQuantizeMatMul", ["a", "b", "bs", "bzp"], ["y"], domain=MS), np.float32),
-                         (h.make_node("QGemm", ["a", "as", "azp", "b", "bs", "bzp", "", "ys", "yzp"], ["y"],
-                                      domain=MS), U8)):
-        models.append((make_model([node], [("a", a_type, ["m", 8])], ["y"], prod, extra_opsets={MS: 1}), m))
-    elem = {"as": scalar(0.1, np.float32), "azp": scalar(3, U8), "bs": scalar(0.2, np.float32),
-            "bzp": scalar(5, U8), "cs": scalar(0.3, np.float32), "czp": scalar(7, U8)}
-    for op in ("QLinearAdd", "QLinearMul"):
-        models.append((ms_model(op, ["a", "as", "azp", "b", "bs", "bzp", "cs", "czp"], [("a", U8, ["m", 4]),
-                                ("b", U8, [4])], elem), m))
-    unary = {"xs": scalar(0.1, np.float32), "xzp": scalar(3, U8), "ys": scalar(0.2, np.float32),
-             "yzp": scalar(5, U8)}
-    for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.2}), ("QLinearSoftmax", {"axis": -1}),
-                      ("QLinearAveragePool", {"kernel_shape": [2, 2]}), ("QLinearGlobalAveragePool", {})):
-        models.append((ms_model(op, ["x", "xs", "xzp", "ys", "yzp"], [("x", U8, ["m", 2, 4, 4])], unary, **attrs), m))
-    concat = {"ys": scalar(0.1, np.float32), "yzp": scalar(128, U8), "s1": scalar(0.05, np.float32),
-              "z1": scalar(100, U8)}
-    models.append((ms_model("QLinearConcat", ["ys", "yzp", "x1", "s1", "z1", "x2", "s1", "z1"],
-                            [("x1", U8, ["m", 3]), ("x2", U8, ["m", 2])], concat, axis=1), m))
-    return models

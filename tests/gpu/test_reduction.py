@@ -164,15 +164,18 @@ def test_cumprod_long_symbolic_lines(runtime):
 # ---- folding agrees with the GPU ----------------------------------------------------------
 
 def folded_vs_gpu(runtime, nodes, x, extra_inits):
-    """The same nodes with x as a graph input (GPU) and as an initializer (folded)."""
+    """The same nodes with x as a graph input (GPU) and as an initializer (folded); the folded
+    values also match onnxruntime."""
     outs = [o for n in nodes for o in n.output]
-    gpu = run_onyxia(runtime, make_model(nodes, [("x", x.dtype, x.shape)], outs, extra_inits), {"x": x})
+    fed = make_model(nodes, [("x", x.dtype, x.shape)], outs, extra_inits)
+    gpu = run_onyxia(runtime, fed, {"x": x})
     folded_model = make_model(nodes, [], outs, {**extra_inits, "x": x})
     compiled = compile_model(folded_model)
     assert not any(op.steps for op in compiled.operations if op.op_type != "WriteBuffer"), "expected no dispatches"
     folded = run_onyxia(runtime, folded_model, {})
-    for a, b in zip(gpu, folded):
-        assert a.dtype == b.dtype and a.shape == b.shape
+    for name, a, b, ref in zip(outs, gpu, folded, run_ort(fed, {"x": x}), strict=True):
+        assert a.dtype == b.dtype == ref.dtype and a.shape == b.shape == ref.shape, name
+        np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-6, err_msg=f"{name} folded vs onnxruntime")
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -189,12 +192,16 @@ def test_cumprod_folding_matches_gpu(runtime):
     nodes = [h.make_node("CumProd", ["x", "ax"], ["cp"], exclusive=1, reverse=1),
              h.make_node("CumProd", ["x", "ax0"], ["cp0"])]
     x = RNG.uniform(0.5, 1.5, SHAPE).astype(np.float32)
-    gpu = run_onyxia(runtime, make_model(nodes, [("x", x.dtype, x.shape)], ["cp", "cp0"], {
-        "ax": np.array(1, np.int64), "ax0": np.array(0, np.int64)}, opset=26), {"x": x})
+    fed = make_model(nodes, [("x", x.dtype, x.shape)], ["cp", "cp0"], {
+        "ax": np.array(1, np.int64), "ax0": np.array(0, np.int64)}, opset=26)
+    gpu = run_onyxia(runtime, fed, {"x": x})
     folded_model = make_model(nodes, [], ["cp", "cp0"], {"x": x, "ax": np.array(1, np.int64),
                                                          "ax0": np.array(0, np.int64)}, opset=26)
     assert compile_model(folded_model).num_dispatches == 0
-    for a, b in zip(gpu, run_onyxia(runtime, folded_model, {})):
+    # onnxruntime has no CumProd (opset 26): onnx.reference is the oracle, as for the GPU above
+    expected = ReferenceEvaluator(fed).run(None, {"x": x})
+    for a, b, ref in zip(gpu, run_onyxia(runtime, folded_model, {}), expected, strict=True):
+        np.testing.assert_allclose(b, ref, rtol=1e-5, err_msg="folded vs onnx.reference")
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 

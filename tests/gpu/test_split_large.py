@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.gpu.test_quantized import MS, nbits_model, pack_nibbles
-from tests.helpers import make_model, run_ort
-from tests.unit.test_split_large import (
+from tests.builders.quantized import MS, nbits_model, pack_nibbles
+from tests.builders.split_large import (
     compiled,
     decoder_model,
     gemm_model,
@@ -20,6 +19,7 @@ from tests.unit.test_split_large import (
     split_pipeline,
     unfolded_split,
 )
+from tests.helpers import make_model, run_ort
 
 
 def boundary_ids(rows: int, piece: int, count: int, rng) -> np.ndarray:

@@ -16,6 +16,7 @@ import onyxia
 from onyxia.codegen.wgsl import render
 from onyxia.errors import ComputeError
 from onyxia.ir import dtypes
+from tests.builders.storage import _quant_inputs
 from tests.helpers import compile_model, make_model
 
 pytestmark = pytest.mark.gpu
@@ -106,15 +107,6 @@ def test_casts_to_narrow_integers_wrap_as_the_reference(runtime, target, source)
 
 
 QUANT = ["uint8", "int8", "uint16", "int16", "uint4", "int4", "uint2", "int2", *FLOAT8, "float4e2m1"]
-
-
-def _quant_inputs(rng, layout: str, shape=(3, 10, 5), axis=1, block=4):
-    """(scale shape, attributes) for a per-tensor / per-axis / blocked quantization of `shape`."""
-    if layout == "tensor":
-        return (), {}
-    if layout == "axis":
-        return (shape[axis],), {"axis": axis}
-    return tuple(-(-d // block) if a == axis else d for a, d in enumerate(shape)), {"axis": axis, "block_size": block}
 
 
 @pytest.mark.parametrize("layout", ["tensor", "axis", "block"])
@@ -308,30 +300,6 @@ def test_int64_results_outside_int32_are_reported_not_wrapped(runtime, op, nodes
     small = {k: (v // 1000 if v.dtype != np.float32 else v / 1000).astype(v.dtype) for k, v in feeds.items()}
     (ref,) = ReferenceEvaluator(model).run(None, small)
     np.testing.assert_array_equal(exe.run(small)["y"], ref)
-
-
-def validation_models() -> list[tuple[object, dict[str, int]]]:
-    """QuantizeLinear / DequantizeLinear variants for tests/gpu/test_shader_validation.py: per
-    tensor, per axis and blocked; integer, float8 (non-saturating too) and float4 outputs; both
-    domains."""
-    out = []
-    for domain, opset in (("", 25), ("com.microsoft", 25)):
-        for qtype, layout in (("uint8", "tensor"), ("int4", "axis"), ("float8e4m3fn", "block"), ("float4e2m1", "axis"),
-                              ("int16", "block")):
-            q = dtypes.from_name(qtype)
-            sshape, attrs = _quant_inputs(None, layout, (3, 8, 4))
-            nodes = [h.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], domain=domain, **attrs),
-                     h.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], domain=domain, **attrs)]
-            if q.name == "float8e4m3fn":
-                nodes.append(h.make_node("QuantizeLinear", ["x", "s"], ["q2"], domain=domain, saturate=0,
-                                         output_dtype=q.onnx, **attrs))
-            model = make_model(nodes, [("x", np.float16 if layout == "block" else np.float32, ["n", 8, 4]),
-                                       ("s", np.float16 if layout == "block" else np.float32, list(sshape)),
-                                       ("zp", q.numpy, list(sshape))],
-                               ["q", "y"] + (["q2"] if len(nodes) > 2 else []), opset=opset,
-                               extra_opsets={"com.microsoft": 1} if domain else None)
-            out.append((model, {"n": 3}))
-    return out
 
 
 class _CopyInto(onyxia.Operator):

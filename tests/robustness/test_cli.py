@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.robustness.hostile import h, make_model, relu_model, run_cli
-from tests.robustness.isolate import expect_value
+from tests.builders.hostile import h, make_model, relu_model, run_cli
+from tests.builders.isolate import expect_value
 
 
 def prepare(tmp: Path, kind: str) -> list[str]:
@@ -62,7 +62,7 @@ def prepare(tmp: Path, kind: str) -> list[str]:
         (tmp / "bad.onyxia").write_bytes(b"PK\x03\x04 not really a zip")
         return ["run", str(tmp / "bad.onyxia")]
     if kind in ("genai_bad_pattern", "generate_max_length_zero"):
-        from tests.robustness.hostile import decoder_folder
+        from tests.builders.hostile import decoder_folder
 
         edits = {"model.decoder.inputs.past_key_names": "past_%"} if kind == "genai_bad_pattern" else {}
         folder = decoder_folder(tmp / "llm", **edits)

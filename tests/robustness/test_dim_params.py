@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from onyxia.errors import ModelLoadError
-from tests.robustness.hostile import h, make_model, onyxia_vs_reference
-from tests.robustness.isolate import expect_error, expect_value
+from tests.builders.hostile import h, make_model, onyxia_vs_reference
+from tests.builders.isolate import expect_error, expect_value
 
 
 def _sum(names: list[str]) -> str:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from onyxia.errors import DeviceError, DimensionError, InputError, ModelLoadError, ShapeInferenceError
-from tests.robustness.hostile import compile_and_run, h, make_model, relu_model
-from tests.robustness.isolate import expect_error, expect_value
+from tests.builders.hostile import compile_and_run, h, make_model, relu_model
+from tests.builders.isolate import expect_error, expect_value
 
 F = np.float32
 

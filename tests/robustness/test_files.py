@@ -15,8 +15,8 @@ import onnx
 import pytest
 
 from onyxia.errors import ConfigError, ModelLoadError
-from tests.robustness.hostile import compile_and_run, decoder_folder, external_model
-from tests.robustness.isolate import expect_error, expect_value
+from tests.builders.hostile import compile_and_run, decoder_folder, external_model
+from tests.builders.isolate import expect_error, expect_value
 
 X = np.linspace(-1, 1, 8, dtype=np.float32)
 

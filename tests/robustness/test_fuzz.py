@@ -1,7 +1,7 @@
 """Random small graphs against onnxruntime, through compile, run and update_dimensions sequences.
 
 Each example is a chain of elementwise, broadcasting, reshape, reduction and softmax ops over
-shapes with symbolic dims (graphs.py), float32 or (one in five) int32. It is compiled for the
+shapes with symbolic dims (tests/builders/graphs.py), float32 or (one in five) int32. It is compiled for the
 first dims of a random sequence, with a random subset of its symbols static; then every dims of
 the sequence is applied with update_dimensions and run on fresh inputs. Each run must match
 onnxruntime, and only a change of a static symbol may recompile. An int32 example whose result
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import assume, given, settings
 from onnx import numpy_helper
 
-from tests.robustness.graphs import Case, graphs
+from tests.builders.graphs import Case, graphs
 
 pytestmark = pytest.mark.gpu
 

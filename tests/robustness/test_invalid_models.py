@@ -13,8 +13,8 @@ import onnx
 import pytest
 
 from onyxia.errors import ModelLoadError
-from tests.robustness.hostile import TensorProto, h, make_model, onyxia_vs_reference
-from tests.robustness.isolate import expect_error, expect_value
+from tests.builders.hostile import TensorProto, h, make_model, onyxia_vs_reference
+from tests.builders.isolate import expect_error, expect_value
 
 F = np.float32
 

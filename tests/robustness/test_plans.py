@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from onyxia.errors import PlanError
-from tests.robustness.hostile import h, make_model, run_cli
-from tests.robustness.isolate import expect_error, expect_value
+from tests.builders.hostile import h, make_model, run_cli
+from tests.builders.isolate import expect_error, expect_value
 
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
 
@@ -406,7 +406,7 @@ def valid_plan_round_trip(tmp: str) -> None:
     """The untouched plan loads and computes what onnxruntime does."""
     import onyxia
     from onyxia.plan import CompiledModel
-    from tests.robustness.hostile import reference
+    from tests.builders.hostile import reference
 
     path = Path(tmp) / "p.onyxia"
     write_plan(path)
@@ -428,7 +428,7 @@ def valid_control_plan_round_trip(tmp: str) -> None:
     import onyxia
     from onyxia.errors import ComputeError
     from onyxia.plan import CompiledModel
-    from tests.robustness.hostile import reference
+    from tests.builders.hostile import reference
 
     path = Path(tmp) / "p.onyxia"
     write_plan(path, control=True)

@@ -13,8 +13,8 @@ import re
 import numpy as np
 import pytest
 
-from tests.robustness.hostile import compile_and_run, h, make_model, onyxia_vs_reference, reference
-from tests.robustness.isolate import expect_value
+from tests.builders.hostile import compile_and_run, h, make_model, onyxia_vs_reference, reference
+from tests.builders.isolate import expect_value
 
 F, I64 = np.float32, np.int64
 RC1 = "issue 12 root cause 1 (per-invocation loop cap on lavapipe): "

@@ -13,9 +13,9 @@ from onyxia.ir.shapes import SymDim, dim_symbols, evaluate_dim
 from onyxia.operators import core_operator_registry
 from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR
 from onyxia.plan import CopyBuffer, Dispatch, Select
+from tests.builders.contrib_infer import MS, compile_graph, gqa
 from tests.helpers import live_dispatches, make_model
 
-MS = {"com.microsoft": 1}
 S, P = SymDim.symbol("S"), SymDim.symbol("P")
 
 
@@ -33,35 +33,7 @@ def infer(model, dims=None, *, share: bool = False, passes=()):
     return pipeline.run_passes(graph, dims, until=Stage.OPTIMIZATION if passes else Stage.INFERENCE)
 
 
-def compile_graph(model, dims, *, share: bool = False):
-    graph = onyxia.load_model(model)
-    if share:
-        for node in graph.nodes:
-            node.attributes[SHARE_BUFFER_ATTR] = 1
-    return CompilerPipeline(core_operator_registry()).compile(graph, dims)
-
-
 # ---- GroupQueryAttention ------------------------------------------------------------------
-
-def gqa(*, packed=False, cache="P", total=None, extra_inputs=(), **attrs):
-    heads, kv, d = 4, 2, 16
-    hidden = (heads + 2 * kv) * d if packed else heads * d
-    inputs = [("q", np.float32, [1, "S", hidden])]
-    if not packed:
-        inputs += [("k", np.float32, [1, "S", kv * d]), ("v", np.float32, [1, "S", kv * d])]
-    inputs += [("pk", np.float32, [1, kv, cache, d]), ("pv", np.float32, [1, kv, cache, d]), ("sl", np.int32, [1])]
-    inits = {}
-    if total is None:
-        inputs.append(("tl", np.int32, []))
-    else:
-        inits["tl"] = np.array(total, np.int32)
-    names = (["q", "", ""] if packed else ["q", "k", "v"]) + ["pk", "pv", "sl", "tl", *extra_inputs]
-    for name in extra_inputs:
-        if name:
-            inits[name] = np.zeros((8, 8), np.float32)
-    node = helper.make_node("GroupQueryAttention", names, ["o", "prk", "prv"], domain="com.microsoft", name="gqa",
-                            num_heads=heads, kv_num_heads=kv, **attrs)
-    return make_model([node], inputs, ["o", "prk", "prv"], inits, extra_opsets=MS)
 
 
 def test_gqa_growing_cache_shapes_are_symbolic():

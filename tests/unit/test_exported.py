@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.test_exported import (
+from tests.builders.exported import (
     DATA,
     FILES,
     _dims,

@@ -9,8 +9,8 @@ from onnx import helper as h
 
 from onyxia.operators.matmul.gemm_variants import TILED_KCHUNK, k_splits
 from onyxia.runtime.null import null_executor
+from tests.builders.gemv_heuristic import running
 from tests.helpers import compile_model, make_model
-from tests.unit.test_gemv_heuristic import running
 
 pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
 

@@ -10,6 +10,7 @@ import pytest
 from onnx import helper as h
 
 from onyxia.runtime.null import NULL_LIMITS, null_executor
+from tests.builders.gemv_heuristic import running
 from tests.helpers import compile_model, make_model
 
 pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
@@ -18,17 +19,6 @@ pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is u
 def weight_matmul(k: int, n: int, dtype=np.float32):
     w = np.zeros((k, n), dtype)
     return make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", dtype, ["m", k])], ["y"], {"w": w})
-
-
-def running(exe) -> list[str]:
-    """(shader label, ROWS def) of every dispatch whose grid is not empty now."""
-    out = []
-    for d in exe.dispatch_commands():
-        if all(d.workgroups):
-            spec = exe.model.shaders[d.shader]
-            rows = dict(spec.defs).get("ROWS")
-            out.append(spec.label.removeprefix("matmul/") + (f"/{rows}" if rows else ""))
-    return out
 
 
 @pytest.mark.parametrize("cpu,m,expected", [

@@ -16,6 +16,7 @@ from onyxia.errors import ShapeInferenceError
 from onyxia.ir.shapes import SymDim
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel, Dispatch
+from tests.builders.known_dims import gqa_model
 from tests.helpers import compile_model, make_model
 
 
@@ -71,19 +72,6 @@ def test_two_symbols_with_equal_values_are_one_dim_in_concat():
     assert constraints(compiled) == {("seq", "mask_seq", "cat")}
     with pytest.raises(ShapeInferenceError, match="dim 0 is mask_seq, input 0 has seq"):
         compile_model(model, {"seq": 4, "mask_seq": 5})
-
-
-def gqa_model(head_dim: int | str, *, heads: int = 4, kv_heads: int = 2, head: int = 16):
-    """GroupQueryAttention whose past key/value have head dim `head_dim` (a dim_param, as
-    onnxruntime-genai's builder writes `kv_cache_dim`)."""
-    names = ["q", "k", "v", "pk", "pv", "sl", "tl"]
-    inputs = [("q", np.float32, [1, "S", heads * head]), ("k", np.float32, [1, "S", kv_heads * head]),
-              ("v", np.float32, [1, "S", kv_heads * head]),
-              ("pk", np.float32, [1, kv_heads, "P", head_dim]), ("pv", np.float32, [1, kv_heads, "P", head_dim]),
-              ("sl", np.int32, [1]), ("tl", np.int32, [])]
-    node = h.make_node("GroupQueryAttention", names, ["o", "prk", "prv"], domain="com.microsoft", name="gqa",
-                       num_heads=heads, kv_num_heads=kv_heads)
-    return make_model([node], inputs, ["o", "prk", "prv"], extra_opsets={"com.microsoft": 1})
 
 
 def test_gqa_accepts_a_kv_head_dim_given_as_a_symbol():

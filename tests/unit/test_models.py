@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from onyxia.plan.cost import plan_cost
-from tests.gpu.test_models import _REGISTRY, CASES, VIEW_OPS, _compiled, _model
+from tests.builders.model_cases import _REGISTRY, CASES, VIEW_OPS, _compiled, _model
 from tests.models import MODELS, shape_chain_nodes
 
 

@@ -1,9 +1,9 @@
-"""Registry coverage: every registered operator has a shader-validation builder (the builders and
-the validation itself are in tests/gpu/test_shader_validation.py)."""
+"""Registry coverage: every registered operator has a shader-validation builder (the builders are in
+tests/builders/shader_table.py, the validation itself in tests/gpu/test_shader_validation.py)."""
 
 from __future__ import annotations
 
-from tests.gpu.test_shader_validation import BUILDERS, registered_ops
+from tests.builders.shader_table import BUILDERS, registered_ops
 
 
 def test_every_registered_operator_has_a_builder():

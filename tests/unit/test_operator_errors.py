@@ -8,14 +8,14 @@ import pytest
 from onnx import helper as h
 
 from onyxia.errors import OnyxiaError, ShapeInferenceError
-from tests.gpu.test_conv import randn
-from tests.gpu.test_dim_constraints import _model
-from tests.gpu.test_image import X, resize_model, scales, sizes
-from tests.gpu.test_matmul import matmul_model
-from tests.gpu.test_normalization_extra import C, affine, bn_params, norm_model
-from tests.gpu.test_onnx_attention import attention_model, bhsd
-from tests.gpu.test_pooling import X4
-from tests.gpu.test_selection import topk_model
+from tests.builders.conv import randn
+from tests.builders.dim_constraints import _model
+from tests.builders.image import X, resize_model, scales, sizes
+from tests.builders.matmul import matmul_model
+from tests.builders.normalization_extra import C, affine, bn_params, norm_model
+from tests.builders.onnx_attention import attention_model, bhsd
+from tests.builders.pooling import X4
+from tests.builders.selection import topk_model
 from tests.helpers import compile_model, make_model
 
 

@@ -122,7 +122,7 @@ def test_compile_prints_the_decode_step_of_an_llm_folder(capsys):
 def test_attention_touches_the_valid_keys_and_the_new_rows_of_a_shared_cache():
     """With KvRows, a shared-buffer GQA reads `read` rows of its 32-row cache and writes one."""
     from onyxia.plan.cost import KvRows
-    from tests.unit.test_contrib_infer import compile_graph, gqa
+    from tests.builders.contrib_infer import compile_graph, gqa
 
     compiled = compile_graph(gqa(cache=32), {"S": 4}, share=True)
     dims = {"S": 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.gpu.test_quantized import compile_with, nbits_model
+from tests.builders.quantized import compile_with, nbits_model
 
 
 def test_packed_weights_take_their_bytes_on_device():

@@ -10,8 +10,8 @@ import onyxia
 from onyxia.compiler import CompilerPipeline, Stage
 from onyxia.compiler.passes import SequenceLoweringPass
 from onyxia.operators import core_operator_registry
+from tests.builders.sequences import SEQ_F32, seq_model
 from tests.control_models import counting_loop
-from tests.gpu.test_sequences import SEQ_F32, seq_model
 from tests.helpers import compile_model
 
 

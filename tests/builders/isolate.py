@@ -19,7 +19,7 @@ from typing import Any, Callable
 # Imported by the forkserver once; children inherit them. Nothing here may create a wgpu
 # device: a GPU context does not survive fork.
 PRELOAD = ["numpy", "onnx", "onnx.reference", "onnxruntime", "onyxia", "onyxia.compiler",
-           "onyxia.operators", "onyxia.runtime", "tests.robustness.isolate"]
+           "onyxia.operators", "onyxia.runtime", "tests.builders.isolate"]
 DEFAULT_TIMEOUT = 60.0
 
 _context: multiprocessing.context.BaseContext | None = None
