@@ -144,6 +144,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import onyxia
     from onyxia.ir.shapes import shape_str
+
+    if _is_zip(args.model):  # a compiled plan: what it holds and which kernels run at --dim
+        from onyxia.plan import CompiledModel
+        from onyxia.plan.show import select_lines
+
+        compiled = CompiledModel.load(args.model)
+        dims = _parse_dims(args.dim)
+        unknown = sorted(set(dims) - set(compiled.dims))
+        if unknown:
+            raise CliError(f"--dim {unknown[0]}: the plan's symbols are {', '.join(sorted(compiled.dims)) or 'none'}")
+        print(f"plan {args.model}")
+        for line in (*_summary(compiled), *select_lines(compiled, dims)):
+            print("  " + line)
+        return 0
     from onyxia.operators.registry import resolve_operator
 
     graph = onyxia.load_model(args.model)
@@ -408,8 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter", help="adapter index or name substring (default: best; or ONYXIA_ADAPTER)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("inspect", help="list inputs, outputs, operators and unsupported ops")
-    p.add_argument("model", help="ONNX model")
+    p = sub.add_parser("inspect", help="list inputs, outputs, operators and unsupported ops; of a compiled "
+                       "plan (.onyxia), its summary and kernel choices (Select steps)")
+    p.add_argument("model", help="ONNX model or compiled plan (.onyxia)")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="with a plan: the dims at which to say which alternative runs")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("bench", help="time runs of a model (median), against onnxruntime CPU")

@@ -163,3 +163,30 @@ def test_alternatives_never_share_a_buffer():
     assert len(scratch) >= 2
     roots = {compiled.tensors[t].alias_of or t for t in scratch}
     assert len(roots) == len(scratch)
+
+
+def test_compile_and_inspect_list_the_selects(tmp_path, capsys):
+    """`onyxia compile` lists each Select with its alternatives and which runs on each kind of
+    adapter; no runtime symbol joins the user's; `onyxia inspect PLAN --dim` says it anew."""
+    from onyxia.cli import main
+
+    plan = tmp_path / "mlp.onyxia"
+    assert main(["compile", "examples/tiny_mlp.onnx", "--dim", "batch=4", "-o", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "symbols:          batch=4\n" in out and "onyxia_" not in out
+    assert "2 run at the dims given on a CPU-type adapter, 2 on a GPU-type one" in out
+    assert "3 Select steps" in out and "select matmul/f32/panels/128x64, tuned" in out
+    lines: dict[str, str] = {}
+    for line in out.splitlines():  # fc1's Select comes first
+        if "runs on:" in line:
+            lines.setdefault(line.split()[0], line)
+    assert "runs on: cpu " in lines["chunked"] and "guard batch <= 64; prefer cpu adapter" in lines["chunked"]
+    assert "runs on: gpu " in lines["coalesced"] and "runs on: cpu+gpu" in lines["rows4"]
+    assert main(["inspect", str(plan), "--dim", "batch=40"]) == 0
+    lines = {}
+    for line in capsys.readouterr().out.splitlines():
+        if "runs on:" in line:
+            lines.setdefault(line.split()[0], line)
+    assert "runs on: gpu " in lines["shared"] and "runs on: -" in lines["coalesced"]  # 40 rows: past its guard
+    assert main(["inspect", str(plan), "--dim", "ghost=1"]) != 0
+    assert "the plan's symbols are batch" in capsys.readouterr().err
