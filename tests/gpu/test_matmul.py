@@ -103,8 +103,9 @@ def test_symbolic_rows_switch_kernels_without_recompiling(runtime):
     w = rand((600, 40))
     model = matmul_model(["batch", "seq", 600], [600, 40], weight=w)
     compiled = compile_model(model, {"batch": 2, "seq": 9})
-    # the chunked kernel per row class (1, 4, 16, 32), then the Select alternatives' other kernels
-    assert kernels(compiled) == ["gemv_chunked"] * 4 + ["gemm", "gemv", "splitk"]
+    # the chunked kernel per row class (1, 4, 16, 32), then the Select's other alternatives in order:
+    # coalesced (split-K), register (the chunked kernel's 32-row class again), shared
+    assert kernels(compiled) == ["gemv_chunked"] * 4 + ["gemv", "splitk", "gemm"]
     exe = runtime.load_model(compiled)
     for dims in ({"batch": 2, "seq": 9}, {"batch": 1, "seq": 1}, {"batch": 3, "seq": 1}, {"batch": 1, "seq": 8},
                  {"batch": 1, "seq": 9}, {"batch": 2, "seq": 70}, {"batch": 1, "seq": 1}):

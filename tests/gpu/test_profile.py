@@ -42,7 +42,7 @@ def test_bench_profile_writes_a_trace_with_one_slice_per_dispatch(runtime, tmp_p
     doc = json.loads(trace.read_text())
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     exe = runtime.load_model(compile_model(_model(), {"m": 8}))  # the dims the adapter runs with
-    live = plan_cost(exe.model, exe.dims).live
+    live = plan_cost(exe.model, exe.dims, exe.select_choices(), adapter=exe.adapter_facts).live
     assert len(slices) == len(live)
     for event, cost in zip(slices, live):
         assert event["args"]["node"] == cost.op and event["args"]["shader"] == cost.shader
