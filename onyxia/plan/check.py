@@ -9,15 +9,13 @@ the runtime, exhaust memory, or run with a plan that silently means something el
    sizes add up to at most the decompressed-size cap, and reads never go past a member's size.
 2. The document (`check_document`): every field present and of its type (workgroup counts are
    integers or expressions, never floats), every index in range (shader, template, step targets
-   of symbolic bindings), every tensor a step, alias, scratch, input or output
-   names exists, a dispatch's bindings match its shader's buffers (count, access, dtype; the
-   status word last where the shader reports), immediates match their shader's parameters,
-   expressions parse and use the plan's symbols only, the symbols a run sets are data symbols,
-   a Select has distinct labels, guards of known conditions and an always-eligible last
-   alternative;
-   the `.npy` members are exactly the ones the tensors name. Steps, nested ones included (a
-   branch's arms, a loop's body), are checked through the Step interface, so a new kind of
-   step needs nothing here.
+   of symbolic bindings), every tensor a step, alias, scratch, input or output names exists, a
+   dispatch's bindings match its shader's buffers (count, access, dtype; the status word last
+   where the shader reports), immediates match their shader's parameters, expressions parse and
+   use the plan's symbols only, the symbols a run sets are data symbols, a Select has distinct
+   labels, guards of known conditions and an always-eligible last alternative; the `.npy`
+   members are exactly the ones the tensors name. Steps, nested ones included (a branch's arms,
+   a loop's body, a Select's alternatives), are checked through the Step interface.
 3. The model (`check_model`): at the plan's own dims, every size and count evaluates to a
    non-negative integer, copies (a loop's first slice copies too) are 4-byte aligned and inside
    their tensors, a dispatch launches at most one workgroup per element of the largest tensor it
@@ -341,9 +339,8 @@ class _StepChecks:
             self.tensor(name, f"{where} (tensor)")
 
     def _select(self, raw: dict, where: str) -> None:
-        """A Select's own fields: a key, `tuned` true/false, shape values that are expressions,
-        and alternatives, each a distinct non-empty label, a guard and a prefer of known
-        conditions, and a list of steps; the last one's guard is empty (always eligible)."""
+        """A Select's own fields: key, tuned, shape expressions, and alternatives (a distinct label,
+        guard and prefer of known conditions, steps; the last one's guard empty)."""
         d = self.d
         d.obj(raw, where, ("key", "tuned", "shape", "alternatives"))
         if not d.str(raw["key"], f"{where}.key"):
@@ -373,18 +370,17 @@ class _StepChecks:
                         "must be empty: the last alternative runs when no other may")
 
     def _clause(self, clause: Any, where: str) -> None:
-        """One guard condition: ["le", a, b], ["adapter", kind], ["feature", name] or
-        ["limit", name, value] (plan.select.Clause)."""
-        d = self.d
+        """One guard condition (plan.select.Clause): ["le", a, b], ["adapter", kind],
+        ["feature", name] or ["limit", name, value]."""
+        d, arity = self.d, {"le": 3, "adapter": 2, "feature": 2, "limit": 3}
         row = d.list(clause, where)
         op = row[0] if row else None
-        arity = {"le": 3, "adapter": 2, "feature": 2, "limit": 3}
         if op not in arity or len(row) != arity[op]:
             raise _fail(where, f"must be one of {', '.join(f'[{o!r}, ...]' for o in CLAUSE_OPS)} with its "
                         f"arguments, got {clause!r}")
         if op == "le":
-            d.expr(row[1], f"{where}[1]")
-            d.expr(row[2], f"{where}[2]")
+            for j in (1, 2):
+                d.expr(row[j], f"{where}[{j}]")
             return
         known = {"adapter": ADAPTER_KINDS, "feature": FEATURES, "limit": LIMITS}[op]
         if row[1] not in known:
