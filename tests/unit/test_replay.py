@@ -22,33 +22,11 @@ from onyxia.plan import CompiledModel
 from onyxia.runtime import DeviceTensor
 from onyxia.runtime.null import NULL_LIMITS, CopyRecord, DispatchRecord, NullBackend, null_executor
 from onyxia.runtime.replay import PlanReplay
+from tests.builders.replay import encoder_model
 from tests.helpers import compile_model, make_model, run_ort
 from tests.models import gpt2_block, gpt2_feeds
 
 ONYXIA = Path(onyxia.__file__).parent
-
-
-def encoder_model() -> onnx.ModelProto:
-    """MatMul/elementwise over [batch, seq, 8], a folded Shape chain feeding Reshape, and a
-    symbolic Shape output (a WriteBuffer: host data that update_dimensions rewrites)."""
-    rng = np.random.default_rng(0)
-    nodes = [
-        h.make_node("Gather", ["emb", "ids"], ["g"], axis=0),
-        h.make_node("Add", ["x", "g"], ["a"]),
-        h.make_node("MatMul", ["a", "W"], ["mm"]),
-        h.make_node("Relu", ["mm"], ["r"]),
-        h.make_node("Concat", ["r", "a"], ["c"], axis=2),
-        h.make_node("Shape", ["x"], ["shp"]),
-        h.make_node("Gather", ["shp", "zero"], ["b"], axis=0),
-        h.make_node("Unsqueeze", ["b", "ax0"], ["bu"]),
-        h.make_node("Concat", ["bu", "m1"], ["target"], axis=0),
-        h.make_node("Reshape", ["c", "target"], ["y"]),
-    ]
-    inits = {"emb": rng.standard_normal((16, 8)).astype(np.float32),
-             "W": rng.standard_normal((8, 6)).astype(np.float32), "zero": np.array(0, np.int64),
-             "ax0": np.array([0], np.int64), "m1": np.array([-1], np.int64)}
-    return make_model(nodes, [("x", np.float32, ["batch", "seq", 8]), ("ids", np.int64, ["batch", "seq"])],
-                      ["y", "shp"], inits)
 
 
 def encoder_feeds(batch: int, seq: int) -> dict[str, np.ndarray]:

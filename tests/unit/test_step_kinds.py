@@ -22,6 +22,7 @@ from onyxia.plan import CompiledModel, Expr, PlannedOp, Step
 from onyxia.runtime.commands import Command, replays
 from onyxia.runtime.null import CopyRecord, null_executor
 from onyxia.runtime.replay import PlanReplay
+from tests.builders.replay import encoder_model
 from tests.helpers import compile_model, make_model
 
 
