@@ -7,6 +7,8 @@ any set of reduced axes becomes a strided walk: output element `o` starts at `ba
 workgroup that combine their partial results through a shared-memory tree. When the innermost
 axis is reduced the lanes are adjacent threads (coalesced along the row); when it is kept,
 adjacent threads take adjacent outputs instead, so each step of the walk reads a contiguous run.
+A planner may offer a CPU-type adapter other walks (plan_reduce's cpu_variants: a thread per output,
+or 8-thread workgroups) in a Select; a symbolic walk's parts pass runs only when it needs parts.
 
 Dims may be symbolic: the output count M, the reduced count K, and the merged dims and strides
 are params (immediates when dynamic), never shader defs.
