@@ -28,7 +28,7 @@ from onyxia.operators.normalization import normalization as normalization_ops
 from onyxia.operators.pooling import pooling as pooling_ops
 from onyxia.operators.quantized import matmul_bnb4, qlinear, quantize_linear
 from onyxia.operators.quantized import quantized as quantized_ops
-from onyxia.operators.reduction import losses
+from onyxia.operators.reduction import losses, scan
 from onyxia.operators.reduction import reduction as reduction_ops
 from onyxia.operators.registry import OperatorRegistry
 from onyxia.operators.rnn import recurrent
@@ -45,7 +45,7 @@ CATEGORY_MODULES = (
     shape_ops, sequence_ops, control_ops,  # shape/, sequences/, control/
     layout, indexing_ops, scatter,  # indexing/
     matmul_ops,  # matmul/
-    reduction_ops, losses,  # reduction/
+    reduction_ops, scan, losses,  # reduction/
     normalization_ops, lrn,  # normalization/
     gqa, rotary, onnx_attention,  # attention/
     quantized_ops, qlinear, quantize_linear, matmul_bnb4,  # quantized/

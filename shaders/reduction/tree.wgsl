@@ -7,6 +7,13 @@
 //   fn lane_merge(a: LaneValue, b: LaneValue) -> LaneValue
 // (a comes from the lower lane: order-sensitive merges such as "first index wins" rely on it).
 
+#if LANES == 1
+// A thread per row: nothing to merge, and no barrier (lavapipe switches between a workgroup's
+// SIMD batches of 8 threads at every barrier).
+fn tree_merge(ln: Lane, value: LaneValue) -> LaneValue {
+    return value;
+}
+#else
 var<workgroup> lane_sh: array<LaneValue, WORKGROUP_SIZE>;
 
 // Every lane of the row gets lane_merge over the row's values. Call it from uniform control
@@ -25,3 +32,4 @@ fn tree_merge(ln: Lane, value: LaneValue) -> LaneValue {
     workgroupBarrier();
     return total;
 }
+#endif

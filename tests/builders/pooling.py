@@ -48,7 +48,10 @@ def validation_models() -> list[tuple[object, dict[str, int]]]:
     models += [pool_model("MaxPool", x, dtype=np.int8, kernel_shape=[2, 2]),
                pool_model("AveragePool", ["n", 3, 8], kernel_shape=[3], count_include_pad=1, pads=[1, 1])]
     models += [pool_model(op, x) for op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")]
-    return [(m, {"n": 2}) for m in models] + [(unpool_model(True), {"n": 2, "h": 5, "w": 4})]
+    # Symbolic planes: every walk of the global pools' Selects, in parts and not.
+    planes = [pool_model(op, ["n", 3, "h", "w"]) for op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")]
+    return ([(m, {"n": 2}) for m in models] + [(m, {"n": 2, "h": 5, "w": 4}) for m in planes]
+            + [(unpool_model(True), {"n": 2, "h": 5, "w": 4})])
 
 
 X4 = [2, 3, 7, 8]

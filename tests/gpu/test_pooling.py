@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper as h
 
+from onyxia.operators.reduction import reduction
 from tests.builders.pooling import POOL_CASES, X4, pool_model, unpool_model
 from tests.helpers import assert_matches_ort, compile_model, make_model, run_onyxia, run_ort
 
@@ -114,3 +115,51 @@ def test_constant_pools_fold(runtime):
         np.testing.assert_allclose(run_onyxia(runtime, model, one)[0], run_ort(model, one)[0], rtol=1e-5, atol=1e-6)
 
 
+
+
+# ---- CNN shapes and the global pools' walks ------------------------------------------------
+
+CNN_SHAPES = [[2, 16, 48, 48], [2, 96, 12, 12], [2, 576, 3, 3], [1, 64, 112, 112], [1, 512, 7, 7]]
+
+
+@pytest.mark.parametrize("shape", CNN_SHAPES, ids=str)
+@pytest.mark.parametrize("op,attrs", [
+    ("GlobalAveragePool", {}), ("GlobalMaxPool", {}), ("GlobalLpPool", {}),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+])
+def test_cnn_shapes_match_ort(runtime, op, attrs, shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    assert_matches_ort(runtime, pool_model(op, shape, **attrs), {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+# Planes a thread walks alone, planes of 8 lanes, and one past lavapipe's loop cap (~65,535
+# iterations per invocation): 300 x 300 is 3 parts of 8 lanes, 22 of one thread.
+GLOBAL_DIMS = [(2, 576, 3, 3), (2, 96, 12, 12), (1, 64, 112, 112), (1, 2, 300, 300), (1, 512, 7, 7), (2, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("walk", ["cpu", "cpu rows only", "gpu"])
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+def test_global_pool_walks_follow_symbolic_dims(runtime, monkeypatch, op, walk):
+    """Each alternative of the walk Select, run here whatever this adapter's kind, as N, C, H and
+    W change: the same shaders (no recompile), the part count following the plane."""
+    if walk == "cpu rows only":  # a thread per row for every plane: its parts too
+        monkeypatch.setattr(reduction, "CPU_ROW_WALK", 1 << 40)
+    model = pool_model(op, ["n", "c", "h", "w"])
+    exe = runtime.load_model(compile_model(model, dict(zip("nchw", GLOBAL_DIMS[0]))))
+    exe.assume_adapter(walk[:3])
+    for dims in GLOBAL_DIMS:
+        exe.update_dimensions(dict(zip("nchw", dims)))
+        x = RNG.standard_normal(dims).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert exe.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool"])
+def test_fp16_pools_match_float32(runtime, op):
+    attrs = {} if op.startswith("Global") else dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = RNG.standard_normal([2, 96, 12, 12]).astype(np.float16)
+    ours = run_onyxia(runtime, pool_model(op, x.shape, dtype=np.float16, **attrs), {"x": x})[0]
+    assert ours.dtype == np.float16
+    ref = run_ort(pool_model(op, x.shape, **attrs), {"x": x.astype(np.float32)})[0]
+    np.testing.assert_allclose(ours.astype(np.float32), ref, rtol=2e-3, atol=2e-3)

@@ -216,3 +216,22 @@ def test_layernorm_errors_name_the_input():
                        [("x", np.float32, [2, 3, 4]), ("k", np.float32, [5, 4]), ("g", np.float32, [4])], ["y"],
                        opset=17, extra_opsets=MS)
     _fails(model, "'skip'", "input 1", "skip shape")
+
+
+def test_global_pool_offers_cpu_walks_and_parts_only_when_needed():
+    """GlobalAveragePool plans a Select of walks (a thread per row, 8 lanes per row, the GPU's
+    tree); with a symbolic plane each walk splits in parts behind a Select of its own."""
+    from onyxia.plan import Select, walk_steps
+
+    def selects(shape, dims):
+        model = make_model([h.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", np.float32, shape)], ["y"])
+        return [s for op in compile_model(model, dims).operations for s in walk_steps(op.steps)
+                if isinstance(s, Select)]
+
+    static = selects([2, 576, 3, 3], {})
+    assert [[a.label for a in s.alternatives] for s in static] == [
+        ["cpu thread per row", "cpu 8 lanes per row", "gpu"]]
+    symbolic = selects(["n", 576, "h", "w"], {"n": 2, "h": 3, "w": 3})
+    assert symbolic[0].key.endswith("/walk")
+    parts = [s for s in symbolic if s.key.endswith("/parts")]
+    assert len(parts) >= 3 and all([a.label for a in s.alternatives] == ["one part", "parts"] for s in parts)

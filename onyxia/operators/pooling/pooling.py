@@ -177,7 +177,12 @@ class MaxUnpool(Operator):
 # ---- global pooling: reductions over the spatial axes ---------------------------------------
 
 class GlobalPool(Reduce):
-    """GlobalAveragePool / GlobalMaxPool / GlobalLpPool: [N, C, *spatial] -> [N, C, 1, ...]."""
+    """GlobalAveragePool / GlobalMaxPool / GlobalLpPool: [N, C, *spatial] -> [N, C, 1, ...].
+
+    A row reduction over each (n, c) plane: reduction.py's walk, whose lanes split the plane (in
+    parts past an invocation's loop cap), plus the walks a CPU-type adapter prefers."""
+
+    cpu_variants = True
 
     def __init__(self, op_type: str, row: ReduceRow):
         super().__init__(op_type, row, axes_input=False)

@@ -1,4 +1,4 @@
-"""Reductions: the Reduce* family (one table row per op), ArgMax/ArgMin and CumSum/CumProd.
+"""Reductions: the Reduce* family (one table row per op) and ArgMax/ArgMin (CumSum/CumProd: scan.py).
 
 All reductions share one kernel, shaders/reduction/reduce.wgsl. The input's axes are split into
 kept and reduced ones; adjacent axes of the same kind are merged (the input is contiguous), so
@@ -7,6 +7,8 @@ any set of reduced axes becomes a strided walk: output element `o` starts at `ba
 workgroup that combine their partial results through a shared-memory tree. When the innermost
 axis is reduced the lanes are adjacent threads (coalesced along the row); when it is kept,
 adjacent threads take adjacent outputs instead, so each step of the walk reads a contiguous run.
+A planner may offer a CPU-type adapter other walks (plan_reduce's cpu_variants: a thread per output,
+or 8-thread workgroups) in a Select; a symbolic walk's parts pass runs only when it needs parts.
 
 Dims may be symbolic: the output count M, the reduced count K, and the merged dims and strides
 are params (immediates when dynamic), never shader defs.
@@ -25,7 +27,7 @@ from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import MAX_TRIPS, UNBOUNDED_AXIS, WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides, is_one
 from onyxia.operators.elementwise.elementwise import INT64_OVERFLOW
-from onyxia.plan import ALWAYS, Step, at_least
+from onyxia.plan import ALWAYS, Step, adapter, at_most
 
 Groups = list[tuple[Dim, Dim]]  # merged (dim, element stride) pairs, outermost first
 
@@ -101,18 +103,28 @@ def lanes_for(count: Dim, per_item: Dim, lanes_adjacent: bool) -> int:
 ACC_DTYPES = {"f32": "float32", "i32": "int32", "u32": "uint32"}  # a partial's dtype per accumulator type
 
 
+# The walks a CPU-type adapter prefers (plan_reduce's cpu_variants): up to CPU_ROW_WALK elements a
+# thread walks its output's elements alone (no barrier at all); longer walks take a workgroup of
+# CPU_WALK_LANES threads per output, one SIMD batch of lavapipe, whose barriers switch nothing.
+CPU_ROW_WALK = 1024
+CPU_WALK_LANES = 8
+CPU_ROW_GROUP = 64
+
+
 def bound_of(d: Dim) -> int:
     """An upper bound of a length: itself when static, else anything a u32 index reaches."""
     return d if isinstance(d, int) else UNBOUNDED_AXIS
 
 
 def plan_reduce(ctx: PlanCtx, reduced: set[int], defs: dict[str, object], label: str,
-                reports: str | None = None, merge: dict[str, object] | None = None) -> list[Step]:
+                reports: str | None = None, merge: dict[str, object] | None = None, *,
+                cpu_variants: bool = False) -> list[Step]:
     """reduce.wgsl over input 0 into output 0 with the row `defs`: one dispatch, or (a walk
     longer than an invocation may loop over) one per level of partials.
 
     `merge`: the defs of the pass that reduces partials (MAP of a partial, the row's FINAL with
-    TOTAL as `n`); None for ArgMax/ArgMin, whose partials are (value, index) pairs."""
+    TOTAL as `n`); None for ArgMax/ArgMin, whose partials are (value, index) pairs.
+    `cpu_variants`: a Select offers a CPU-type adapter walks without 256-thread trees (CPU_WALKS)."""
     m = numel(ctx.output_shape(0))
     if isinstance(m, int) and m == 0:
         return []
@@ -120,15 +132,32 @@ def plan_reduce(ctx: PlanCtx, reduced: set[int], defs: dict[str, object], label:
     ctx.compute_type(ctx.output_dtype(0), "output")
     shape = ctx.input_shape(0)
     k = numel(d for i, d in enumerate(shape) if i in reduced)
-    walk = ReduceWalk(ctx, label, reports, defs, merge, k)
-    return walk.plan({"src": ctx.input(0)}, ctx.output(0), shape, reduced, m, bound_of(k))
+
+    def walk(lanes: int | None, group: int) -> list[Step]:
+        return ReduceWalk(ctx, label, reports, dict(defs), merge, k, lanes, group).plan(
+            {"src": ctx.input(0)}, ctx.output(0), shape, reduced, m, bound_of(k))
+
+    if not cpu_variants:
+        return walk(None, WORKGROUP_SIZE)
+    # lavapipe runs a workgroup as SIMD batches of 8 threads and switches between them at every
+    # barrier; the 256-thread tree of a short walk costs more than the walk (GlobalAveragePool
+    # over [2, 576, 3, 3] with symbolic H, W: 96 ms in 256-lane trees, see CPU_WALKS).
+    cpu = adapter("cpu")
+    return ctx.select(f"{label}/walk", [
+        ("cpu thread per row", walk(1, CPU_ROW_GROUP), ALWAYS, cpu & at_most(k, CPU_ROW_WALK)),
+        ("cpu 8 lanes per row", walk(CPU_WALK_LANES, CPU_WALK_LANES), ALWAYS, cpu),
+        ("gpu", walk(None, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
 
 
 @dataclass
 class ReduceWalk:
     """The dispatches of one reduction: `plan` splits a walk into parts of at most LANES x
     MAX_TRIPS elements whenever its length may pass that (lavapipe stops an invocation's loops
-    after ~65,535 iterations), writes a partial per part and reduces the partials the same way."""
+    after ~65,535 iterations), writes a partial per part and reduces the partials the same way.
+    A symbolic walk that may or may not need parts is a Select: one dispatch while it fits.
+
+    `lanes` / `group`: threads per output and per workgroup (None: lanes_for's choice in 256-thread
+    workgroups), for every pass."""
 
     ctx: PlanCtx
     label: str
@@ -136,6 +165,8 @@ class ReduceWalk:
     defs: dict[str, object]
     merge: dict[str, object] | None
     total: Dim  # the whole walk's length (FINAL's `n` in the last pass)
+    lanes: int | None = None
+    group: int = WORKGROUP_SIZE
 
     def plan(self, reads: dict[str, str], dst: str, shape: Shape, reduced: set[int], m: Dim,
              bound: int) -> list[Step]:
@@ -143,22 +174,26 @@ class ReduceWalk:
         kept, red = split_axes(shape, reduced)
         k = numel(d for d, _ in red)
         red_inner = bool(red) and (not kept or red[-1][1] == 1)
-        lanes = lanes_for(m, k, red_inner)
+        lanes = self.lanes or lanes_for(m, k, red_inner)
         base_params, base_fn = walk_code("base_of", kept, "O")
         off_params, off_fn = walk_code("offset_of", red, "R")
         defs = {**self.defs, "LANES": lanes, "RED_INNER": int(red_inner), "BASE": base_fn, "OFFSET": off_fn}
+        if self.group != WORKGROUP_SIZE:
+            defs["WG_SIZE"] = self.group
         params: dict[str, object] = {"M": m, "K": k, **base_params, **off_params}
+        rows_per_group = self.group // lanes
         chunk = lanes * MAX_TRIPS
-        if bound <= chunk:
-            if "TOTAL" in defs:
-                params["TOTAL"] = (self.total, "u32")
-            return [ctx.dispatch("reduction/reduce.wgsl", label=self.label, defs=defs, params=params, reads=reads,
-                                 writes={"dst": dst}, workgroups=ctx.grid(m, WORKGROUP_SIZE // lanes),
-                                 reports=self.reports)]
+        if bound <= chunk or not isinstance(k, int):
+            one = {**params, "TOTAL": (self.total, "u32")} if "TOTAL" in defs else params
+            single = [ctx.dispatch("reduction/reduce.wgsl", label=self.label, defs=defs, params=one, reads=reads,
+                                   writes={"dst": dst}, workgroups=ctx.grid(m, rows_per_group),
+                                   reports=self.reports)]
+            if bound <= chunk:
+                return single
         # Pass 1: a partial per part, laid out [M, PARTS] (lanes along the walk) or [PARTS, M].
         parts = (k + chunk - 1) // chunk
         acc = str(defs["A"])
-        defs.pop("TOTAL", None)
+        defs = {d: v for d, v in defs.items() if d != "TOTAL"}
         defs["CHUNK"] = chunk
         if "ARG" in defs:
             partial, vals = ctx.scratch(m * parts, "int32", "arg_index"), ctx.scratch(m * parts, ACC_DTYPES[acc],
@@ -173,12 +208,17 @@ class ReduceWalk:
             merge, next_reads = self.merge, {"src": partial}
         params["PARTS"] = (parts, "u32")
         steps = [ctx.dispatch("reduction/reduce.wgsl", label=self.label, defs=defs, params=params, reads=reads,
-                              writes=writes, workgroups=ctx.grid(m * parts, WORKGROUP_SIZE // lanes),
+                              writes=writes, workgroups=ctx.grid(m * parts, rows_per_group),
                               reports=self.reports)]
         assert merge is not None
-        self.defs = merge
+        outer, self.defs = self.defs, merge
         pshape, paxes = ((m, parts), {1}) if red_inner else ((parts, m), {0})
-        return steps + self.plan(next_reads, dst, pshape, paxes, m, -(-bound // chunk))
+        steps += self.plan(next_reads, dst, pshape, paxes, m, -(-bound // chunk))
+        self.defs = outer
+        if isinstance(k, int):
+            return steps
+        return ctx.select(f"{self.label}/parts", [("one part", single, at_most(k, chunk), ALWAYS),
+                                                  ("parts", steps, ALWAYS, ALWAYS)])
 
 
 def reduced_shape(shape: Shape, axes: set[int], keepdims: bool) -> Shape:
@@ -319,6 +359,8 @@ class Reduce(Operator):
         with np.errstate(all="ignore"):
             return [ctx.cast_output(self.row.fold(x, axes, keep))]
 
+    cpu_variants = False  # plan_reduce's CPU-adapter walks (GlobalPool's)
+
     def plan(self, ctx: PlanCtx) -> list[Step]:
         row = self.row
         compute = ctx.compute_type(ctx.input_dtype(0), "input")
@@ -339,7 +381,8 @@ class Reduce(Operator):
         # reduces its parts' LogSumExps as it does elements.
         merge = {**defs, "TOTAL": True} if row.shift else {**defs, "MAP": "x", "TOTAL": True}
         axes = self.reduced_axes(ctx, len(ctx.input_shape(0)))
-        return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}", reports, merge)
+        return plan_reduce(ctx, axes, defs, f"reduce_{self.op_type}", reports, merge,
+                           cpu_variants=self.cpu_variants)
 
 
 # ---- ArgMax / ArgMin ----------------------------------------------------------------------
@@ -386,98 +429,6 @@ def arg_defs(compute: str, cmp: str, last: bool) -> dict[str, object]:
             "INIT": EXTREMES["lowest" if cmp == ">" else "highest"][compute], "LAST": int(last)}
 
 
-# ---- CumSum / CumProd -----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ScanRow:
-    """A prefix scan: the WGSL operator combining two values, its identity, numpy's scan."""
-
-    op: str
-    identity: int
-    fold: Callable[..., np.ndarray]
-    since: int
-
-
-SCAN_OPS = {"CumSum": ScanRow("+", 0, np.cumsum, 11), "CumProd": ScanRow("*", 1, np.cumprod, 26)}
-
-
-class CumulativeScan(Operator):
-    """CumSum / CumProd: inclusive (or exclusive) prefix scans along a constant axis, optionally
-    reversed.
-
-    shaders/reduction/cumsum.wgsl: LANES threads per line scan it in chunks of LANES
-    elements (Hillis-Steele in shared memory) and carry the running result between chunks.
-    """
-
-    def __init__(self, op_type: str, row: ScanRow):
-        self.op_type, self.row = op_type, row
-
-    def axis_of(self, ctx: InferenceCtx, rank: int) -> int:
-        value = np.asarray(ctx.require_value(1, "axis")).reshape(-1)
-        if value.size != 1 or value.dtype == object:
-            raise ctx.fail(f"axis must hold one integer, got {value.tolist()}", 1)
-        return ctx.axis(int(value[0]), rank)
-
-    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
-        if ctx.input_dtype(0).is_bool:
-            raise ctx.fail(f"{self.op_type} does not accept bool input", 0)
-        shape = ctx.input_shape(0)
-        self.axis_of(ctx, len(shape))
-        return [(ctx.input_dtype(0), shape)]
-
-    def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
-        x = ctx.input_value(0)
-        if x is None or (x.dtype == object and self.row.op != "+"):
-            return None
-        axis = self.axis_of(ctx, x.ndim)
-        reverse, exclusive = bool(ctx.attr("reverse", 0)), bool(ctx.attr("exclusive", 0))
-        v = np.flip(x, axis) if reverse else x
-        out = self.row.fold(v, axis=axis, dtype=None if x.dtype == object else x.dtype)
-        if exclusive:  # shift by one along the axis, the identity first
-            moved = np.moveaxis(out, axis, 0)
-            first = np.full_like(moved[:1], self.row.identity)
-            out = np.moveaxis(np.concatenate([first, moved[:-1]]), 0, axis)
-        out = np.flip(out, axis) if reverse else out
-        return [np.asarray(out, dtype=object) if x.dtype == object else ctx.cast_output(out)]
-
-    def plan(self, ctx: PlanCtx) -> list[Step]:
-        shape = ctx.input_shape(0)
-        axis = self.axis_of(ctx, len(shape))
-        k, inner = shape[axis], numel(shape[axis + 1:])
-        lines = numel(shape[:axis]) * inner
-        if isinstance(lines, int) and lines == 0:
-            return []
-        lanes = lanes_for(lines, k, True)
-        ctx.compute_type(ctx.input_dtype(0), "input")
-        combine = f"a {self.row.op} b"
-        checked = ctx.input_dtype(0) == dtypes.INT64  # int64 in i32: report leaving its range
-        defs: dict[str, object] = {"LANES": lanes, "RED_INNER": 1, "IDENTITY": self.row.identity,
-                                   "COMBINE": CHECKED[combine] if checked else combine,
-                                   "REVERSE": bool(ctx.attr("reverse", 0)), "EXCLUSIVE": bool(ctx.attr("exclusive", 0))}
-        params: dict[str, object] = {"L": lines, "K": k, "INNER": inner}
-        reports = INT64_OVERFLOW if checked else None
-        # Each chunk of LANES elements costs a lane 1 + log2(LANES) loop iterations.
-        chunk = lanes * (MAX_TRIPS // 4)
-        if bound_of(k) <= chunk:
-            return [ctx.dispatch("reduction/cumsum.wgsl", defs=defs, params=params,
-                                 reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0)},
-                                 workgroups=ctx.grid(lines, WORKGROUP_SIZE // lanes), reports=reports)]
-        # Parts: their totals, then each part scanned from the totals before it (a symbolic line
-        # of one part skips the first pass: a Select).
-        parts = (k + chunk - 1) // chunk
-        totals = ctx.scratch(lines * parts, ctx.output_dtype(0).name, "part_totals")
-        params["PARTS"] = (parts, "u32")
-        defs["CHUNK"] = chunk
-        totals_pass = ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_TOTALS": True}, params=params,
-                                   reads={"src": ctx.input(0)}, writes={"dst": ctx.output(0), "totals": totals},
-                                   workgroups=ctx.grid(lines * parts, WORKGROUP_SIZE // lanes), reports=reports)
-        return [*ctx.select("cumsum/parts", [("parts", [totals_pass], at_least(parts, 2), ALWAYS),
-                                             ("one part", [], ALWAYS, ALWAYS)]),
-                ctx.dispatch("reduction/cumsum.wgsl", defs={**defs, "PART_CARRY": True}, params=params,
-                             reads={"src": ctx.input(0), "totals": totals}, writes={"dst": ctx.output(0)},
-                             workgroups=ctx.grid(lines * parts, WORKGROUP_SIZE // lanes), reports=reports)]
-
-
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs: each Reduce* op once with axes as an attribute and
     once, from the opset that moved it there, with axes as an input."""
@@ -485,5 +436,4 @@ def operators() -> list[tuple[Operator, int]]:
     for name, row in REDUCE_OPS.items():
         ops += [(Reduce(name, row, axes_input=False), 1), (Reduce(name, row, axes_input=True), row.axes_input_since)]
     ops += [(ArgReduce(name), 1) for name in ARG_OPS]
-    ops += [(CumulativeScan(name, row), row.since) for name, row in SCAN_OPS.items()]
     return ops
