@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from onyxia.compiler import CompilerPipeline, Stage
+from onyxia.compiler.passes.resolution import RESERVED_PREFIX, input_symbols, unknown_dimension
 from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
@@ -116,6 +117,12 @@ class InferenceSession:
             # Sequence/optional inputs: the session compiles for the structure fed (_flatten).
             self._containers = {n: self._graph.tensor(n).container for n in self._graph.inputs
                                 if self._graph.tensor(n).container}
+            # dims naming no input's symbol fail here, not at the first run (a sequence input
+            # compiles lazily, for the structure fed).
+            used = input_symbols(self._graph)
+            for name in self._fixed_dims:
+                if name not in used and not name.startswith(RESERVED_PREFIX):
+                    raise unknown_dimension(self._graph, name, used)
             tensors = [n for n in self._graph.inputs if n not in self._containers]
             self._input_shapes = {n: self._graph.tensor(n).shape for n in tensors}
             self._input_dtypes = {n: self._graph.tensor(n).dtype.name for n in tensors}

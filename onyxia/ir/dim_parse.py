@@ -105,6 +105,8 @@ def _from_ast(node: ast.expr, text: str, glued: Mapping[str, str]) -> Dim:
             return SymDim.symbol(glued.get(name, name))
         case ast.Constant(value=int() as value) if not isinstance(value, bool):
             return value
+        case ast.Constant(value=str() as name) if name.strip():  # a quoted name: 4 * 'batch size'
+            return SymDim.symbol(name)
         case ast.UnaryOp(op=ast.USub(), operand=operand):
             return -_from_ast(operand, text, glued)
         case ast.UnaryOp(op=ast.UAdd(), operand=operand):

@@ -14,8 +14,10 @@ into a Python function once (well under a microsecond per call); `evaluate()` go
 
 from __future__ import annotations
 
+import keyword
 import math
 import operator
+import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import reduce
 from typing import NamedTuple, TypeAlias
@@ -153,7 +155,9 @@ class SymDim:
 
     def __str__(self) -> str:
         if self._text is None:
-            object.__setattr__(self, "_text", _render(self._terms, code=False))
+            symbol = _single_atom(self)  # a lone name reads as itself, whatever it holds
+            text = symbol if isinstance(symbol, str) else _render(self._terms, code=False)
+            object.__setattr__(self, "_text", text)
         return self._text
 
     def __repr__(self) -> str:
@@ -358,9 +362,20 @@ def _render_term(coef: int, mono: _Monomial, code: bool, bare: bool) -> str:
     return " * ".join(factors if coef == 1 else [str(coef), *factors])
 
 
+# A symbol name the expression grammar reads as one name: an identifier, or identifiers glued by
+# "-" or "." (onyxia/ir/dim_parse.py). Any other ("batch size", an ONNX dim_param) is written as a
+# quoted string inside an expression, so that a plan's text parses back to the same symbol.
+_PLAIN_NAME = re.compile(r"[A-Za-z_]\w*(?:\.\w+|-[A-Za-z_]\w*)*")
+
+
+def _name_text(name: str) -> str:
+    plain = _PLAIN_NAME.fullmatch(name) and not keyword.iskeyword(name) and name not in ("None", "True", "False")
+    return name if plain else repr(name)
+
+
 def _render_atom(atom: _Atom, code: bool, parens: bool) -> str:
     if isinstance(atom, str):
-        return f"d[{atom!r}]" if code else atom
+        return f"d[{atom!r}]" if code else _name_text(atom)
     text = _render_quot(atom, code)
     return f"({text})" if parens else text
 

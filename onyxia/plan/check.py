@@ -161,8 +161,9 @@ def check_document(doc: Any, decode_step: Callable[[dict], Any]) -> None:
             raise _fail(f"{where}.name", f"{name!r} is empty or names a second tensor")
         _device_dtype(d, t["dtype"], f"{where}.dtype")
         for j, dim in enumerate(d.list(t["shape"], f"{where}.shape")):
-            if isinstance(d.expr(dim, f"{where}.shape[{j}]"), int) and dim < 0:
-                raise _fail(f"{where}.shape[{j}]", f"must be non-negative, got {dim}")
+            size = d.expr(dim, f"{where}.shape[{j}]")  # an expression may fold to a number: {"sym": "0 - 4"}
+            if isinstance(size, int) and size < 0:
+                raise _fail(f"{where}.shape[{j}]", f"must be non-negative, got {size} (tensor {name!r})")
         if t["kind"] not in TENSOR_KINDS:
             raise _fail(f"{where}.kind", f"must be one of {sorted(TENSOR_KINDS)}, got {t['kind']!r}")
         if t["data"] is not None:
@@ -449,6 +450,9 @@ def check_model(model: Any) -> None:
             raise _fail(where, f"is {out} at the plan's dims {dims}")
         return out
 
+    for name, t in model.tensors.items():  # each extent: two negative ones make a positive size
+        for j, extent in enumerate(t.shape):
+            value(extent, f"tensor '{name}' shape[{j}]")
     nbytes = {name: value(t.nbytes, f"tensor '{name}' size") for name, t in model.tensors.items()}
     # Elements, not words: a thread or workgroup per element of a packed (8/16-bit) tensor.
     elements = {name: max(value(numel(t.shape), f"tensor '{name}' shape"), n // 4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onyxia.errors import ModelLoadError
+from onyxia.errors import DimensionError, ModelLoadError
 from tests.builders.hostile import h, make_model, onyxia_vs_reference
 from tests.builders.isolate import expect_error, expect_value
 
@@ -59,3 +59,54 @@ def reasonable_expressions_run() -> None:
 
 def test_reasonable_expressions_still_evaluate():
     expect_value(reasonable_expressions_run)
+
+
+def spaced_symbol_round_trip(tmp: str) -> None:
+    """Issue 28: a dim_param holding a space ("batch size") went into the plan as the text
+    `4 * batch size`, which load refused (PlanError: uses symbol '4 * batch size'). Inside an
+    expression such a name is now quoted (`4 * 'batch size'`) and parses back."""
+    from pathlib import Path
+
+    import onyxia
+    from onyxia.compiler import CompilerPipeline
+    from onyxia.plan import CompiledModel
+
+    model = make_model([h.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", np.float32, ["batch size", 4])], ["y"])
+    compiled = CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(model), {"batch size": 2})
+    path = Path(tmp) / "p.onyxia"
+    compiled.save(path)
+    exe = onyxia.Runtime().load_model(CompiledModel.load(path))
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    exe.update_dimensions({"batch size": 3})
+    want = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(exe.run({"x": x})["y"], want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_symbol_with_a_space_survives_a_plan_round_trip(tmp_path):
+    expect_value(spaced_symbol_round_trip, str(tmp_path))
+
+
+def sequence_model_with_dims(dims: dict, compile_only: bool) -> None:
+    from onnx import TensorProto
+
+    import onyxia
+
+    seq = h.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["n", 4])
+    graph = h.make_graph([h.make_node("SequenceAt", ["s", "i"], ["y"])], "g", [seq],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                         [h.make_tensor("i", TensorProto.INT64, [], [0])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+    if compile_only:
+        onyxia.CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(model), dims)
+    else:
+        onyxia.InferenceSession(model, dims=dims)  # refused here, not at the first run
+
+
+@pytest.mark.parametrize("compile_only", [False, True])
+@pytest.mark.parametrize("name", ["n", "zz"])
+def test_dims_on_a_sequence_input_model_name_the_symbol(name, compile_only):
+    # Issue 28: the session took any dims and failed only at run; the element sizes of a sequence
+    # input come from the sequence fed, so no dims name them.
+    expect_error(sequence_model_with_dims, {name: 2}, compile_only, error=DimensionError,
+                 match=rf"dimension '{name}' is not used by the model \(its symbols: none\); the element "
+                       r"sizes of sequence input 's' come from the value fed at run time, not from dims")

@@ -144,6 +144,10 @@ def edit(doc: dict, members: dict[str, bytes], kind: str) -> list[tuple[str, byt
         doc["tensors"][0]["shape"][1] = 4.0
     elif kind == "negative_weight_shape":
         doc["tensors"][2]["shape"] = [-4, -3]
+    elif kind == "folded_negative_shape":  # issue 28: an expression folding to -4 raised TypeError
+        doc["tensors"][2]["shape"][0] = {"sym": "0 - 4"}
+    elif kind == "symbolic_negative_shape":  # n - 5 at the plan's n = 2; with two such extents the
+        tensor_entry(doc, "m")["shape"] = [{"sym": "n - 5"}, {"sym": "n - 5"}]  # size was positive
     elif kind == "unknown_kind":
         doc["tensors"][0]["kind"] = "secret"
     elif kind == "duplicate_tensor":
@@ -300,6 +304,8 @@ CASES = {
     "unknown_dtype": r"tensors\[0\]\.dtype: unknown dtype 'float128'",
     "float_shape": r"tensors\[0\]\.shape\[1\]: must be an integer or a dimension expression, got 4\.0",
     "negative_weight_shape": r"tensors\[2\]\.shape\[0\]: must be non-negative, got -4",
+    "folded_negative_shape": r"tensors\[2\]\.shape\[0\]: must be non-negative, got -4 \(tensor 'w'\)",
+    "symbolic_negative_shape": r"tensor 'm' shape\[0\]: is -3 at the plan's dims \{'n': 2\}",
     "unknown_kind": r"tensors\[0\]\.kind: must be one of",
     "duplicate_tensor": r"tensors\[4\]\.name: 'x' is empty or names a second tensor",
     "alias_cycle": r"tensors\[0\]\.alias_of: aliases form a cycle",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.errors import DimensionError
 from onyxia.ir.graph import IrGraph
@@ -27,17 +29,12 @@ class SymbolicResolutionPass(Pass):
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         dims, static = ctx.dims, ctx.static
-        used: dict[str, str] = {}
-        for tid in graph.inputs:
-            for d in graph.tensor(tid).shape or ():
-                for s in dim_symbols(d):
-                    used.setdefault(s, tid)
+        used = input_symbols(graph)
         for name, value in dims.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise DimensionError(f"dimension '{name}' must be a non-negative integer, got {value!r}")
             if name not in used and not name.startswith(RESERVED_PREFIX):
-                known = ", ".join(sorted(used)) or "none"
-                raise DimensionError(f"dimension '{name}' is not used by the model (its symbols: {known})")
+                raise unknown_dimension(graph, name, used)
         for name in static:
             if name not in dims:
                 raise DimensionError(f"static dimension '{name}' has no value; give it with the dims")
@@ -56,3 +53,26 @@ class SymbolicResolutionPass(Pass):
                 if evaluate_dim(d, dims) < 0:
                     raise DimensionError(f"input '{tid}' dim {i} ({d}) is negative for the dims given")
         return False
+
+
+def input_symbols(graph: IrGraph) -> dict[str, str]:
+    """Each symbol of the graph's input shapes -> the first input using it."""
+    used: dict[str, str] = {}
+    for tid in graph.inputs:
+        for d in graph.tensor(tid).shape or ():
+            for s in dim_symbols(d):
+                used.setdefault(s, tid)
+    return used
+
+
+def unknown_dimension(graph: IrGraph, name: str, used: Mapping[str, str]) -> DimensionError:
+    """The error for dims naming `name`, which no input shape uses: the model's symbols, and
+    its sequence/optional inputs, whose element sizes come from what is fed, never from dims."""
+    known = ", ".join(sorted(used)) or "none"
+    containers = [f"{graph.tensor(t).container} input '{graph.tensor(t).name}'" for t in graph.inputs
+                  if graph.tensor(t).container]
+    values = "value" if len(containers) == 1 else "values"
+    hint = (f"; the element sizes of {', '.join(containers)} come from the {values} fed at run time, "
+            "not from dims") if containers else ""
+    return DimensionError(f"dimension '{name}' is not used by the model (its symbols: {known}){hint}")
+

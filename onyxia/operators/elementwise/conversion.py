@@ -26,6 +26,39 @@ FLOAT8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
 ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}  # float8e8m0 encoder's mode numbers
 
 
+# float → int32 as x86's cvttss2si (what onnxruntime's CPU Cast and numpy's astype run on x86-64):
+# NaN and values outside [-2^31, 2^31) give the "integer indefinite" value -2^31. WGSL's i32()
+# clamps instead (2147483520 for 3e9), so the range is tested here. Elsewhere (ARM's fcvtzs
+# saturates) onnxruntime's result is platform-defined; onyxia matches x86 on every adapter.
+X86_I32 = "select(-2147483647i - 1i, i32(trunc({v})), {v} >= -2147483648.0 && {v} < 2147483648.0)"
+# The narrow integer targets that take the low bits of that int32 (uint32: x86_float_to_int).
+X86_TARGETS = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
+
+
+def x86_float_to_int(value: np.ndarray, target: DType) -> np.ndarray:
+    """Float → integer `target` (X86_TARGETS) as the kernel computes it, on any platform: the
+    x86 int32 conversion (X86_I32) keeping its low bits; uint32 as compilers vectorize it for
+    AVX2, the int32 conversion below 2^31 and that of x - 2^31 with the top bit flipped above
+    (NaN, < -2^31 and >= 2^32 give 2^31 or 0, as onnxruntime 1.32 and numpy 2.4 do on x86-64).
+    float16 → uint32 takes the scalar path instead, the low bits of a 64-bit conversion: every
+    finite half fits it, NaN and ±inf give 0."""
+    v = value.astype(np.float64)
+    if target == dtypes.UINT32 and value.dtype == np.float16:
+        finite = np.isfinite(v)
+        return np.where(finite, np.trunc(np.where(finite, v, 0.0)), 0.0).astype(np.int64).astype(np.uint32)
+
+    def cvt(w: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            ok = (w >= -2.0**31) & (w < 2.0**31)
+            return np.where(ok, np.trunc(np.where(ok, w, 0.0)), -2.0**31).astype(np.int64)
+
+    out = cvt(v)
+    if target == dtypes.UINT32:
+        with np.errstate(invalid="ignore"):
+            out = np.where(v >= 2.0**31, cvt(v - 2.0**31) ^ -(2**31), out)
+    return out.astype(target.numpy)
+
+
 def convert_expr(src: DType, dst: DType, saturate: bool = True, round_mode: str = "up") -> tuple[str, bool, str | None]:
     """(WGSL converting x0 (in src's compute type) to dst, raw: the expression gives dst's
     storage code, what a report means (None: it never reports))."""
@@ -45,11 +78,18 @@ def convert_expr(src: DType, dst: DType, saturate: bool = True, round_mode: str 
             return "onyxia_checked_u32_to_i32(x0)", False, INT64_OVERFLOW
         return "i32(x0)", False, None
     if src.is_float:
-        # float → int truncates toward zero; narrower targets then wrap like numpy's astype
-        # (the store keeps the low bits). uint32 of a negative value is undefined (OOR): 0.
+        # float → int truncates toward zero, then as x86 does it (x86_float_to_int): narrower
+        # targets keep the low bits of the int32 (the store wraps). uint64 (kept in u32 on the
+        # device) stays clamped at 0: its x86 results past the u32 range have no storage.
+        if dst == dtypes.UINT32 and src == dtypes.FLOAT16:  # the scalar 64-bit conversion's low bits
+            return "select(0u, bitcast<u32>(i32(trunc(x0))), abs(x0) < 2147483648.0)", False, None
+        if dst == dtypes.UINT32:
+            return (f"select(bitcast<u32>({X86_I32.format(v='x0')}), "
+                    f"bitcast<u32>({X86_I32.format(v='(x0 - 2147483648.0)')}) ^ 0x80000000u, "
+                    "x0 >= 2147483648.0)"), False, None
         if dst.compute == "u32" and dst.bits == 32:
             return "u32(max(trunc(x0), 0.0))", False, None
-        return f"{dst.compute}(i32(trunc(x0)))", False, None
+        return f"{dst.compute}({X86_I32.format(v='x0')})", False, None
     # i32 ↔ u32 reinterprets the bits (two's complement) and the store wraps, as astype does
     return f"{dst.compute}(x0)", False, None
 
@@ -101,6 +141,8 @@ class Cast(Operator):
                 return [onnx.numpy_helper.to_float8e8m0(value, saturate, mode)]
             if target.name in FLOAT8 and saturate:
                 return [onnx.numpy_helper.saturate_cast(value, target.numpy)]
+            if value.dtype.kind == "f" and target.name in X86_TARGETS:
+                return [x86_float_to_int(value, target)]
             return [value.astype(target.numpy)]
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
