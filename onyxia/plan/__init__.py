@@ -4,7 +4,7 @@
   the plan file (save_plan / load_plan: a zip of plan.json and one .npy per constant);
 - steps.py: the step kinds (Dispatch, CopyBuffer, WriteBuffer, ReadSymbol, BranchStep, LoopStep);
 - select.py: Select, the step holding alternatives with guards over dims and adapter facts;
-- check.py / archive.py: validation of a plan file before anything trusts it;
+- check.py / archive.py / invariants.py: validation of a plan file before anything trusts it;
 - cost.py: bytes and flops of a run at given dims (bench, inspect; imports this package).
 
 docs/plan-format.md is the written format: every field, the expression language of bindings

@@ -16,7 +16,7 @@ the runtime, exhaust memory, or run with a plan that silently means something el
    labels, guards of known conditions and an always-eligible last alternative; the `.npy`
    members are exactly the ones the tensors name. Steps, nested ones included (a branch's arms,
    a loop's body, a Select's alternatives), are checked through the Step interface.
-3. The model (`check_model`): at the plan's own dims, every size and count evaluates to a
+3. The model (onyxia/plan/invariants.py `check_model`): at the plan's own dims, every size and count evaluates to a
    non-negative integer, copies (a loop's first slice copies too) are 4-byte aligned and inside
    their tensors, a dispatch launches at most one workgroup per element of the largest tensor it
    binds (a 2^31 grid is refused), and each constant's array has its TensorInfo's shape and dtype.
@@ -34,7 +34,7 @@ from typing import Any
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir import dtypes
 from onyxia.ir.dim_parse import parse_dim
-from onyxia.ir.shapes import Dim, SymDim, evaluate_dim, numel
+from onyxia.ir.shapes import Dim, SymDim
 from onyxia.plan.archive import DATA_MEMBER
 from onyxia.plan.select import ADAPTER_KINDS, CLAUSE_OPS, FEATURES, LIMITS
 
@@ -433,71 +433,3 @@ def _children(step: Any, raw: dict, where: str) -> list[tuple[Any, dict, str]]:
     if len(found) != len(kids) or any(row["t"] != kid.tag for (row, _), kid in zip(found, kids)):
         found = [({}, f"{where} nested step {k}") for k in range(len(kids))]
     return [(kid, row, at) for kid, (row, at) in zip(kids, found)]
-
-
-# ---- 3. the decoded model ------------------------------------------------------------------
-
-def check_model(model: Any) -> None:
-    """Invariants of a decoded CompiledModel at its own dims (see the module doc, step 3)."""
-    dims = model.dims
-
-    def value(v: object, where: str) -> int:
-        try:
-            out = evaluate_dim(v, dims)  # type: ignore[arg-type]
-        except OnyxiaError as exc:
-            raise _fail(where, str(exc)) from None
-        if out < 0:
-            raise _fail(where, f"is {out} at the plan's dims {dims}")
-        return out
-
-    for name, t in model.tensors.items():  # each extent: two negative ones make a positive size
-        for j, extent in enumerate(t.shape):
-            value(extent, f"tensor '{name}' shape[{j}]")
-    nbytes = {name: value(t.nbytes, f"tensor '{name}' size") for name, t in model.tensors.items()}
-    # Elements, not words: a thread or workgroup per element of a packed (8/16-bit) tensor.
-    elements = {name: max(value(numel(t.shape), f"tensor '{name}' shape"), n // 4)
-                for (name, t), n in zip(model.tensors.items(), nbytes.values())}
-    for name, t in model.tensors.items():
-        if t.data is None:
-            continue
-        want = dtypes.from_name(t.dtype).numpy
-        if tuple(t.data.shape) != tuple(t.shape) or t.data.dtype != want:
-            raise _fail(f"tensor '{name}' data", f"is {t.data.dtype}{list(t.data.shape)}, its TensorInfo "
-                        f"says {want}{list(t.shape)}")
-    for i, step in enumerate(model.steps):
-        where = f"step {i}"
-        for dispatch in step.dispatches():
-            counts = [value(w, f"{where} workgroups[{j}]") for j, w in enumerate(dispatch.workgroups)]
-            total = counts[0] * counts[1] * counts[2]
-            most = max([elements[b.tensor] for b in dispatch.bindings] + [1])
-            if total > most:
-                raise _fail(f"{where} workgroups", f"{counts} launch {total} workgroups, more than the "
-                            f"{most} elements of the largest tensor the dispatch binds")
-        for kind, j, v in step.expressions():
-            if kind in ("copy", "write"):
-                value(v, f"{where} {kind}[{j}]")
-        if step.tag == "copy":
-            _check_copy(step, (step.size, step.src_offset, step.dst_offset), value, nbytes, f"{where} copy")
-        elif step.tag == "loop":
-            trips = value(step.trip_count, f"{where} trip_count")
-            for j, c in enumerate((*step.enter, *step.leave)):
-                at = f"{where} slice copy {j}"
-                size, src_off, src_stride, dst_off, dst_stride = (value(v, at) for v in c.values())
-                if src_stride % 4 or dst_stride % 4:
-                    raise _fail(at, f"strides {src_stride}, {dst_stride} must be multiples of 4")
-                if trips:  # the first iteration's copy; later ones move by the strides
-                    _check_copy(c, (size, src_off, dst_off), value, nbytes, at)
-        elif step.tag == "write" and 4 * len(step.data) > nbytes[step.dst]:
-            raise _fail(f"{where} write", f"{len(step.data)} words into tensor '{step.dst}' of "
-                        f"{nbytes[step.dst]} bytes")
-
-
-def _check_copy(copy: Any, values: tuple, value: Callable[[object, str], int], nbytes: dict[str, int],
-                where: str) -> None:
-    """A buffer copy (size, src offset, dst offset) is word-aligned and inside both tensors."""
-    size, src_off, dst_off = (value(v, where) for v in values)
-    if size % 4 or src_off % 4 or dst_off % 4:
-        raise _fail(where, f"size {size} and offsets {src_off}, {dst_off} must be multiples of 4")
-    for tensor, offset in ((copy.src, src_off), (copy.dst, dst_off)):
-        if offset + size > nbytes[tensor]:
-            raise _fail(where, f"bytes {offset}..{offset + size} of tensor '{tensor}', which has {nbytes[tensor]}")

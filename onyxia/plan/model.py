@@ -23,6 +23,7 @@ import numpy as np
 
 import onyxia.plan.archive as plan_archive
 import onyxia.plan.check as plan_check
+import onyxia.plan.invariants as plan_invariants
 from onyxia.errors import OnyxiaError, PlanError
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.dtypes import from_name
@@ -238,7 +239,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
 
 def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:
     """Read a plan file, validated before anything trusts it (onyxia/plan/archive.py: members;
-    onyxia/plan/check.py: schema, indices, names, sizes, weights). `max_bytes` caps the
+    onyxia/plan/check.py: schema, indices, names; invariants.py: sizes, weights). `max_bytes` caps the
     decompressed size."""
     try:
         with zipfile.ZipFile(path) as zf:
@@ -255,7 +256,7 @@ def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLA
                                    allow_pickle=False)
                       for ref, limit in plan_archive.data_limits(doc, members).items()}
         model = _plan_from_json(doc, arrays)
-        plan_check.check_model(model)
+        plan_invariants.check_model(model)
         return model
     except PlanError as exc:
         if str(path) in str(exc):
