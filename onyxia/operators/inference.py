@@ -76,11 +76,11 @@ class InferenceCtx:
         becomes one of the plan's constraints (DimEnv.literal), which update_dimensions holds the
         plan to. Otherwise a ValueRequiredError names the symbols and the feeds that would give
         them a value; `expected` is the value the rule would accept (Conv: the weights' C)."""
-        return self.literals([d], what, input, expected)[0]
+        return self.literals([d], what, input, expected, one=True)[0]
 
     def literals(self, values: Sequence[Dim], what: str, input: int | None = None,
-                 expected: int | None = None) -> list[int]:
-        """`values` as ints, each as `literal` takes it."""
+                 expected: int | None = None, one: bool = False) -> list[int]:
+        """`values` as ints, each as `literal` takes it (`one`: the error shows a single value)."""
         found = [self.env.literal(v, self.node.name) for v in values]
         if all(v is not None for v in found):
             return found  # type: ignore[return-value]
@@ -94,10 +94,9 @@ class InferenceCtx:
             hints.append(f"pass dims={{'{s}': {value}}}" + (f" or feed {', '.join(feeds)}" if feeds else ""))
         if counted:
             hints.append(f"{', '.join(sorted(counted))}: counted from the data while the model runs")
-        shown = str(values[0]) if len(values) == 1 else str([str(v) for v in values])
+        shown = f"a literal, got {values[0]}" if one else f"literal integers, got {[str(v) for v in values]}"
         name = self.node.inputs[input] if input is not None and self.has_input(input) else ""
-        return_what = "a literal" if len(values) == 1 else "literal integers"
-        raise ValueRequiredError(f"{what} must be {return_what}, got {shown}, which has no value here "
+        raise ValueRequiredError(f"{what} must be {shown}, which has no value here "
                                  f"({'; '.join(hints)})", node=self.node.name, op_type=self.node.op_type,
                                  input_index=input, tensor=name or "", symbols=symbols)
 
