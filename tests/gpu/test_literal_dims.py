@@ -4,7 +4,10 @@ a feed with another channel count gets another plan (or a clear error), never a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 
 import onyxia
@@ -64,3 +67,16 @@ def test_a_new_channel_count_recompiles_instead_of_a_wrong_answer(runtime):
     assert sess.stats.compiles == 2
     _assert_matches(sess, model, _feeds(model, 1, 3, 3, channels=3))
     assert sess.stats.compiles == 2
+
+
+EXPORTED = Path(__file__).resolve().parents[1] / "data/exported/optimum/vit_patch_embedding.torchscript.onnx"
+
+
+@pytest.mark.parametrize("dims", [{"num_channels": 3}, None])
+def test_torch_exported_vit_patch_embedding_matches_onnxruntime(runtime, dims):
+    """torch.onnx's TorchScript export with optimum's axis names (tools/export_vit_patch_embedding.py)."""
+    model = onnx.load(str(EXPORTED))
+    sess = onyxia.InferenceSession(model, runtime=runtime, dims=dims)
+    for shape in SHAPES:
+        _assert_matches(sess, model, _feeds(model, *shape))
+    assert sess.stats.compiles == 1
