@@ -19,7 +19,7 @@ from onyxia.compiler.passes.resolution import RESERVED_PREFIX, input_symbols, un
 from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
-from onyxia.ir.shapes import Dim, SymDim
+from onyxia.ir.shapes import Dim, SymDim, dim_symbols
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
@@ -59,6 +59,13 @@ def bind_dims(shapes: Mapping[str, Sequence[Dim]], feeds: Mapping[str, Any]) -> 
                     raise InputError(f"input '{name}' dim {axis} is {value}, but '{sym}' is already {dims[sym]} "
                                      "from another input")
     return dims
+
+
+@dataclass
+class SessionStats:
+    """What the session did; tests assert on it."""
+
+    compiles: int = 0  # plans compiled: the first run's, then one per new specialization
 
 
 _MAX_SPECIALIZATIONS = 8  # executors kept per session for different baked input values
@@ -103,6 +110,10 @@ class InferenceSession:
         self._executors: dict[tuple, Any] = {}  # one per combination of baked input values
         self._value_inputs: tuple[str, ...] = ()  # graph inputs whose fed values are baked in
         self._size_symbols: tuple[str, ...] = ()  # symbols whose fed sizes are baked in
+        # Symbols a plan took as literals (a constraint `symbol = 3`: Conv's num_channels): a feed
+        # with another value needs another plan, not an update_dimensions the plan would refuse.
+        self._literal_symbols: tuple[str, ...] = ()
+        self.stats = SessionStats()
         self._containers: dict[str, str] = {}
         if isinstance(model, CompiledModel):
             self._graph = None
@@ -199,7 +210,8 @@ class InferenceSession:
         values = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
         structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in _elements(self._containers,
                                                                                                feeds))
-        return values + structure + tuple((s, dims.get(s)) for s in self._size_symbols)
+        sizes = (*self._size_symbols, *self._literal_symbols)
+        return values + structure + tuple((s, dims.get(s)) for s in sizes)
 
     def _executor_for(self, feeds: Mapping[str, Any]):
         dims = {**bind_dims(self._input_shapes, feeds), **self._fixed_dims}
@@ -208,6 +220,11 @@ class InferenceSession:
             self._executor = executor
             return executor
         compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
+        if self._graph is not None:
+            self.stats.compiles += 1
+            literal = {s for a, b, _ in compiled.constraints if isinstance(b, int) or isinstance(a, int)
+                       for s in dim_symbols(a) | dim_symbols(b)}
+            self._literal_symbols = tuple(sorted({*self._literal_symbols, *literal}))
         if self._runtime is None:
             self._runtime = Runtime()
         assert compiled is not None

@@ -75,5 +75,25 @@ class DimEnv:
         self.constraints.setdefault((str(a), str(b)), (a, b, node))
         return True
 
+    def literal(self, d: Dim, node: str) -> int | None:
+        """`d` as an int for a rule that needs a literal (a channel count, a head size, a Split
+        size), or None when it has no value that can stand for one.
+
+        A symbol with a value given at compile time (dims, InferenceSession feeds) is as good as
+        a literal: its value is used and `d = value` recorded as a constraint (with `node`), so
+        update_dimensions refuses another value rather than run a plan built for this one.
+        Stand-in values (placeholders) and data-dependent counts never stand for a literal.
+        """
+        if isinstance(d, int):
+            return d
+        symbols = dim_symbols(d)
+        if self.placeholders & symbols or self.data_symbols.keys() & symbols:
+            return None
+        value = self.value(d)
+        if value is None:
+            return None
+        self.assume_equal(d, value, node)
+        return value
+
 
 __all__ = ["Constraint", "DimEnv"]

@@ -95,3 +95,10 @@ def value_sources(graph: IrGraph, tid: TensorId) -> tuple[frozenset[TensorId], f
 
 def _value_symbols(value: np.ndarray) -> frozenset[str]:
     return frozenset(s for d in value.reshape(-1) for s in dim_symbols(d))
+
+
+def symbol_inputs(graph: IrGraph, symbol: str) -> list[TensorId]:
+    """The (top-level) graph inputs whose shape uses `symbol`: the feeds that give it a value."""
+    while graph.parent is not None:
+        graph = graph.parent
+    return [t for t in graph.inputs if any(symbol in dim_symbols(d) for d in graph.tensor(t).shape or ())]

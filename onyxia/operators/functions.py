@@ -34,7 +34,7 @@ import onnx.numpy_helper
 from onyxia.errors import ShapeInferenceError, ValueRequiredError
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import Node
-from onyxia.ir.shapes import Shape
+from onyxia.ir.shapes import Dim, Shape
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
 from onyxia.plan import Step
 
@@ -71,6 +71,15 @@ class Call:
     dtypes: tuple[DType | None, ...]
     shapes: tuple[Shape | None, ...]
     values: tuple[np.ndarray | None, ...]  # constant inputs (initializers, folded values)
+    ctx: InferenceCtx | None = None  # the node's inference context: the compile's dims
+
+    def literal(self, d: Dim, what: str, input: int | None = None) -> int:
+        """`d` as an int where the body needs one (InferenceCtx.literal: a symbol with a value is one)."""
+        if isinstance(d, int):
+            return d
+        if self.ctx is None:
+            raise self.fail(f"{what} must be static, got {d}", input)
+        return self.ctx.literal(d, what, input)
 
     def has(self, i: int) -> bool:
         return i < len(self.dtypes) and self.dtypes[i] is not None

@@ -52,8 +52,10 @@ def test_a_value_read_from_an_input_names_that_input():
 
 
 @pytest.mark.parametrize("op", ["Slice", "Squeeze"])
-def test_symbolic_axes_or_steps_ask_for_the_symbols_sizes(op):
-    # Slice's step / Squeeze's axis computed from a dim: only its value can decide the shape.
+def test_symbolic_axes_or_steps_take_the_symbols_values(op):
+    # Slice's step / Squeeze's axis computed from a dim: only its value can decide the shape. A
+    # symbol with a value is a literal (InferenceCtx.literal): the plan holds n - 1 = 1; without
+    # a value the error asks for the symbol.
     nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Slice", ["s", "zero", "one"], ["n"]),
              h.make_node("Sub", ["n", "one"], ["k"])]  # k = n - 1
     if op == "Slice":
@@ -62,8 +64,12 @@ def test_symbolic_axes_or_steps_ask_for_the_symbols_sizes(op):
         nodes.append(h.make_node("Squeeze", ["x", "k"], ["y"], name="node"))
     model = make_model(nodes, [("x", np.float32, ["n", 1, 1])], ["y"],
                        {"zero": np.array([0]), "one": np.array([1]), "big": np.array([1 << 40])})
-    with pytest.raises(ValueRequiredError, match="must be constant integers, got \\['n - 1'\\]") as info:
-        _compile(model, {"n": 2})
+    compiled = _compile(model, {"n": 2})
+    assert [(str(a), str(b), node) for a, b, node in compiled.constraints] == [("n - 1", "1", "node")]
+    pipe = onyxia.CompilerPipeline(onyxia.core_operator_registry())
+    with pytest.raises(ValueRequiredError, match="must be literal integers, got \\['n - 1'\\].*pass dims=\\{'n': N\\} "
+                       "or feed x") as info:
+        pipe.run_passes(onyxia.load_model(model), {"n": 1}, until=onyxia.Stage.INFERENCE, placeholders={"n"})
     assert info.value.node == "node" and info.value.symbols == {"n"}
 
 

@@ -19,6 +19,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.graph import OPSETS_META, IrGraph, Node, TensorDef, TensorKind
 from onyxia.ir.provenance import value_sources
 from onyxia.onnx import node_attributes
+from onyxia.operators.base import InferenceCtx
 from onyxia.operators.functions import Call, FunctionOp
 from onyxia.operators.registry import check_supported, resolve_operator
 
@@ -74,9 +75,10 @@ class FunctionExpansionPass(Pass):
         op = resolve_operator(graph, ctx.registry, node)
         if isinstance(op, FunctionOp) and op.decompose is not None:
             try:
-                own = op.decompose(self._call(graph, node))
+                own = op.decompose(self._call(graph, node, ctx))
             except ValueRequiredError as exc:
-                exc.sources, exc.symbols = value_sources(graph, exc.tensor)
+                if not exc.symbols:  # a literal the dims cannot give says which symbols it needs
+                    exc.sources, exc.symbols = value_sources(graph, exc.tensor)
                 raise
             body = onnx.helper.make_model(onnx.helper.make_graph(list(own.nodes), "decomposition", [], []),
                                           opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in own.opsets.items()])
@@ -126,14 +128,15 @@ class FunctionExpansionPass(Pass):
                 infer_node(graph, ctx, sub)
 
     @staticmethod
-    def _call(graph: IrGraph, node: Node) -> Call:
+    def _call(graph: IrGraph, node: Node, ctx: CompileContext) -> Call:
         tensors = [graph.tensor(t) if t else None for t in node.inputs]
         for i, t in enumerate(tensors):
             if t is not None and (t.dtype is None or t.shape is None):
                 raise ShapeInferenceError(f"type of input {i} ('{t.name}') is not known", node=node.name,
                                           op_type=node.op_type)
         return Call(node, tuple(t.dtype if t else None for t in tensors),
-                    tuple(t.shape if t else None for t in tensors), tuple(t.value if t else None for t in tensors))
+                    tuple(t.shape if t else None for t in tensors), tuple(t.value if t else None for t in tensors),
+                    InferenceCtx(graph, node, ctx, ctx.subgraphs))
 
     @staticmethod
     def _body(graph: IrGraph, ctx: CompileContext, node: Node) -> onnx.ModelProto:

@@ -75,9 +75,7 @@ def rotary_half(ctx: InferenceCtx, cos: int, sin: int, head_size: Dim) -> Dim:
             raise ctx.fail(f"cos/sin cache must be 2-D [max_position, rotary_dim / 2], got rank {len(shape)}", i)
     if not ctx.same_shape(shapes[1], shapes[0]):
         raise ctx.fail("cos_cache and sin_cache shapes differ", sin)
-    half = prefer_literal(shapes[0][1], shapes[1][1])
-    if not isinstance(half, int):
-        raise ctx.fail("the rotary dim (cos_cache dim 1) must be static", cos)
+    half = ctx.literal(prefer_literal(shapes[0][1], shapes[1][1]), "the rotary dim (cos_cache dim 1)", cos)
     if isinstance(head_size, int) and 2 * half > head_size:
         raise ctx.fail(f"rotary dim {2 * half} exceeds head size {head_size}", cos)
     return half
@@ -148,8 +146,9 @@ class GroupQueryAttention(Operator):
             raise ctx.fail(f"num_heads ({heads}) must be a positive multiple of kv_num_heads ({kv_heads})")
         dtype = require_float(ctx, 0)
         q = ctx.input_shape(0)
-        if len(q) != 3 or not isinstance(q[2], int):
+        if len(q) != 3:
             raise ctx.fail(f"query must be [batch, sequence, hidden] with a static hidden size, got {shape_str(q)}", 0)
+        q = (q[0], q[1], ctx.literal(q[2], "the query's hidden size", 0))
         packed = not ctx.has_input(1)
         if packed == ctx.has_input(2):
             raise ctx.fail("key and value must both be given, or both absent (packed QKV)", 1)
@@ -206,8 +205,8 @@ class GroupQueryAttention(Operator):
             # The cache capacity C (past's rows) is fixed: present has C rows too.
             if not has_past or window <= 0:
                 raise ctx.fail("sliding_window_cache = 1 needs past_key/past_value and local_window_size > 0")
-            past = prefer_literal(past, ctx.input_shape(4)[2])
-            if not isinstance(past, int) or past < window:
+            past = ctx.literal(prefer_literal(past, ctx.input_shape(4)[2]), "the cache capacity (past_key dim 2)", 3)
+            if past < window:
                 raise ctx.fail(f"sliding_window_cache = 1 needs a static cache capacity (past_key dim 2) of at "
                                f"least local_window_size {window}, got {past}", 3)
             share = False

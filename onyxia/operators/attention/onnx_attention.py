@@ -86,9 +86,10 @@ class Attention(Operator):
                 raise ctx.fail("3-D inputs need the q_num_heads and kv_num_heads attributes")
             sizes = []
             for i, shape, n in ((0, q, heads), (1, k, kv_heads), (2, v, kv_heads)):
-                if not isinstance(shape[2], int) or shape[2] % n:
+                hidden = ctx.literal(shape[2], "the hidden size", i)
+                if hidden % n:
                     raise ctx.fail(f"hidden size {shape[2]} is not a static multiple of {n} heads", i)
-                sizes.append(shape[2] // n)
+                sizes.append(hidden // n)
             head, k_head, v_head = sizes
             batch, seq, kv_seq = q[0], q[1], k[1]
         else:
@@ -97,9 +98,10 @@ class Attention(Operator):
             # Q's head size may be a symbol known to equal K's literal one (checked below).
             head = prefer_literal(q[3], k_head) if ctx.same_dim(q[3], k_head) else q[3]
             batch, seq, kv_seq = q[0], q[2], k[2]
-            for i, d in ((0, heads), (1, kv_heads), (0, head), (2, v_head)):
-                if not isinstance(d, int):
-                    raise ctx.fail(f"head counts and head sizes must be static, got {shape_str(ctx.input_shape(i))}", i)
+            heads = ctx.literal(heads, "Q's head count", 0)
+            kv_heads = ctx.literal(kv_heads, "K's head count", 1)
+            head = ctx.literal(head, "Q's head size", 0)
+            v_head = ctx.literal(v_head, "V's head size", 2)
             if not ctx.same_dim(v[1], kv_heads):
                 raise ctx.fail(f"V has {v[1]} heads, K has {kv_heads}", 2)
         if not ctx.same_dim(k_head, head):

@@ -59,15 +59,16 @@ class RotaryEmbedding(Operator):
         else:
             if rotary_dim > 0 and heads == 0:
                 raise ctx.fail("rotary_embedding_dim needs the num_heads attribute")
+            hidden = ctx.literal(x[2], "the hidden size", 0)
             if heads == 0:  # onnxruntime: head_size = 2 * cos_cache dim 1
-                if not isinstance(cache_half, int) or not isinstance(x[2], int) or x[2] % (2 * cache_half):
+                cache_half = ctx.literal(cache_half, "cos_cache dim 1", 2)
+                if hidden % (2 * cache_half):
                     raise ctx.fail("cannot derive num_heads: hidden size is not a multiple of 2 * cos_cache dim 1", 2)
-                heads = x[2] // (2 * cache_half)
-            if not isinstance(x[2], int) or x[2] % heads:
-                raise ctx.fail(f"hidden size {x[2]} is not a multiple of num_heads {heads}", 0)
-            head_size = x[2] // heads
-        if not isinstance(head_size, int) or not isinstance(heads, int):
-            raise ctx.fail("num_heads and head_size must be static", 0)
+                heads = hidden // (2 * cache_half)
+            if hidden % heads:
+                raise ctx.fail(f"hidden size {hidden} is not a multiple of num_heads {heads}", 0)
+            head_size = hidden // heads
+        heads, head_size = ctx.literals([heads, head_size], "num_heads and head_size", 0)
         half = rotary_half(ctx, 2, 3, head_size)
         if rotary_dim and rotary_dim != 2 * half:
             raise ctx.fail(f"rotary_embedding_dim {rotary_dim} != 2 * cos_cache dim 1 ({2 * half})", 2)

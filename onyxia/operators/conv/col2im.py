@@ -35,7 +35,10 @@ def col2im(call: Call) -> Decomposition:
     counts = [(i + pads[a] + pads[a + n] - e) // s + 1 for a, (i, e, s) in enumerate(zip(image, extent, strides))]
     shape = call.shapes[0]
     taps = int(np.prod(block))
-    if len(shape) != 3 or not isinstance(shape[1], int) or shape[1] % taps:
+    if len(shape) != 3:
+        raise call.fail(f"input must be [N, C * {taps}, L] with a static second dim, got {list(shape)}", 0)
+    shape = (shape[0], call.literal(shape[1], "the second dim", 0), shape[2])
+    if shape[1] % taps:
         raise call.fail(f"input must be [N, C * {taps}, L] with a static second dim, got {list(shape)}", 0)
     if isinstance(shape[2], int) and shape[2] != int(np.prod(counts)):
         raise call.fail(f"input has {shape[2]} blocks, image_shape/block_shape/pads/strides give "

@@ -93,8 +93,9 @@ class Conv(Operator):
         if not 3 <= len(x) <= 2 + MAX_SPATIAL:
             raise ctx.fail(f"expects [N, C, *spatial] with 1 to {MAX_SPATIAL} spatial axes, got shape "
                            f"{shape_str(x)}", 0)
-        if len(w) != len(x) or not all(_is_int(d) for d in w):
+        if len(w) != len(x):
             raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
+        w = tuple(ctx.literals(w, "the weights' shape", 1))
         for i in (0, 1, 2):
             # int32: the integer convolutions ConvInteger/QLinearConv decompose to (i32 kernels)
             if ctx.has_input(i) and not (ctx.input_dtype(i).is_float or ctx.input_dtype(i).name == "int32"):
@@ -106,15 +107,20 @@ class Conv(Operator):
         if tuple(int_list(ctx, "kernel_shape", len(kernel), 0)) not in (kernel, (0,) * len(kernel)):
             raise ctx.fail(f"attribute 'kernel_shape' {ctx.attr('kernel_shape')} differs from the weights' "
                            f"{list(kernel)}", 1)
-        channels = x[1]
-        if not _is_int(channels):
-            raise ctx.fail(f"the channel axis must be static, got {channels}", 0)
+        # The kernels bake C: a symbol given a value (num_channels) stands for its literal.
+        channels = ctx.literal(x[1], "the channel axis", 0, expected=self.weight_channels(w, group))
+        x = (x[0], channels, *x[2:])
         if group < 1 or channels % group:
             raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
         spec = self.geometry(ctx, x, w, group, kernel)
         if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
             raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
         return spec
+
+    @staticmethod
+    def weight_channels(w: Shape, group: int) -> Dim:
+        """The input channels the weights take."""
+        return w[1] * group
 
     def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
         if w[1] * group != x[1]:
@@ -161,6 +167,10 @@ class ConvTranspose(Conv):
     """
 
     op_type = "ConvTranspose"
+
+    @staticmethod
+    def weight_channels(w: Shape, group: int) -> Dim:
+        return w[0]
 
     def geometry(self, ctx: InferenceCtx, x: Shape, w: Shape, group: int, kernel: tuple[int, ...]) -> ConvSpec:
         if w[0] != x[1]:

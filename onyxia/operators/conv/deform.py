@@ -54,8 +54,10 @@ class DeformConv(Operator):
         x, w = ctx.input_shape(0), ctx.input_shape(1)
         if len(x) != 4:
             raise ctx.fail(f"expects a 2-D image X [N, C, H, W], got {shape_str(x)}", 0)
-        if len(w) != 4 or not all(isinstance(d, int) for d in w) or not isinstance(x[1], int):
+        if len(w) != 4:
             raise ctx.fail(f"W must be a static [M, C/group, kH, kW] and C static, got W {shape_str(w)}", 1)
+        w = tuple(ctx.literals(w, "W's shape", 1))
+        x = (x[0], ctx.literal(x[1], "the channel axis", 0, expected=w[1] * int(ctx.attr("group", 1))), *x[2:])
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float X, got {ctx.input_dtype(0)}", 0)
         group = int(ctx.attr("group", 1))

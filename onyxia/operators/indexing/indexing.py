@@ -272,9 +272,7 @@ def nd_layout(ctx: InferenceCtx, batch_dims: int) -> tuple[Shape, Shape, int]:
     data, idx = ctx.input_shape(0), ctx.input_shape(1)
     if not idx:
         raise ctx.fail("indices must have rank >= 1", 1)
-    k = idx[-1]
-    if not isinstance(k, int):
-        raise ctx.fail(f"the last dim of indices must be static, got {k}", 1)
+    k = ctx.literal(idx[-1], "the last dim of indices", 1)
     if batch_dims < 0 or (batch_dims and batch_dims >= min(len(data), len(idx))):
         raise ctx.fail(f"batch_dims {batch_dims} must be smaller than both ranks")
     if k > len(data) - batch_dims:

@@ -284,8 +284,8 @@ class Det(Operator):
             raise ctx.fail(f"expects square matrices [*, N, N], got {list(shape)}", 0)
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
-        n = shape[-1] if isinstance(shape[-1], int) else shape[-2]
-        if not isinstance(n, int) or not 1 <= n <= MAX_DET:
+        n = ctx.literal(shape[-1] if isinstance(shape[-1], int) else shape[-2], "the matrix size", 0)
+        if not 1 <= n <= MAX_DET:
             raise ctx.fail(f"matrix size {n} must be static and at most {MAX_DET} (one thread per matrix)", 0)
         return n
 

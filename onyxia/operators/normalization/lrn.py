@@ -12,10 +12,7 @@ from onyxia.operators.functions import BODY_OPSET, BodyBuilder, Call, Decomposit
 
 def _static(call: Call, i: int, axes: range | list[int], what: str) -> list[int]:
     shape = call.shapes[i]
-    dims = [shape[a] for a in axes]
-    if not all(isinstance(d, int) for d in dims):
-        raise call.fail(f"{what} must be static, got {dims}", i)
-    return dims
+    return [call.literal(shape[a], what, i) for a in axes]
 
 
 def lrn(call: Call) -> Decomposition:

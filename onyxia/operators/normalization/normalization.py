@@ -353,9 +353,8 @@ class GroupNormalization(Operator):
             raise ctx.fail(f"expects [N, C, *spatial], got rank {len(x)}", 0)
         if not ctx.input_dtype(0).is_float:
             raise ctx.fail(f"expects float input, got {ctx.input_dtype(0)}", 0)
-        g, c = int(ctx.attr("num_groups")), x[1]
-        if not isinstance(c, int):
-            raise ctx.fail(f"the channel axis must be static, got {c}", 0)
+        g = int(ctx.attr("num_groups"))
+        c = ctx.literal(x[1], "the channel axis", 0)
         if g < 1 or c % g:
             raise ctx.fail(f"attribute 'num_groups' {g} must divide the {c} channels")
         return g, c, ctx.opset >= 21

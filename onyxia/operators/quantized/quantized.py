@@ -420,8 +420,9 @@ class GatherBlockQuantized(Operator):
         _check_packed(ctx, 0, "data")
         packed = packed_shape(ctx, 0)
         rank = len(packed)
-        if rank < 2 or not all(isinstance(d, int) for d in packed):
+        if rank < 2:
             raise ctx.fail(f"data must be a static tensor of rank >= 2, got {shape_str(packed)}", 0)
+        packed = tuple(ctx.literals(packed, "data's shape", 0))
         logical = tuple(packed[:-1]) + (packed[-1] * 2,)  # two 4-bit values per byte along the last axis
         if ctx.axis(int(ctx.attr("gather_axis", 0)), rank, "gather_axis") != 0:
             raise ctx.fail("attribute 'gather_axis' must be 0 for uint8 data")

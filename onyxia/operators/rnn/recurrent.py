@@ -92,9 +92,9 @@ class Recurrent(Operator):
         w = ctx.input_shape(1)
         hidden = ctx.attr("hidden_size", None)
         if hidden is None:
-            if len(w) != 3 or not isinstance(w[1], int):
+            if len(w) != 3:
                 raise ctx.fail("attribute 'hidden_size' is required when W's shape is not static")
-            hidden = w[1] // self.cell.gates
+            hidden = ctx.literal(w[1], "W dim 1 (gates x hidden_size, without the attribute)", 1) // self.cell.gates
         hidden = int(hidden)
         g = self.cell.gates * hidden
         for i, name, shape in ((1, "W", (dirs, g, x[2])), (2, "R", (dirs, g, hidden))):

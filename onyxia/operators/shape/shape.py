@@ -167,7 +167,7 @@ class Range(Operator):
         if not any(isinstance(v, SymDim) for v in (start, limit, delta)):
             return [(ctx.input_dtype(0), (max(math.ceil((limit - start) / delta), 0),))]  # type: ignore[operator]
         if isinstance(delta, SymDim):
-            ctx.require_ints([delta], "delta (when start/limit are symbolic)", 2)
+            delta = ctx.literal(delta, "delta (when start/limit are symbolic)", 2)
         if not isinstance(delta, int):
             raise ctx.fail(f"delta must be a constant integer when start/limit are symbolic, got {delta}", 2)
         # ceil((limit - start) / delta); a symbolic count cannot be clamped at 0, so the model
