@@ -141,6 +141,9 @@ class InferenceSession:
                             if n in self._input_shapes else _container_arg(n, self._graph.tensor(n))
                             for n in self._graph.inputs]
             self._outputs = self._infer_outputs()
+        self._input_names = frozenset(a.name for a in self._inputs)
+        self._input_numpy = [(n, dtypes.from_name(d).numpy) for n, d in self._input_dtypes.items()]
+        self._last: tuple | None = None  # (feed shapes, executor, dims) of the last call (run)
 
     def _pipeline(self):
         return CompilerPipeline(self._registry or core_operator_registry())
@@ -182,27 +185,50 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
             run_options: Any = None) -> list[np.ndarray]:
-        known = {a.name for a in self._inputs}
-        unknown = [k for k in input_feed if k not in known]
-        missing = [k for k in known if k not in input_feed]
-        if unknown or missing:
-            parts = [f"unknown inputs {unknown}"] if unknown else []
-            parts += [f"missing inputs {missing}"] if missing else []
-            raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(a.name for a in self._inputs)})")
-        for name, dtype in self._input_dtypes.items():
-            value = input_feed[name]
-            if not hasattr(value, "buffer") and np.asarray(value).dtype != dtypes.from_name(dtype).numpy:
-                raise InputError(f"input '{name}' has dtype {np.asarray(value).dtype}, expected {dtype}")
-        input_feed = {**input_feed, **_flatten(self._containers, input_feed)}
-        executor = self._executor_for(input_feed)
-        dims = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
-        executor.update_dimensions({k: v for k, v in dims.items() if k in executor.dims})
+        shapes = self._check_feeds(input_feed)
+        last = self._last
+        if last is not None and last[0] == shapes:
+            # The shapes of the call before: the same executor and dims (update_dimensions below
+            # is then a no-op, unless the executor's dims were changed through `executor`).
+            _, executor, dims = last
+            feeds = input_feed
+        else:
+            input_feed = {**input_feed, **_flatten(self._containers, input_feed)}
+            executor = self._executor_for(input_feed)
+            bound = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
+            dims = {k: v for k, v in bound.items() if k in executor.dims}
+            feeds = {k: v for k, v in input_feed.items() if k not in self._value_inputs and k not in self._containers}
+            # Which executor and dims a call takes is a function of its feeds' shapes alone
+            # unless input values or fed structures are baked into plans.
+            self._last = None if self._value_inputs or self._containers else (shapes, executor, dims)
+        executor.update_dimensions(dims)
         names = list(output_names) if output_names else [a.name for a in self._outputs]
-        feeds = {k: v for k, v in input_feed.items() if k not in self._value_inputs and k not in self._containers}
         containers = executor.model.metadata.get("containers", {}).get("structure", {})
         leaves = list(dict.fromkeys(leaf for n in names for leaf in _leaves(containers.get(n, n))))
         result = executor.run(feeds, leaves)
         return [_assemble(containers.get(n, n), result) for n in names]
+
+    def _check_feeds(self, input_feed: Mapping[str, Any]) -> tuple:
+        """The fed tensors' shapes, after checking the feed's names and dtypes (InputError)."""
+        known = self._input_names
+        if len(input_feed) != len(known) or any(k not in known for k in input_feed):
+            unknown = [k for k in input_feed if k not in known]
+            missing = [k for k in known if k not in input_feed]
+            parts = [f"unknown inputs {unknown}"] if unknown else []
+            parts += [f"missing inputs {missing}"] if missing else []
+            raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(a.name for a in self._inputs)})")
+        shapes = []
+        for name, dtype in self._input_numpy:
+            value = input_feed[name]
+            if type(value) is not np.ndarray:
+                if hasattr(value, "buffer"):  # a DeviceTensor: the executor checks it
+                    shapes.append(value.shape)
+                    continue
+                value = np.asarray(value)
+            if value.dtype != dtype:
+                raise InputError(f"input '{name}' has dtype {value.dtype}, expected {self._input_dtypes[name]}")
+            shapes.append(value.shape)
+        return tuple(shapes)
 
     # ---- compilation, specialized on input values / sizes where shapes depend on them -----
     def _key(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> tuple:

@@ -186,7 +186,8 @@ _WORD_NUMPY = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np
 
 
 def to_device(array: np.ndarray, dtype: DType, what: str) -> np.ndarray:
-    """The device bytes of a host array of `dtype` (a contiguous array, padded to whole words)."""
+    """The device bytes of a host array of `dtype` (a contiguous array, padded to whole words): a
+    view of `array` itself where it is contiguous in its storage type already (uploads copy)."""
     storage = dtype.require_device(what)
     if storage in WORD_STORAGE:
         if dtype.numpy.itemsize > 4 and array.size:  # int64 / uint64 in one 32-bit word
@@ -199,6 +200,8 @@ def to_device(array: np.ndarray, dtype: DType, what: str) -> np.ndarray:
     values = np.ascontiguousarray(array, dtype=dtype.numpy).reshape(-1)
     if dtype.bits >= 8:
         raw = values.view(np.uint8)
+        if not raw.size % WORD_BYTES:  # whole words already: the array itself, no copy
+            return raw
     else:  # 4 and 2-bit values: several per byte, the first in the low bits (ONNX's raw layout)
         per = 8 // dtype.bits
         codes = values.view(np.uint8) & np.uint8((1 << dtype.bits) - 1)

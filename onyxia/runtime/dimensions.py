@@ -97,6 +97,11 @@ class DimensionUpdates:
         — happens before the executor's state changes, so an error leaves it usable with the
         old dims. This runs once per generated token in an LLM session.
         """
+        current, data_symbols = self.dims, self.model.data_symbols
+        # Every value what it is already (an InferenceSession call with the shapes of the one
+        # before): nothing to check or do. A data symbol still takes the error below.
+        if all(type(v) is int and current.get(k) == v and k not in data_symbols for k, v in dims.items()):
+            return
         new = dict(self.dims)
         for name, v in dims.items():
             if name not in self.dims:

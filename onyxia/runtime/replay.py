@@ -97,6 +97,7 @@ class PlanReplay(DimensionUpdates):
         self.backend.prepare(self.commands, self.param_words, self._uniform_words)
         self._setup_expressions()
         self._slots: dict[str, TensorSlot] = {}
+        self._input_names = frozenset(model.inputs)
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
         self._live_commands = self._run_commands
@@ -238,9 +239,10 @@ class PlanReplay(DimensionUpdates):
         for n in (*names, *device_outputs):
             if n not in model.tensors:
                 raise InputError(f"unknown output '{n}' (outputs: {', '.join(model.outputs)})")
-        unknown = [k for k in feeds if k not in model.inputs]
-        missing = [k for k in model.inputs if k not in feeds]
-        if unknown or missing:
+        inputs = self._input_names
+        if len(feeds) != len(inputs) or any(k not in inputs for k in feeds):
+            unknown = [k for k in feeds if k not in inputs]
+            missing = [k for k in model.inputs if k not in feeds]
             raise InputError("; ".join(
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")

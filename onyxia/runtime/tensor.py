@@ -60,6 +60,10 @@ class TensorSlot:
     def check_feed(self, feed: Any) -> np.ndarray | DeviceTensor:
         """`feed` as this input takes it (an array or a DeviceTensor), or an InputError."""
         name, expected, dtype = self.name, self.shape, self.dtype
+        # The common case first: an array of exactly the shape and dtype this slot takes now
+        # (what a call in a loop feeds); anything else goes through the checks below.
+        if type(feed) is np.ndarray and feed.shape == expected and feed.dtype == dtype.numpy:
+            return feed
         if isinstance(feed, DeviceTensor):
             if feed.dtype != dtype.name or feed.shape != expected:
                 raise InputError(f"input '{name}': device tensor is {feed.dtype}{list(feed.shape)}, "

@@ -3,7 +3,8 @@
 Setup once: buffers, shader modules, pipelines, bind groups (a new bind group per dispatch
 costs ~5x a cached one on lavapipe). A run is one command encoder — the feed copies, one compute
 pass spanning each run of dispatches between copies, the output copies into staging buffers —
-one submit, and a map of the staging buffers of the requested outputs only. Its dispatches are
+one submit, and a map of the staging buffers of the requested outputs only (runtime/wgpu_readback.py,
+which also serves one-off reads and host control flow's mid-run reads). Its dispatches are
 encoded with wgpu-native's pass calls directly where wgpu-py has them (`_raw_pass_calls`).
 
 Each parameter transport binds its own way (`_ImmediateParams`, `_UniformParams`), chosen by
@@ -25,8 +26,11 @@ from onyxia.errors import DeviceError, ShaderError
 from onyxia.plan import Binding, ShaderSpec
 from onyxia.runtime.commands import Command, CopyCommand, DispatchCommand
 from onyxia.runtime.contract import FeedCopy, Limits, Readback
+from onyxia.runtime.wgpu_readback import StagingReads
 
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+_COPYOUT = "<copyout>"  # the staging buffer of one-off reads (copyout, host control flow's sync_read)
+_KEEP_COPYOUT_BYTES = 1 << 20  # larger one-off reads (the tuner saving buffers) free theirs after
 
 
 def _raw_pass_calls() -> Any:
@@ -115,7 +119,7 @@ class WgpuBackend:
             subgroups="subgroup" in runtime.features, wide_reads=runtime.wide_reads,
             cpu_adapter=runtime.info.adapter_type == "CPU", adapter=runtime.info.identity)
         self._params: dict[type[Transport], Any] = {}
-        self._staging: dict[str, wgpu.GPUBuffer] = {}
+        self.reads = StagingReads(self.device)
         self.words = np.zeros(1, np.uint32)
         self.uniform_words = 0
         self._encoder: wgpu.GPUCommandEncoder | None = None
@@ -137,8 +141,26 @@ class WgpuBackend:
     def copyin(self, buffer: wgpu.GPUBuffer, data: np.ndarray) -> None:
         self.device.queue.write_buffer(buffer, 0, data)
 
-    def copyout(self, buffer: wgpu.GPUBuffer, nbytes: int) -> memoryview:
-        return self.device.queue.read_buffer(buffer, 0, nbytes)
+    def copyout(self, buffer: wgpu.GPUBuffer, nbytes: int) -> bytes | memoryview:
+        if not nbytes:
+            return b""
+        encoder = self.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(buffer, 0, self.reads.staging(_COPYOUT, nbytes, nbytes), 0, nbytes)
+        self._submit(encoder)
+        return self._read_copyout(nbytes)
+
+    def _read_copyout(self, nbytes: int) -> bytes | memoryview:
+        try:
+            return self.reads.read([(self.reads.staging(_COPYOUT, nbytes, nbytes), nbytes)])[0]
+        finally:
+            if nbytes > _KEEP_COPYOUT_BYTES:
+                self.reads.release(_COPYOUT)
+
+    def _submit(self, encoder: wgpu.GPUCommandEncoder) -> None:
+        try:
+            self.device.queue.submit([encoder.finish()])
+        except Exception as exc:
+            raise DeviceError(f"GPU submission failed (device lost?): {exc}") from exc
 
     # ---- programs -------------------------------------------------------------------------
     def layout(self, spec: ShaderSpec, bindings: Sequence[Binding]) -> wgpu.GPUBindGroupLayout:
@@ -189,31 +211,15 @@ class WgpuBackend:
         for f in feeds:
             encoder.copy_buffer_to_buffer(f.src, 0, f.dst, 0, f.nbytes)
         encoder = self.encode(encoder, commands)  # a new encoder after each sync_read
+        reads = []
         for r in readback:
             if r.nbytes:
-                encoder.copy_buffer_to_buffer(r.buffer, 0, self._staging_buffer(r), 0, r.nbytes)
-        try:
-            self.device.queue.submit([encoder.finish()])
-        except Exception as exc:
-            raise DeviceError(f"GPU submission failed (device lost?): {exc}") from exc
-        out: list[bytes | memoryview] = []
-        for r in readback:
-            if not r.nbytes:
-                out.append(b"")
-                continue
-            staging = self._staging[r.name]
-            staging.map_sync(wgpu.MapMode.READ, 0, r.nbytes)
-            out.append(staging.read_mapped(0, r.nbytes, copy=True))
-            staging.unmap()
-        return out
-
-    def _staging_buffer(self, r: Readback) -> wgpu.GPUBuffer:
-        buf = self._staging.get(r.name)
-        if buf is None or buf.size < r.nbytes:
-            buf = self.device.create_buffer(label=f"{r.name}/readback", size=r.capacity,
-                                            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-            self._staging[r.name] = buf
-        return buf
+                staging = self.reads.staging(r.name, r.nbytes, r.capacity)
+                encoder.copy_buffer_to_buffer(r.buffer, 0, staging, 0, r.nbytes)
+                reads.append((staging, r.nbytes))
+        self._submit(encoder)
+        raws = iter(self.reads.read(reads))
+        return [next(raws) if r.nbytes else b"" for r in readback]
 
     def encode(self, encoder: wgpu.GPUCommandEncoder, commands: Sequence[Command]) -> wgpu.GPUCommandEncoder:
         """Every command into `encoder`; a compute pass spans each run of dispatches. Returns
@@ -236,12 +242,11 @@ class WgpuBackend:
         if self._pass is not None:
             self._pass.end()
             self._pass = None
-        try:
-            self.device.queue.submit([self._encoder.finish()])
-        except Exception as exc:
-            raise DeviceError(f"GPU submission failed (device lost?): {exc}") from exc
+        if nbytes:  # the read's copy rides in the submission of the work before it
+            self._encoder.copy_buffer_to_buffer(buffer, 0, self.reads.staging(_COPYOUT, nbytes, nbytes), 0, nbytes)
+        self._submit(self._encoder)
         self._encoder = self.device.create_command_encoder()
-        return self.device.queue.read_buffer(buffer, 0, nbytes)
+        return self._read_copyout(nbytes) if nbytes else b""
 
     def dispatch(self, cmd: DispatchCommand) -> None:
         # The per-run hot path (encode_dispatch inlined): ~10 Python-level calls per dispatch.

@@ -128,8 +128,13 @@ def test_unchanged_dimensions_do_nothing():
     exe = null_executor(compile_model(encoder_model(), {"batch": 2, "seq": 8}))
     uploads = exe.backend.param_uploads
     exe.update_dimensions({"seq": 8, "batch": 2})
+    exe.update_dimensions({"seq": np.int64(8)})
     exe.update_dimensions({})
     assert exe.stats.dimension_updates == 0 and exe.backend.param_uploads == uploads
+    # The shortcut for unchanged values leaves the checks of the others in place.
+    for bad, message in (({"seq": 8, "nope": 8}, "unknown dimension 'nope'"), ({"seq": 8, "batch": True}, "batch")):
+        with pytest.raises(DimensionError, match=message):
+            exe.update_dimensions(bad)
 
 
 # ---- capacities ---------------------------------------------------------------------------

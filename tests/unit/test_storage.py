@@ -44,6 +44,21 @@ def test_device_bytes_are_the_onnx_raw_bytes(dtype):
     assert back.dtype == dtype.numpy and np.array_equal(back.view(np.uint8), values.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [dtypes.FLOAT32, dtypes.INT32, dtypes.FLOAT16], ids=str)
+def test_contiguous_uploads_are_not_copied(dtype):
+    """An array contiguous in its storage type already is uploaded as it is (a view); a strided
+    one, or one whose bytes are not whole words, is converted."""
+    values = sample(dtype, 8)
+    assert np.shares_memory(dtypes.to_device(values, dtype, "t"), values)
+    strided = sample(dtype, 16)[::2]
+    device = dtypes.to_device(strided, dtype, "t")
+    assert not np.shares_memory(device, strided)
+    assert np.array_equal(dtypes.from_device(device.tobytes(), dtype, 8), strided)
+    if dtype.bits == 16:  # 3 halves: padded to 8 bytes
+        odd = dtypes.to_device(values[:3], dtype, "t")
+        assert odd.nbytes == 8 and np.array_equal(dtypes.from_device(odd.tobytes(), dtype, 3), values[:3])
+
+
 def test_sizes_are_expressions_padded_to_words():
     n = parse_dim("seq * 3")
     assert dtypes.FLOAT16.nbytes(5) == 12 and dtypes.FLOAT16.nbytes(n) == (n + 1) // 2 * 4
