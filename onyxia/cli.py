@@ -253,24 +253,29 @@ def _is_zip(path: str) -> bool:
 
 
 def _executor(args: argparse.Namespace):
-    """(graph or None for a plan, compiled model, runtime, executor) for `run` and `bench`."""
+    """(is a plan file?, compiled model, runtime, executor, load report) for `run` and `bench`:
+    via the plan cache unless --no-cache; a progress line on a terminal past a second."""
+    from onyxia.loading import DelayedProgress, LoadReport, load_executor
     from onyxia.runtime import Runtime
 
-    dims = _parse_dims(args.dim)
-    graph, compiled = _load_for_run(args.model, dims, args.static or ())
-    runtime = Runtime(adapter=args.adapter)
-    exe = runtime.load_model(compiled)
-    if graph is None and dims:  # a saved plan: its compile-time dims are the starting point
-        exe.update_dimensions(dims)
-    return graph, compiled, runtime, exe
+    if Path(args.model).is_dir():  # an LLM folder: compiled by onyxia.llm (no plan cache)
+        _, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+        runtime = Runtime(adapter=args.adapter)
+        exe = runtime.load_model(compiled)
+        return False, compiled, runtime, exe, LoadReport(runtime=exe.stats.load)
+    compiled, runtime, exe, report = load_executor(args.model, _parse_dims(args.dim), args.static or (),
+                                                   adapter=args.adapter, plan_cache=not args.no_cache,
+                                                   progress=DelayedProgress("loading"))
+    return report.cache == "plan", compiled, runtime, exe, report
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    graph, compiled, runtime, exe = _executor(args)
+    is_plan, compiled, runtime, exe, report = _executor(args)
     feeds = _feeds(exe, compiled, args.input, args.seed)
     start = time.perf_counter()
     outputs = exe.run(feeds)
     elapsed = time.perf_counter() - start
+    print(report.line())
     print(f"ran {args.model} on {runtime.info.summary} in {elapsed * 1e3:.2f} ms "
           f"({exe.dispatches_per_run} dispatches)")
     for name, value in outputs.items():
@@ -280,7 +285,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             stats = f" mean={v.mean():.4g} std={v.std():.4g} min={v.min():.4g} max={v.max():.4g}"
         print(f"  {name}: {value.dtype} {list(value.shape)}{stats}")
     if args.check:
-        return _check(args.model, graph is None, feeds, outputs)
+        return _check(args.model, is_plan, feeds, outputs)
     return 0
 
 
@@ -320,8 +325,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.warmup < 0:
         raise CliError(f"--iterations must be at least 1 and --warmup at least 0, got "
                        f"{args.iterations} and {args.warmup}")
-    graph, compiled, runtime, exe = _executor(args)
+    is_plan, compiled, runtime, exe, report = _executor(args)
     feeds = _feeds(exe, compiled, None, 0)
+    start = time.perf_counter()
+    exe.run(feeds)
+    report.first_run_s = time.perf_counter() - start
+    print(f"load of {args.model}:")
+    for line in report.lines():
+        print("  " + line)
     for _ in range(args.warmup):
         exe.run(feeds)
     times = []
@@ -334,7 +345,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dispatches = exe.dispatches_per_run
     print(f"{args.model} on {runtime.info.summary}: median {median * 1e3:.3f} ms over {args.iterations} runs "
           f"({dispatches} dispatches, {median / max(dispatches, 1) * 1e6:.1f} µs/dispatch)")
-    if graph is not None and not args.no_ort:
+    if not is_plan and not args.no_ort:
         try:
             import onnxruntime as ort
         except ImportError:
@@ -420,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="compare with onnxruntime (max abs/rel error)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--adapter", help="adapter index or name substring (default: best; or ONYXIA_ADAPTER)")
+    p.add_argument("--no-cache", action="store_true", help="compile anew, without the plan cache (or "
+                   "ONYXIA_PLAN_CACHE=0)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="list inputs, outputs, operators and unsupported ops; of a compiled "
@@ -438,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-dispatch GPU time (timestamp queries), bytes, flops and roofline fraction")
     p.add_argument("--trace", metavar="FILE.json", help="with --profile: write a Chrome/Perfetto trace")
     p.add_argument("--adapter", help="adapter index or name substring")
+    p.add_argument("--no-cache", action="store_true", help="compile anew, without the plan cache")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tune", help="time the kernel variants for these dims and cache the fastest")

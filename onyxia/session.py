@@ -9,6 +9,8 @@ patches the plan in place instead of recompiling.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -20,9 +22,11 @@ from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import Dim, SymDim, dim_symbols
+from onyxia.loading import LoadReport, cache_for, cached_compile, compiler_signature, stage_times
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
+from onyxia.plan_cache import PlanCache, model_digest, plan_key
 from onyxia.runtime.device import Runtime
 
 
@@ -96,11 +100,19 @@ class InferenceSession:
     `model` is a path, bytes, ModelProto, IrGraph or CompiledModel. `dims` pins symbols that
     feeds cannot reveal (e.g. a symbol used only inside an expression); `static` names
     symbols to bake into shaders.
+
+    `plan_cache`: compiled plans of a model file (or bytes) are kept on disk and reused by the
+    next process (onyxia/plan_cache.py): None/True uses the default cache unless
+    ONYXIA_PLAN_CACHE=0, False none, a folder that one. Not with a custom `registry`.
+    `load_report` (onyxia/loading.py LoadReport) splits the latest load's time.
     """
 
     def __init__(self, model: Any, sess_options: Any = None, providers: Any = None, *, runtime=None,
                  dims: Mapping[str, int] | None = None, static: Iterable[str] = (), registry=None,
-                 transport: str | None = None):
+                 transport: str | None = None, plan_cache: bool | str | os.PathLike | PlanCache | None = None):
+        self.load_report = LoadReport()
+        self._cache = cache_for(plan_cache) if registry is None else None
+        self._digest: str | None = None
         self._runtime = runtime
         self._registry = registry
         self._fixed_dims = dict(dims or {})
@@ -115,6 +127,7 @@ class InferenceSession:
         self._literal_symbols: tuple[str, ...] = ()
         self.stats = SessionStats()
         self._containers: dict[str, str] = {}
+        self._first_run = False
         if isinstance(model, CompiledModel):
             self._graph = None
             self._compiled: CompiledModel | None = model
@@ -123,7 +136,13 @@ class InferenceSession:
             self._inputs = [_node_arg(n, model.tensors[n].dtype, model.tensors[n].shape) for n in model.inputs]
             self._outputs = [_node_arg(n, model.tensors[n].dtype, model.tensors[n].shape) for n in model.outputs]
         else:
+            start = time.perf_counter()
             self._graph = model if isinstance(model, IrGraph) else load_model(model)
+            self.load_report.parse_s = time.perf_counter() - start
+            if self._cache is not None:
+                start = time.perf_counter()
+                self._digest = model_digest(model)
+                self.load_report.cache_s = time.perf_counter() - start
             self._compiled = None
             # Sequence/optional inputs: the session compiles for the structure fed (_flatten).
             self._containers = {n: self._graph.tensor(n).container for n in self._graph.inputs
@@ -205,7 +224,10 @@ class InferenceSession:
         names = list(output_names) if output_names else [a.name for a in self._outputs]
         containers = executor.model.metadata.get("containers", {}).get("structure", {})
         leaves = list(dict.fromkeys(leaf for n in names for leaf in _leaves(containers.get(n, n))))
+        start = time.perf_counter()
         result = executor.run(feeds, leaves)
+        if self._first_run:  # the driver may compile kernels at their first dispatch (lavapipe does)
+            self.load_report.first_run_s, self._first_run = time.perf_counter() - start, False
         return [_assemble(containers.get(n, n), result) for n in names]
 
     def _check_feeds(self, input_feed: Mapping[str, Any]) -> tuple:
@@ -245,6 +267,11 @@ class InferenceSession:
         if executor is not None:
             self._executor = executor
             return executor
+        if self._executors:  # another specialization: a load of its own
+            self.load_report = LoadReport()
+        report = self.load_report
+        if self._graph is None:
+            report.cache = "plan"
         compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
         if self._graph is not None:
             self.stats.compiles += 1
@@ -252,9 +279,13 @@ class InferenceSession:
                        for s in dim_symbols(a) | dim_symbols(b)}
             self._literal_symbols = tuple(sorted({*self._literal_symbols, *literal}))
         if self._runtime is None:
+            start = time.perf_counter()
             self._runtime = Runtime()
+            report.device_s = time.perf_counter() - start
         assert compiled is not None
         executor = self._runtime.load_model(compiled, transport=self._transport)
+        report.runtime = executor.stats.load
+        self._first_run = True
         if len(self._executors) >= _MAX_SPECIALIZATIONS:
             self._executors.pop(next(iter(self._executors)))
         # The key again: compiling may have found more inputs or sizes to specialize on.
@@ -278,8 +309,16 @@ class InferenceSession:
             shapes = {n: graph.tensor(n).shape for n in graph.inputs}
             baked = set(self._size_symbols)  # no longer symbols of the specialized graph
             given = {k: v for k, v in {**bind_dims(shapes, feeds), **self._fixed_dims}.items() if k not in baked}
+            static = [s for s in self._static if s not in baked]
+            pipeline = self._pipeline()
+            key = None if self._digest is None else plan_key(self._digest, given, static, compiler_signature(pipeline),
+                                                             self._key(feeds, dims))
+
+            def compile_fn() -> tuple[CompiledModel, dict[str, float]]:
+                return pipeline.compile(graph, given, static), stage_times(pipeline.history)
+
             try:
-                compiled = self._pipeline().compile(graph, given, [s for s in self._static if s not in baked])
+                compiled = cached_compile(self._cache, key, self.load_report, compile_fn)
             except ValueRequiredError as exc:
                 sources, symbols = set(exc.sources), set(exc.symbols)
                 if not sources and not symbols:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import wgpu
@@ -140,10 +141,12 @@ class Runtime:
         return int(self.limits.get("max-immediate-size", 0)) if "immediates" in self.features else 0
 
     def load_model(self, model: CompiledModel, *, transport: str | Transport | None = None,
-                   tuning: TuneSettings | None = None):
+                   tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None):
         """`tuning`: how kernel variants are chosen (runtime/tuner.py; default: the environment's
-        ONYXIA_TUNE and ONYXIA_CACHE_DIR)."""
-        return PlanExecutor(self, model, transport=get_transport(transport or self.transport), tuning=tuning)
+        ONYXIA_TUNE and ONYXIA_CACHE_DIR). `progress(done, total)`: called as pipelines are built.
+        The executor's `stats.load` (runtime/replay.py LoadTimes) splits the load's time."""
+        return PlanExecutor(self, model, transport=get_transport(transport or self.transport), tuning=tuning,
+                            progress=progress)
 
     def describe(self) -> str:
         features = ", ".join(sorted(self.features)) or "none"

@@ -44,7 +44,7 @@ def _idle_dispatch(cmd: Command) -> bool:
 class DimensionUpdates:
     """Mixin of PlanReplay: the expressions and the dimension updates (see the module doc).
     Uses the replay's model, dims, commands, programs, buffers, capacity, backend, limits,
-    stats, _slots, _build and _refresh_all / _refresh_live."""
+    stats, _slots, _layouts, _build and _refresh_all / _refresh_live."""
 
     model: Any
     dims: dict[str, int]
@@ -60,7 +60,7 @@ class DimensionUpdates:
             if b.kind == "buffer":
                 e.buffers.append(str(b.target))
             elif b.kind == "shader":
-                if int(b.target) in self.programs:  # shaders no dispatch uses are never built
+                if int(b.target) in self._layouts:  # shaders no dispatch uses are never built
                     e.shaders.append(int(b.target))
             elif b.kind == "immediate":
                 position, type_ = self.commands[int(b.target)].param_word(b.index)
@@ -146,7 +146,9 @@ class DimensionUpdates:
         """Move to the dims `new` (`changed`: the symbols whose values differ)."""
         affected = [self._exprs[i] for i in sorted({i for s in changed for i in self._by_symbol.get(s, ())})]
         # A shader baking a changed static dim is rebuilt (once, though it may bake several values).
-        rebuild = {index for e in affected for index in e.shaders}
+        # Programs not built yet (a Select alternative never replayed) render with the new dims
+        # when first needed.
+        rebuild = {index for e in affected for index in e.shaders if index in self.programs}
         values = self._values
         exprs = [(e, v) for e, v in ((e, e.fn(new)) for e in affected) if v != values[e.number]]
         grown: dict[str, int] = {}

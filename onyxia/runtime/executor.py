@@ -3,15 +3,17 @@
 The replay itself (commands, binding evaluation, capacities, recompile and reallocation
 decisions, feed checking) is backend-neutral: runtime/replay.py. This class runs it on the
 wgpu backend of a `Runtime` (runtime/wgpu_backend.py). Setup happens once: buffers (weights
-uploaded), shader modules, pipelines and bind groups. `run` writes the feeds, encodes every step
-into one command encoder (one compute pass between copies), submits once and reads back only
-the requested outputs. `update_dimensions` patches immediates, workgroup counts and copy sizes
-in place; it recompiles only shaders baked with a changed static dim and reallocates only
-buffers whose capacity is exceeded.
+uploaded), bind groups, and the shader modules and pipelines of what a run replays (a Select's
+other alternatives get theirs when first chosen); `stats.load` says where the load time went.
+`run` writes the feeds, encodes every step into one command encoder (one compute pass between
+copies), submits once and reads back only the requested outputs. `update_dimensions` patches
+immediates, workgroup counts and copy sizes in place; it recompiles only shaders baked with a
+changed static dim and reallocates only buffers whose capacity is exceeded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import wgpu
@@ -27,10 +29,10 @@ class PlanExecutor(PlanReplay):
     backend: WgpuBackend
 
     def __init__(self, runtime: Any, model: CompiledModel, *, transport: str | Transport = IMMEDIATE,
-                 tuning: TuneSettings | None = None):
+                 tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None):
         self.runtime = runtime
         self.device: wgpu.GPUDevice = runtime.device
-        super().__init__(model, WgpuBackend(runtime), transport=transport, tuning=tuning)
+        super().__init__(model, WgpuBackend(runtime), transport=transport, tuning=tuning, progress=progress)
 
 
 __all__ = ["ExecutorStats", "PlanExecutor"]

@@ -17,8 +17,9 @@ expression once and scatters its value to every place that uses it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,25 @@ from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
 
 @dataclass
+class LoadTimes:
+    """Where an executor's load went (seconds), and what it built. `total_s` is the whole
+    PlanReplay setup; the rest of it (commands, bind groups, parameters, tuning) is
+    total_s minus the parts named here. Pipelines are built for the dispatches a run replays
+    now: a Select's other alternatives get theirs when first chosen (`deferred` until then)."""
+
+    buffers_s: float = 0.0  # allocations and weight uploads
+    render_s: float = 0.0  # WGSL text from the plan's templates (codegen/wgsl.py render)
+    shader_modules_s: float = 0.0  # the backend's shader modules (naga parses and validates)
+    pipelines_s: float = 0.0  # the backend's pipelines (the driver compiles the kernel)
+    tuning_s: float = 0.0  # timing kernel variants (runtime/tuner.py; up to its budget per load)
+    total_s: float = 0.0
+    pipelines: int = 0  # pipelines built
+    shared: int = 0  # shaders whose WGSL and layout equal a built one's: its pipeline reused
+    deferred: int = 0  # shaders not built at load (only alternatives a run does not replay now use them)
+    weight_bytes: int = 0  # bytes uploaded
+
+
+@dataclass
 class ExecutorStats:
     runs: int = 0
     recompiles: int = 0  # shader modules rebuilt after a static dim changed
@@ -47,6 +67,7 @@ class ExecutorStats:
     readback_bytes: int = 0  # bytes copied to the host by the last run
     tuning_timings: int = 0  # Select alternatives timed (runtime/tuner.py): 0 when all were cached
     tuned: int = 0  # tuned Select steps chosen by timing
+    load: LoadTimes = field(default_factory=LoadTimes)
 
 
 class PlanReplay(DimensionUpdates):
@@ -58,7 +79,10 @@ class PlanReplay(DimensionUpdates):
     """
 
     def __init__(self, model: CompiledModel, backend: Backend, *, transport: str | Transport = IMMEDIATE,
-                 tuning: TuneSettings | None = None):
+                 tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None):
+        """`progress(done, total)` is called as pipelines are built at load (the CLI draws a
+        line with it)."""
+        start = time.perf_counter()
         self.model = model
         self.backend = backend
         self.transport = get_transport(transport)
@@ -76,12 +100,16 @@ class PlanReplay(DimensionUpdates):
         self.buffers: dict[str, Any] = {}
         self.capacity: dict[str, int] = {}
         self._layouts: dict[int, Any] = {}
-        self.programs: dict[int, Any] = {}  # shader index -> program, for shaders a dispatch uses
+        self._layout_of: dict[tuple[bool, ...], Any] = {}  # one layout per binding signature
+        self.programs: dict[int, Any] = {}  # shader index -> program, for shaders a run has replayed
+        self._by_code: dict[tuple, Any] = {}  # (WGSL, layout, transport, entry) -> program: identical ones once
+        self._progress = progress
         self._constraints = [(a, b, node, compile_dim(a), compile_dim(b)) for a, b, node in model.constraints]
         # Data-dependent symbols: the capacity each is sized for, as a function of the dims.
         self._bounds = {name: (compile_dim(b), dim_symbols(b)) for name, b in model.data_symbols.items()
                         if b is not None}
         self._setup_buffers()
+        self.stats.load.buffers_s = time.perf_counter() - start
         self.commands: list[Command] = []  # every step's command, nested ones included (walk_steps order)
         top = [self.build(s) for op in model.operations for s in op.steps]
         self._run_commands = [c for c in top if c.per_run]
@@ -102,7 +130,15 @@ class PlanReplay(DimensionUpdates):
             self._slot(name)
         self._live_commands = self._run_commands
         self._refresh_all()
+        load = self.stats.load
+        tuning, built = time.perf_counter(), load.render_s + load.shader_modules_s + load.pipelines_s
         self.tune()  # the tuned Selects the cache has no choice for (none when tuning is off)
+        # The pipelines the timed alternatives needed count as pipelines, not as tuning.
+        built = load.render_s + load.shader_modules_s + load.pipelines_s - built
+        load.tuning_s = time.perf_counter() - tuning - built
+        self._progress = None
+        load.deferred = len(self._layouts) - len(self.programs)
+        load.total_s = time.perf_counter() - start
 
     # ---- setup --------------------------------------------------------------------------
     def root(self, name: str) -> str:
@@ -124,6 +160,7 @@ class PlanReplay(DimensionUpdates):
                 data = dtypes.to_device(info.data, dtypes.from_name(info.dtype), f"weight '{name}'")
                 if data.nbytes:
                     self.backend.copyin(self.buffers[name], data)
+                    self.stats.load.weight_bytes += data.nbytes
 
     def build(self, step: Step) -> Command:
         """The command of `step`; a step holding others builds theirs (right after its own
@@ -140,21 +177,53 @@ class PlanReplay(DimensionUpdates):
                               f"max storage binding of {self.limits.max_binding_bytes} bytes")
 
     def program_for(self, step: Dispatch) -> Any:
-        """The shader's program, built at its first dispatch (whose bindings give the layout)."""
+        """The shader's program if built, else None (`build_programs` builds it when a run first
+        replays it). Its first dispatch's bindings give the layout (one per binding signature)."""
         index = step.shader
-        if index not in self.programs:
-            spec = self.model.shaders[index]
-            self._layouts[index] = self.backend.layout(spec, step.bindings)
+        if index not in self._layouts:
+            signature = tuple(b.read_only for b in step.bindings)
+            layout = self._layout_of.get(signature)
+            if layout is None:
+                layout = self._layout_of[signature] = self.backend.layout(self.model.shaders[index], step.bindings)
+            self._layouts[index] = layout
+        return self.programs.get(index)
+
+    def build_programs(self, commands: Sequence[Command]) -> None:
+        """Build the programs of the dispatches in `commands` that have none yet. A pipeline
+        costs ~20 ms on lavapipe and half a plan's shaders may belong to Select alternatives a
+        run does not replay at these dims on this adapter: those wait until chosen."""
+        missing = [c for c in commands if isinstance(c, DispatchCommand) and c.program is None]
+        todo = sorted({c.shader for c in missing} - self.programs.keys())
+        for done, index in enumerate(todo):
             self.programs[index] = self._build(index)
-        return self.programs[index]
+            if self._progress is not None:
+                self._progress(done + 1, len(todo))
+        for c in missing:
+            c.program = self.programs[c.shader]
 
     def _build(self, index: int) -> Any:
         spec = self.model.shaders[index]
         transport = self.shader_transport[index]
+        load = self.stats.load
+        start = time.perf_counter()
         code = render(spec, self.model.templates[spec.template], self.dims, transport,
                       native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads,
                       subgroups=self.limits.subgroups, wide_reads=self.limits.wide_reads)
-        return self.backend.program(spec, code, self._layouts[index], transport)
+        rendered = time.perf_counter()
+        load.render_s += rendered - start
+        layout = self._layouts[index]
+        key = (code, id(layout), str(transport), spec.entry_point, spec.immediate_bytes)
+        program = self._by_code.get(key)
+        if program is not None:  # two shaders, one kernel: one module and pipeline
+            load.shared += 1
+            return program
+        modules = getattr(self.backend, "shader_module_s", 0.0)
+        program = self._by_code[key] = self.backend.program(spec, code, layout, transport)
+        module_s = getattr(self.backend, "shader_module_s", 0.0) - modules
+        load.shader_modules_s += module_s
+        load.pipelines_s += time.perf_counter() - rendered - module_s
+        load.pipelines += 1
+        return program
 
     def bind(self, step: Dispatch) -> Any:
         return self.backend.bind(self._layouts[step.shader], [self.buffers[self.root(b.tensor)] for b in step.bindings])
@@ -193,6 +262,7 @@ class PlanReplay(DimensionUpdates):
     def _refresh_live(self) -> None:
         """What a run encodes (tuner.live_commands); mid-run readbacks may change grids: keep all."""
         self._live_commands = self._run_commands if self._device_syncs else live_commands(self._run_commands)
+        self.build_programs(self.dispatch_commands())
 
     def assume_adapter(self, kind: str) -> None:
         """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this

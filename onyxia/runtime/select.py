@@ -5,8 +5,8 @@ A SelectCommand holds its step's guard and shape values evaluated for the curren
 features, limits, fixed at load). Settling it evaluates the guards: the eligible alternatives
 and the heuristic's choice (plan.select.Select.evaluate); a tuned Select then asks the Tuner
 (runtime/tuner.py) for a measured choice of its shape class. A run encodes only the chosen
-alternative's commands (`live_commands`), so the others cost nothing but their buffers and
-pipelines, made at load like every other's.
+alternative's commands (`live_commands`), so the others cost nothing but their buffers (made
+at load); their pipelines are built when first chosen (PlanReplay.build_programs).
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ class SelectCommand(Command):
     def active(self) -> list[Command]:
         """The chosen alternative's commands (what a run replays in this one's place)."""
         return self.alternatives[self.chosen]
+
+    def commands_of(self, k: int) -> list[Command]:
+        """Alternative `k`'s commands, nested ones included."""
+        return walk_commands(self.alternatives[k])
 
     def idle(self) -> list[Command]:
         """Every command of the alternatives not chosen, nested ones included."""

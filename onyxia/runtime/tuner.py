@@ -17,7 +17,7 @@ the alternatives whose guards hold:
    again at the next load (not at every run of this one).
 
 A choice never changes what is computed, only which kernels compute it: no recompiles and no
-allocations (every alternative's buffers and pipelines exist from load). Timing runs kernels on
+allocations (every alternative's buffers exist from load; its pipelines from its first replay). Timing runs kernels on
 whatever the buffers hold; outputs the caller may still hold (graph outputs) are saved and
 restored around it. The cache is one JSON file per adapter, written atomically (a temporary
 file renamed over it) and read tolerantly: a missing, corrupt or foreign file costs a re-tune,
@@ -223,6 +223,7 @@ class Tuner:
                     if time.perf_counter() > deadline:
                         break
                     cutoff = SLOWER_CUTOFF * min(times.values()) if times else float("inf")
+                    replay.build_programs(cmd.commands_of(k))  # pipelines are built at first need
                     samples = backend.time_commands(cmd.alternatives[k], self.settings.repeats, deadline, cutoff)
                     times[cmd.step.labels[k]] = statistics.median(samples)
                     self.stats.tuning_timings += 1

@@ -124,6 +124,7 @@ class WgpuBackend:
         self.uniform_words = 0
         self._encoder: wgpu.GPUCommandEncoder | None = None
         self._pass: wgpu.GPUComputePassEncoder | None = None
+        self.shader_module_s = 0.0  # time in create_shader_module (the load report's split)
 
     def _params_for(self, transport: Transport) -> Any:
         kind = type(transport)
@@ -172,7 +173,9 @@ class WgpuBackend:
 
     def program(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> wgpu.GPUComputePipeline:
         try:
+            start = time.perf_counter()
             module = self.device.create_shader_module(label=spec.label, code=code)
+            self.shader_module_s += time.perf_counter() - start
             layouts, immediate_size = [layout], 0
             if spec.immediates:
                 layouts, immediate_size = self._params_for(transport).pipeline_layouts(layout, spec)

@@ -208,7 +208,8 @@ def test_static_dim_change_recompiles_exactly_the_shaders_baking_it(transport):
     assert exe.stats.recompiles == len(dependent)
     assert [p.label for p in exe.backend.programs[built:]] == [compiled.shaders[i].label for i in sorted(dependent)]
     fresh = null_executor(compile_model(model, {"batch": 2, "seq": 3}, static=["seq"]), transport=transport)
-    assert program_code(exe) == program_code(fresh)  # the WGSL a fresh compile bakes
+    # The WGSL a fresh compile bakes (which builds only the programs a run replays at seq 3).
+    assert program_code(fresh).items() <= program_code(exe).items()
     assert {i for i in before if before[i] != program_code(exe)[i]} <= dependent
     exe.update_dimensions({"batch": 1})  # dynamic: no recompile
     assert exe.stats.recompiles == len(dependent)
@@ -220,7 +221,7 @@ def test_static_dim_change_recompiles_exactly_the_shaders_baking_it(transport):
     fresh = null_executor(compile_model(model, {"batch": 1, "seq": 9}, static=["seq"]), transport=transport)
     fresh.run({"x": np.zeros((1, 9, 8), np.float32), "pos": np.zeros((9, 8), np.float32),
                "v": np.zeros((1, 4), np.float32)})
-    assert program_code(exe) == program_code(fresh)
+    assert program_code(fresh).items() <= program_code(exe).items()
     assert last_run(exe) == last_run(fresh)
 
 

@@ -1,0 +1,148 @@
+"""The plan cache (onyxia/plan_cache.py) and compile_file's load report, without a GPU: a hit
+returns the plan a fresh compile gives; a changed model, dims, static set or onyxia version
+misses; a corrupt or foreign entry is ignored and rewritten."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+import onyxia.plan_cache as plan_cache
+from onyxia.loading import DelayedProgress, LoadReport, compile_file
+from onyxia.plan.model import save_plan
+from onyxia.plan_cache import PlanCache
+from tests.helpers import make_model
+
+
+def _model(scale: float = 1.0):
+    w = (np.arange(12, dtype=np.float32).reshape(4, 3) * scale).astype(np.float32)
+    return make_model([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])],
+                      [("x", np.float32, ["seq", 4])], ["y"], {"w": w})
+
+
+def _plan_text(model, tmp_path, name="plan.onyxia") -> dict[str, bytes]:
+    """A plan's saved members (plan.json and the weights): how two plans compare."""
+    path = tmp_path / name
+    save_plan(model, path)
+    with zipfile.ZipFile(path) as zf:
+        return {n: zf.read(n) for n in zf.namelist()}
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(_model().SerializeToString())
+    return path
+
+
+def test_a_hit_returns_the_plan_a_fresh_compile_gives(tmp_path, model_file):
+    cache = PlanCache(tmp_path / "cache")
+    cold, cold_report = compile_file(model_file, {"seq": 3}, plan_cache=cache)
+    warm, warm_report = compile_file(model_file, {"seq": 3}, plan_cache=cache)
+    fresh, fresh_report = compile_file(model_file, {"seq": 3}, plan_cache=False)
+    assert (cold_report.cache, warm_report.cache, fresh_report.cache) == ("miss", "hit", "off")
+    assert warm_report.stages == {} and warm_report.parse_s == 0.0  # no parse, no compiler
+    assert set(cold_report.stages) >= {"resolution", "inference", "optimization", "planning"}
+    assert _plan_text(warm, tmp_path, "a") == _plan_text(fresh, tmp_path, "b")
+    assert len(list((tmp_path / "cache").glob("*.onyxia"))) == 1
+
+
+def test_model_dims_static_and_version_changes_miss(tmp_path, model_file, monkeypatch):
+    cache = PlanCache(tmp_path / "cache")
+    assert compile_file(model_file, {"seq": 3}, plan_cache=cache)[1].cache == "miss"
+    assert compile_file(model_file, {"seq": 4}, plan_cache=cache)[1].cache == "miss"
+    assert compile_file(model_file, {"seq": 3}, ["seq"], plan_cache=cache)[1].cache == "miss"
+    assert compile_file(model_file, {"seq": 3}, plan_cache=cache)[1].cache == "hit"
+    model_file.write_bytes(_model(scale=2.0).SerializeToString())  # other weights, same graph
+    changed, report = compile_file(model_file, {"seq": 3}, plan_cache=cache)
+    assert report.cache == "miss"
+    assert float(changed.tensors["w"].data.max()) == 22.0
+    monkeypatch.setattr(plan_cache, "onyxia_version", lambda: "99.0")
+    monkeypatch.setattr(plan_cache, "_FINGERPRINT", None)
+    assert compile_file(model_file, {"seq": 3}, plan_cache=cache)[1].cache == "miss"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "empty"])
+def test_a_corrupt_or_foreign_entry_is_ignored_and_rewritten(tmp_path, model_file, damage):
+    cache = PlanCache(tmp_path / "cache")
+    plan, _ = compile_file(model_file, {"seq": 3}, plan_cache=cache)
+    [entry] = list((tmp_path / "cache").glob("*.onyxia"))
+    if damage == "garbage":
+        entry.write_bytes(b"not a plan at all")
+    elif damage == "truncated":
+        entry.write_bytes(entry.read_bytes()[:100])
+    elif damage == "empty":
+        entry.write_bytes(b"")
+    else:  # another key's (valid) plan under this name
+        other = tmp_path / "other.onnx"
+        other.write_bytes(_model(scale=3.0).SerializeToString())
+        compile_file(other, {"seq": 3}, plan_cache=cache)
+        [foreign] = [p for p in (tmp_path / "cache").glob("*.onyxia") if p != entry]
+        entry.write_bytes(foreign.read_bytes())
+    again, report = compile_file(model_file, {"seq": 3}, plan_cache=cache)
+    assert report.cache == "miss"
+    assert _plan_text(again, tmp_path, "a") == _plan_text(plan, tmp_path, "b")
+    assert compile_file(model_file, {"seq": 3}, plan_cache=cache)[1].cache == "hit"  # rewritten
+
+
+def test_an_unwritable_cache_only_costs_a_compile(tmp_path, model_file):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder would go")
+    plan, report = compile_file(model_file, {"seq": 3}, plan_cache=PlanCache(blocker / "plans"))
+    assert report.cache == "miss" and plan.outputs == ("y",)
+
+
+def test_the_environment_turns_the_cache_off(tmp_path, model_file, monkeypatch):
+    monkeypatch.setenv("ONYXIA_CACHE_DIR", str(tmp_path / "root"))
+    assert compile_file(model_file, {"seq": 3})[1].cache == "miss"
+    assert list((tmp_path / "root" / "plans").glob("*.onyxia"))
+    monkeypatch.setenv("ONYXIA_PLAN_CACHE", "0")
+    assert compile_file(model_file, {"seq": 3})[1].cache == "off"
+
+
+def test_external_data_is_part_of_the_key(tmp_path):
+    import onnx
+
+    model = _model()
+    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    before = plan_cache.model_digest(tmp_path / "m.onnx")
+    data = bytearray((tmp_path / "m.data").read_bytes())
+    data[-1] ^= 0x40
+    (tmp_path / "m.data").write_bytes(bytes(data))
+    assert before is not None and plan_cache.model_digest(tmp_path / "m.onnx") not in (None, before)
+
+
+def test_load_report_rows_name_every_part():
+    report = LoadReport(parse_s=0.01, stages={"inference": 0.02, "planning": 0.03}, cache="miss", cache_s=0.004)
+    names = [name for name, _ in report.rows()]
+    assert names[:3] == ["parse", "compile: inference", "compile: planning"]
+    assert {"plan cache (miss)", "device", "buffers + weight upload", "WGSL render", "shader modules",
+            "pipelines"} <= set(names)
+    assert report.total_s == pytest.approx(0.064)
+    assert "loaded in" in report.line() and any("pipelines:" in line for line in report.lines())
+
+
+class _Terminal(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_draws_only_on_a_terminal_after_its_delay():
+    quiet, late, drawn = _Terminal(True), _Terminal(True), _Terminal(False)
+    DelayedProgress("loading", delay_s=60, stream=quiet)(1, 2)
+    DelayedProgress("loading", delay_s=0, stream=drawn)(1, 2)
+    progress = DelayedProgress("loading", delay_s=0, stream=late)
+    progress.stage("pipelines")(3, 4)
+    assert quiet.getvalue() == "" and drawn.getvalue() == ""
+    assert "pipelines" in late.getvalue() and "3/4" in late.getvalue()
+    progress.close()
+    assert late.getvalue().endswith("\r")
