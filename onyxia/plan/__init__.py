@@ -42,7 +42,8 @@ from onyxia.plan.select import (
     adapter,
     at_least,
     at_most,
-    guard_holds,
+    checks_hold,
+    guard_checks,
     has_feature,
     limit_at_least,
 )
@@ -66,6 +67,6 @@ __all__ = [
     "REUSABLE_KINDS", "STATUS_TENSOR", "AdapterFacts", "Alternative", "Binding", "BranchStep", "BufferDecl",
     "Clause", "CompiledModel", "CopyBuffer", "Dispatch", "Expr", "Guard", "LoopStep", "PlannedOp", "ReadSymbol",
     "Scalar", "Select", "ShaderParam", "ShaderSpec", "SliceCopy", "Step", "SymbolicBinding", "TensorInfo",
-    "WriteBuffer", "adapter", "at_least", "at_most", "guard_holds", "has_feature", "limit_at_least", "load_plan",
-    "save_plan", "walk_steps",
+    "WriteBuffer", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature",
+    "limit_at_least", "load_plan", "save_plan", "walk_steps",
 ]

@@ -12,7 +12,7 @@ docs/plan-format.md gives the file form and the evaluation rules a second replay
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from onyxia.plan.steps import Expr, Step, _dec, _enc, _nested_uses, _steps
 
@@ -143,23 +143,34 @@ class AdapterFacts:
     limits: tuple[tuple[str, int], ...] = ()
 
 
-def guard_holds(guard: Guard, values: Iterator[int], facts: AdapterFacts) -> bool:
-    """Whether `guard` holds, its expressions' values taken in order from `values` (all of them
-    consumed, so the next guard's come next)."""
-    holds = True
+# A guard against the adapter's facts: whether its adapter/feature clauses hold, and its
+# comparisons as (i, j, bound) over the Select's value indices: values[i] <= values[j], or
+# values[i] <= bound where j is None (a limit clause: the needed value against the limit).
+Checks = tuple[bool, tuple[tuple[int, int | None, int], ...]]
+
+
+def guard_checks(guard: Guard, start: int, facts: AdapterFacts) -> tuple[Checks, int]:
+    """`guard` as Checks on an adapter with `facts`, its values numbered from `start`; and the
+    index after its last value (where the next guard's begin)."""
+    holds, compares, k = True, [], start
     limits = dict(facts.limits)
     for c in guard.clauses:
         if c.op == "le":
-            a, b = next(values), next(values)
-            holds = holds and a <= b
+            compares.append((k, k + 1, 0))
+            k += 2
+        elif c.op == "limit":
+            compares.append((k, None, limits.get(c.args[0], 0)))
+            k += 1
         elif c.op == "adapter":
             holds = holds and facts.kind == c.args[0]
-        elif c.op == "feature":
+        else:  # feature
             holds = holds and c.args[0] in facts.features
-        else:
-            need = next(values)
-            holds = holds and limits.get(c.args[0], 0) >= need
-    return holds
+    return (holds, tuple(compares)), k
+
+
+def checks_hold(checks: Checks, values: Sequence[int]) -> bool:
+    holds, compares = checks
+    return holds and all(values[i] <= (bound if j is None else values[j]) for i, j, bound in compares)
 
 
 @dataclass(frozen=True)
@@ -217,16 +228,27 @@ class Select(Step, tag="select"):
         then `shape`; SymbolicBindings of kind "select" index this tuple."""
         return (*(v for a in self.alternatives for v in (*a.guard.values(), *a.prefer.values())), *self.shape)
 
+    def evaluator(self, facts: AdapterFacts) -> Callable[[Sequence[int]], tuple[list[bool], int]]:
+        """evaluate() for one adapter, its adapter clauses decided once (the runtime's form)."""
+        rows, k = [], 0
+        for a in self.alternatives:
+            guard, k = guard_checks(a.guard, k, facts)
+            prefer, k = guard_checks(a.prefer, k, facts)
+            rows.append((guard, prefer))
+        last = len(rows) - 1
+
+        def evaluate(values: Sequence[int]) -> tuple[list[bool], int]:
+            eligible = [checks_hold(guard, values) for guard, _ in rows]
+            choice = next((n for n, (guard, prefer) in enumerate(rows) if eligible[n] and checks_hold(prefer, values)),
+                          None)
+            return eligible, choice if choice is not None else next((n for n, e in enumerate(eligible) if e), last)
+        return evaluate
+
     def evaluate(self, values: Sequence[int], facts: AdapterFacts) -> tuple[list[bool], int]:
         """(eligible?, per alternative; the heuristic's choice) for `values`, the evaluated
-        `values()` at the current dims, on an adapter with `facts`."""
-        it = iter(values)
-        rows = [(guard_holds(a.guard, it, facts), guard_holds(a.prefer, it, facts)) for a in self.alternatives]
-        eligible = [e for e, _ in rows]
-        choice = next((k for k, (e, p) in enumerate(rows) if e and p), None)
-        if choice is None:
-            choice = next((k for k, e in enumerate(eligible) if e), len(rows) - 1)
-        return eligible, choice
+        `values()` at the current dims, on an adapter with `facts`: the first eligible
+        alternative whose prefer holds, else the first eligible one."""
+        return self.evaluator(facts)(values)
 
     def choose(self, dims: Mapping[str, int], facts: AdapterFacts) -> int:
         """The heuristic's choice at `dims` (plan_cost, inspect; the runtime keeps its values)."""
@@ -252,5 +274,5 @@ class Select(Step, tag="select"):
 
 
 __all__ = ["ADAPTER_KINDS", "ALWAYS", "AdapterFacts", "Alternative", "CLAUSE_OPS", "Clause", "FEATURES", "Guard",
-           "LIMITS", "NEVER", "Select", "adapter", "at_least", "at_most", "guard_holds", "has_feature",
+           "LIMITS", "NEVER", "Select", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature",
            "limit_at_least"]

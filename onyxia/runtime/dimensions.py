@@ -36,8 +36,11 @@ class _Expression:
     params: bool = False  # some dispatch parameter word is this expression
 
 
-def _idle_dispatch(cmd: Command) -> bool:
-    """A dispatch whose grid is empty now (a run does not encode it)."""
+def _encoded(cmd: Command) -> object:
+    """What of `cmd` decides what a run encodes: a Select's chosen alternative, whether a
+    dispatch's grid is empty; None for the others."""
+    if isinstance(cmd, SelectCommand):
+        return cmd.chosen
     return isinstance(cmd, DispatchCommand) and not all(cmd.workgroups)
 
 
@@ -195,7 +198,7 @@ class DimensionUpdates:
         if buffers:
             for cmd in self.commands:
                 cmd.rebind(self, set(buffers))
-        dirty: dict[Command, bool] = {}  # command -> whether it was a dispatch with an empty grid
+        dirty: dict[Command, object] = {}  # command -> what it encoded before (_encoded)
         params = False
         values = self._values
         for e, v in exprs:
@@ -203,7 +206,7 @@ class DimensionUpdates:
             params = params or e.params
             for cmd, kind, index in e.commands:
                 if cmd not in dirty:
-                    dirty[cmd] = _idle_dispatch(cmd)
+                    dirty[cmd] = _encoded(cmd)
                 cmd.set(kind, index, v)
         for cmd in dirty:
             cmd.settle(self)
@@ -214,6 +217,6 @@ class DimensionUpdates:
             if slot.symbols & changed:
                 slot.refresh(self.dims)
         # What a run encodes (live_commands) changes only where a grid empties or fills or a
-        # Select may choose anew; a decode step's new lengths change neither (~0.3 ms a step).
-        if any(isinstance(cmd, SelectCommand) or _idle_dispatch(cmd) != was for cmd, was in dirty.items()):
+        # Select chooses another alternative; a decode step's new lengths change neither.
+        if any(_encoded(cmd) != was for cmd, was in dirty.items()):
             self._refresh_live()

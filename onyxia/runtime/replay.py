@@ -34,7 +34,7 @@ from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.dimensions import DimensionUpdates
-from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, live_commands
+from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, live_commands, walk_commands
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
@@ -260,9 +260,14 @@ class PlanReplay(DimensionUpdates):
         self._refresh_live()
 
     def _refresh_live(self) -> None:
-        """What a run encodes (tuner.live_commands); mid-run readbacks may change grids: keep all."""
-        self._live_commands = self._run_commands if self._device_syncs else live_commands(self._run_commands)
-        self.build_programs(self.dispatch_commands())
+        """What a run encodes (select.live_commands), with the programs it needs built; mid-run
+        readbacks may change grids and choices: keep all, and build every reachable program."""
+        if self._device_syncs:
+            self._live_commands = self._run_commands
+            self.build_programs(self.dispatch_commands())
+        else:  # each dispatch a run encodes, loop bodies included (an empty grid: once it fills)
+            self._live_commands = live_commands(self._run_commands)
+            self.build_programs(walk_commands(self._live_commands))
 
     def assume_adapter(self, kind: str) -> None:
         """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this
@@ -274,6 +279,14 @@ class PlanReplay(DimensionUpdates):
         for cmd in self.commands:
             if isinstance(cmd, SelectCommand):
                 cmd.settle(self)
+        self._refresh_live()
+
+    def choose(self, cmd: SelectCommand, index: int) -> None:
+        """Replay alternative `index` of the Select `cmd` (one of `self.commands`) until the dims,
+        the adapter or the tuner choose again: tests and tools run each variant this way."""
+        if not 0 <= index < len(cmd.alternatives) or not cmd.eligible[index]:
+            raise DimensionError(f"select '{cmd.step.key}': alternative {index} is not eligible at {self.dims}")
+        cmd.chosen, cmd.source = index, "forced"
         self._refresh_live()
 
     def tune(self, *, force: bool = False, budget_s: float | None = None) -> list[TuneResult]:

@@ -30,7 +30,7 @@ class SelectCommand(Command):
     """Replays the chosen alternative: the heuristic's, or for a tuned Select the Tuner's."""
 
     __slots__ = ("step", "key", "tuned", "tuner", "alternatives", "values", "symbolic", "eligible", "default",
-                 "shape_class", "chosen", "source", "timeable", "written")
+                 "shape_class", "chosen", "source", "timeable", "written", "facts", "evaluate")
 
     def __init__(self, step: Select, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
@@ -47,10 +47,12 @@ class SelectCommand(Command):
         self.default = 0
         self.shape_class = ""
         self.chosen = 0
-        self.source = "guards"  # "guards" | "default" | "cache" | "timed"
+        self.source = "guards"  # "guards" | "default" | "cache" | "timed" | "forced" (PlanReplay.choose)
         # Host control flow inside an alternative cannot be timed in isolation.
         self.timeable = not any(c.device_sync for alt in self.alternatives for c in walk_commands(alt))
         tensors = replay.model.tensors
+        self.facts: AdapterFacts | None = None  # the adapter `evaluate` was made for
+        self.evaluate = None
         self.written = sorted({replay.root(t) for t, w in step.uses() if w
                                and tensors[replay.root(t)].kind not in REUSABLE_KINDS})
 
@@ -62,7 +64,9 @@ class SelectCommand(Command):
         self.values[index] = value
 
     def settle(self, replay: Replay) -> None:
-        self.eligible, self.default = self.step.evaluate(self.values, replay.adapter_facts)
+        if self.facts is not replay.adapter_facts:  # at load, and after assume_adapter
+            self.facts, self.evaluate = replay.adapter_facts, self.step.evaluator(replay.adapter_facts)
+        self.eligible, self.default = self.evaluate(self.values)
         if self.tuned:
             shape = self.values[len(self.values) - len(self.symbolic):]
             self.shape_class = shape_class(shape, self.symbolic)

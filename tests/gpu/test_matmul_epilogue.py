@@ -83,9 +83,10 @@ def check_every_variant(runtime, model, rows, tol=2e-5, tuning=None, expect_spli
             # every alternative eligible at this M (a few-rows kernel is not past its rows)
             choices = [None] + [k for k, ok in enumerate(tunables[0].eligible) if ok] if tunables else [None]
             for choice in choices:
-                for c in tunables + plain_tunables:
-                    if choice is not None:
-                        c.chosen = choice
+                if choice is not None:
+                    for e, cmds in ((exe, tunables), (plain, plain_tunables)):
+                        for c in cmds:
+                            e.choose(c, choice)
                 out = exe.run(feeds)["y"]
                 if tuning is None:  # the same kernel in both plans (a tuner may re-choose at a run)
                     np.testing.assert_array_equal(out, plain.run(feeds)["y"], err_msg=f"M={m} cpu={cpu} {choice}")

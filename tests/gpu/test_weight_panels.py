@@ -73,7 +73,7 @@ def test_every_variant_reads_the_panels(runtime, k, n, gemm_trans_b):
                 if not tunables[0].eligible[choice]:  # a few-rows kernel past its rows
                     continue
                 for c in tunables:
-                    c.chosen = choice
+                    exe.choose(c, choice)
                 np.testing.assert_allclose(exe.run({"a": a})["y"], ref, rtol=2e-5, atol=2e-5,
                                            err_msg=f"M={m} cpu={cpu} {tunables[0].step.labels[choice]}")
     assert exe.stats.recompiles == 0
