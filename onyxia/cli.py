@@ -144,8 +144,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import onyxia
     from onyxia.ir.shapes import shape_str
+    from onyxia.loading import is_plan_file
 
-    if _is_zip(args.model):  # a compiled plan: what it holds and which kernels run at --dim
+    if is_plan_file(args.model):  # a compiled plan: what it holds and which kernels run at --dim
         from onyxia.plan import CompiledModel
         from onyxia.plan.show import select_lines
 
@@ -236,20 +237,13 @@ def _feeds(exe, compiled, inputs: Sequence[str] | None, seed: int) -> dict[str, 
 
 
 def _load_for_run(path: str, dims: dict[str, int], static: Sequence[str]):
+    from onyxia.loading import is_plan_file
     from onyxia.plan import CompiledModel
 
-    if path.endswith(".onyxia") or _is_zip(path):
+    if path.endswith(".onyxia") or is_plan_file(path):
         compiled = CompiledModel.load(path)
         return None, compiled
     return _compile(path, dims, static)
-
-
-def _is_zip(path: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"PK\x03\x04"
-    except OSError:
-        return False
 
 
 def _executor(args: argparse.Namespace):
