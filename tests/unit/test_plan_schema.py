@@ -15,6 +15,7 @@ import re
 import zipfile
 from pathlib import Path
 
+import jsonschema  # a test dependency (pyproject's `test` extra): never skipped
 import numpy as np
 import pytest
 from onnx import helper as h
@@ -22,14 +23,8 @@ from onnx import helper as h
 from onyxia.ir import dtypes
 from onyxia.plan import PLAN_FORMAT, PLAN_VERSION, Step
 from tests import control_models
+from tests.golden.summary import GOLDEN
 from tests.helpers import compile_model, make_model
-
-try:  # the golden models' table moves to tests/golden/summary.py on main
-    from tests.golden.summary import GOLDEN  # type: ignore[import-not-found]
-except ImportError:
-    from tests.unit.test_golden import GOLDEN
-
-jsonschema = pytest.importorskip("jsonschema")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "docs" / "plan-schema.json"
