@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from onyxia.plan.cost import replayed_steps
 from onyxia.plan.model import CompiledModel
 from onyxia.plan.select import AdapterFacts, Select
 from onyxia.plan.steps import Step, walk_steps
@@ -62,17 +63,9 @@ def select_lines(model: CompiledModel, dims: Mapping[str, int] | None = None) ->
 def run_count(model: CompiledModel, dims: Mapping[str, int] | None = None) -> dict[str, int]:
     """Dispatches a run encodes at `dims` per adapter kind (tuning off; empty grids count)."""
     env = {**model.dims, **(dims or {})}
-
-    def count(steps: tuple[Step, ...] | list[Step], facts: AdapterFacts) -> int:
-        total = 0
-        for s in steps:
-            if isinstance(s, Select):
-                total += count(s.alternatives[s.choose(env, facts)].steps, facts)
-            else:
-                total += len(s.dispatches()) + count(s.children(), facts)
-        return total
-
-    return {facts.kind: sum(count(op.steps, facts) for op in model.operations) for facts in KINDS}
+    steps = [s for op in model.operations for s in op.steps]
+    return {facts.kind: sum(len(s.dispatches()) for s in replayed_steps(steps, env, adapter=facts))
+            for facts in KINDS}
 
 
 __all__ = ["run_count", "select_lines"]
