@@ -4,8 +4,8 @@
 Fixed dims come from the config, GroupQueryAttention gets the shared-buffer attribute where the
 folder asks for one, the lm_head projects only the rows whose logits are read (LastRows), the
 last-token head picks the next token on the GPU, and buffers are sized for the longest
-generation: prompts up to `prefill_length` and a cache of `max_length`, so decoding never grows
-a buffer.
+generation: prefill steps of up to `prefill_length` tokens (a longer prompt runs in chunks) and a
+cache of `max_length`, so decoding never grows a buffer.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ from onyxia.operators.attention.gqa import SHARE_BUFFER_ATTR
 from onyxia.plan import CompiledModel
 
 Report = Callable[[str, int, int], None]  # (phase, done, total)
+
+# Tokens per prefill step by default: onnxruntime-genai and llama.cpp prefill in chunks of a few
+# hundred tokens too; activations (e.g. a [512, 3 * hidden] QKV projection) stay far below
+# WebGPU's 128 MiB binding limit for the models we run, whatever max_length is.
+PREFILL_CHUNK = 512
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def compile_decoder(config: GenaiConfig, max_length: int, *, prefill_length: int
     gate = restrict_logits_rows(graph, config.decoder.logits)
     add_last_token_head(graph, config.decoder.logits)
     # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
-    capacity = {io.sequence: min(prefill_length or max_length, max_length)}
+    capacity = {io.sequence: min(prefill_length or PREFILL_CHUNK, max_length)}
     if io.past:
         capacity[io.past] = max_length
     if io.total:

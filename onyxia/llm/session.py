@@ -29,7 +29,7 @@ import numpy as np
 
 from onyxia.errors import ConfigError, DimensionError, InputError
 from onyxia.ir.shapes import SymDim
-from onyxia.llm.compile import compile_decoder, max_length_for
+from onyxia.llm.compile import PREFILL_CHUNK, compile_decoder, max_length_for
 from onyxia.llm.config import GenaiConfig, load_tokenizer
 from onyxia.llm.hf_config import load_model_config
 from onyxia.llm.io import DecoderIO
@@ -79,8 +79,9 @@ class LlmSession:
         model's context_length); the KV cache is allocated for it.
     runtime: the onyxia Runtime (wgpu device) to use; a new one by default.
     registry: operators to compile with (default: the core registry); the session adds its own.
-    prefill_length: longest prompt that runs without growing buffers (default: max_length);
-        a longer prompt still runs, reallocating once.
+    prefill_length: the prefill chunk (default: PREFILL_CHUNK tokens, at most max_length): a
+        longer prompt runs as several prefill steps over the growing cache, so activation
+        buffers are sized by the chunk, never by max_length.
     progress: `progress(phase, done, total)` as setup moves through its phases ("reading model",
         "compiling" pass by pass, "uploading weights"); the CLI draws it on a terminal.
     decoder: the ONNX file to run when the folder has several (transformers.js' onnx/model_q4.onnx,
@@ -95,8 +96,11 @@ class LlmSession:
         self.config: GenaiConfig = load_model_config(self.model_dir, decoder)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.max_length = max_length_for(self.config, max_length)
-        # Prefills up to this many tokens run without growing any buffer.
-        self.prefill_length = min(prefill_length or self.max_length, self.max_length)
+        if prefill_length is not None and (isinstance(prefill_length, bool) or not isinstance(prefill_length, int)
+                                           or prefill_length < 1):
+            raise InputError(f"prefill_length must be an integer >= 1, got {prefill_length!r}")
+        # A prompt runs in chunks of this many tokens (activations are sized by the chunk).
+        self.prefill_length = min(prefill_length or PREFILL_CHUNK, self.max_length)
         self.share_buffer = self.config.search.past_present_share_buffer
         start = time.perf_counter()
         decoder = compile_decoder(self.config, self.max_length, prefill_length=self.prefill_length,
@@ -186,13 +190,25 @@ class LlmSession:
 
         `last_logits` reads back the last position's logits (sampling); `logits` every
         position's (tests). Greedy decoding needs neither: the token is picked on the GPU.
+        More than `prefill_length` ids run as several steps of at most that many, each on top of
+        the cache the previous one left.
         """
-        io, n = self.io, len(ids)
         array = self._token_array(ids)
-        past_len, total = self._cache.length, self._cache.length + n
+        past_len, total = self._cache.length, self._cache.length + array.shape[1]
         if total > self.max_length:
             raise DimensionError(f"{total} tokens exceed max_length {self.max_length} "
-                                 f"({past_len} cached + {n} new)")
+                                 f"({past_len} cached + {array.shape[1]} new)")
+        chunk = self.prefill_length
+        parts = [array[:, start:start + chunk] for start in range(0, array.shape[1], chunk)]
+        steps = [self._step(part, last_logits=last_logits and i == len(parts) - 1, logits=logits)
+                 for i, part in enumerate(parts)]
+        every = np.concatenate([s.logits for s in steps]) if logits else None  # type: ignore[misc]
+        return StepOutput(steps[-1].token, steps[-1].last_logits, every)
+
+    def _step(self, array: np.ndarray, *, last_logits: bool, logits: bool) -> StepOutput:
+        """One forward pass of a [1, n] token array, n <= prefill_length."""
+        io, n = self.io, array.shape[1]
+        past_len, total = self._cache.length, self._cache.length + n
         dims = {io.sequence: n}
         if io.past:
             dims[io.past] = self.max_length if self.share_buffer else past_len

@@ -1,0 +1,66 @@
+"""Chunked prefill: a prompt longer than `prefill_length` runs as several prefill steps over the
+growing cache (onyxia/llm/session.py) and gives the logits a one-shot prefill gives.
+
+Folders as the exporters wrote them (tests/data/llm/): onnxruntime-genai's shared past/present
+buffer (Llama), its sliding-window caches (Gemma-2, whose window is shorter than the prompt, so
+chunks cross it) and Optimum's present -> past copies (Qwen2). The chunk boundaries fall
+mid-prompt at several sizes; every position's logits are compared, then greedy tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onyxia.errors import DimensionError, InputError
+from onyxia.llm import LlmSession
+from tests.llm_fixtures import DATA
+
+pytestmark = pytest.mark.gpu
+
+FOLDERS = ["genai/llama-cpu-fp32", "genai/gemma2-cpu-fp32", "optimum/qwen2"]
+PROMPT = [(7 * i + 3) % 90 + 2 for i in range(37)]  # longer than the fixtures' sliding window
+MAX_LENGTH = 96
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def one_shot(runtime):
+    cache = {}
+
+    def get(folder: str) -> LlmSession:
+        if folder not in cache:
+            cache[folder] = LlmSession(DATA / folder, MAX_LENGTH, runtime=runtime, prefill_length=MAX_LENGTH)
+        return cache[folder]
+    return get
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("chunk", [5, 16])
+def test_chunked_prefill_equals_one_shot(folder, chunk, one_shot, runtime):
+    whole = one_shot(folder)
+    whole.reset()
+    ref = whole.forward(PROMPT, logits=True)
+    chunked = LlmSession(DATA / folder, MAX_LENGTH, runtime=runtime, prefill_length=chunk)
+    assert chunked.prefill_length == chunk
+    ours = chunked.forward(PROMPT, logits=True)
+    assert ours.logits.shape == ref.logits.shape == (len(PROMPT), ref.logits.shape[1])
+    assert _rel(ours.logits, ref.logits) <= 1e-3, folder
+    assert ours.token == ref.token
+    # Generation on top of a chunked prefill: the same greedy tokens as the one-shot session.
+    assert chunked.generate(PROMPT, max_new_tokens=8) == whole.generate(PROMPT, max_new_tokens=8)
+
+
+def test_default_chunk_is_bounded_not_max_length(runtime):
+    session = LlmSession(DATA / FOLDERS[0], 200, runtime=runtime)
+    assert session.prefill_length == 200  # max_length below the default chunk
+    from onyxia.llm.session import PREFILL_CHUNK
+    assert PREFILL_CHUNK < 1024
+    with pytest.raises(InputError, match="prefill_length must be an integer >= 1"):
+        LlmSession(DATA / FOLDERS[0], 64, runtime=runtime, prefill_length=0)
+    with pytest.raises(DimensionError, match="the prompt has 64 tokens; max_length 64"):
+        session = LlmSession(DATA / FOLDERS[0], 64, runtime=runtime, prefill_length=8)
+        session.generate([5] * 64, max_new_tokens=1)
