@@ -64,3 +64,22 @@ def test_default_chunk_is_bounded_not_max_length(runtime):
     with pytest.raises(DimensionError, match="the prompt has 64 tokens; max_length 64"):
         session = LlmSession(DATA / FOLDERS[0], 64, runtime=runtime, prefill_length=8)
         session.generate([5] * 64, max_new_tokens=1)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_cache_grows_on_demand(folder, one_shot, runtime):
+    """A session that starts with 8 cache rows doubles them as the generation needs (3 times for
+    37 + 12 tokens), keeps what is cached across each regrowth, and generates the tokens of a
+    session that had every row from the start; device memory grows with it."""
+    whole = one_shot(folder)
+    small = LlmSession(DATA / folder, MAX_LENGTH, runtime=runtime, prefill_length=6, cache_rows=8)
+    loaded = small.device_bytes
+    assert small.cache_rows == 8
+    tokens = small.generate(PROMPT, max_new_tokens=12)
+    assert tokens == whole.generate(PROMPT, max_new_tokens=12)
+    assert small.cache_rows == 64 and small.device_bytes > loaded
+    assert small.executor.stats.recompiles == 0
+    small.reset()
+    ours = small.forward(PROMPT[:20], logits=True).logits  # a regrown cache serves a new prompt too
+    whole.reset()
+    assert _rel(ours, whole.forward(PROMPT[:20], logits=True).logits) <= 1e-3
