@@ -83,3 +83,26 @@ def test_cache_grows_on_demand(folder, one_shot, runtime):
     ours = small.forward(PROMPT[:20], logits=True).logits  # a regrown cache serves a new prompt too
     whole.reset()
     assert _rel(ours, whole.forward(PROMPT[:20], logits=True).logits) <= 1e-3
+
+
+def test_long_context_folder_as_written(runtime):
+    """The builder's folder with context_length / search.max_length 4096 left as written loads with
+    1024 cache rows, and a 3,000-token prompt prefilled in 512-token chunks (the cache doubling
+    twice on the way) gives onnxruntime's one-shot logits at every position."""
+    import onnxruntime as ort
+
+    folder = DATA / "long" / "llama-long-cpu-fp32"
+    session = LlmSession(folder, runtime=runtime)
+    assert (session.max_length, session.prefill_length, session.cache_rows) == (4096, 512, 1024)
+    loaded = session.device_bytes
+    prompt = [(13 * i + 5) % 500 + 4 for i in range(3000)]
+    ours = session.forward(prompt, logits=True).logits
+    assert session.cache_rows == 4096 and session.device_bytes > loaded
+
+    ref_session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": np.array([prompt], np.int64), "attention_mask": np.ones((1, len(prompt)), np.int64)}
+    head = session.config.decoder.head_size
+    feeds.update({i.name: np.zeros((1, session.config.decoder.num_key_value_heads, 0, head), np.float32)
+                  for i in ref_session.get_inputs() if i.name.startswith("past_key_values.")})
+    ref = ref_session.run(["logits"], feeds)[0][0]
+    assert _rel(ours, ref) <= 1e-3
