@@ -109,7 +109,8 @@ class LlmSession:
         self.prefill_length = min(prefill_length or PREFILL_CHUNK, self.max_length)
         self.share_buffer = self.config.search.past_present_share_buffer
         start = time.perf_counter()
-        if cache_rows is not None and (isinstance(cache_rows, bool) or not isinstance(cache_rows, int) or cache_rows < 1):
+        if cache_rows is not None and (isinstance(cache_rows, bool) or not isinstance(cache_rows, int)
+                                       or cache_rows < 1):
             raise InputError(f"cache_rows must be an integer >= 1, got {cache_rows!r}")
         # KV cache rows allocated now; doubled (up to max_length) when a generation needs more.
         self.cache_rows = min(cache_rows, self.max_length) if cache_rows else \
