@@ -106,3 +106,21 @@ def test_long_context_folder_as_written(runtime):
                   for i in ref_session.get_inputs() if i.name.startswith("past_key_values.")})
     ref = ref_session.run(["logits"], feeds)[0][0]
     assert _rel(ours, ref) <= 1e-3
+
+
+def test_optimum_folder_with_a_128k_context_loads_as_written(one_shot, runtime, tmp_path):
+    """Optimum copies the checkpoint's max_position_embeddings into config.json (131072 for
+    Llama-3.x): the session takes it as max_length, allocates 1024 cache rows, not 131072, and
+    generates the tokens of a session with a short max_length."""
+    import json
+    import shutil
+
+    folder = tmp_path / "qwen2-128k"
+    shutil.copytree(DATA / "optimum" / "qwen2", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 131072
+    (folder / "config.json").write_text(json.dumps(config))
+    session = LlmSession(folder, runtime=runtime)
+    assert (session.max_length, session.cache_rows) == (131072, 1024)
+    tokens = session.generate(PROMPT, max_new_tokens=8)
+    assert tokens == one_shot("optimum/qwen2").generate(PROMPT, max_new_tokens=8)
