@@ -262,6 +262,22 @@ def reference(fixture: Fixture, prompt: list[int], steps: int, scratch: Path
     return ort_greedy(fixture.path, prompt, steps, model_file=fixture.model_file)
 
 
+def window_rows(model, config, max_length: int) -> dict[str, int]:
+    """{past input: rows} of the window-sized caches (GroupQueryAttention sliding_window_cache = 1),
+    sized as onnxruntime-genai sizes them; the other pasts start with 0 rows."""
+    from onnx import helper
+
+    window = config.decoder.sliding_window
+    capacity = {}
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "GroupQueryAttention" and attrs.get("sliding_window_cache", 0) == 1:
+            size = attrs["local_window_size"]
+            rows = max(min(size + ((window.cache_slack if window else 0) or size), max_length), size)
+            capacity.update({node.input[3]: rows, node.input[4]: rows})
+    return capacity
+
+
 def onnxruntime_trace(fixture: Fixture, prompt: list[int], step: int, max_length: int = 128
                       ) -> tuple[object, dict[str, np.ndarray]]:
     """(the decoder's ModelProto, onnxruntime's value of every tensor of it at `step`): greedy
@@ -276,15 +292,8 @@ def onnxruntime_trace(fixture: Fixture, prompt: list[int], step: int, max_length
     from onyxia.llm.hf_config import load_model_config
 
     config = load_model_config(fixture.path, fixture.decoder)
-    window = config.decoder.sliding_window
     model = onnx.load(str(fixture.path / fixture.model_file))
-    capacity = {}
-    for node in model.graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "GroupQueryAttention" and attrs.get("sliding_window_cache", 0) == 1:
-            size = attrs["local_window_size"]
-            rows = max(min(size + ((window.cache_slack if window else 0) or size), max_length), size)
-            capacity.update({node.input[3]: rows, node.input[4]: rows})
+    capacity = window_rows(model, config, max_length)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     inputs = {i.name: i for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]

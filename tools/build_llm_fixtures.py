@@ -398,7 +398,24 @@ def build_big(dest: Path) -> None:
             print(f"{out}: {'ok' if ok else 'FAILED ' + why}", flush=True)
 
 
-def build_gemma270m_shape(dest: Path) -> None:
+def build_long_context(dest: Path) -> None:
+    """A long-context config as the builder writes it (a 32k default must load): a tiny Llama whose
+    context_length and search.max_length are 4096, cpu fp32, committed as
+    tests/data/llm/long/llama-long-cpu-fp32 (the chunked-prefill test runs a 3,000-token prompt
+    on it)."""
+    family = Family("llama", "LlamaConfig", {})
+    family.config = {**families()[0].config, "max_position_embeddings": 4096}
+    with tempfile.TemporaryDirectory(prefix="onyxia-llm-long-") as tmp:
+        hf_dir = Path(tmp) / "hf"
+        make_checkpoint(family, hf_dir, weight_scale=0.15)
+        dest.mkdir(parents=True, exist_ok=True)
+        out = dest / "llama-long-cpu-fp32"
+        shutil.rmtree(out, ignore_errors=True)
+        ok, why = genai_export(hf_dir, out, "cpu", "fp32", Path(tmp) / "cache", dest / "build.log")
+        print(f"{out}: {'ok' if ok else 'FAILED ' + why}", flush=True)
+
+
+def build_gemma270m_shape(dest: Path, context: int = 512) -> None:
     """Gemma-3-270m's tied 262144 x 640 embedding (671 MB in fp32, over WebGPU's 128 MiB binding
     limit) on one layer, exported for cpu fp32; not committed. Gemma-1's builder path stands in
     for Gemma-3's, which onnxruntime-genai 0.18 cannot export under transformers 5."""
@@ -406,7 +423,7 @@ def build_gemma270m_shape(dest: Path) -> None:
     gemma = next(f for f in families(hidden=640, layers=1, intermediate=2048, vocab=262144) if f.name == "gemma")
     family.config = {**gemma.config,
                      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
-                     "max_position_embeddings": 512}
+                     "max_position_embeddings": context}
     family.embed_std = 0.05
     with tempfile.TemporaryDirectory(prefix="onyxia-llm-gemma270m-") as tmp:
         hf_dir = Path(tmp) / "hf"
@@ -424,6 +441,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder ({OUT_DIR})")
     parser.add_argument("--big", type=Path, help="write the ~30M-parameter benchmark folders here instead")
     parser.add_argument("--gemma270m", type=Path, help="write a Gemma-3-270m-shaped (tied 262144 x 640) folder here")
+    parser.add_argument("--context", type=int, default=512,
+                        help="with --gemma270m: its context length (Gemma-3-270m's published one is 32768)")
+    parser.add_argument("--long-context", type=Path,
+                        help="write the long-context (4096) Llama folder here (tests/data/llm/long)")
     parser.add_argument("--optimum-python", default="/work/exporters/venv-optimum/bin/python",
                         help="python of an environment with optimum-cli (transformers < 4.58)")
     parser.add_argument("--transformersjs", action="store_true",
@@ -455,7 +476,10 @@ def main() -> None:
         build_big(args.big)
         return
     if args.gemma270m:
-        build_gemma270m_shape(args.gemma270m)
+        build_gemma270m_shape(args.gemma270m, args.context)
+        return
+    if args.long_context:
+        build_long_context(args.long_context)
         return
     manifest = build_all(args.only, args.out, args.optimum_python)
     path = args.out / "MANIFEST.json"

@@ -28,8 +28,10 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (1.0: off)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="random seed for sampling")
     p.add_argument("--max-length", type=int, default=None, metavar="L",
-                   help="prompt + generated tokens at most; the KV cache is sized for it (default: "
+                   help="prompt + generated tokens at most; the KV cache grows up to it as needed (default: "
                         "genai_config search.max_length, else the model's context length)")
+    p.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
+                   help="tokens per prefill step: a longer prompt runs in chunks (default: 512)")
     p.add_argument("--decoder", metavar="FILE|DTYPE",
                    help="the ONNX file when the folder has several, as transformers.js repositories do: a "
                         "file inside MODEL_DIR (onnx/model_q4f16.onnx) or a dtype name (fp32, fp16, q8, int8, "
@@ -104,9 +106,10 @@ def run_generate(args: argparse.Namespace) -> int:
     progress = TerminalProgress()
     try:
         session = LlmSession(args.model_dir, max_length=args.max_length, runtime=runtime, progress=progress,
-                             decoder=args.decoder)
+                             decoder=args.decoder, prefill_length=getattr(args, "prefill_chunk", None))
     finally:
         progress.close()
+    loaded = session.device_bytes
     out = sys.stdout
     for piece in session.stream_text(args.prompt, args.max_new_tokens, temperature=args.temperature,
                                      top_k=args.top_k, top_p=args.top_p, seed=args.seed):
@@ -118,4 +121,8 @@ def run_generate(args: argparse.Namespace) -> int:
     print(f"prompt: {s.prompt_tokens} tokens, prefill {s.prefill_seconds * 1e3:.1f} ms; "
           f"decode: {s.decode_tokens} tokens, {s.decode_tokens_per_second:.1f} tokens/s "
           f"({session.dispatches_per_step} dispatches per step; {session.runtime.info.summary})", file=sys.stderr)
+    mib = 1 << 20
+    print(f"device memory: {loaded / mib:.1f} MiB after load, {session.device_bytes / mib:.1f} MiB after "
+          f"{session.cache_length} cached tokens (KV cache: {session.cache_rows} of max_length "
+          f"{session.max_length} rows)", file=sys.stderr)
     return 0

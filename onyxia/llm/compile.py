@@ -4,8 +4,8 @@
 Fixed dims come from the config, GroupQueryAttention gets the shared-buffer attribute where the
 folder asks for one, the lm_head projects only the rows whose logits are read (LastRows), the
 last-token head picks the next token on the GPU, and buffers are sized for the longest
-generation: prompts up to `prefill_length` and a cache of `max_length`, so decoding never grows
-a buffer.
+generation: prefill steps of up to `prefill_length` tokens (a longer prompt runs in chunks) and
+`cache_rows` of cache (LlmSession starts small and grows it by capacity steps).
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ from onyxia.plan import CompiledModel
 
 Report = Callable[[str, int, int], None]  # (phase, done, total)
 
+# Tokens per prefill step by default: onnxruntime-genai and llama.cpp prefill in chunks of a few
+# hundred tokens too; activations (e.g. a [512, 3 * hidden] QKV projection) stay far below
+# WebGPU's 128 MiB binding limit for the models we run, whatever max_length is.
+PREFILL_CHUNK = 512
+KV_INITIAL_ROWS = 1024  # cache rows on load (the session doubles them as a generation needs more)
+
 
 @dataclass(frozen=True)
 class CompiledDecoder:
@@ -47,8 +53,15 @@ def max_length_for(config: GenaiConfig, requested: int | None) -> int:
     return value
 
 
+def initial_cache_rows(max_length: int, prefill_length: int) -> int:
+    """Rows of KV cache allocated on load: what a first chunk and some decoding use, not max_length
+    (a 32k-context folder would reserve 32k rows per layer for a short chat); the session grows it."""
+    return min(max_length, max(KV_INITIAL_ROWS, 2 * prefill_length))
+
+
 def compile_decoder(config: GenaiConfig, max_length: int, *, prefill_length: int | None = None,
-                    registry: OperatorRegistry | None = None, report: Report | None = None) -> CompiledDecoder:
+                    cache_rows: int | None = None, registry: OperatorRegistry | None = None,
+                    report: Report | None = None) -> CompiledDecoder:
     report = report or (lambda phase, done, total: None)
     report("reading model", 0, 1)
     graph = load_model(config.model_path)
@@ -65,12 +78,15 @@ def compile_decoder(config: GenaiConfig, max_length: int, *, prefill_length: int
     # The lm_head runs for the last position only unless a forward pass asks for all logits.
     gate = restrict_logits_rows(graph, config.decoder.logits)
     add_last_token_head(graph, config.decoder.logits)
-    # Compiled for the largest dims a generation reaches, so buffers never grow while decoding.
-    capacity = {io.sequence: min(prefill_length or max_length, max_length)}
+    # Buffers sized for a prefill chunk and `cache_rows` of cache (default: max_length); LlmSession
+    # grows the cache by capacity steps, so decoding reallocates a few times at most.
+    chunk = min(prefill_length or PREFILL_CHUNK, max_length)
+    rows = min(cache_rows or max_length, max_length)
+    capacity = {io.sequence: chunk}
     if io.past:
-        capacity[io.past] = max_length
+        capacity[io.past] = rows
     if io.total:
-        capacity[io.total] = max_length
+        capacity[io.total] = rows
     if io.batch:
         capacity[io.batch] = 1
     if gate:

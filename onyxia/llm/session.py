@@ -1,8 +1,10 @@
 """LlmSession: prefill a prompt, then decode token by token with one compiled plan.
 
-The decoder is compiled once, for capacities (the longest prefill, `max_length` of cache).
-Each forward pass only changes dimensions (`update_dimensions`: sequence length, past and total
-length), so nothing recompiles or reallocates while decoding. The KV cache never leaves the
+The decoder is compiled once, for capacities (a prefill chunk, and a KV cache of some rows that
+grows by doubling up to `max_length` as a generation needs them: a 32k-context folder does not
+reserve 32k rows per layer on load). Each forward pass only changes dimensions
+(`update_dimensions`: sequence length, past and total length), so nothing recompiles, and
+buffers are reallocated only when the cache grows (a few times per long generation). The KV cache never leaves the
 GPU: each present tensor goes back in as the next step's past as a DeviceTensor (a GPU copy,
 or none at all when the attention kernel writes present into the past buffer). Greedy decoding
 reads back one token id per step (the argmax runs on the GPU, see ops.LastToken); sampling
@@ -10,7 +12,8 @@ reads back the last position's logits.
 
 Cache layouts (genai_config.json search.past_present_share_buffer):
   false: past holds the `past` tokens seen so far and present `past + new` — a growing cache.
-  true:  past and present are both `max_length` long; attention writes only the new positions
+  true:  past and present are both `cache_rows` long (the cache's current capacity); attention
+         writes only the new positions
          (onnxruntime's GroupQueryAttention semantics: present length = max(past, total)).
   A layer whose GroupQueryAttention has sliding_window_cache = 1 keeps a window-sized cache
   instead (past and present `window_capacity` rows, the operator evicts), whatever the above.
@@ -29,7 +32,7 @@ import numpy as np
 
 from onyxia.errors import ConfigError, DimensionError, InputError
 from onyxia.ir.shapes import SymDim
-from onyxia.llm.compile import compile_decoder, max_length_for
+from onyxia.llm.compile import PREFILL_CHUNK, compile_decoder, initial_cache_rows, max_length_for
 from onyxia.llm.config import GenaiConfig, load_tokenizer
 from onyxia.llm.hf_config import load_model_config
 from onyxia.llm.io import DecoderIO
@@ -79,27 +82,41 @@ class LlmSession:
         model's context_length); the KV cache is allocated for it.
     runtime: the onyxia Runtime (wgpu device) to use; a new one by default.
     registry: operators to compile with (default: the core registry); the session adds its own.
-    prefill_length: longest prompt that runs without growing buffers (default: max_length);
-        a longer prompt still runs, reallocating once.
+    prefill_length: the prefill chunk (default: PREFILL_CHUNK tokens, at most max_length): a
+        longer prompt runs as several prefill steps over the growing cache, so activation
+        buffers are sized by the chunk, never by max_length.
     progress: `progress(phase, done, total)` as setup moves through its phases ("reading model",
         "compiling" pass by pass, "uploading weights"); the CLI draws it on a terminal.
+    cache_rows: KV cache rows allocated on load (default: initial_cache_rows, e.g. 1024); the
+        session doubles them, up to max_length, when a generation needs more.
     decoder: the ONNX file to run when the folder has several (transformers.js' onnx/model_q4.onnx,
         model_fp16.onnx, ...): a file inside the folder or a dtype name (fp16, q8, q4, q4f16, bnb4, ...).
     """
 
     def __init__(self, model_dir: str | Path, max_length: int | None = None, *, runtime=None,
                  registry: OperatorRegistry | None = None, prefill_length: int | None = None,
-                 progress: Callable[[str, int, int], None] | None = None, decoder: str | None = None):
+                 progress: Callable[[str, int, int], None] | None = None, decoder: str | None = None,
+                 cache_rows: int | None = None):
         report = progress or (lambda phase, done, total: None)
         self.model_dir = Path(model_dir)
         self.config: GenaiConfig = load_model_config(self.model_dir, decoder)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.max_length = max_length_for(self.config, max_length)
-        # Prefills up to this many tokens run without growing any buffer.
-        self.prefill_length = min(prefill_length or self.max_length, self.max_length)
+        if prefill_length is not None and (isinstance(prefill_length, bool) or not isinstance(prefill_length, int)
+                                           or prefill_length < 1):
+            raise InputError(f"prefill_length must be an integer >= 1, got {prefill_length!r}")
+        # A prompt runs in chunks of this many tokens (activations are sized by the chunk).
+        self.prefill_length = min(prefill_length or PREFILL_CHUNK, self.max_length)
         self.share_buffer = self.config.search.past_present_share_buffer
         start = time.perf_counter()
+        if cache_rows is not None and (isinstance(cache_rows, bool) or not isinstance(cache_rows, int)
+                                       or cache_rows < 1):
+            raise InputError(f"cache_rows must be an integer >= 1, got {cache_rows!r}")
+        # KV cache rows allocated now; doubled (up to max_length) when a generation needs more.
+        self.cache_rows = min(cache_rows, self.max_length) if cache_rows else \
+            initial_cache_rows(self.max_length, self.prefill_length)
         decoder = compile_decoder(self.config, self.max_length, prefill_length=self.prefill_length,
+                                  cache_rows=self.cache_rows,
                                   registry=registry, report=report)
         self.compiled = decoder.compiled
         self.io: DecoderIO = decoder.io
@@ -119,7 +136,7 @@ class LlmSession:
 
     # ---- setup ----------------------------------------------------------------------------
     def _check_cache_layout(self) -> None:
-        """With a shared buffer, present must have past's shape (max_length long)."""
+        """With a shared buffer, present must have past's shape (cache_rows long)."""
         tensors = self.compiled.tensors
         if not self.share_buffer:
             return
@@ -146,10 +163,10 @@ class LlmSession:
     def dispatches_per_step(self) -> int:
         """Dispatches a decode step runs (kernels whose grid is empty at one token are skipped;
         of a Select's alternatives the one replayed now, or the heuristic's)."""
-        io, cached = self.io, self.max_length // 2
+        io, cached = self.io, self.cache_rows // 2
         dims = {**self.executor.dims, io.sequence: 1}
         if io.past:
-            dims[io.past] = self.max_length if self.share_buffer else cached
+            dims[io.past] = self.cache_rows if self.share_buffer else cached
         if io.total:
             dims[io.total] = cached + 1
         steps = replayed_steps([s for op in self.compiled.operations for s in op.steps], dims,
@@ -170,6 +187,40 @@ class LlmSession:
             return self.executor.device_tensor(past)
         return np.zeros(self.executor.input_shape(past), self.io.dtypes[past])  # 0 rows: no upload
 
+    @property
+    def device_bytes(self) -> int:
+        """Bytes of device memory the session's buffers hold now (weights, activations, cache)."""
+        return sum(self.executor.capacity.values())
+
+    def _grow_cache(self, rows: int) -> None:
+        """Make room for `rows` cache rows: double the capacity (at most max_length) and regrow
+        the buffers it sizes. The cache so far is read back first and fed again as host arrays
+        (a regrown buffer starts empty; a shared-buffer cache also changes its row stride), so
+        this costs one read of the cache per doubling, a handful of times in a long generation."""
+        io = self.io
+        new = min(self.max_length, max(rows, 2 * self.cache_rows))
+        kept: dict[str, np.ndarray | DeviceTensor | None] = {}
+        for past, value in self._cache.feeds.items():
+            if value is None or past in io.windowed:
+                kept[past] = value  # window-sized caches do not depend on the capacity
+                continue
+            host = self.executor.read_tensor(value) if isinstance(value, DeviceTensor) else value
+            if self.share_buffer:  # [batch, heads, rows, head size]: the rows written so far
+                host = host[:, :, :self._cache.length]
+                pad = [(0, 0)] * host.ndim
+                pad[2] = (0, new - host.shape[2])
+                host = np.pad(host, pad)
+            kept[past] = host
+        # Grow every buffer the capacity sizes once, for the largest step it can take.
+        grow = {io.sequence: self.prefill_length}
+        if io.past:
+            grow[io.past] = new if self.share_buffer else max(new - self.prefill_length, 0)
+        if io.total:
+            grow[io.total] = new
+        self.executor.update_dimensions(grow)
+        self.cache_rows = new
+        self._cache = _Cache(kept, self._cache.length)
+
     def _token_array(self, ids: Sequence[int]) -> np.ndarray:
         """`ids` as a [1, n] int64 array, each checked against the vocabulary."""
         if len(ids) == 0:
@@ -186,16 +237,30 @@ class LlmSession:
 
         `last_logits` reads back the last position's logits (sampling); `logits` every
         position's (tests). Greedy decoding needs neither: the token is picked on the GPU.
+        More than `prefill_length` ids run as several steps of at most that many, each on top of
+        the cache the previous one left.
         """
-        io, n = self.io, len(ids)
         array = self._token_array(ids)
-        past_len, total = self._cache.length, self._cache.length + n
+        past_len, total = self._cache.length, self._cache.length + array.shape[1]
         if total > self.max_length:
             raise DimensionError(f"{total} tokens exceed max_length {self.max_length} "
-                                 f"({past_len} cached + {n} new)")
+                                 f"({past_len} cached + {array.shape[1]} new)")
+        chunk = self.prefill_length
+        parts = [array[:, start:start + chunk] for start in range(0, array.shape[1], chunk)]
+        steps = [self._step(part, last_logits=last_logits and i == len(parts) - 1, logits=logits)
+                 for i, part in enumerate(parts)]
+        every = np.concatenate([s.logits for s in steps]) if logits else None  # type: ignore[misc]
+        return StepOutput(steps[-1].token, steps[-1].last_logits, every)
+
+    def _step(self, array: np.ndarray, *, last_logits: bool, logits: bool) -> StepOutput:
+        """One forward pass of a [1, n] token array, n <= prefill_length."""
+        io, n = self.io, array.shape[1]
+        past_len, total = self._cache.length, self._cache.length + n
+        if total > self.cache_rows:
+            self._grow_cache(total)
         dims = {io.sequence: n}
         if io.past:
-            dims[io.past] = self.max_length if self.share_buffer else past_len
+            dims[io.past] = self.cache_rows if self.share_buffer else past_len
         if io.total:
             dims[io.total] = total
         if self._logits_gate:

@@ -10,6 +10,7 @@ token id.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -142,6 +143,7 @@ def test_cli_generate_streams_text_and_prints_speed(model_dirs, capsys, monkeypa
     out, err = capsys.readouterr()
     assert 0 < len(out.split()) <= 6
     assert "prefill" in err and "tokens/s" in err
+    assert re.search(r"device memory: [\d.]+ MiB after load, [\d.]+ MiB after \d+ cached tokens", err)
     assert cli.main(["generate", str(model_dirs["llama"]), "--prompt", "x", "--temperature", "-1"]) != 0
     assert "temperature must be" in capsys.readouterr().err
 
