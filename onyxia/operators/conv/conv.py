@@ -40,6 +40,7 @@ from onyxia.operators.conv.window import (
     window_of,
     window_params,
 )
+from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.plan import Step
@@ -156,7 +157,11 @@ class Conv(Operator):
         return np.concatenate(parts, axis=1)
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        return plan_conv(ctx, self.spec(ctx))
+        return plan_conv(ctx, self.spec(ctx), self.epilogue(ctx))
+
+    def epilogue(self, ctx: PlanCtx) -> Epilogue:
+        """Fused elementwise ops after the convolution (operators/conv/fused.py): none here."""
+        return Epilogue()
 
 
 class ConvTranspose(Conv):
@@ -238,7 +243,7 @@ def _is_pointwise(spec: ConvSpec) -> bool:
             and all(s == 1 for s in win.strides) and all(_is_int(p) and p == 0 for p in win.begin + win.end))
 
 
-def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
+def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[Step]:
     """A 1x1 convolution is a batched matrix product, Y[n] = W[M, C] @ X[n][C, P] (+ bias per
     row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
     squeeze-excite convolutions over a pooled 1x1 map)."""
@@ -247,10 +252,12 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     return plan_product(ctx, Product(
         ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
-        c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else ()))
+        c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else (), epilogue=epilogue))
 
 
-def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
+def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> list[Step]:
+    """The convolution's dispatches; `epilogue` (fused elementwise ops over the output, f32
+    compute) runs wherever a kernel stores the output: the kernel itself or the split-K finish."""
     compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
     win = spec.window
     p = numel(win.out)
@@ -259,7 +266,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     if _is_int(ncols) and ncols == 0:
         return []
     if _is_pointwise(spec):
-        return _plan_pointwise(ctx, spec)
+        return _plan_pointwise(ctx, spec, epilogue)
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols}
     has_bias = ctx.has_input(2)
@@ -267,8 +274,9 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
     if (spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K) and k <= DIRECT_MAX_K:
         total = spec.batch * spec.maps * p
-        return [ctx.dispatch("conv/conv_direct.wgsl", defs=defs, params={**params, "TOTAL": total},
-                             reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
+        direct_defs, direct_params, direct_reads = epilogue.onto(defs, {**params, "TOTAL": total}, reads)
+        return [ctx.dispatch("conv/conv_direct.wgsl", defs=direct_defs, params=direct_params,
+                             reads=direct_reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
     rm = 1 if spec.mg <= 16 else 2 if spec.mg <= 32 else 4
     # Columns: the largest tile that still leaves enough workgroups (symbolic: many columns).
     hint = ncols if _is_int(ncols) else p if _is_int(p) and p >= 1024 else None
@@ -283,8 +291,9 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group * splits)
     gemm_defs = {**defs, "RM": rm, "RN": rn}
     if not split:
-        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params={**params, "ROW_BLOCKS": row_blocks},
-                             reads=reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
+        gemm_defs, gemm_params, gemm_reads = epilogue.onto(gemm_defs, {**params, "ROW_BLOCKS": row_blocks}, reads)
+        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params=gemm_params,
+                             reads=gemm_reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
     # A long reduction (many input channels x taps): partial sums per K range, added up with the
     # bias by the split-K pass of the matrix product (bias = Gemm's C broadcast along P).
     total = spec.batch * spec.maps * p
@@ -298,7 +307,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=spec.maps, n=p, params=finish_params,
                              defs={"T": compute, "GEMM": has_bias, "HAS_C": has_bias},
                              epilogue_reads={"c": ctx.input(2)} if has_bias else {}, y=ctx.output(0),
-                             reports=None))
+                             reports=None, epilogue=epilogue))
     return steps
 
 
