@@ -25,6 +25,7 @@ from onyxia.ir.graph import IrGraph, Node, NodeId
 from onyxia.ir.shapes import numel
 from onyxia.operators.base import InferenceCtx
 from onyxia.operators.conv.fused import ConvEpilogue, ConvTransposeEpilogue
+from onyxia.operators.elementwise.elementwise import Clip
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.matmul.matmul import GemmEpilogue, MatMulEpilogue
 from onyxia.operators.quantized.quantized import MatMulNBitsShared
@@ -54,13 +55,27 @@ def _kind(node: Node) -> str | None:
     return None
 
 
+def _clip_expression(graph: IrGraph, ctx: CompileContext, node: Node) -> str | None:
+    """Clip(x0) with its constant bounds as WGSL literals (ReLU6 = Clip(0, 6) of MobileNets),
+    NaN propagating as the Clip kernel does; None when a bound is computed at run time.
+    (ElementwiseFusionPass leaves Clip alone: it is not a table op.)"""
+    expr = "x0"
+    for name, bound in Clip().bounds(InferenceCtx(graph, node, ctx)).items():
+        if bound is None:
+            continue
+        if bound[0] != "value" or not math.isfinite(float(bound[1])):
+            return None
+        expr = f"{'onyxia_maxf' if name == 'min' else 'onyxia_minf'}({expr}, {float(bound[1])!r})"
+    return expr
+
+
 class EpilogueFusionPass(Pass):
     """Optimization stage, after ElementwiseFusionPass (which builds the chains it absorbs).
 
     1. For each MatMul, Gemm, Conv, ConvTranspose or MatMulNBits (or MatMulNBitsShared) whose
        output is read by exactly one node and is not a graph output: that node must be a
-       FusedElementwise or a table elementwise op ElementwiseFusionPass accepts, producing the
-       product's shape and dtype;
+       FusedElementwise, a table elementwise op ElementwiseFusionPass accepts or a Clip with
+       constant bounds, producing the product's shape and dtype;
        attribute parameters must be finite floats (they become WGSL literals).
        - MatMul / Gemm / Conv / ConvTranspose: a float32, float16 or bfloat16 product (computed
          in f32; integer and int64-checked products, and the int32 convolutions ConvInteger
@@ -128,9 +143,15 @@ class EpilogueFusionPass(Pass):
             return f"output is read by {len(consumers)} nodes{' and is a graph output' if y in graph.outputs else ''}"
         cid = consumers[0]
         consumer = graph.node(cid)
+        inputs = list(consumer.inputs)
         if (consumer.domain, consumer.op_type) == (FUSED_DOMAIN, "FusedElementwise"):
             exprs = list(consumer.attributes["exprs"])
             params = dict(zip(consumer.attributes.get("param_names", []), consumer.attributes.get("param_values", [])))
+        elif (consumer.domain, consumer.op_type) in (("", "Clip"), ("ai.onnx", "Clip")):
+            clip = _clip_expression(graph, ctx, consumer)
+            if clip is None:
+                return "its reader Clip has a bound computed at run time"
+            exprs, params, inputs = [clip], {}, [y]  # constant bounds: literals, not operands
         else:
             found = elementwise._expression(graph, ctx, cid)
             if found is None or found[0] is None:
@@ -145,7 +166,7 @@ class EpilogueFusionPass(Pass):
         node_ctx = InferenceCtx(graph, consumer, ctx)
         if not node_ctx.same_shape(result.shape, out.shape):
             return f"{consumer.op_type} broadcasts the product to {result.shape}"
-        operands = list(dict.fromkeys(t for t in consumer.inputs if t is not None and t != y))
+        operands = list(dict.fromkeys(t for t in inputs if t is not None and t != y))
         for t in operands:
             shape = graph.tensor(t).shape
             if shape is None:
@@ -163,7 +184,7 @@ class EpilogueFusionPass(Pass):
             if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
                 return f"{consumer.op_type}'s parameter {name} = {value!r} is not a finite float"
             exprs = [re.sub(rf"\b{name}\(\)", f"({value!r})", e) for e in exprs]  # repr: a WGSL float literal
-        return cid, exprs, list(consumer.inputs)
+        return cid, exprs, inputs
 
     @staticmethod
     def _rewrite(graph: IrGraph, nid: NodeId, kind: str, cid: NodeId, exprs: list[str], operands: list[str]) -> None:

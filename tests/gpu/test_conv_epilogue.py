@@ -1,0 +1,150 @@
+"""EpilogueFusionPass on convolutions: activations, SiLU, Clip, a per-channel operand and a
+residual Add after a Conv or ConvTranspose run in its kernels' epilogue on every kernel path
+(conv_direct, conv_gemm, split-K, the pointwise product's kernels), on both adapter kinds'
+kernels, against onnxruntime; fewer dispatches; the cases the pass must leave alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.builders.conv_epilogue import PATHS, PATTERNS, conv_pattern_model
+from tests.helpers import compile_with_default_passes, live_dispatches, make_model, run_ort
+
+pytestmark = pytest.mark.gpu
+
+EXPORTED = Path(__file__).parent.parent / "data" / "exported"
+# the kernel that stores each path's output (and runs the epilogue)
+STORES = {"direct": "conv/conv_direct", "gemm": "conv/conv_gemm", "splitk": "matmul/splitk",
+          "transpose": "conv/conv_gemm"}
+
+
+def _feeds(model, dims: dict, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([dims[d.dim_param] if d.dim_param else d.dim_value
+                                         for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in model.graph.input}
+
+
+def _labels(compiled, dims, adapter: str) -> list[str]:
+    return [compiled.shaders[d.shader].label for d in live_dispatches(compiled, dims, adapter)]
+
+
+def _check(runtime, model, fused: dict[str, str], dims=None, store: str | None = None):
+    dims = dims or {"n": 2}
+    feeds = _feeds(model, dims)
+    ref = run_ort(model, feeds)[0]
+    pipeline, compiled = compile_with_default_passes(model, dims)
+    report = pipeline.context.reports["epilogue-fusion"]
+    for conv, reader in fused.items():
+        assert report.fused.get(conv) == reader, report.skipped
+    _, unfused = compile_with_default_passes(model, dims, without="epilogue-fusion")
+    exe = runtime.load_model(compiled)
+    for kind in ("gpu", "cpu"):  # both adapter kinds' kernels, whatever this adapter is
+        labels = _labels(compiled, dims, kind)
+        assert len(labels) == len(_labels(unfused, dims, kind)) - len(fused), labels
+        if store is not None:
+            assert store in labels, labels
+        exe.assume_adapter(kind)
+        ours = exe.run(feeds)[model.graph.output[0].name]
+        np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=2e-5 * float(np.abs(ref).max()), err_msg=kind)
+    return compiled
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("path", ["direct", "gemm"])
+def test_activation_in_conv_epilogue(runtime, path, pattern):
+    model = conv_pattern_model(path, pattern)
+    pipeline, _ = compile_with_default_passes(model, {"n": 2})
+    fused = pipeline.context.reports["epilogue-fusion"].fused
+    assert list(fused) == ["conv"], pipeline.context.reports["epilogue-fusion"].skipped
+    _check(runtime, model, fused, store=STORES[path])
+
+
+@pytest.mark.parametrize("pattern", ["hardswish", "residual", "channel_relu"])
+@pytest.mark.parametrize("path", ["splitk", "pointwise", "pooled", "transpose"])
+def test_every_conv_path_runs_the_epilogue(runtime, path, pattern):
+    model = conv_pattern_model(path, pattern)
+    pipeline, _ = compile_with_default_passes(model, {"n": 2})
+    fused = pipeline.context.reports["epilogue-fusion"].fused
+    assert list(fused) == ["conv"], pipeline.context.reports["epilogue-fusion"].skipped
+    _check(runtime, model, fused, store=STORES.get(path))
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_without_bias_and_batch(runtime, n):
+    model = conv_pattern_model("gemm", "residual", bias=False)
+    _check(runtime, model, {"conv": "Add_1"}, dims={"n": n}, store="conv/conv_gemm")
+
+
+def test_declines_with_reasons():
+    rng = np.random.default_rng(0)
+    inits = {f"w{i}": rng.standard_normal((4, 4, 3, 3)).astype(np.float32) for i in range(3)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["twice"], name="twice", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["twice"], ["r1"]), helper.make_node("Sigmoid", ["twice"], ["r2"]),
+             helper.make_node("Conv", ["x", "w1"], ["out"], name="out", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["out"], ["r3"]),
+             helper.make_node("Conv", ["x", "w2"], ["pool"], name="pool", pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["pool"], ["r4"], kernel_shape=[2, 2])]
+    model = make_model(nodes, [("x", np.float32, [1, 4, 6, 6])], ["r1", "r2", "out", "r3", "r4"], inits, opset=18)
+    pipeline, compiled = compile_with_default_passes(model, {})
+    report = pipeline.context.reports["epilogue-fusion"]
+    assert not report.fused
+    assert "read by 2 nodes" in report.skipped["twice"]
+    assert "graph output" in report.skipped["out"]
+    assert "not a fusible elementwise op" in report.skipped["pool"]
+
+
+def test_integer_convolution_keeps_its_kernel():
+    """ConvInteger lowers to an int32 Conv: no f32 epilogue for it."""
+    nodes = [helper.make_node("ConvInteger", ["x", "w"], ["c"], name="ci"), helper.make_node("Relu", ["c"], ["y"])]
+    w = np.arange(2 * 3 * 2 * 2, dtype=np.uint8).reshape(2, 3, 2, 2)
+    model = make_model(nodes, [("x", np.uint8, [1, 3, 4, 4])], ["y"], {"w": w}, opset=18)
+    pipeline, _ = compile_with_default_passes(model, {})
+    assert not pipeline.context.reports["epilogue-fusion"].fused
+
+
+def _se_block():
+    """A MobileNetV3 inverted-residual block with squeeze-excite, as torchvision exports it:
+    expand 1x1 + HardSwish, depthwise 3x3 + HardSwish, GlobalAveragePool, 1x1 + Relu,
+    1x1 + HardSigmoid, Mul, project 1x1, residual Add."""
+    rng = np.random.default_rng(5)
+    c, e, s = 16, 48, 24
+    shapes = {"we": (e, c, 1, 1), "wd": (e, 1, 3, 3), "w1": (s, e, 1, 1), "w2": (e, s, 1, 1), "wp": (c, e, 1, 1)}
+    inits = {k: (rng.standard_normal(v) / np.sqrt(np.prod(v[1:]))).astype(np.float32) for k, v in shapes.items()}
+    inits.update({f"b{k[1]}": rng.standard_normal(v[0]).astype(np.float32) * 0.1 for k, v in shapes.items()})
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "we", "be"], ["ce"], name="expand"), n("HardSwish", ["ce"], ["he"]),
+             n("Conv", ["he", "wd", "bd"], ["cd"], name="depthwise", group=e, pads=[1, 1, 1, 1]),
+             n("HardSwish", ["cd"], ["hd"]), n("GlobalAveragePool", ["hd"], ["g"]),
+             n("Conv", ["g", "w1", "b1"], ["c1"], name="fc1"), n("Relu", ["c1"], ["r1"]),
+             n("Conv", ["r1", "w2", "b2"], ["c2"], name="fc2"),
+             n("HardSigmoid", ["c2"], ["hs"], alpha=1 / 6, beta=0.5), n("Mul", ["hd", "hs"], ["se"]),
+             n("Conv", ["se", "wp", "bp"], ["cp"], name="project"), n("Add", ["cp", "x"], ["y"])]
+    return make_model(nodes, [("x", np.float32, ["n", c, 14, 14])], ["y"], inits, opset=17)
+
+
+def test_mobilenet_v3_block(runtime):
+    model = _se_block()
+    pipeline, _ = compile_with_default_passes(model, {"n": 1})
+    fused = pipeline.context.reports["epilogue-fusion"].fused
+    # every conv but fc2, whose HardSigmoid·Mul broadcasts the pooled map over the block's
+    assert sorted(fused) == ["depthwise", "expand", "fc1", "project"], pipeline.context.reports["epilogue-fusion"]
+    _check(runtime, model, fused, dims={"n": 1})
+
+
+@pytest.mark.parametrize("name", ["small_cnn.torchscript.onnx", "small_cnn.dynamo.onnx",
+                                  "small_cnn.torchscript_nofold.onnx"])
+def test_exported_small_cnn(runtime, name):
+    import onnx
+
+    model = onnx.load(EXPORTED / name)
+    pipeline, _ = compile_with_default_passes(model, {"batch": 2})
+    fused = pipeline.context.reports["epilogue-fusion"].fused
+    # both Relus (BatchNormalization folded into the first Conv's weights where the export kept it)
+    assert len([r for r in fused.values() if "relu" in r.lower()]) == 2, pipeline.context.reports["epilogue-fusion"]
+    assert not pipeline.context.reports["conv-batchnorm"].skipped
+    _check(runtime, model, fused, dims={"batch": 2})
