@@ -148,3 +148,30 @@ def test_exported_small_cnn(runtime, name):
     assert len([r for r in fused.values() if "relu" in r.lower()]) == 2, pipeline.context.reports["epilogue-fusion"]
     assert not pipeline.context.reports["conv-batchnorm"].skipped
     _check(runtime, model, fused, dims={"batch": 2})
+
+
+@pytest.mark.parametrize("pattern", ["relu", "hardsigmoid"])
+def test_pooled_map_convolution_reads_transposed_weights(runtime, pattern):
+    """Squeeze-excite's 1x1 convolutions over the pooled map: W^T [C, M] (PooledConvWeightsPass),
+    the chunked decode kernel on a CPU-type adapter, the coalesced gemv elsewhere."""
+    model = conv_pattern_model("pooled", pattern)
+    pipeline, compiled = compile_with_default_passes(model, {"n": 1})
+    assert list(pipeline.context.reports["pooled-conv-weights"].transposed) == ["conv"]
+    assert _labels(compiled, {"n": 1}, "cpu") == ["matmul/gemv_chunked"]
+    assert _labels(compiled, {"n": 1}, "gpu") == ["matmul/gemv"]
+    _check(runtime, model, pipeline.context.reports["epilogue-fusion"].fused, dims={"n": 1})
+    _check(runtime, model, pipeline.context.reports["epilogue-fusion"].fused, dims={"n": 3})
+
+
+def test_pooled_map_convolution_without_epilogue(runtime):
+    """Bias and no reader to fuse (graph output), batch symbolic: X[n, C] @ W^T + bias."""
+    model = conv_pattern_model("pooled", "relu")
+    model.graph.output[0].name = "c"
+    del model.graph.node[1:]
+    pipeline, compiled = compile_with_default_passes(model, {"n": 5})
+    assert list(pipeline.context.reports["pooled-conv-weights"].transposed) == ["conv"]
+    feeds = _feeds(model, {"n": 5})
+    exe = runtime.load_model(compiled)
+    for kind in ("gpu", "cpu"):
+        exe.assume_adapter(kind)
+        np.testing.assert_allclose(exe.run(feeds)["c"], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)

@@ -50,6 +50,9 @@ from onyxia.plan import Step
 MIN_GEMM_ROWS = 8
 MIN_GEMM_K = 8
 SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgroups
+# A 1x1 Conv over a 1x1 map (squeeze-excite) whose constant weights passes/pooled_conv.py stored
+# as [C, M, 1, ...] (W^T: the row-major B the few-rows product kernels read) carries this attribute.
+WEIGHTS_KC_ATTR = "onyxia_weights_kc"
 # The direct kernel walks all of K in one invocation (lavapipe stops an invocation's loops after
 # ~65,535 iterations): a longer reduction takes the GEMM kernel, which splits K.
 DIRECT_MAX_K = 16384
@@ -97,6 +100,8 @@ class Conv(Operator):
         if len(w) != len(x):
             raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
         w = tuple(ctx.literals(w, "the weights' shape", 1))
+        if ctx.attr(WEIGHTS_KC_ATTR, 0):
+            w = (w[1], w[0], *w[2:])
         for i in (0, 1, 2):
             # int32: the integer convolutions ConvInteger/QLinearConv decompose to (i32 kernels)
             if ctx.has_input(i) and not (ctx.input_dtype(i).is_float or ctx.input_dtype(i).name == "int32"):
@@ -139,6 +144,8 @@ class Conv(Operator):
             return None
         spec = self.spec(ctx)
         x, w = vals[0].astype(np.float64), vals[1].astype(np.float64)
+        if ctx.attr(WEIGHTS_KC_ATTR, 0):
+            w = w.swapaxes(0, 1)
         y = self.fold_values(spec, x, w)
         if ctx.has_input(2):
             y += vals[2].reshape((1, -1) + (1,) * len(spec.spatial))
@@ -249,6 +256,11 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[St
     squeeze-excite convolutions over a pooled 1x1 map)."""
     has_bias = ctx.has_input(2)
     compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
+    if ctx.attr(WEIGHTS_KC_ATTR, 0):  # P = 1: Y[N, M] = X[N, C] @ W^T[C, M] (+ bias per column)
+        return plan_product(ctx, Product(
+            ctx.input(0), ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
+            gemm=has_bias, c=ctx.input(2) if has_bias else None, c_shape=(spec.maps,) if has_bias else (),
+            epilogue=epilogue))
     return plan_product(ctx, Product(
         ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
