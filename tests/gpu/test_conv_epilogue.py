@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.builders.conv_epilogue import PATHS, PATTERNS, conv_pattern_model
 from tests.helpers import compile_with_default_passes, live_dispatches, make_model, run_ort
@@ -175,3 +175,23 @@ def test_pooled_map_convolution_without_epilogue(runtime):
     for kind in ("gpu", "cpu"):
         exe.assume_adapter(kind)
         np.testing.assert_allclose(exe.run(feeds)["c"], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["direct", "gemm", "splitk", "pointwise", "pooled"])
+def test_float16_storage(runtime, path):
+    """float16 tensors: the kernels round the convolution to f16 as stored, then the epilogue
+    computes in f32 and rounds once more, as the unfused plan does (onnxruntime: within an ulp)."""
+    model = conv_pattern_model(path, "residual")
+    for init in model.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    pipeline, compiled = compile_with_default_passes(model, {"n": 2})
+    assert list(pipeline.context.reports["epilogue-fusion"].fused) == ["conv"]
+    feeds = {k: v.astype(np.float16) for k, v in _feeds(model, {"n": 2}).items()}
+    ref = run_ort(model, feeds)[0].astype(np.float32)
+    exe = runtime.load_model(compiled)
+    for kind in ("gpu", "cpu"):
+        exe.assume_adapter(kind)
+        ours = exe.run(feeds)["y"].astype(np.float32)
+        np.testing.assert_allclose(ours, ref, rtol=2e-3, atol=2e-3 * float(np.abs(ref).max()), err_msg=kind)
