@@ -98,13 +98,26 @@ def test_declines_with_reasons():
     assert "not a fusible elementwise op" in report.skipped["pool"]
 
 
+def test_declines_past_eight_storage_buffers():
+    """x, w, bias, y and five residual operands: 9 bindings, past WebGPU's guaranteed 8."""
+    rng = np.random.default_rng(1)
+    inits = {"w": rng.standard_normal((4, 4, 1, 1)).astype(np.float32), "b": np.zeros(4, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], name="conv")]
+    nodes += [helper.make_node("Add", [f"t{i}", f"r{i}"], [f"t{i + 1}"]) for i in range(5)]
+    inputs = [("x", np.float32, [1, 4, 3, 3])] + [(f"r{i}", np.float32, [1, 4, 3, 3]) for i in range(5)]
+    model = make_model(nodes, inputs, ["t5"], inits, opset=18)
+    pipeline, _ = compile_with_default_passes(model, {})
+    assert "9 storage buffers" in pipeline.context.reports["epilogue-fusion"].skipped["conv"]
+
+
 def test_integer_convolution_keeps_its_kernel():
     """ConvInteger lowers to an int32 Conv: no f32 epilogue for it."""
     nodes = [helper.make_node("ConvInteger", ["x", "w"], ["c"], name="ci"), helper.make_node("Relu", ["c"], ["y"])]
     w = np.arange(2 * 3 * 2 * 2, dtype=np.uint8).reshape(2, 3, 2, 2)
     model = make_model(nodes, [("x", np.uint8, [1, 3, 4, 4])], ["y"], {"w": w}, opset=18)
     pipeline, _ = compile_with_default_passes(model, {})
-    assert not pipeline.context.reports["epilogue-fusion"].fused
+    report = pipeline.context.reports["epilogue-fusion"]
+    assert not report.fused and any("int32" in why for why in report.skipped.values()), report
 
 
 def _se_block():
