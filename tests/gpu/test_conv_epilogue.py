@@ -208,3 +208,29 @@ def test_float16_storage(runtime, path):
         exe.assume_adapter(kind)
         ours = exe.run(feeds)["y"].astype(np.float32)
         np.testing.assert_allclose(ours, ref, rtol=2e-3, atol=2e-3 * float(np.abs(ref).max()), err_msg=kind)
+
+
+@pytest.mark.parametrize("path", ["direct", "gemm", "pointwise"])
+def test_symbolic_image_size(runtime, path):
+    """Height and width symbolic: the broadcast operands' index params are immediates, patched
+    by update_dimensions (a per-channel operand and a residual, two sizes, no recompile)."""
+    op, channels, maps, k, _, attrs = PATHS[path]
+    rng = np.random.default_rng(3)
+    group = attrs.get("group", 1)
+    inits = {"w": rng.standard_normal((maps, channels // group, k, k)).astype(np.float32),
+             "chan": rng.standard_normal((1, maps, 1, 1)).astype(np.float32)}
+    pads = [k // 2] * 4
+    nodes = [helper.make_node(op, ["x", "w"], ["c"], name="conv", group=group, pads=pads),
+             helper.make_node("Mul", ["c", "chan"], ["m"]), helper.make_node("Add", ["m", "r"], ["y"])]
+    inputs = [("x", np.float32, ["n", channels, "h", "w"]), ("r", np.float32, ["n", maps, "h", "w"])]
+    model = make_model(nodes, inputs, ["y"], inits, opset=18)
+    pipeline, compiled = compile_with_default_passes(model, {"n": 1, "h": 9, "w": 7})
+    assert list(pipeline.context.reports["epilogue-fusion"].fused) == ["conv"]
+    exe = runtime.load_model(compiled)
+    for dims in ({"n": 1, "h": 9, "w": 7}, {"n": 2, "h": 5, "w": 12}):
+        exe.update_dimensions(dims)
+        feeds = _feeds(model, dims)
+        for kind in ("gpu", "cpu"):
+            exe.assume_adapter(kind)
+            np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-4)
+    assert exe.stats.recompiles == 0

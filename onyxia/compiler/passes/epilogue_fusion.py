@@ -27,6 +27,7 @@ from onyxia.operators.base import InferenceCtx
 from onyxia.operators.conv.fused import ConvEpilogue, ConvTransposeEpilogue
 from onyxia.operators.elementwise.elementwise import Clip
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.matmul.epilogue import spans
 from onyxia.operators.matmul.matmul import GemmEpilogue, MatMulEpilogue
 from onyxia.operators.quantized.quantized import MatMulNBitsShared
 
@@ -173,8 +174,8 @@ class EpilogueFusionPass(Pass):
                 return f"operand '{t}' has no known shape"
             if kind != "nbits":
                 continue
-            row = len(shape) >= 1 and node_ctx.same_dim(shape[-1], out.shape[-1]) and all(d == 1 for d in shape[:-1])
-            if not (numel(shape) == 1 or row or node_ctx.same_shape(shape, out.shape)):
+            row = len(shape) >= 1 and spans(node_ctx, shape[-1:], out.shape[-1:]) and all(d == 1 for d in shape[:-1])
+            if not (numel(shape) == 1 or row or spans(node_ctx, shape, out.shape)):
                 return f"operand '{t}' {shape} is neither the product's shape, an [N] row nor a scalar"
         if kind != "nbits":
             bound = 3 + (len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)

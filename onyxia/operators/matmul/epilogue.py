@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import Buf, PlanCtx
+from onyxia.operators.base import Buf, InferenceCtx, PlanCtx
 from onyxia.operators.common import broadcast_strides, collapse_dims, is_one
 
 EPILOGUE_DEFS = ("EPILOGUE", "EPILOGUE_LOADS", "EPILOGUE_BODY", "EPILOGUE_EXPR")
@@ -45,6 +45,13 @@ class Epilogue:
         return {**defs, **self.defs}, {**params, **self.params}, {**reads, **self.reads}
 
 
+def spans(ctx: InferenceCtx, shape: Shape, out: Shape) -> bool:
+    """Whether an operand of `shape` covers `out` without broadcasting. A literal 1 against a
+    symbol that is 1 only at these dims (a batch, decode's one row) broadcasts: same_dim would
+    record the symbol = 1 in the plan's constraints, and the plan would refuse other values."""
+    return len(shape) == len(out) and all(is_one(a) == is_one(b) and ctx.same_dim(a, b) for a, b in zip(shape, out))
+
+
 def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str,
                   column: bool = True) -> tuple[str, list[str], dict[str, Dim]]:
     """(index expression, statements defining it, params) reading operand k of `shape`
@@ -52,10 +59,9 @@ def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str,
     `column`: the kernel's n is the coordinate on out's last axis)."""
     if is_one(numel(shape)):
         return "0u", [], {}
-    if ctx.same_shape(shape, out):
+    if spans(ctx, shape, out):
         return flat, [], {}
-    if (column and len(shape) >= 1 and ctx.same_dim(shape[-1], out[-1])
-            and all(is_one(d) for d in shape[:-1])):
+    if column and len(shape) >= 1 and spans(ctx, shape[-1:], out[-1:]) and all(is_one(d) for d in shape[:-1]):
         return "n", [], {}
     dims, (strides,) = collapse_dims(out, [broadcast_strides(shape, out)])
     params: dict[str, Dim] = {}
@@ -97,4 +103,4 @@ def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o", column: bool = Tru
                      "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads, params)
 
 
-__all__ = ["EPILOGUE_DEFS", "Epilogue", "fused_epilogue", "operand_index"]
+__all__ = ["EPILOGUE_DEFS", "Epilogue", "fused_epilogue", "operand_index", "spans"]
