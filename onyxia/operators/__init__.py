@@ -12,8 +12,8 @@ from onyxia.operators.attention import gqa, onnx_attention, rotary
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.control import control as control_ops
 from onyxia.operators.conv import col2im, deform
-from onyxia.operators.conv import fused as conv_fused
 from onyxia.operators.conv import conv as conv_ops
+from onyxia.operators.conv import fused as conv_fused
 from onyxia.operators.elementwise import conversion, fused
 from onyxia.operators.elementwise import elementwise as elementwise_ops
 from onyxia.operators.generators import generators as generator_ops
