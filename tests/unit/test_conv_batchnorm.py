@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx.reference
+import pytest
 from onnx import helper
 
 import onyxia
@@ -15,7 +16,7 @@ from onyxia.operators import core_operator_registry
 from tests.helpers import compile_with_default_passes, make_model
 
 
-def _model(extra=(), outputs=("y",), feed_mean=False):
+def _model(extra=(), outputs=("y",), feed_mean=False, bias=True):
     rng = np.random.default_rng(0)
     inits = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
              "s": rng.standard_normal(4).astype(np.float32), "bb": rng.standard_normal(4).astype(np.float32),
@@ -24,7 +25,9 @@ def _model(extra=(), outputs=("y",), feed_mean=False):
     if feed_mean:
         del inits["m"]
         inputs.append(("m", np.float32, [4]))
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+    if not bias:
+        del inits["b"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], name="conv"),
              helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"], name="bn", epsilon=1e-3),
              *extra]
     return make_model(nodes, inputs, list(outputs), inits, opset=15)
@@ -52,9 +55,10 @@ class _Capture(Pass):
         return PassResult(False, "")
 
 
-def test_folded_weights_compute_the_pair():
+@pytest.mark.parametrize("bias", [True, False])
+def test_folded_weights_compute_the_pair(bias):
     """The rewritten Conv's constants against onnx.reference running the original pair."""
-    model = _model()
+    model = _model(bias=bias)
     pipeline, capture = CompilerPipeline(core_operator_registry(), optimize=False), _Capture()
     pipeline.add_pass(ConvBatchNormPass())
     pipeline.add_pass(capture)
