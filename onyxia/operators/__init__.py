@@ -13,6 +13,7 @@ from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.control import control as control_ops
 from onyxia.operators.conv import col2im, deform
 from onyxia.operators.conv import conv as conv_ops
+from onyxia.operators.conv import fused as conv_fused
 from onyxia.operators.elementwise import conversion, fused
 from onyxia.operators.elementwise import elementwise as elementwise_ops
 from onyxia.operators.generators import generators as generator_ops
@@ -49,7 +50,7 @@ CATEGORY_MODULES = (
     normalization_ops, lrn,  # normalization/
     gqa, rotary, onnx_attention,  # attention/
     quantized_ops, qlinear, quantize_linear, matmul_bnb4,  # quantized/
-    conv_ops, deform, col2im,  # conv/
+    conv_ops, conv_fused, deform, col2im,  # conv/
     pooling_ops,  # pooling/
     resize, image_ops, roi,  # image/
     selection_ops, datadep, unique_nms,  # selection/

@@ -45,7 +45,8 @@ from onyxia.plan import (
 
 PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMulInteger", "QLinearMatMul",
                          "Conv", "ConvTranspose", "QLinearConv", "ConvInteger",
-                         "MatMulEpilogue", "GemmEpilogue", "MatMulNBitsShared"})  # the fused forms
+                         "MatMulEpilogue", "GemmEpilogue", "MatMulNBitsShared",  # the fused forms
+                         "ConvEpilogue", "ConvTransposeEpilogue"})
 ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "SplitKvAttention"})
 GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND", "GatherBlockQuantized", "Slice", "Split"})
 
@@ -113,9 +114,12 @@ def _op_flops(op_type: str, reads: list[TensorInfo], writes: list[TensorInfo], d
         return 0
     out = max(writes, key=lambda t: _elements(t, dims))
     if op_type in PRODUCT_OPS:
-        if op_type.startswith(("Conv", "QLinearConv")) and len(reads) > 1 and reads[1].shape:
-            w = reads[1]  # [Cout, Cin/group, k...]: each output element is a dot of the rest
-            return 2 * _elements(out, dims) * (_elements(w, dims) // max(_eval(w.shape[0], dims), 1))
+        if op_type.startswith(("Conv", "QLinearConv")) and len(reads) > 1 and reads[1].shape and len(out.shape) > 1:
+            # Each output element is a dot of numel(W) / output channels products. W: the
+            # constant of the output's rank; the pointwise path binds it first (the product's A),
+            # a pooled-map convolution stores it as W^T (passes/pooled_conv.py).
+            w = next((t for t in reads if t.kind == "weight" and len(t.shape) == len(out.shape)), reads[1])
+            return 2 * _elements(out, dims) * (_elements(w, dims) // max(_eval(out.shape[1], dims), 1))
         a = reads[0]
         k = _eval(a.shape[-1], dims) if a.shape else 1
         return 2 * _elements(out, dims) * k

@@ -9,10 +9,14 @@
 // z is (group * ROW_BLOCKS + row block) * SPLITS + split, partial sums go to `partial`
 // [SPLITS, N * M * P] in y's layout, and matmul/splitk.wgsl adds them up and the bias once (the
 // planner leaves HAS_BIAS off here).
-// Buffers: x, w, [bias], y (partial with SPLIT). Defs: T (the compute type: f32 or i32), RM, RN, TRANSPOSED, HAS_BIAS, SPLIT.
-// Params: M, ROW_BLOCKS and those of conv::window; SPLIT: SPLITS, KCHUNK.
+// EPILOGUE (never with SPLIT, whose finish runs it): once an invocation has stored its outputs,
+// the fused elementwise ops run over each (matmul::epilogue, as matmul/gemm.wgsl does).
+// Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: T (the compute type: f32 or
+// i32), RM, RN, TRANSPOSED, HAS_BIAS, SPLIT, EPILOGUE*.
+// Params: M, ROW_BLOCKS and those of conv::window; SPLIT: SPLITS, KCHUNK; the epilogue's E<k>D<j>, E<k>S<j>.
 #import common::grid
 #import matmul::tile
+#import matmul::epilogue
 #import conv::window
 
 alias TileValue = #{T};
@@ -81,4 +85,15 @@ fn main(wg: Grid, @builtin(local_invocation_id) tid: vec3<u32>) {
             }
         }
     }
+#ifdef EPILOGUE
+    for (var r = 0u; r < RM; r++) {
+        let gm = m0 + tid.y + 16u * r;
+        for (var q = 0u; q < RN; q++) {
+            let gn = n0 + tid.x + 16u * q;
+            if (gm < MG() && gn < NCOLS()) {
+                matmul_epilogue_at(((gn / P()) * M() + g * MG() + gm) * P() + gn % P(), 0u);
+            }
+        }
+    }
+#endif
 }

@@ -12,6 +12,7 @@ from onyxia.operators import core_operator_registry
 from tests.builders import (
     control_flow,
     conv,
+    conv_epilogue,
     datadep,
     deform_conv,
     epilogue_fusion,
@@ -213,6 +214,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("onyxia", "MatMulNBitsShared"): lambda: _from(quantize_sharing)() + _from(epilogue_fusion)(),
     ("onyxia", "MatMulEpilogue"): _from(matmul_epilogue, "MatMul"),
     ("onyxia", "GemmEpilogue"): _from(matmul_epilogue, "Gemm"),
+    ("onyxia", "ConvEpilogue"): _from(conv_epilogue, "Conv"),
+    ("onyxia", "ConvTransposeEpilogue"): _from(conv_epilogue, "ConvTranspose"),
     ("", "Attention"): _from(onnx_attention),
     ("", "TopK"): _from(selection, "TopK"),
     ("", "Hardmax"): _from(selection, "Hardmax"),

@@ -180,3 +180,16 @@ def test_saved_plan_loads_and_runs(runtime, tmp_path):
         np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
+
+
+def test_compiled_for_one_row_runs_more(runtime):
+    """Compiled at M = 1 (decode), a [1, N] operand must not pin M to 1: the epilogue reads it
+    broadcast (it once took it for the output's shape and recorded M = 1 as a plan constraint)."""
+    model = weight_model("broadcast")
+    exe = runtime.load_model(compile_fused(model, {"M": 1}), tuning=TuneSettings(enabled=False))
+    rng = np.random.default_rng(4)
+    for m in (1, 5, 70):
+        exe.update_dimensions({"M": m})
+        feeds = feeds_for(model, {"M": m}, rng)
+        ref = run_ort(model, feeds)[0]
+        np.testing.assert_allclose(exe.run(feeds)["y"], ref, rtol=2e-5, atol=2e-5 * float(np.abs(ref).max()))

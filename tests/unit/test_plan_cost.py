@@ -6,7 +6,7 @@ from onnx import helper as h
 
 from onyxia.plan import Select
 from onyxia.plan.cost import activation_memory, cost_summary, decode_cost, plan_cost
-from tests.helpers import compile_model, make_model
+from tests.helpers import compile_model, compile_with_default_passes, make_model
 
 
 def _matmul_add(k=16, n=8):
@@ -38,6 +38,22 @@ def test_fused_epilogue_costs_the_product_and_its_operands():
         (mm,) = plan_cost(compiled, {"m": m}).live
         assert (mm.op_type, mm.flops) == ("MatMulEpilogue", 2 * m * 8 * 16)
         assert (mm.read_bytes, mm.written_bytes) == (4 * (m * 16 + 16 * 8 + 8), 4 * m * 8)
+
+
+def test_convolution_flops_on_every_path():
+    """2 * outputs * C/group * kernel size, whichever kernel runs (the pointwise path binds W as
+    the product's A; a pooled-map convolution reads W^T) and with an epilogue fused."""
+    rng = np.random.default_rng(0)
+    cases = {  # name: (input [N, C, S, S], weight [M, C/group, k, k], group)
+        "pointwise": ((2, 16, 6, 6), (24, 16, 1, 1), 1), "pooled": ((2, 32, 1, 1), (16, 32, 1, 1), 1),
+        "gemm": ((2, 8, 6, 6), (16, 8, 3, 3), 1), "depthwise": ((2, 8, 6, 6), (8, 1, 3, 3), 8)}
+    for name, (x, w, group) in cases.items():
+        nodes = [h.make_node("Conv", ["x", "w"], ["c"], group=group), h.make_node("Relu", ["c"], ["y"])]
+        model = make_model(nodes, [("x", np.float32, list(x))], ["y"], {"w": rng.random(w).astype(np.float32)})
+        for compiled in (compile_model(model, {}), compile_with_default_passes(model, {})[1]):
+            (conv,) = [d for d in plan_cost(compiled).live if d.op_type.startswith("Conv")]
+            out = x[0] * w[0] * (x[2] - w[2] + 1) ** 2
+            assert conv.flops == 2 * out * int(np.prod(w[1:])), (name, conv)
 
 
 def test_only_the_chosen_alternative_costs():

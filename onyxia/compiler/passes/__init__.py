@@ -1,6 +1,7 @@
 """Built-in passes, one Pass class per file (planning, which lowers the graph to a plan rather
 than rewriting it, and its helpers are in compiler/lowering/)."""
 
+from onyxia.compiler.passes.conv_batchnorm import ConvBatchNormPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.div_mul import DivMulFusionPass
 from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
@@ -9,6 +10,7 @@ from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.nbits_tiles import NBitsTilesPass
+from onyxia.compiler.passes.pooled_conv import PooledConvWeightsPass
 from onyxia.compiler.passes.quantize_sharing import SharedQuantizationPass
 from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 from onyxia.compiler.passes.rms_norm_fusion import RmsNormFusionPass
@@ -19,13 +21,13 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
-            SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(),
-            NBitsTilesPass()]
+    return [ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(),
+            SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(),
+            PooledConvWeightsPass(), WeightPanelsPass(), NBitsTilesPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
-           "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass", "RmsNormFusionPass",
-           "SequenceLoweringPass", "SharedQuantizationPass",
+__all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "DeadCodeEliminationPass", "DivMulFusionPass",
+           "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass",
+           "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]

@@ -1,4 +1,5 @@
-"""EpilogueFusionPass: elementwise ops after a matrix product run in its kernels' epilogue.
+"""EpilogueFusionPass: elementwise ops after a matrix product or a convolution run in its
+kernels' epilogue.
 
 A product followed by a bias Add, an activation (Relu, Gelu, Sigmoid, Tanh, SiLU as
 x * Sigmoid(x), ...) or a residual Add otherwise writes its [M, N] output, and a second dispatch
@@ -7,7 +8,9 @@ output element (shaders/matmul/epilogue.wgsl for MatMul and Gemm, whichever vari
 Select runs and in the split-K finish pass when K is split; shaders/quantized/epilogue.wgsl for
 MatMulNBits), so the pair becomes one product. onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul,
 Mul by up) becomes two: gate, then up with the fused Sigmoid·Mul·Mul reading gate's output in
-its epilogue.
+its epilogue. A Conv or ConvTranspose followed by its activation (Relu, HardSwish, SiLU, Clip,
+...) or a residual Add becomes one onyxia::ConvEpilogue / ConvTransposeEpilogue (every kernel
+operators/conv/conv.py plans runs the ops where it stores the output).
 """
 
 from __future__ import annotations
@@ -21,13 +24,17 @@ from onyxia.compiler.passes.fusion import ElementwiseFusionPass
 from onyxia.ir.graph import IrGraph, Node, NodeId
 from onyxia.ir.shapes import numel
 from onyxia.operators.base import InferenceCtx
+from onyxia.operators.conv.fused import ConvEpilogue, ConvTransposeEpilogue
+from onyxia.operators.elementwise.elementwise import Clip
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.matmul.epilogue import spans
 from onyxia.operators.matmul.matmul import GemmEpilogue, MatMulEpilogue
 from onyxia.operators.quantized.quantized import MatMulNBitsShared
 
 NBITS = {("com.microsoft", "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}
 # op type -> (fused operator, inputs before the epilogue operands)
-PLAIN = {"MatMul": (MatMulEpilogue, 2), "Gemm": (GemmEpilogue, 3)}
+PLAIN = {"MatMul": (MatMulEpilogue, 2), "Gemm": (GemmEpilogue, 3), "Conv": (ConvEpilogue, 3),
+         "ConvTranspose": (ConvTransposeEpilogue, 3)}
 FLOATS = ("float32", "float16", "bfloat16")  # what the matmul kernels compute in f32
 MAX_STORAGE = 8  # storage buffers per dispatch that WebGPU guarantees (maxStorageBuffersPerShaderStage)
 
@@ -41,7 +48,7 @@ class EpilogueReport:
 
 
 def _kind(node: Node) -> str | None:
-    """"nbits", the plain op type ("MatMul" / "Gemm"), or None for anything else."""
+    """"nbits", the plain op type (MatMul, Gemm, Conv, ConvTranspose), or None for anything else."""
     if (node.domain, node.op_type) in NBITS:
         return "nbits"
     if node.domain in ("", "ai.onnx") and node.op_type in PLAIN:
@@ -49,23 +56,40 @@ def _kind(node: Node) -> str | None:
     return None
 
 
+def _clip_expression(graph: IrGraph, ctx: CompileContext, node: Node) -> str | None:
+    """Clip(x0) with its constant bounds as WGSL literals (ReLU6 = Clip(0, 6) of MobileNets),
+    NaN propagating as the Clip kernel does; None when a bound is computed at run time.
+    (ElementwiseFusionPass leaves Clip alone: it is not a table op.)"""
+    expr = "x0"
+    for name, bound in Clip().bounds(InferenceCtx(graph, node, ctx)).items():
+        if bound is None:
+            continue
+        if bound[0] != "value" or not math.isfinite(float(bound[1])):
+            return None
+        expr = f"{'onyxia_maxf' if name == 'min' else 'onyxia_minf'}({expr}, {float(bound[1])!r})"
+    return expr
+
+
 class EpilogueFusionPass(Pass):
     """Optimization stage, after ElementwiseFusionPass (which builds the chains it absorbs).
 
-    1. For each MatMul, Gemm or MatMulNBits (or MatMulNBitsShared) whose output is read by exactly
-       one node and is not a graph output: that node must be a FusedElementwise or a table
-       elementwise op ElementwiseFusionPass accepts, producing the product's shape and dtype;
+    1. For each MatMul, Gemm, Conv, ConvTranspose or MatMulNBits (or MatMulNBitsShared) whose
+       output is read by exactly one node and is not a graph output: that node must be a
+       FusedElementwise, a table elementwise op ElementwiseFusionPass accepts or a Clip with
+       constant bounds, producing the product's shape and dtype;
        attribute parameters must be finite floats (they become WGSL literals).
-       - MatMul / Gemm: a float32, float16 or bfloat16 product (computed in f32; integer and
-         int64-checked products keep their own kernels). The kernel stores the product, then
-         the ops over it as stored, so the result is the unfused plan's to the bit, float16
-         rounding included. Operands may broadcast to the output in any way; the kernel's
-         storage buffers (a, b, [C], y and one per operand) stay within WebGPU's 8.
+       - MatMul / Gemm / Conv / ConvTranspose: a float32, float16 or bfloat16 product (computed
+         in f32; integer and int64-checked products, and the int32 convolutions ConvInteger
+         lowers to, keep their own kernels). The kernel stores the product, then the ops over
+         it as stored, so the result is the unfused plan's to the bit, float16 rounding
+         included. Operands may broadcast to the output in any way; the kernel's
+         storage buffers (a, b, [C or bias], y and one per operand) stay within WebGPU's 8.
        - MatMulNBits: float32 output; operands of the output's full shape, an [N] row (ones
          before it) or a scalar.
-    2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue (operands from input 2,
-       resp. 3) or MatMulNBitsShared (from input 9) writing the elementwise node's output, with
-       `epilogue_exprs` / `epilogue_inputs` (operators/matmul/epilogue.py).
+    2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue / ConvEpilogue /
+       ConvTransposeEpilogue (operands from input 2, resp. 3) or MatMulNBitsShared (from input
+       9) writing the elementwise node's output, with `epilogue_exprs` / `epilogue_inputs`
+       (operators/matmul/epilogue.py).
     3. Every product left alone gets its reason (EpilogueReport in ctx.reports["epilogue-fusion"]).
     """
 
@@ -120,9 +144,15 @@ class EpilogueFusionPass(Pass):
             return f"output is read by {len(consumers)} nodes{' and is a graph output' if y in graph.outputs else ''}"
         cid = consumers[0]
         consumer = graph.node(cid)
+        inputs = list(consumer.inputs)
         if (consumer.domain, consumer.op_type) == (FUSED_DOMAIN, "FusedElementwise"):
             exprs = list(consumer.attributes["exprs"])
             params = dict(zip(consumer.attributes.get("param_names", []), consumer.attributes.get("param_values", [])))
+        elif (consumer.domain, consumer.op_type) in (("", "Clip"), ("ai.onnx", "Clip")):
+            clip = _clip_expression(graph, ctx, consumer)
+            if clip is None:
+                return "its reader Clip has a bound computed at run time"
+            exprs, params, inputs = [clip], {}, [y]  # constant bounds: literals, not operands
         else:
             found = elementwise._expression(graph, ctx, cid)
             if found is None or found[0] is None:
@@ -137,25 +167,25 @@ class EpilogueFusionPass(Pass):
         node_ctx = InferenceCtx(graph, consumer, ctx)
         if not node_ctx.same_shape(result.shape, out.shape):
             return f"{consumer.op_type} broadcasts the product to {result.shape}"
-        operands = list(dict.fromkeys(t for t in consumer.inputs if t is not None and t != y))
+        operands = list(dict.fromkeys(t for t in inputs if t is not None and t != y))
         for t in operands:
             shape = graph.tensor(t).shape
             if shape is None:
                 return f"operand '{t}' has no known shape"
             if kind != "nbits":
                 continue
-            row = len(shape) >= 1 and node_ctx.same_dim(shape[-1], out.shape[-1]) and all(d == 1 for d in shape[:-1])
-            if not (numel(shape) == 1 or row or node_ctx.same_shape(shape, out.shape)):
+            row = len(shape) >= 1 and spans(node_ctx, shape[-1:], out.shape[-1:]) and all(d == 1 for d in shape[:-1])
+            if not (numel(shape) == 1 or row or spans(node_ctx, shape, out.shape)):
                 return f"operand '{t}' {shape} is neither the product's shape, an [N] row nor a scalar"
         if kind != "nbits":
-            bound = 3 + (kind == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)
+            bound = 3 + (len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)
             if bound > MAX_STORAGE:
                 return f"the kernel would bind {bound} storage buffers (WebGPU guarantees {MAX_STORAGE})"
         for name, value in params.items():
             if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
                 return f"{consumer.op_type}'s parameter {name} = {value!r} is not a finite float"
             exprs = [re.sub(rf"\b{name}\(\)", f"({value!r})", e) for e in exprs]  # repr: a WGSL float literal
-        return cid, exprs, list(consumer.inputs)
+        return cid, exprs, inputs
 
     @staticmethod
     def _rewrite(graph: IrGraph, nid: NodeId, kind: str, cid: NodeId, exprs: list[str], operands: list[str]) -> None:

@@ -40,6 +40,7 @@ from onyxia.operators.conv.window import (
     window_of,
     window_params,
 )
+from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.plan import Step
@@ -49,6 +50,9 @@ from onyxia.plan import Step
 MIN_GEMM_ROWS = 8
 MIN_GEMM_K = 8
 SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgroups
+# A 1x1 Conv over a 1x1 map (squeeze-excite) whose constant weights passes/pooled_conv.py stored
+# as [C, M, 1, ...] (W^T: the row-major B the few-rows product kernels read) carries this attribute.
+WEIGHTS_KC_ATTR = "onyxia_weights_kc"
 # The direct kernel walks all of K in one invocation (lavapipe stops an invocation's loops after
 # ~65,535 iterations): a longer reduction takes the GEMM kernel, which splits K.
 DIRECT_MAX_K = 16384
@@ -96,6 +100,8 @@ class Conv(Operator):
         if len(w) != len(x):
             raise ctx.fail(f"weights must have a static shape of rank {len(x)}, got {shape_str(w)}", 1)
         w = tuple(ctx.literals(w, "the weights' shape", 1))
+        if ctx.attr(WEIGHTS_KC_ATTR, 0):
+            w = (w[1], w[0], *w[2:])
         for i in (0, 1, 2):
             # int32: the integer convolutions ConvInteger/QLinearConv decompose to (i32 kernels)
             if ctx.has_input(i) and not (ctx.input_dtype(i).is_float or ctx.input_dtype(i).name == "int32"):
@@ -138,6 +144,8 @@ class Conv(Operator):
             return None
         spec = self.spec(ctx)
         x, w = vals[0].astype(np.float64), vals[1].astype(np.float64)
+        if ctx.attr(WEIGHTS_KC_ATTR, 0):
+            w = w.swapaxes(0, 1)
         y = self.fold_values(spec, x, w)
         if ctx.has_input(2):
             y += vals[2].reshape((1, -1) + (1,) * len(spec.spatial))
@@ -156,7 +164,11 @@ class Conv(Operator):
         return np.concatenate(parts, axis=1)
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        return plan_conv(ctx, self.spec(ctx))
+        return plan_conv(ctx, self.spec(ctx), self.epilogue(ctx))
+
+    def epilogue(self, ctx: PlanCtx) -> Epilogue:
+        """Fused elementwise ops after the convolution (operators/conv/fused.py): none here."""
+        return Epilogue()
 
 
 class ConvTranspose(Conv):
@@ -238,19 +250,26 @@ def _is_pointwise(spec: ConvSpec) -> bool:
             and all(s == 1 for s in win.strides) and all(_is_int(p) and p == 0 for p in win.begin + win.end))
 
 
-def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
+def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[Step]:
     """A 1x1 convolution is a batched matrix product, Y[n] = W[M, C] @ X[n][C, P] (+ bias per
     row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
     squeeze-excite convolutions over a pooled 1x1 map)."""
     has_bias = ctx.has_input(2)
     compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
+    if ctx.attr(WEIGHTS_KC_ATTR, 0):  # P = 1: Y[N, M] = X[N, C] @ W^T[C, M] (+ bias per column)
+        return plan_product(ctx, Product(
+            ctx.input(0), ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
+            gemm=has_bias, c=ctx.input(2) if has_bias else None, c_shape=(spec.maps,) if has_bias else (),
+            epilogue=epilogue))
     return plan_product(ctx, Product(
         ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
-        c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else ()))
+        c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else (), epilogue=epilogue))
 
 
-def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
+def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> list[Step]:
+    """The convolution's dispatches; `epilogue` (fused elementwise ops over the output, f32
+    compute) runs wherever a kernel stores the output: the kernel itself or the split-K finish."""
     compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
     win = spec.window
     p = numel(win.out)
@@ -259,7 +278,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     if _is_int(ncols) and ncols == 0:
         return []
     if _is_pointwise(spec):
-        return _plan_pointwise(ctx, spec)
+        return _plan_pointwise(ctx, spec, epilogue)
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols}
     has_bias = ctx.has_input(2)
@@ -267,8 +286,9 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
     if (spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K) and k <= DIRECT_MAX_K:
         total = spec.batch * spec.maps * p
-        return [ctx.dispatch("conv/conv_direct.wgsl", defs=defs, params={**params, "TOTAL": total},
-                             reads=reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
+        direct_defs, direct_params, direct_reads = epilogue.onto(defs, {**params, "TOTAL": total}, reads)
+        return [ctx.dispatch("conv/conv_direct.wgsl", defs=direct_defs, params=direct_params,
+                             reads=direct_reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
     rm = 1 if spec.mg <= 16 else 2 if spec.mg <= 32 else 4
     # Columns: the largest tile that still leaves enough workgroups (symbolic: many columns).
     hint = ncols if _is_int(ncols) else p if _is_int(p) and p >= 1024 else None
@@ -283,8 +303,9 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group * splits)
     gemm_defs = {**defs, "RM": rm, "RN": rn}
     if not split:
-        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params={**params, "ROW_BLOCKS": row_blocks},
-                             reads=reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
+        gemm_defs, gemm_params, gemm_reads = epilogue.onto(gemm_defs, {**params, "ROW_BLOCKS": row_blocks}, reads)
+        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params=gemm_params,
+                             reads=gemm_reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
     # A long reduction (many input channels x taps): partial sums per K range, added up with the
     # bias by the split-K pass of the matrix product (bias = Gemm's C broadcast along P).
     total = spec.batch * spec.maps * p
@@ -298,7 +319,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec) -> list[Step]:
     steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=spec.maps, n=p, params=finish_params,
                              defs={"T": compute, "GEMM": has_bias, "HAS_C": has_bias},
                              epilogue_reads={"c": ctx.input(2)} if has_bias else {}, y=ctx.output(0),
-                             reports=None))
+                             reports=None, epilogue=epilogue))
     return steps
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import Buf, PlanCtx
+from onyxia.operators.base import Buf, InferenceCtx, PlanCtx
 from onyxia.operators.common import broadcast_strides, collapse_dims, is_one
 
 EPILOGUE_DEFS = ("EPILOGUE", "EPILOGUE_LOADS", "EPILOGUE_BODY", "EPILOGUE_EXPR")
@@ -45,14 +45,23 @@ class Epilogue:
         return {**defs, **self.defs}, {**params, **self.params}, {**reads, **self.reads}
 
 
-def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str) -> tuple[str, list[str], dict[str, Dim]]:
+def spans(ctx: InferenceCtx, shape: Shape, out: Shape) -> bool:
+    """Whether an operand of `shape` covers `out` without broadcasting. A literal 1 against a
+    symbol that is 1 only at these dims (a batch, decode's one row) broadcasts: same_dim would
+    record the symbol = 1 in the plan's constraints, and the plan would refuse other values."""
+    return len(shape) == len(out) and all(is_one(a) == is_one(b) and ctx.same_dim(a, b) for a, b in zip(shape, out))
+
+
+def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str,
+                  column: bool = True) -> tuple[str, list[str], dict[str, Dim]]:
     """(index expression, statements defining it, params) reading operand k of `shape`
-    broadcast to `out` at the output element whose flat index is `flat` (column `n`)."""
+    broadcast to `out` at the output element whose flat index is `flat` (column `n`, when
+    `column`: the kernel's n is the coordinate on out's last axis)."""
     if is_one(numel(shape)):
         return "0u", [], {}
-    if ctx.same_shape(shape, out):
+    if spans(ctx, shape, out):
         return flat, [], {}
-    if len(shape) >= 1 and ctx.same_dim(shape[-1], out[-1]) and all(is_one(d) for d in shape[:-1]):
+    if column and len(shape) >= 1 and spans(ctx, shape[-1:], out[-1:]) and all(is_one(d) for d in shape[:-1]):
         return "n", [], {}
     dims, (strides,) = collapse_dims(out, [broadcast_strides(shape, out)])
     params: dict[str, Dim] = {}
@@ -69,9 +78,11 @@ def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str) -> 
     return f"e{k}_i", lines, params
 
 
-def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o") -> Epilogue:
+def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o", column: bool = True) -> Epilogue:
     """The node's `epilogue_exprs` / `epilogue_inputs` as kernel defs (see the module doc);
-    `flat` is the WGSL expression of the output element's flat index in the epilogue function."""
+    `flat` is the WGSL expression of the output element's flat index in the epilogue function.
+    `column`: the kernels' `n` is the output's last coordinate (matrix products; a convolution's
+    kernels have no such coordinate and read every broadcast operand through strides)."""
     exprs = list(ctx.attr("epilogue_exprs", []))
     if not exprs:
         return Epilogue()
@@ -82,7 +93,7 @@ def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o") -> Epilogue:
         if i < 0:
             loads.append(f"let x{k} = v;")
             continue
-        index, lines, index_params = operand_index(ctx, k, ctx.input_shape(i), out, flat)
+        index, lines, index_params = operand_index(ctx, k, ctx.input_shape(i), out, flat, column)
         loads += lines
         loads.append(f"let x{k} = f32(e{k}_load({index}));")
         reads[f"e{k}"] = ctx.input(i)
@@ -92,4 +103,4 @@ def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o") -> Epilogue:
                      "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads, params)
 
 
-__all__ = ["EPILOGUE_DEFS", "Epilogue", "fused_epilogue", "operand_index"]
+__all__ = ["EPILOGUE_DEFS", "Epilogue", "fused_epilogue", "operand_index", "spans"]

@@ -296,27 +296,29 @@ class Gemm(Operator):
 
 # ---- the fused forms (passes/epilogue_fusion.py) --------------------------------------------
 
-class _Fused:
+class FusedProduct:
     """A product whose kernels end with the elementwise ops that read its output: attributes
     `epilogue_exprs` / `epilogue_inputs` (operators/matmul/epilogue.py), the operands after the
     product's own inputs. Every variant of the product runs the epilogue where it stores the
-    output (the kernel, or its split-K finish), so the output is the last op's."""
+    output (the kernel, or its split-K finish), so the output is the last op's. Mixed in before
+    the product's operator class (here, and the convolutions' in operators/conv/fused.py)."""
 
     domain = FUSED_DOMAIN
+    column = True  # the kernels' epilogue `n` is the output's last coordinate (fused_epilogue)
 
     def epilogue(self, ctx: PlanCtx) -> Epilogue:
         if ctx.compute_type(ctx.input_dtype(0), "input 0") != "f32":
             raise ctx.fail(f"a fused epilogue needs a float product, not {ctx.input_dtype(0)}")
-        return fused_epilogue(ctx, ctx.output_shape(0))
+        return fused_epilogue(ctx, ctx.output_shape(0), column=self.column)
 
 
-class MatMulEpilogue(_Fused, MatMul):
+class MatMulEpilogue(FusedProduct, MatMul):
     """onyxia::MatMulEpilogue: MatMul (inputs 0-1), epilogue operands from input 2."""
 
     op_type = "MatMulEpilogue"
 
 
-class GemmEpilogue(_Fused, Gemm):
+class GemmEpilogue(FusedProduct, Gemm):
     """onyxia::GemmEpilogue: Gemm (inputs 0-2, C possibly absent), epilogue operands from input 3."""
 
     op_type = "GemmEpilogue"
