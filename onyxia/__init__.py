@@ -8,9 +8,10 @@ from onyxia.operators import Operator, OperatorRegistry, core_operator_registry
 from onyxia.plan import CompiledModel
 from onyxia.runtime import DeviceTensor, PlanExecutor, Runtime
 from onyxia.session import InferenceSession
+from onyxia.llm.seq2seq import Seq2SeqSession
 
 __version__ = "0.1.0"
 
 __all__ = ["CompiledModel", "CompilerPipeline", "DeviceTensor", "InferenceSession", "IrGraph", "OnyxiaError",
-           "Operator", "OperatorRegistry", "Pass", "PassResult", "PlanExecutor", "Runtime", "Stage", "SymDim",
+           "Operator", "OperatorRegistry", "Pass", "PassResult", "PlanExecutor", "Runtime", "Seq2SeqSession", "Stage", "SymDim",
            "core_operator_registry", "load_model"]

@@ -7,7 +7,8 @@ saved to a local folder with a tiny WordLevel tokenizer, then exported offline w
 decoder_model_merged.onnx, the layout transformers.js loads) and without it (encoder_model.onnx +
 decoder_model.onnx + decoder_with_past_model.onnx). Written to
 tests/data/exported/seq2seq/<model>/{merged,split}/ with config.json, generation_config.json and
-tokenizer.json beside the models, and a line per model in tests/data/exported/seq2seq/README.md.
+tokenizer.json beside the models (Whisper: preprocessor_config.json for 1 s windows of 100 frames, and
+features_ref.npz, a test signal with transformers' WhisperFeatureExtractor features), and a line per model in tests/data/exported/seq2seq/README.md.
 
 torch, transformers and optimum are NOT dependencies of onyxia or of its tests. optimum's ONNX
 exporter lives in optimum-onnx, which needs transformers < 4.58; in /tmp/torchenv (transformers 5):
@@ -27,6 +28,8 @@ from importlib.metadata import version as _version
 import shutil
 import sys
 import tempfile
+
+import numpy as np
 from pathlib import Path
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "exported" / "seq2seq"
@@ -116,6 +119,14 @@ def _build(name: str, folder: Path):
         shapes = {}
     model.eval()
     model.save_pretrained(folder)
+    if name == "whisper":  # 1 s windows (100 frames) instead of 30 s, and reference features
+        fe = tf.WhisperFeatureExtractor(feature_size=80, chunk_length=1)
+        fe.save_pretrained(folder)
+        t = np.arange(12000) / 16000.0  # 0.75 s: padded to the window like real speech
+        audio = (0.3 * np.sin(2 * np.pi * (300 + 900 * t) * t) + 0.05 * np.random.default_rng(SEED).standard_normal(
+            t.size)).astype(np.float32)
+        feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features[0]
+        np.savez(folder / "features_ref.npz", audio=audio, input_features=feats.astype(np.float32))
     (folder / "generation_config.json").write_text(json.dumps(gen, indent=1))
     _tokenizer(folder, special)
     return task, shapes
@@ -145,8 +156,10 @@ def main() -> None:
                     ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
                 for f in keep:
                     shutil.copy(out / f, dst / f)
-                for f in ("config.json", "generation_config.json", "tokenizer.json"):
-                    shutil.copy(src / f, dst / f)
+                for f in ("config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json",
+                          "features_ref.npz"):
+                    if (src / f).exists():
+                        shutil.copy(src / f, dst / f)
                 files = sorted(p.name for p in dst.glob("*.onnx"))
                 size = sum(p.stat().st_size for p in dst.iterdir()) / 1024
                 opset = onnx.load(str(dst / files[0]), load_external_data=False).opset_import[0].version
