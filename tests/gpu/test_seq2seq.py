@@ -134,3 +134,34 @@ def test_bad_folders_and_inputs_say_what_is_wrong(runtime, tmp_path):
     text = onyxia.Seq2SeqSession(SEQ2SEQ / "t5" / "merged", runtime=runtime)
     with pytest.raises(InputError, match="non-empty 1-D integer"):
         text.generate([[1, 2]], 2)
+
+
+def test_onyxia_generate_runs_encoder_decoder_folders(runtime, monkeypatch, capsys, tmp_path):
+    import wave
+
+    from onyxia import cli
+    from onyxia.llm import seq2seq
+
+    real = seq2seq.Seq2SeqSession
+    monkeypatch.setattr(seq2seq, "Seq2SeqSession", lambda *a, **kw: real(*a, **{**kw, "runtime": runtime}))
+    folder = SEQ2SEQ / "bart" / "merged"
+    assert cli.main(["generate", str(folder), "--prompt", "w10 w11 w12", "--max-new-tokens", "5"]) == 0
+    out, err = capsys.readouterr()
+    sess = real(folder, runtime=runtime)
+    ids = sess.tokenizer().encode("w10 w11 w12").ids
+    assert out.strip() == sess.decode(sess.generate(ids, 5)) and "tokens in" in err
+    audio = np.load(SEQ2SEQ / "whisper" / "split" / "features_ref.npz")["audio"]
+    path = tmp_path / "speech.wav"
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(16000)
+        f.writeframes((np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes())
+    whisper = SEQ2SEQ / "whisper" / "split"
+    assert cli.main(["generate", str(whisper), "--audio", str(path), "--task", "transcribe",
+                     "--max-new-tokens", "4"]) == 0
+    out, _ = capsys.readouterr()
+    sess = real(whisper, runtime=runtime)
+    assert out.strip() == sess.decode(sess.generate(str(path), 4, task="transcribe"))
+    assert cli.main(["generate", str(whisper), "--prompt", "hello"]) != 0
+    assert "a Whisper folder transcribes --audio WAV" in capsys.readouterr().err
