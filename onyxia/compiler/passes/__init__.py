@@ -7,6 +7,7 @@ from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
 from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
+from onyxia.compiler.passes.if_inlining import IfInliningPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.nbits_tiles import NBitsTilesPass
 from onyxia.compiler.passes.quantize_sharing import SharedQuantizationPass
@@ -25,7 +26,7 @@ def default_optimization_passes() -> list:
 
 
 __all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
-           "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass", "RmsNormFusionPass",
+           "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass", "NBitsTilesPass", "RmsNormFusionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]
