@@ -13,9 +13,9 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 
 import onyxia
-from onyxia.errors import ComputeError, ShapeInferenceError
+from onyxia.errors import ComputeError, InputError, ShapeInferenceError
 from onyxia.plan import BranchStep, walk_steps
-from tests.control_models import vi
+from tests.control_models import arms_differ_model, vi
 from tests.helpers import compile_model, make_model, run_ort
 
 SEQ2SEQ = Path(__file__).resolve().parent.parent / "data" / "exported" / "seq2seq"
@@ -72,25 +72,6 @@ def test_merged_decoder_runs_either_branch_like_onnxruntime(model):
 
 
 # ---- models built here ----------------------------------------------------------------------------
-
-def arms_differ_model(device_cond: bool = False):
-    """y = concat(x, x) [2n] if cond else sum(x) [1]; z = 2 * y and shape(y) after the If.
-
-    The condition is a graph input, or with `device_cond` computed on the device (sum(x) > 0)."""
-    then = h.make_graph([h.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [], [vi("t", TP.FLOAT, None)])
-    orelse = h.make_graph([h.make_node("ReduceSum", ["x"], ["e"], keepdims=1)], "else", [],
-                          [vi("e", TP.FLOAT, None)])
-    nodes = [h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=orelse, name="pick"),
-             h.make_node("Mul", ["y", "two"], ["z"]), h.make_node("Shape", ["y"], ["n"])]
-    inputs = [("x", np.float32, ["n"])]
-    if device_cond:
-        nodes.insert(0, h.make_node("ReduceSum", ["x"], ["s"], keepdims=0))
-        nodes.insert(1, h.make_node("Greater", ["s", "zero"], ["c"]))
-    else:
-        inputs.append(("c", np.bool_, []))
-    return make_model(nodes, inputs, ["y", "z", "n"], {"two": np.array(2, np.float32),
-                                                       "zero": np.array(0, np.float32)})
-
 
 @pytest.mark.parametrize("device_cond", [False, True])
 def test_if_whose_arms_give_different_sizes_runs_either(runtime, device_cond):
@@ -168,3 +149,22 @@ def test_a_branch_whose_kernel_fails_at_run_time_names_the_branch_and_node(runti
     good = {**bad, "i": np.array([3, 0], np.int64)}
     np.testing.assert_array_equal(exe.run(good)["y"], run_ort(model, good)[0])
     np.testing.assert_array_equal(exe.run({**bad, "c": np.array(False)})["y"], -x)  # the other arm
+
+
+def test_a_branch_whose_host_step_fails_names_the_if_and_branch(runtime):
+    """A Loop inside the taken arm asked for more host iterations than the runtime allows."""
+    body = h.make_graph([h.make_node("Identity", ["cin"], ["cout"]), h.make_node("Add", ["acc", "one"], ["acc2"])],
+                        "body", [vi("i", TP.INT64, []), vi("cin", TP.BOOL, []), vi("acc", TP.FLOAT, [1])],
+                        [vi("cout", TP.BOOL, []), vi("acc2", TP.FLOAT, [1])])
+    then = h.make_graph([h.make_node("Loop", ["m", "", "x"], ["t"], body=body, name="count")], "then", [],
+                        [vi("t", TP.FLOAT, None)])
+    orelse = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", TP.FLOAT, None)])
+    model = make_model([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=orelse, name="pick")],
+                       [("x", np.float32, [1]), ("m", np.int64, []), ("c", np.bool_, [])], ["y"],
+                       {"one": np.ones(1, np.float32)})
+    exe = runtime.load_model(compile_model(model))
+    x = np.zeros(1, np.float32)
+    with pytest.raises(InputError, match=r"If 'pick' then_branch: Loop 'pick/then_branch/count' would run 2000000 "):
+        exe.run({"x": x, "m": np.array(2_000_000, np.int64), "c": np.array(True)})
+    feeds = {"x": x, "m": np.array(3, np.int64), "c": np.array(True)}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], run_ort(model, feeds)[0])
