@@ -39,15 +39,17 @@ def decoder_feeds(ref, batch: int, seq: int, enc: int, past: int, cache: bool) -
     feeds = {}
     for arg in ref.get_inputs():
         name, shape = arg.name, arg.shape
-        if name == "input_ids":
-            feeds[name] = RNG.integers(0, 96, (batch, seq)).astype(np.int64)
-        elif name == "encoder_attention_mask":
-            feeds[name] = np.ones((batch, enc), np.int64)
-        elif name == "use_cache_branch":
+        lengths = {"batch_size": batch, "encoder_sequence_length": enc, "past_decoder_sequence_length": past,
+                   "decoder_sequence_length": seq}
+        if name == "use_cache_branch":
             feeds[name] = np.array([cache])
+            continue
+        dims = [d if isinstance(d, int) else lengths[d] for d in shape]
+        if name == "input_ids":  # the decoder's tokens, or the encoder's (their length: enc)
+            feeds[name] = RNG.integers(0, 96, (batch, seq if "decoder_sequence_length" in shape else enc))
+        elif arg.type == "tensor(int64)":  # attention masks
+            feeds[name] = np.ones(dims, np.int64)
         else:
-            lengths = {"batch_size": batch, "encoder_sequence_length": enc, "past_decoder_sequence_length": past}
-            dims = [d if isinstance(d, int) else lengths[d] for d in shape]
             feeds[name] = RNG.standard_normal(dims).astype(np.float32)
     return feeds
 
@@ -69,6 +71,16 @@ def test_merged_decoder_runs_either_branch_like_onnxruntime(model):
     assert sess.stats.compiles == (3 if model == "t5" else 1)
     branches = [s for s in walk_steps(sess.executor.model.steps) if isinstance(s, BranchStep)]
     assert len(branches) == 1 and branches[0].then_dims and branches[0].orelse_dims
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(SEQ2SEQ)) for p in SEQ2SEQ.glob("*/split/*.onnx")))
+def test_encoders_and_split_decoders_match_onnxruntime_at_two_shapes(path):
+    import onnxruntime as ort
+    ref = ort.InferenceSession(str(SEQ2SEQ / path), providers=["CPUExecutionProvider"])
+    sess = onyxia.InferenceSession(str(SEQ2SEQ / path))
+    for batch, seq, enc, past in [(1, 3, 5, 4), (2, 1, 7, 6)]:
+        feeds = decoder_feeds(ref, batch, seq, 50 if "whisper" in path else enc, past, False)
+        assert_rel_close(sess.run(None, feeds), ref.run(None, feeds))
 
 
 # ---- models built here ----------------------------------------------------------------------------
