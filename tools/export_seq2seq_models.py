@@ -8,7 +8,8 @@ decoder_model_merged.onnx, the layout transformers.js loads) and without it (enc
 decoder_model.onnx + decoder_with_past_model.onnx). Written to
 tests/data/exported/seq2seq/<model>/{merged,split}/ with config.json, generation_config.json and
 tokenizer.json beside the models (Whisper: preprocessor_config.json for 1 s windows of 100 frames, and
-features_ref.npz, a test signal with transformers' WhisperFeatureExtractor features), and a line per model in tests/data/exported/seq2seq/README.md.
+features_ref.npz, a test signal with transformers' WhisperFeatureExtractor features), and a line
+per model in tests/data/exported/seq2seq/README.md.
 
 torch, transformers and optimum are NOT dependencies of onyxia or of its tests. optimum's ONNX
 exporter lives in optimum-onnx, which needs transformers < 4.58; in /tmp/torchenv (transformers 5):
@@ -24,13 +25,13 @@ logits, so greedy tokens would hinge on rounding), so that greedy decoding is a 
 from __future__ import annotations
 
 import json
-from importlib.metadata import version as _version
 import shutil
 import sys
 import tempfile
+from importlib.metadata import version as _version
+from pathlib import Path
 
 import numpy as np
-from pathlib import Path
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "exported" / "seq2seq"
 SEED = 0
@@ -135,7 +136,6 @@ def _build(name: str, folder: Path):
 def main() -> None:
     _patch_imports()
     import onnx
-    import optimum
     import torch
     import transformers
     from optimum.exporters.onnx import main_export

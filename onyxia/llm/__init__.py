@@ -20,6 +20,6 @@ from onyxia.llm.sampling import SamplingParams
 from onyxia.llm.seq2seq import Seq2SeqSession
 from onyxia.llm.session import GenerationStats, LlmSession, StepOutput
 
-__all__ = ["DecoderConfig", "GenaiConfig", "GenerationStats", "LlmSession", "SamplingParams", "SearchConfig", "Seq2SeqSession",
-           "SlidingWindowConfig", "StepOutput", "load_genai_config", "load_hf_config", "load_model_config",
-           "load_tokenizer"]
+__all__ = ["DecoderConfig", "GenaiConfig", "GenerationStats", "LlmSession", "SamplingParams", "SearchConfig",
+           "Seq2SeqSession", "SlidingWindowConfig", "StepOutput", "load_genai_config", "load_hf_config",
+           "load_model_config", "load_tokenizer"]

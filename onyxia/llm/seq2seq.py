@@ -170,8 +170,8 @@ class Seq2SeqSession:
 
     def tokenizer(self):
         if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.layout.encoder.parent if (self.layout.encoder.parent /
-                                                                             "tokenizer.json").is_file() else self.folder)
+            base = self.layout.encoder.parent
+            self._tokenizer = load_tokenizer(base if (base / "tokenizer.json").is_file() else self.folder)
         return self._tokenizer
 
     def prompt(self, task: str | None = None, language: str | None = None) -> list[int]:
@@ -215,7 +215,8 @@ class Seq2SeqSession:
             source = self.tokenizer().encode(source).ids
         ids = np.asarray(source)
         if ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer):
-            raise InputError(f"input token ids must be a non-empty 1-D integer sequence, got {ids.dtype}{list(ids.shape)}")
+            raise InputError("input token ids must be a non-empty 1-D integer sequence, got "
+                             f"{ids.dtype}{list(ids.shape)}")
         return {"input_ids": ids.astype(np.int64)[None], "attention_mask": np.ones((1, ids.size), np.int64)}
 
     # ---- plans ----------------------------------------------------------------------------
@@ -283,7 +284,8 @@ class Seq2SeqSession:
         feeds = self.encoder_feeds(source)
         length = feeds["input_features"].shape[2] // 2 if self.is_speech else feeds["input_ids"].shape[1]
         encoder = self._encoder_plan(length)
-        states = encoder.run({s: length for s in encoder.symbols}, feeds, [], ["last_hidden_state"])["last_hidden_state"]
+        encoded = encoder.run({s: length for s in encoder.symbols}, feeds, [], ["last_hidden_state"])
+        states = encoded["last_hidden_state"]
         mask = None if self.is_speech else feeds["attention_mask"]
         length = states.shape[1]
         cross: dict[str, Any] = {}  # the cross-attention KV, from the first step on

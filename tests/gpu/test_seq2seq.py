@@ -66,7 +66,7 @@ def ort_greedy(folder: Path, encoder_feeds: dict[str, np.ndarray], prompt: list[
 CASES = [(m, layout) for m in ("whisper", "t5", "bart") for layout in ("merged", "split")]
 
 
-@pytest.mark.parametrize("model, layout", CASES, ids=[f"{m}-{l}" for m, l in CASES])
+@pytest.mark.parametrize("model, layout", CASES, ids=[f"{m}-{layout}" for m, layout in CASES])
 def test_greedy_tokens_equal_an_onnxruntime_loop(runtime, model, layout):
     folder = SEQ2SEQ / model / layout
     sess = onyxia.Seq2SeqSession(folder, max_length=48, runtime=runtime)

@@ -36,8 +36,8 @@ def inline_constant_ifs(graph: IrGraph) -> bool:
     """Rewrites (top-level graph; nested Ifs of an inlined branch too):
 
     1. If(cond) with a constant cond: the taken branch's nodes are copied into the graph (the
-       loader names them "<If>/then_branch/<node>", its tensors get that prefix here), its outputs reach the If's outputs
-       through Identity (a view: no copy), and the If is removed.
+       loader names them "<If>/then_branch/<node>", its tensors get that prefix here), its
+       outputs reach the If's outputs through Identity (a view: no copy), and the If is removed.
     Returns whether the graph changed."""
     changed = False
     pending = [n.id for n in graph.nodes if n.op_type == "If" and n.domain == ""]
