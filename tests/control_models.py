@@ -31,6 +31,25 @@ def if_model(cond_constant: bool | None = None, *, shape=(3,)):
     return make_model(nodes, inputs, ["o"], inits)
 
 
+def arms_differ_model(device_cond: bool = False):
+    """y = concat(x, x) [2n] if cond else sum(x) [1]; z = 2 * y and shape(y) after the If.
+
+    The condition is a graph input, or with `device_cond` computed on the device (sum(x) > 0)."""
+    then = h.make_graph([h.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [], [vi("t", TP.FLOAT, None)])
+    orelse = h.make_graph([h.make_node("ReduceSum", ["x"], ["e"], keepdims=1)], "else", [],
+                          [vi("e", TP.FLOAT, None)])
+    nodes = [h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=orelse, name="pick"),
+             h.make_node("Mul", ["y", "two"], ["z"]), h.make_node("Shape", ["y"], ["n"])]
+    inputs = [("x", np.float32, ["n"])]
+    if device_cond:
+        nodes.insert(0, h.make_node("ReduceSum", ["x"], ["s"], keepdims=0))
+        nodes.insert(1, h.make_node("Greater", ["s", "zero"], ["c"]))
+    else:
+        inputs.append(("c", np.bool_, []))
+    return make_model(nodes, inputs, ["y", "z", "n"], {"two": np.array(2, np.float32),
+                                                       "zero": np.array(0, np.float32)})
+
+
 def counting_loop(*, m_input: bool = False, m: int = 5, while_limit: float | None = None):
     """acc_{i+1} = acc_i + i (as float), scan out acc_{i+1} * x. With `while_limit` the body's
     condition is acc < limit (computed on the device); with `m_input` M is a graph input."""

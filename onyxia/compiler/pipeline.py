@@ -13,6 +13,7 @@ from onyxia.compiler.pass_api import Pass, PassResult, Stage
 from onyxia.compiler.passes import (
     ConstantFoldingPass,
     FunctionExpansionPass,
+    IfInliningPass,
     SequenceLoweringPass,
     ShapeInferencePass,
     SymbolicResolutionPass,
@@ -55,7 +56,7 @@ class CompilerPipeline:
         self.memory_order = memory_order
         # Also expands the function ops of subgraphs, when their node's inference infers them.
         self._expansion = FunctionExpansionPass()
-        self._passes: list[Pass] = [SymbolicResolutionPass(), self._expansion, SequenceLoweringPass(),
+        self._passes: list[Pass] = [SymbolicResolutionPass(), IfInliningPass(), self._expansion, SequenceLoweringPass(),
                                     ShapeInferencePass(),
                                     ConstantFoldingPass()]
         if optimize:

@@ -358,14 +358,17 @@ class IrGraph:
                 g.tensors[tid].value = v
         return dup
 
-    def inline(self, sub: IrGraph, inputs: dict[TensorId, TensorId], prefix: str) -> dict[TensorId, TensorId]:
+    def inline(self, sub: IrGraph, inputs: dict[TensorId, TensorId], prefix: str,
+               node_prefix: str | None = None) -> dict[TensorId, TensorId]:
         """Copy `sub`'s nodes into this graph (an If branch taken, a loop iteration unrolled).
 
         `inputs` maps sub's formal inputs to this graph's tensors; sub's own tensors get fresh
         names under `prefix`, its weights come along, and what it reads from enclosing graphs
         is read as is. Nested subgraphs are copied with their references renamed. Returns sub's
-        outputs as this graph's tensors.
+        outputs as this graph's tensors. Nodes are named under `node_prefix` (default `prefix`;
+        "" keeps their names, made unique: a loaded branch's names carry their path already).
         """
+        node_prefix = prefix if node_prefix is None else node_prefix
         names: dict[TensorId, TensorId] = dict(inputs)
         for tid, t in sub.tensors.items():
             if tid in names:
@@ -382,8 +385,9 @@ class IrGraph:
                     value = [v.clone(self, names) for v in value]
                 attrs[key] = value
             outs = [names.get(t, t) for t in node.outputs]
+            label = f"{node_prefix}/{node.name}" if node_prefix else node.name
             nid = self.add_node(node.op_type, [names.get(t, t) if t is not None else None for t in node.inputs], outs,
-                                attrs, domain=node.domain, name=self._fresh_node_name(f"{prefix}/{node.name}"))
+                                attrs, domain=node.domain, name=self._fresh_node_name(label))
             self.node(nid).meta.update(node.meta)
             for old, new in zip(node.outputs, outs):
                 src = sub.tensors.get(old)

@@ -52,9 +52,10 @@ def value_sources(graph: IrGraph, tid: TensorId) -> tuple[frozenset[TensorId], f
     contributes the symbols of those; Shape and Size contribute the symbols of the dims they
     return, never their input's values. So a Resize size computed from Shape(image) through
     float math depends on `height` and `width`, not on the image's pixels nor on `batch`.
+    In a subgraph (an If branch) the walk follows what it reads into the enclosing graphs.
     """
-    if graph.parent is not None:  # a subgraph: what it reads from enclosing graphs
-        return input_sources(graph, tid), frozenset()
+    if tid not in graph.tensors and graph.parent is not None:  # read from an enclosing graph
+        return value_sources(graph.parent, tid)
     inputs: set[TensorId] = set()
     symbols: set[str] = set()
     seen: set[TensorId] = set()
@@ -68,7 +69,13 @@ def value_sources(graph: IrGraph, tid: TensorId) -> tuple[frozenset[TensorId], f
             continue
         seen.add(t)
         if t in graph.inputs:
-            inputs.add(t)
+            if graph.parent is None:  # a subgraph's own inputs (a loop body's) are no feeds
+                inputs.add(t)
+            continue
+        if t not in graph.tensors and graph.parent is not None:  # an If branch reading the graph
+            outer_inputs, outer_symbols = value_sources(graph.parent, t)
+            inputs |= outer_inputs
+            symbols |= outer_symbols
             continue
         src = graph.producer(t)
         if src is None:

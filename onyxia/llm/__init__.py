@@ -2,6 +2,7 @@
 
 A folder holds genai_config.json (or Optimum's config.json), the decoder (model.onnx + external
 data) and tokenizer.json.
+`Seq2SeqSession` generates with optimum's encoder-decoder exports (Whisper, T5, BART).
 `LlmSession` compiles the decoder once and decodes by changing dimensions, with the KV cache
 kept on the GPU and greedy token choice made there.
 """
@@ -16,8 +17,9 @@ from onyxia.llm.config import (
 )
 from onyxia.llm.hf_config import load_hf_config, load_model_config
 from onyxia.llm.sampling import SamplingParams
+from onyxia.llm.seq2seq import Seq2SeqSession
 from onyxia.llm.session import GenerationStats, LlmSession, StepOutput
 
 __all__ = ["DecoderConfig", "GenaiConfig", "GenerationStats", "LlmSession", "SamplingParams", "SearchConfig",
-           "SlidingWindowConfig", "StepOutput", "load_genai_config", "load_hf_config", "load_model_config",
-           "load_tokenizer"]
+           "Seq2SeqSession", "SlidingWindowConfig", "StepOutput", "load_genai_config", "load_hf_config",
+           "load_model_config", "load_tokenizer"]

@@ -1,4 +1,5 @@
-"""`onyxia generate MODEL_DIR --prompt ...`: stream text from an LLM folder.
+"""`onyxia generate MODEL_DIR --prompt ...`: stream text from an LLM folder; for an optimum
+encoder-decoder export (encoder_model.onnx), greedy Seq2SeqSession output (`--audio` for Whisper).
 
 The lead's onyxia/cli.py wires this in with `add_generate_parser(subparsers)`; errors are
 OnyxiaErrors that the main command reports without a traceback.
@@ -10,17 +11,25 @@ import argparse
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TextIO
+
+from onyxia.errors import CliError, ConfigError
 
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "generate", help="generate text with a decoder-only LLM (onnxruntime-genai or Optimum folder)",
+        "generate", help="generate text with an LLM (onnxruntime-genai or Optimum folder) or an Optimum "
+                         "encoder-decoder export (Whisper, T5, BART; greedy)",
         description="Stream generated text to stdout, then print the prefill time and decode speed "
                     "to stderr. MODEL_DIR holds genai_config.json (onnxruntime-genai's builder) or "
                     "config.json (optimum-cli export onnx), the ONNX decoder and tokenizer.json.")
     p.add_argument("model_dir", metavar="MODEL_DIR", help="folder in onnxruntime-genai's or Optimum's layout")
-    p.add_argument("--prompt", required=True, help="the text to continue")
+    p.add_argument("--prompt", help="the text to continue (an encoder-decoder: the text to encode)")
+    p.add_argument("--audio", metavar="WAV", help="Whisper folders: the audio to transcribe (PCM WAV)")
+    p.add_argument("--task", choices=("transcribe", "translate"), default=None,
+                   help="Whisper folders: the task token of the decoder prompt (default: transcribe)")
+    p.add_argument("--language", metavar="CODE", help="Whisper folders: the language token (default: en)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="tokens to generate at most (128)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T",
                    help="sampling temperature; 0 (the default) decodes greedily on the GPU")
@@ -103,6 +112,14 @@ def run_generate(args: argparse.Namespace) -> int:
     from onyxia.runtime import Runtime
 
     runtime = Runtime(args.adapter) if getattr(args, "adapter", None) else None
+    if is_seq2seq_folder(args.model_dir):
+        return run_seq2seq(args, runtime)
+    for flag in ("audio", "task", "language"):
+        if getattr(args, flag) is not None:
+            raise CliError(f"--{flag} is for encoder-decoder folders (encoder_model.onnx); {args.model_dir} "
+                           "holds a decoder-only model")
+    if args.prompt is None:
+        raise CliError("--prompt is required")
     progress = TerminalProgress()
     try:
         session = LlmSession(args.model_dir, max_length=args.max_length, runtime=runtime, progress=progress,
@@ -125,4 +142,39 @@ def run_generate(args: argparse.Namespace) -> int:
     print(f"device memory: {loaded / mib:.1f} MiB after load, {session.device_bytes / mib:.1f} MiB after "
           f"{session.cache_length} cached tokens (KV cache: {session.cache_rows} of max_length "
           f"{session.max_length} rows)", file=sys.stderr)
+    return 0
+
+
+def is_seq2seq_folder(folder: str) -> bool:
+    """Whether `folder` holds optimum's encoder-decoder export (encoder_model.onnx, or onnx/ of it)."""
+    return any((Path(folder) / sub / "encoder_model.onnx").is_file() for sub in ("", "onnx"))
+
+
+def run_seq2seq(args: argparse.Namespace, runtime) -> int:
+    """Greedy generation with Seq2SeqSession: the tokens as text (tokenizer.json) or as ids."""
+    from onyxia.llm.seq2seq import Seq2SeqSession
+
+    if args.temperature != 0.0 or args.top_k or args.top_p != 1.0 or args.decoder is not None:
+        raise CliError("encoder-decoder folders generate greedily: --temperature, --top-k, --top-p and --decoder "
+                       "do not apply")
+    probe = Seq2SeqSession(args.model_dir, runtime=runtime, max_length=2)
+    if probe.is_speech:
+        if args.audio is None:
+            raise CliError("a Whisper folder transcribes --audio WAV")
+        source, prompt = args.audio, probe.prompt(args.task, args.language)
+    else:
+        if args.prompt is None or args.audio is not None:
+            raise CliError(f"a {probe.model_type or 'text-to-text'} folder encodes --prompt TEXT (no --audio)")
+        source, prompt = args.prompt, probe.prompt(args.task, args.language)
+    max_length = args.max_length or len(prompt) + args.max_new_tokens
+    session = Seq2SeqSession(args.model_dir, runtime=probe.runtime, max_length=max_length)
+    start = time.perf_counter()
+    tokens = session.generate(source, args.max_new_tokens, prompt=prompt)
+    seconds = time.perf_counter() - start
+    try:
+        text = session.decode(tokens)
+    except ConfigError:  # no tokenizer.json: the ids
+        text = " ".join(map(str, tokens))
+    print(text)
+    print(f"{len(tokens)} tokens in {seconds * 1e3:.1f} ms ({session.runtime.info.summary})", file=sys.stderr)
     return 0

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from onyxia.compiler.passes.if_inlining import inline_constant_ifs
 from onyxia.errors import ConfigError
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.graph import IrGraph, TensorKind
@@ -245,11 +246,7 @@ def take_cache_branch(graph: IrGraph) -> bool:
         if not isinstance(branch, IrGraph) or len(branch.outputs) != len(node.outputs):
             raise ConfigError(f"If node '{node.name}' on '{CACHE_BRANCH}' has no then_branch with its "
                               f"{len(node.outputs)} outputs")
-        outs = graph.inline(branch, {}, f"{node.name}/then")
-        results = list(node.outputs)
-        graph.remove_node(node.id)
-        for result, src in zip(results, branch.outputs):
-            graph.add_node("Identity", [outs[src]], [result], name=graph.fresh_name(f"{result}/then"))
+    inline_constant_ifs(graph)
     return True
 
 

@@ -330,8 +330,12 @@ class _StepChecks:
             self._dispatch(dispatch, where)
         # The symbols a run sets (ReadSymbol, a loop's iteration count) must be data symbols:
         # the caller's dims are never overwritten by values read off the device.
-        for field in ("symbol", "iterations"):
-            symbol = getattr(step, field, None) if step.tag in ("read_symbol", "loop") else None
+        sets = [(field, getattr(step, field, None)) for field in ("symbol", "iterations")
+                if step.tag in ("read_symbol", "loop")]
+        if step.tag == "branch":  # an If whose arms give different sizes
+            sets += [(f"{field}[{k}]", name) for field in ("then_dims", "orelse_dims")
+                     for k, (name, _) in enumerate(getattr(step, field))]
+        for field, symbol in sets:
             if symbol is not None and symbol not in self.data_symbols:
                 raise _fail(f"{where}.{field}", f"{symbol!r} is not one of the plan's data symbols")
         for child, child_raw, at in _children(step, raw, where):

@@ -229,28 +229,41 @@ class ReadSymbol(Step, tag="read_symbol"):
 @dataclass(frozen=True)
 class BranchStep(Step, tag="branch"):
     """An If whose condition is only known on the device: the runtime reads the bool `cond`
-    back (a GPU sync, as ReadSymbol) and replays `then` or `orelse`."""
+    back (a GPU sync, as ReadSymbol; none when `cond` is a graph input, whose fed value is on
+    the host) and replays `then` or `orelse`.
+
+    Where the arms give outputs of different sizes, those If output dims are data symbols:
+    after replaying an arm the runtime sets each symbol of that arm's `*_dims` to its value
+    (an expression over the dims, counts the arm read back included). `label` is the If node."""
 
     cond: str
     then: tuple[Step, ...]
     orelse: tuple[Step, ...]
+    then_dims: tuple[tuple[str, Expr], ...] = ()
+    orelse_dims: tuple[tuple[str, Expr], ...] = ()
+    label: str = ""
 
     def uses(self) -> tuple[tuple[str, bool], ...]:
         return ((self.cond, False), *_nested_uses(self.then), *_nested_uses(self.orelse))
 
     def expressions(self) -> tuple[tuple[str, int, object], ...]:
-        return ()
+        return tuple(("branch", j, v) for j, (_, v) in enumerate((*self.then_dims, *self.orelse_dims)))
 
     def children(self) -> tuple[Step, ...]:
         return (*self.then, *self.orelse)
 
     def to_json(self) -> dict:
         return {"t": self.tag, "cond": self.cond, "then": [s.to_json() for s in self.then],
-                "orelse": [s.to_json() for s in self.orelse]}
+                "orelse": [s.to_json() for s in self.orelse],
+                "then_dims": [[k, _enc(v)] for k, v in self.then_dims],
+                "orelse_dims": [[k, _enc(v)] for k, v in self.orelse_dims], "label": self.label}
 
     @classmethod
     def from_json(cls, d: dict) -> BranchStep:
-        return cls(d["cond"], _steps(d["then"]), _steps(d["orelse"]))
+        def dims(rows: list) -> tuple[tuple[str, Expr], ...]:
+            return tuple((str(k), _dec(v)) for k, v in rows)
+        return cls(d["cond"], _steps(d["then"]), _steps(d["orelse"]), dims(d.get("then_dims", [])),
+                   dims(d.get("orelse_dims", [])), d.get("label", ""))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from onyxia.errors import InputError
+from onyxia.errors import InputError, OnyxiaError
 from onyxia.ir import dtypes
 from onyxia.plan import BranchStep, LoopStep, ReadSymbol
 from onyxia.runtime.commands import Command, replays, value
@@ -82,25 +82,51 @@ class ReadSymbolCommand(Command):
 
 @replays(BranchStep)
 class BranchCommand(Command):
-    """If on the device's condition: one readback, then the arm it picks."""
+    """If on the device's condition: one readback (none for a fed condition), then the arm it
+    picks, then the data symbols that size the If's outputs as that arm gave them."""
 
-    __slots__ = ("step", "buffer", "then", "orelse")
-    device_sync = True
+    __slots__ = ("step", "replay", "buffer", "then", "orelse", "values", "feed", "resolved", "fed")
+    device_sync = True  # also when fed: output sizes are known only once the arm is chosen
 
     def __init__(self, step: BranchStep, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
-        self.step = step
+        self.step, self.replay = step, replay
         self.buffer = replay.buffers[replay.root(step.cond)]
+        self.values = [0] * (len(step.then_dims) + len(step.orelse_dims))
+        self.feed = step.cond if step.cond in replay.model.inputs else None
+        self.resolved, self.fed = False, False
         self.then = [replay.build(s) for s in step.then]
         self.orelse = [replay.build(s) for s in step.orelse]
+
+    def refresh(self, replay: Replay) -> None:
+        self.values = [int(value(v, replay.dims)) for _, v in (*self.step.then_dims, *self.step.orelse_dims)]
+
+    def set(self, kind: str, index: int, value: int) -> None:
+        self.values[index] = value
 
     def rebind(self, replay: Replay, grown: set[str]) -> None:
         self.buffer = replay.buffers[replay.root(self.step.cond)]
 
+    def take(self, feed: np.ndarray) -> None:
+        """The condition from the fed array: no sync in this run."""
+        flat = np.asarray(feed).reshape(-1)
+        if flat.size != 1:
+            raise InputError(f"input '{self.step.cond}' must hold one value (the condition of If "
+                             f"'{self.step.label}'), got {flat.size}")
+        self.fed = bool(flat[0])
+
     def encode(self, backend: Backend) -> None:
-        taken = _scalar(backend.sync_read(self.buffer, 4), dtypes.BOOL) != 0
-        for cmd in self.then if taken else self.orelse:
-            cmd.encode(backend)
+        taken = self.fed if self.resolved else _scalar(backend.sync_read(self.buffer, 4), dtypes.BOOL) != 0
+        arm = "then_branch" if taken else "else_branch"
+        try:
+            for cmd in self.then if taken else self.orelse:
+                cmd.encode(backend)
+        except OnyxiaError as exc:  # a count out of range, a loop past its limit: say where
+            exc.args = (f"If '{self.step.label}' {arm}: {exc}", *exc.args[1:])
+            raise
+        dims, offset = (self.step.then_dims, 0) if taken else (self.step.orelse_dims, len(self.step.then_dims))
+        for k, (symbol, _) in enumerate(dims):
+            self.replay.set_data_symbol(symbol, self.values[offset + k])
 
 
 class _RangeCopy:

@@ -56,7 +56,8 @@ def test_if_with_a_known_condition_is_its_taken_branch(runtime):
         assert not any(isinstance(s, BranchStep) for s in compiled.steps)
         ops = {runtime.load_model(compiled).model.shaders[s.shader].label for s in compiled.steps
                if hasattr(s, "shader")}
-        assert ops == ({"map_Add"} if cond else {"map_Mul", "map_Neg"})  # the other arm is not compiled
+        # The other arm is not compiled; the taken one is inlined (IfInliningPass), so fusion sees it.
+        assert ops == ({"map_Add"} if cond else {"fused_Mul_Neg"})
         ours = run_onyxia(runtime, if_model(cond), {"x": x, "y": y})
         live = run_onyxia(runtime, if_model(), {"x": x, "y": y, "s": np.array([1 if cond else -1], np.float32)})
         assert_close(ours, live)
@@ -105,12 +106,22 @@ def test_nested_if_and_a_branch_of_an_unknown_condition_with_several_nodes(runti
                                for x, y, c in ((3, 1, True), (1, 3, True), (1, 3, False))])
 
 
-def test_if_arms_of_different_shapes_on_a_device_condition_are_refused():
+def test_if_arms_of_different_sizes_on_a_run_time_condition_run_either(runtime):
     then = h.make_graph([h.make_node("Identity", ["x"], ["t"])], "then", [], [vi("t")])
     orelse = h.make_graph([h.make_node("Concat", ["x", "x"], ["e"], axis=0)], "else", [], [vi("e")])
     model = make_model([h.make_node("If", ["c"], ["o"], then_branch=then, else_branch=orelse, name="pick")],
                        [("x", np.float32, [2]), ("c", np.bool_, [])], ["o"])
-    with pytest.raises(ShapeInferenceError, match="node 'pick' \\(If\\): output 0: then_branch gives float32\\[2\\]"):
+    exe = runtime.load_model(compile_model(model))  # o: [dd_pick_out0_0], 2 or 4 by the arm
+    runs_like_ort(exe, model, [{"x": f32(2), "c": np.array(c)} for c in (True, False, True)])
+
+
+def test_if_arms_of_different_ranks_on_a_run_time_condition_are_refused():
+    then = h.make_graph([h.make_node("Identity", ["x"], ["t"])], "then", [], [vi("t")])
+    orelse = h.make_graph([h.make_node("Unsqueeze", ["x", "zero"], ["e"])], "else", [], [vi("e")])
+    model = make_model([h.make_node("If", ["c"], ["o"], then_branch=then, else_branch=orelse, name="pick")],
+                       [("x", np.float32, [2]), ("c", np.bool_, [])], ["o"], {"zero": np.array([0], np.int64)})
+    with pytest.raises(ShapeInferenceError, match="node 'pick' \\(If\\): output 0: then_branch gives float32\\[2\\], "
+                                                  "else_branch float32\\[1, 2\\]; .*one dtype and rank"):
         compile_model(model)
 
 

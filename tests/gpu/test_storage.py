@@ -302,6 +302,18 @@ def test_int64_results_outside_int32_are_reported_not_wrapped(runtime, op, nodes
     np.testing.assert_array_equal(exe.run(small)["y"], ref)
 
 
+def test_non_finite_floats_cast_to_int64_and_discarded_do_not_report(runtime):
+    """T5's relative position buckets: log(0) = -inf cast to int64, then dropped by a Where."""
+    nodes = [h.make_node("Log", ["f"], ["lf"]), h.make_node("Cast", ["lf"], ["li"], to=TensorProto.INT64),
+             h.make_node("Greater", ["f", "zero"], ["pos"]), h.make_node("Where", ["pos", "li", "minus"], ["y"])]
+    model = make_model(nodes, [("f", np.float32, [4])], ["y"], {"zero": np.array(0, np.float32),
+                                                                 "minus": np.array(-1, np.int64)}, opset=18)
+    feeds = {"f": np.array([0.0, 8.0, np.nan, 100.0], np.float32)}
+    with np.errstate(all="ignore"):
+        (ref,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(runtime.load_model(compile_model(model)).run(feeds)["y"], ref)
+
+
 class _CopyInto(onyxia.Operator):
     """Test op: y = base with y[dst:dst+n] = x[src:src+n] (flat), through copy_elements."""
 

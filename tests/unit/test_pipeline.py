@@ -257,7 +257,7 @@ def test_add_pass_orders_by_stage_then_registration():
                         ("res2", Stage.RESOLUTION)):
         assert pipe.add_pass(RecordingPass(name, stage, log)) is pipe
     order = [p.name for p in pipe.passes]
-    assert order == ["symbolic-resolution", "res1", "res2", "function-expansion", "sequence-lowering",
+    assert order == ["symbolic-resolution", "if-inlining", "res1", "res2", "function-expansion", "sequence-lowering",
                      "shape-inference", "inf1", "constant-folding", "fold1", "opt1", "opt2", "plan1"]
     compiled = pipe.compile(onyxia.load_model(shape_chain_model()), {"batch": 1, "seq": 2})
     assert isinstance(compiled, CompiledModel)

@@ -34,6 +34,7 @@ CASES = {
     **{f"control/{Path(p).name}": (lambda p=p: onnx.load(p), None)
        for p in sorted(glob.glob(str(DATA / "control" / "*.onnx")))},
     "if": (control_models.if_model, None),
+    "if_arms_differ": (control_models.arms_differ_model, None),  # BranchStep then_dims/orelse_dims
     "while_loop": (lambda: control_models.counting_loop(m_input=True, while_limit=10.0), None),
     "scan": (control_models.scan_model, None),
     "nonzero": (lambda: make_model([h.make_node("NonZero", ["x"], ["y"])], [("x", np.float32, ["n"])], ["y"]), None),
@@ -78,3 +79,29 @@ def test_cases_cover_plan_v3():
 
 def test_status_tensor_name_agrees():
     assert plan_check.STATUS_TENSOR == STATUS_TENSOR
+
+
+def test_a_branch_may_set_only_data_symbols(tmp_path):
+    """A branch's then_dims/orelse_dims name data symbols: a plan file aiming one at a caller's
+    dim is refused, naming the field."""
+    import json
+    import zipfile
+
+    from onyxia.errors import PlanError
+
+    graph = onyxia.load_model(control_models.arms_differ_model())
+    compiled = CompilerPipeline(onyxia.core_operator_registry()).compile(graph, {"n": 3})
+    path = tmp_path / "m.onyxia"
+    compiled.save(path)
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    doc = json.loads(members["plan.json"])
+    branch = next(s for op in doc["operations"] for s in op["steps"] if s["t"] == "branch")
+    assert branch["then_dims"] and branch["orelse_dims"] and branch["label"] == "pick"
+    branch["then_dims"][0][0] = "n"
+    members["plan.json"] = json.dumps(doc).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    with pytest.raises(PlanError, match=r"then_dims\[0\]: 'n' is not one of the plan's data symbols"):
+        CompiledModel.load(path)

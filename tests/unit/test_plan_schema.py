@@ -34,6 +34,7 @@ FORMAT_DOC = ROOT / "docs" / "plan-format.md"
 CASES = {
     **{f"golden/{name}": spec for name, spec in GOLDEN.items()},
     "if_runtime_condition": (control_models.if_model, {}),
+    "if_arms_differ": (control_models.arms_differ_model, {"n": 3}),  # branch then_dims/orelse_dims
     "while_loop": (lambda: control_models.counting_loop(m_input=True, while_limit=10.0), {}),
     "counting_loop": (control_models.counting_loop, {}),
     "scan": (control_models.scan_model, {"t": 5}),

@@ -8,6 +8,7 @@ from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
 from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
 from onyxia.compiler.passes.fusion import ElementwiseFusionPass
+from onyxia.compiler.passes.if_inlining import IfInliningPass
 from onyxia.compiler.passes.inference import ShapeInferencePass
 from onyxia.compiler.passes.nbits_tiles import NBitsTilesPass
 from onyxia.compiler.passes.pooled_conv import PooledConvWeightsPass
@@ -27,7 +28,7 @@ def default_optimization_passes() -> list:
 
 
 __all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "DeadCodeEliminationPass", "DivMulFusionPass",
-           "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass",
+           "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass", "NBitsTilesPass",
            "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]

@@ -3,8 +3,10 @@
 How each runs (the cost of each choice is in the README):
 - If with a condition known at compile time (a constant, or folded from shapes) is its taken
   branch: only that branch is inferred and planned, its results copied to the If's outputs; the
-  other branch is never compiled. Otherwise a BranchStep reads the condition back (one GPU sync)
-  and replays one arm; both arms must give the same dtypes and shapes.
+  other branch is never compiled. Otherwise a BranchStep reads the condition back (one GPU sync;
+  none for a graph input, fed on the host) and replays one arm. The arms must agree on dtypes
+  and ranks; an output dim they give differently (a merged decoder's present KV: past + new
+  tokens with a cache, new tokens without) is a data symbol the runtime sets after the arm ran.
 - Loop and Scan are LoopSteps: the runtime encodes the body once per iteration on the host,
   with per-iteration copies (loop-carried values, scan slices at offsets that move with the
   iteration) and the iteration number copied from an index table. A trip count that is a
@@ -22,7 +24,7 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph
-from onyxia.ir.shapes import Dim, Shape, numel
+from onyxia.ir.shapes import Dim, Shape, dim_symbols, numel
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides
 from onyxia.operators.indexing.indexing import plan_strided_copy
@@ -104,21 +106,41 @@ def _graph(ctx: InferenceCtx, attr: str) -> IrGraph:
 class If(Operator):
     op_type = "If"
 
+    def _arm_types(self, ctx: InferenceCtx, arm: str) -> list[tuple[DType, Shape]]:
+        types = ctx.infer_subgraph(arm)
+        if len(types) != len(ctx.node.outputs):
+            raise ctx.fail(f"attribute '{arm}' has {len(types)} outputs, the node {len(ctx.node.outputs)}")
+        return types
+
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         if not ctx.same_dim(numel(ctx.input_shape(0)), 1) or not ctx.input_dtype(0).is_bool:
             raise ctx.fail(f"cond must be one bool, got {ctx.input_dtype(0)}{list(ctx.input_shape(0))}", 0)
         cond = _known_bool(ctx, 0)
-        arms = ["then_branch", "else_branch"] if cond is None else ["then_branch" if cond else "else_branch"]
-        results = [ctx.infer_subgraph(arm) for arm in arms]
-        for arm, types in zip(arms, results):
-            if len(types) != len(ctx.node.outputs):
-                raise ctx.fail(f"attribute '{arm}' has {len(types)} outputs, the node {len(ctx.node.outputs)}")
-        if len(results) == 2:
-            for i, ((ta, sa), (tb, sb)) in enumerate(zip(*results)):
-                if ta != tb or not ctx.same_shape(sa, sb):
-                    raise ctx.fail(f"output {i}: then_branch gives {ta}{list(sa)}, else_branch {tb}{list(sb)}; "
-                                   "a condition known only at run time needs both alike")
-        return results[0]
+        if cond is not None:
+            return self._arm_types(ctx, "then_branch" if cond else "else_branch")
+        then, orelse = self._arm_types(ctx, "then_branch"), self._arm_types(ctx, "else_branch")
+        results = []
+        for i, ((ta, sa), (tb, sb)) in enumerate(zip(then, orelse)):
+            if ta != tb or len(sa) != len(sb):
+                raise ctx.fail(f"output {i}: then_branch gives {ta}{list(sa)}, else_branch {tb}{list(sb)}; "
+                               "with a condition known only at run time both need one dtype and rank")
+            results.append((ta, tuple(a if a == b else self._dim_symbol(ctx, i, axis, a, b)
+                                      for axis, (a, b) in enumerate(zip(sa, sb)))))
+        return results
+
+    @staticmethod
+    def _dim_symbol(ctx: InferenceCtx, i: int, axis: int, a: Dim, b: Dim) -> Dim:
+        """A data symbol for an output dim the arms give differently (set when one has run).
+
+        Compared as expressions, not values: two dims equal at these dims only (a past length
+        of 0) may differ at the next. Buffers take a + b (at least either; dims are never
+        negative): the arm writes its result before the runtime sets the symbol."""
+        unbounded = sorted(s for s in dim_symbols(a) | dim_symbols(b) if ctx.env.data_symbols.get(s, 0) is None)
+        if unbounded:
+            raise ctx.fail(f"output {i} axis {axis}: then_branch gives {a}, else_branch {b}, and the count "
+                           f"'{unbounded[0]}' has no upper bound to size the output by")
+        bound = max(a, b) if isinstance(a, int) and isinstance(b, int) else a + b
+        return ctx.env.data_symbol(f"{ctx.node.name}_out{i}_{axis}", bound)
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         cond = _known_bool(ctx, 0)
@@ -129,16 +151,22 @@ class If(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         cond = _known_bool(ctx, 0)
-        arms = {}
+        arms, sets = {}, {}
         for arm in ("then_branch", "else_branch") if cond is None else ("then_branch" if cond else "else_branch",):
             graph = _graph(ctx, arm)
+            # The arm's nodes are named "<If>/<arm>/<node>" (onnx.py): errors and kernel reports
+            # from inside it name the branch and the node.
             steps = ctx.plan_subgraph(arm)
+            sets[arm] = []
             for i, src in enumerate(graph.outputs):
-                steps += copy_into(ctx, src, ctx.output(i), ctx.output_shape(i))
+                shape = graph.tensor(src).shape
+                steps += copy_into(ctx, src, ctx.output(i), shape)  # the arm's size: before the symbols
+                sets[arm] += [(str(d), a) for d, a in zip(ctx.output_shape(i), shape) if d != a]
             arms[arm] = steps
         if cond is not None:  # the taken branch only: no readback, the other branch never compiled
             return next(iter(arms.values()))
-        return [BranchStep(ctx.input(0), tuple(arms["then_branch"]), tuple(arms["else_branch"]))]
+        return [BranchStep(ctx.input(0), tuple(arms["then_branch"]), tuple(arms["else_branch"]),
+                           tuple(sets["then_branch"]), tuple(sets["else_branch"]), ctx.node.name)]
 
 
 # ---- Loop -------------------------------------------------------------------------------------
