@@ -2,10 +2,12 @@
 // where a tiled GEMM would leave most of its tile idle (few output channels per group or a
 // short reduction). Weight reads are the same for neighbouring threads (same channel), so
 // they are served from cache.
-// Buffers: x, w, [bias], y. Defs: T (the compute type: f32, or i32 for integer convolutions), TRANSPOSED, HAS_BIAS. Params: TOTAL
+// Buffers: x, w, [bias], [e0, e1, ...], y. Defs: T (the compute type: f32, or i32 for integer convolutions),
+// TRANSPOSED, HAS_BIAS, EPILOGUE* (fused ops, matmul::epilogue, column n = ow). Params: TOTAL
 // (= N * M * P), M and those of conv::window.
 #import common::grid
 #import conv::window
+#import matmul::epilogue
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
@@ -27,4 +29,7 @@ fn main(wg: Grid) {
         acc += conv_patch(col, k) * conv_weight(g, m, k);
     }
     y_store(i, y_t(acc));
+#ifdef EPILOGUE
+    matmul_epilogue_at(i, p % OW());
+#endif
 }

@@ -9,11 +9,13 @@
 // z is (group * ROW_BLOCKS + row block) * SPLITS + split, partial sums go to `partial`
 // [SPLITS, N * M * P] in y's layout, and matmul/splitk.wgsl adds them up and the bias once (the
 // planner leaves HAS_BIAS off here).
-// Buffers: x, w, [bias], y (partial with SPLIT). Defs: T (the compute type: f32 or i32), RM, RN, TRANSPOSED, HAS_BIAS, SPLIT.
+// Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: T (the compute type: f32 or i32), RM, RN,
+// TRANSPOSED, HAS_BIAS, SPLIT, EPILOGUE* (fused ops after the stores, matmul::epilogue; with SPLIT in the finish).
 // Params: M, ROW_BLOCKS and those of conv::window; SPLIT: SPLITS, KCHUNK.
 #import common::grid
 #import matmul::tile
 #import conv::window
+#import matmul::epilogue
 
 alias TileValue = #{T};
 
@@ -81,4 +83,16 @@ fn main(wg: Grid, @builtin(local_invocation_id) tid: vec3<u32>) {
             }
         }
     }
+#ifdef EPILOGUE
+    // The fused ops over this thread's stored outputs (matmul::epilogue, column n = ow).
+    for (var r = 0u; r < RM; r++) {
+        let gm = m0 + tid.y + 16u * r;
+        for (var q = 0u; q < RN && gm < MG(); q++) {
+            let gn = n0 + tid.x + 16u * q;
+            if (gn < NCOLS()) {
+                matmul_epilogue_at(((gn / P()) * M() + g * MG() + gm) * P() + gn % P(), gn % P() % OW());
+            }
+        }
+    }
+#endif
 }

@@ -1,6 +1,7 @@
 """Built-in passes, one Pass class per file (planning, which lowers the graph to a plan rather
 than rewriting it, and its helpers are in compiler/lowering/)."""
 
+from onyxia.compiler.passes.conv_weights import ConvWeightsPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.div_mul import DivMulFusionPass
 from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
@@ -21,10 +22,10 @@ def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
     return [DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
             SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(),
-            NBitsTilesPass()]
+            ConvWeightsPass(), NBitsTilesPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
+__all__ = ["ConstantFoldingPass", "ConvWeightsPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
            "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass", "RmsNormFusionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
