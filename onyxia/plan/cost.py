@@ -107,14 +107,25 @@ def _elements(t: TensorInfo, dims: Mapping[str, int]) -> int:
     return _eval(numel(t.shape), dims)
 
 
+def _conv_weight(reads: list[TensorInfo], out: TensorInfo, dims: Mapping[str, int]) -> TensorInfo | None:
+    """A conv's weights among the tensors its dispatches read, in whatever order they bind them
+    (a pointwise conv's matrix product binds W first, the conv kernels the input): the output's
+    rank and its channels on axis 0, a constant where both the input and W fit."""
+    if len(out.shape) < 3:
+        return None
+    maps = _eval(out.shape[1], dims)
+    fits = [t for t in reads if len(t.shape) == len(out.shape) and _eval(t.shape[0], dims) == maps]
+    return next((t for t in fits if t.kind == "weight"), fits[-1] if fits else None)
+
+
 def _op_flops(op_type: str, reads: list[TensorInfo], writes: list[TensorInfo], dims: Mapping[str, int]) -> int:
     """Flops of a product or attention op from the tensors its dispatches bind (0: not one)."""
     if not reads or not writes:
         return 0
     out = max(writes, key=lambda t: _elements(t, dims))
     if op_type in PRODUCT_OPS:
-        if op_type.startswith(("Conv", "QLinearConv")) and len(reads) > 1 and reads[1].shape:
-            w = reads[1]  # [Cout, Cin/group, k...]: each output element is a dot of the rest
+        w = _conv_weight(reads, out, dims) if op_type.startswith(("Conv", "QLinearConv")) else None
+        if w is not None:  # [Cout, Cin/group, k...]: each output element is a dot of the rest
             return 2 * _elements(out, dims) * (_elements(w, dims) // max(_eval(w.shape[0], dims), 1))
         a = reads[0]
         k = _eval(a.shape[-1], dims) if a.shape else 1

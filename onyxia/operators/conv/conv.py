@@ -43,7 +43,7 @@ from onyxia.operators.conv.window import (
     window_params,
 )
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
-from onyxia.operators.matmul.epilogue import Epilogue
+from onyxia.operators.matmul.epilogue import Epilogue, fused_epilogue
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.plan import ALWAYS, Step, adapter
 
@@ -164,7 +164,10 @@ class Conv(Operator):
         return np.concatenate(parts, axis=1)
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
-        return plan_conv(ctx, self.spec(ctx))
+        # A node carrying fused elementwise ops (`epilogue_exprs` / `epilogue_inputs`, the
+        # protocol of operators/matmul/epilogue.py) runs them where its kernels store.
+        spec = self.spec(ctx)
+        return plan_conv(ctx, spec, fused_epilogue(ctx, spec.out_shape))
 
 
 class ConvTranspose(Conv):
