@@ -17,7 +17,7 @@
 // matmul/splitk.wgsl). The fused epilogue (EPILOGUE*, matmul::epilogue) runs over the stored
 // outputs, column n = ow (EOW: the output's last axis as the graph sees it).
 // Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: RM, RP, ACCS, BODY,
-// STORES, HAS_BIAS, SPLIT, EPILOGUE*. Params: NSEG (= N * OROWS * SEGS), SEGS (= ceil(OW / RP)),
+// STORES, X4 (x read as vec4s: IW % 4 == 0), HAS_BIAS, SPLIT, EPILOGUE*. Params: NSEG (= N * OROWS * SEGS), SEGS (= ceil(OW / RP)),
 // OROWS (= OD * OH), RBLOCKS, CCHUNK, SPLITS, TOTAL (= N * M * P), EOW and conv::window's.
 #import common::grid
 #import matmul::epilogue
@@ -30,6 +30,15 @@ fn ld(row: u32, ix: i32, ok: bool) -> f32 {
     let inside = ok && u32(ix) < IW();
     return select(0.0, f32(x_load(row + min(u32(ix), IW() - 1u))), inside);
 }
+
+#ifdef X4
+// The aligned vec4 qi of the row starting at vec4 `row4` (IW % 4 == 0: a vec4 is all inside
+// the row or all padding).
+fn ld4(row4: u32, qi: i32, ok: bool) -> vec4<f32> {
+    let inside = ok && u32(qi) < IW() / 4u;
+    return select(vec4<f32>(), vec4<f32>(x_load4(row4 + min(u32(qi), IW() / 4u - 1u))), inside);
+}
+#endif
 
 fn wt(i: u32) -> f32 {
     return f32(w_load(i));

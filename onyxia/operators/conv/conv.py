@@ -45,7 +45,7 @@ from onyxia.operators.conv.window import (
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
 from onyxia.operators.matmul.epilogue import Epilogue, fused_epilogue
 from onyxia.operators.matmul.matmul import Product, plan_product
-from onyxia.plan import ALWAYS, Step, adapter
+from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
 
 # Below these many output channels per group or products per output, a tile would be mostly
 # idle: the direct kernel (one thread per output) is faster.
@@ -279,12 +279,17 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     # A pointwise conv is one row of P positions: no padding lanes at a row's end.
     spatial, flat = ((p,), Window((1,), (1,), (1,), (0,), (0,), (p,))) if pointwise else (spec.spatial, win)
     alternatives = []
-    for rm, rp in register_tiles(spec.mg, pointwise):
-        if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor):
+    # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
+    row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
+    for x4, rm, rp in [(True, *t) for t in register_tiles(spec.mg, pointwise)] + \
+            [(False, *t) for t in register_tiles(spec.mg, pointwise)]:
+        guard = row4 if x4 else ALWAYS
+        if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:
             steps = plan_register(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
                                   channels=spec.channels, maps=spec.maps, group=spec.group, spatial=spatial,
-                                  win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, epilogue=epilogue, eow=win.out[-1])
-            alternatives.append((f"register/{rm}x{rp}", steps, ALWAYS, adapter("cpu")))
+                                  win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
+                                  eow=win.out[-1])
+            alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, adapter("cpu")))
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))

@@ -79,9 +79,12 @@ def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
     return sorted({j * sw + t * dw for j in range(rp) for t in range(kw)})
 
 
-def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool) -> dict[str, str]:
-    """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile (weights
-    k-major: RM / 4 vec4 loads per tap, else RM scalar ones)."""
+def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None) -> dict[str, str]:
+    """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
+    k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
+    is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
+    vec4, static since a row segment starts at a multiple of 4 positions), else one element a
+    load."""
     quads = rp // 4
     if kmajor:
         accs = [f"let mq{j} = min(m0 / 4u + {j}u, MG() / 4u - 1u);" for j in range(rm // 4)]
@@ -90,7 +93,14 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool) -> dict
         accs = [f"let wr{r} = (wg_row + min(m0 + {r}u, MG() - 1u)) * K();" for r in range(rm)]
         body = []
     accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rm) for q in range(quads)]
-    body += [f"let s{i} = ld(row, xs + {i}, ok);" for i in span_loads(rp, kw, sw, dw)]
+    offsets = span_loads(rp, kw, sw, dw)
+    if x4 is None:
+        body += [f"let s{i} = ld(row, xs + {i}, ok);" for i in offsets]
+    else:
+        accs.append(f"let qx = (xs - {x4}) / 4;")
+        body.append("let row4 = row / 4u;")
+        body += [f"let q{t} = ld4(row4, qx + {t}, ok);" for t in sorted({(x4 + i) // 4 for i in offsets})]
+        body += [f"let s{i} = q{(x4 + i) // 4}[{(x4 + i) % 4}];" for i in offsets]
     for t in range(kw):
         for q in range(quads):
             lanes = ", ".join(f"s{(4 * q + j) * sw + t * dw}" for j in range(4))
@@ -101,7 +111,7 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool) -> dict
             body.append(f"let w{r}_{t} = wv{r // 4}_{t}[{r % 4}];" if kmajor else f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);")
             body += [f"a{r}_{q} += w{r}_{t} * v{t}_{q};" for q in range(quads)]
     stores = [f"put(site, {r}u, {q}u, a{r}_{q});" for r in range(rm) for q in range(quads)]
-    return {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores)}
+    return {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores), "X4": x4 is not None}
 
 
 def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: int, kmajor: bool) -> bool:
@@ -112,10 +122,12 @@ def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: i
 
 def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, batch: Dim, channels: int, maps: int,
                   group: int, spatial: tuple[Dim, ...], win: Window, rm: int, rp: int,
-                  kmajor: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None) -> list[Step]:
+                  kmajor: bool, x4: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None) -> list[Step]:
     """conv_register.wgsl over an RM x RP tile (+ the split-K finish when the input channels
     are many). `spatial`/`win` may be the flattened 1-D form of a pointwise conv; `eow` is then
-    the real output's last axis (the epilogue's column)."""
+    the real output's last axis (the epilogue's column). `x4`: the input is read as vec4s,
+    correct only where its rows' width is a multiple of 4 (the caller's guard) and the leading
+    pad is static."""
     cg, mg = channels // group, maps // group
     params = window_params(spatial, win)
     p = params["P"]
@@ -135,8 +147,8 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
                   RBLOCKS=rblocks, CCHUNK=cchunk, SPLITS=splits, TOTAL=total, EOW=ow if eow is None else eow)
     del oh
     defs: dict[str, object] = {"RM": rm, "RP": rp, "HAS_BIAS": bias is not None and not split, "SPLIT": split,
-                               "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor)}
-    reads: dict[str, str | Buf] = {"x": x, "w": Buf(w, vector=kmajor), **({"bias": bias} if bias is not None and not split else {})}
+                               "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor, -win.begin[-1] % 4 if x4 else None)}
+    reads: dict[str, str | Buf] = {"x": Buf(x, vector=x4), "w": Buf(w, vector=kmajor), **({"bias": bias} if bias is not None and not split else {})}
     workgroups = (ceil_div(nseg, LANES), 1, group * rblocks * splits)
     if not split:
         defs, params, reads = epilogue.onto(defs, params, reads)
