@@ -109,11 +109,7 @@ fn main(wg: Grid) {
             let iz = iz0 + i32(kd * DD());
             let zok = u32(iz) < ID();
             for (var kh = 0u; kh < KH(); kh++) {
-                let iy = iy0 + i32(kh * DH());
-                let ok = zok && u32(iy) < IH();
-                let row = xc + (min(u32(iz), ID() - 1u) * IH() + min(u32(iy), IH() - 1u)) * IW();
-                let wt0 = wc + (kd * KH() + kh) * KW();
-                #{BODY}
+                #{BODY}  // from input row iy0 + kh * DH: its loads, then every tap along it
             }
         }
     }

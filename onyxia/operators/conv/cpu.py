@@ -2,8 +2,8 @@
 
 An invocation computes RM output channels x RP consecutive output positions of one output row,
 its 8-lane workgroup 8 neighbouring row segments; the workgroup's z index picks the group and
-channel block, so every weight load is uniform across the lanes (llvmpipe loads it once) and
-only input loads are per lane. Per input channel and kernel row the invocation loads the row's
+channel block, so every weight address is uniform across the lanes and only the input's
+differ. Per input channel and kernel row the invocation loads the row's
 span once and reuses every value for each of its RM channels and every tap along the row:
 the body is generated here, unrolled over (taps, positions, channels) with named accumulators.
 
@@ -13,8 +13,13 @@ Shapes the variants take (all f32 compute, any float storage; not ConvTranspose)
 - general: any kernel, stride, dilation, pads, groups, 1-D to 3-D (conv::window's 3-D params);
 - depthwise (one output channel per group): RM = 1, input reuse along the row only.
 
-Tile shapes measured on lavapipe (Mesa 22.3, 2 shared cores) are in TILES; the conv's Select
-offers the shapes that fit and the tuner may choose among them.
+Tiles (TILES, ROW_TILES, DEPTHWISE_TILES), measured on lavapipe (Mesa 22.3, 2 cores shared
+with a load average of ~17, so min of 7 rounds, every variant side by side): 1x1 64->64 at
+56x56 16x8 2.2 ms, 8x8 2.5, 16x4 3.3-4.1 (the workgroup-tiled matrix product: 94 ms); 1x3 at
+56x56 8x8 6.1 ms, 16x8 11.4, 16x4 23; the C=3 stem 16x8 1.5 ms, 8x8 1.7, 16x4 1.9-2.2;
+depthwise 3x3 over 64 x 112x112 1x16 3.9-5.9 ms, 1x8 6.9-10. Each conv's Select offers
+the tiles that fit, vec4-input forms first where rows are a multiple of 4 wide (no clear
+difference measured, but never slower), and the tuner chooses among them.
 Trip counts: an invocation walks at most MAX_ROWS_PER_INVOCATION (input channel, kernel row)
 pairs; more input channels are split and the partial sums added by matmul/splitk.wgsl.
 """
@@ -40,9 +45,10 @@ MAX_ROWS_PER_INVOCATION = 8192
 MAX_BODY = 512
 
 
-# (RM, RP) tiles offered, the heuristic's first (see the module doc for the measurements).
-TILES = ((16, 4), (8, 8), (16, 8))
-DEPTHWISE_TILES = ((1, 8), (1, 16))
+# (RM, RP) tiles offered, the heuristic's first (the module doc has the measurements).
+TILES = ((16, 8), (8, 8), (16, 4))  # pointwise (KW = 1)
+ROW_TILES = ((8, 8), (16, 8), (16, 4))  # KW > 1: a longer body per row
+DEPTHWISE_TILES = ((1, 16), (1, 8))
 
 
 # On a Conv node: its weights are stored k-major (to_kmajor), which every kernel reads (def
@@ -66,12 +72,13 @@ def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
     return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
 
 
-def register_tiles(mg: int, pointwise: bool) -> list[tuple[int, int]]:
-    """The tiles offered for MG output channels per group: no more rows than MG needs."""
+def register_tiles(mg: int, kw: int) -> list[tuple[int, int]]:
+    """The tiles offered for MG output channels per group and kernel rows KW wide, the
+    heuristic's first: no more rows than MG needs."""
     if mg == 1:
         return list(DEPTHWISE_TILES)
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
-    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in TILES))
+    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in (TILES if kw == 1 else ROW_TILES)))
 
 
 def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
@@ -79,19 +86,22 @@ def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
     return sorted({j * sw + t * dw for j in range(rp) for t in range(kw)})
 
 
-def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None) -> dict[str, str]:
+def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None) -> dict[str, object]:
     """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
     k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
     is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
     vec4, static since a row segment starts at a multiple of 4 positions), else one element a
     load."""
     quads = rp // 4
+    # the kernel row kh of input channel c: its input row and first weight
+    body = ["let iy = iy0 + i32(kh * DH());", "let ok = zok && u32(iy) < IH();",
+            "let row = xc + (min(u32(iz), ID() - 1u) * IH() + min(u32(iy), IH() - 1u)) * IW();",
+            "let wt0 = wc + (kd * KH() + kh) * KW();"]
     if kmajor:
         accs = [f"let mq{j} = min(m0 / 4u + {j}u, MG() / 4u - 1u);" for j in range(rm // 4)]
-        body = ["let wk = (g * K() + wt0) * (MG() / 4u);"]
+        body.append("let wk = (g * K() + wt0) * (MG() / 4u);")
     else:
         accs = [f"let wr{r} = (wg_row + min(m0 + {r}u, MG() - 1u)) * K();" for r in range(rm)]
-        body = []
     accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rm) for q in range(quads)]
     offsets = span_loads(rp, kw, sw, dw)
     if x4 is None:
@@ -111,7 +121,8 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
             body.append(f"let w{r}_{t} = wv{r // 4}_{t}[{r % 4}];" if kmajor else f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);")
             body += [f"a{r}_{q} += w{r}_{t} * v{t}_{q};" for q in range(quads)]
     stores = [f"put(site, {r}u, {q}u, a{r}_{q});" for r in range(rm) for q in range(quads)]
-    return {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores), "X4": x4 is not None}
+    return {"ACCS": " ".join(accs), "BODY": " ".join(body),
+            "STORES": " ".join(stores), "X4": x4 is not None}
 
 
 def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: int, kmajor: bool) -> bool:
