@@ -109,22 +109,23 @@ def _with_epilogue(model, exprs, inputs, extra_inputs=()):
 @pytest.mark.parametrize("w_shape,attrs", [([8, 4, 3, 3], dict(pads=[1, 1, 1, 1])),
                                            ([8, 4, 1, 1], {}),
                                            ([4, 1, 3, 3], dict(group=4, pads=[1, 1, 1, 1]))])
-def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs):
+@pytest.mark.parametrize("operand", ["full", "channel", "row"])
+def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs, operand):
+    # Conv + Add(operand) + Relu against onnxruntime's unfused graph; the operand is a residual
+    # (the output's shape), a per-channel [M, 1, 1] or a row [w] broadcast to the output.
+    maps = w_shape[0]
+    r_shape = {"full": [2, maps, "h", "w"], "channel": [maps, 1, 1], "row": ["w"]}[operand]
     x_shape = [2, 4, "h", "w"]
     inits = {"w": randn(*w_shape), "b": randn(w_shape[0])}
-    conv = h.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)
-    add = h.make_node("Add", ["c", "r"], ["s"])
-    relu = h.make_node("Relu", ["s"], ["y"])
-    maps = w_shape[0]
-    ref_model = make_model([conv, add, relu], [("x", np.float32, x_shape), ("r", np.float32, [2, maps, "h", "w"])],
-                           ["y"], inits)
-    conv_only = make_model([h.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
-                           [("x", np.float32, x_shape), ("r", np.float32, [2, maps, "h", "w"])], ["y"], inits)
+    inputs = [("x", np.float32, x_shape), ("r", np.float32, r_shape)]
+    ref_model = make_model([h.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), h.make_node("Add", ["c", "r"], ["s"]),
+                            h.make_node("Relu", ["s"], ["y"])], inputs, ["y"], inits)
+    conv_only = make_model([h.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], inputs, ["y"], inits)
     graph = _with_epilogue(conv_only, ["x0 + x1", "max(v0, 0.0)"], [-1, 3], ["r"])
     compiled = CompilerPipeline(core_operator_registry()).compile(graph, {"h": 6, "w": 7}, ())
     exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
-    for dims in (dict(h=6, w=7), dict(h=5, w=9)):
-        feeds = {"x": randn(2, 4, dims["h"], dims["w"]), "r": randn(2, maps, dims["h"], dims["w"])}
+    for dims in (dict(h=6, w=7), dict(h=5, w=8)):
+        feeds = {"x": randn(2, 4, dims["h"], dims["w"]), "r": randn(*_shape(r_shape, dims))}
         ref = run_ort(ref_model, feeds)[0]
         exe.update_dimensions(dims)
         for kind in ("cpu", "gpu"):
@@ -135,3 +136,25 @@ def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs):
                     exe.choose(select, i)
                     np.testing.assert_allclose(exe.run(feeds)["y"], ref, rtol=2e-4, atol=2e-4,
                                                err_msg=f"{kind} {label} {dims}")
+
+
+def test_float16_conv_on_every_alternative(runtime):
+    # float16 storage, f32 compute: against onnxruntime in float32 on the same (rounded) values.
+    x16, w16, b16 = randn(2, 8, 6, 8).astype(np.float16), randn(8, 8, 3, 3).astype(np.float16), \
+        randn(8).astype(np.float16)
+    node = h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    model = make_model([node], [("x", np.float16, [2, 8, "h", "w"])], ["y"], {"w": w16, "b": b16})
+    ref_model = make_model([node], [("x", np.float32, [2, 8, "h", "w"])], ["y"],
+                           {"w": w16.astype(np.float32), "b": b16.astype(np.float32)})
+    ref = run_ort(ref_model, {"x": x16.astype(np.float32)})[0]
+    compiled = compile_model(model, {"h": 6, "w": 8})
+    exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
+    for kind in ("cpu", "gpu"):
+        exe.assume_adapter(kind)
+        select = next(c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key.startswith("conv/"))
+        for i, label in enumerate(select.step.labels):
+            if select.eligible[i]:
+                exe.choose(select, i)
+                got = exe.run({"x": x16})["y"]
+                assert got.dtype == np.float16
+                np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2, err_msg=f"{kind} {label}")

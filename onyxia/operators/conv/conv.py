@@ -165,9 +165,11 @@ class Conv(Operator):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         # A node carrying fused elementwise ops (`epilogue_exprs` / `epilogue_inputs`, the
-        # protocol of operators/matmul/epilogue.py) runs them where its kernels store.
+        # protocol of operators/matmul/epilogue.py) runs them where its kernels store. Operands
+        # are read at the flat output index: a pointwise conv's matrix product and the split-K
+        # finish number columns by position, the conv kernels by output column.
         spec = self.spec(ctx)
-        return plan_conv(ctx, spec, fused_epilogue(ctx, spec.out_shape))
+        return plan_conv(ctx, spec, fused_epilogue(ctx, spec.out_shape, columns=False))
 
 
 class ConvTranspose(Conv):

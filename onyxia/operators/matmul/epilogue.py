@@ -45,14 +45,17 @@ class Epilogue:
         return {**defs, **self.defs}, {**params, **self.params}, {**reads, **self.reads}
 
 
-def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str) -> tuple[str, list[str], dict[str, Dim]]:
+def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str,
+                  columns: bool = True) -> tuple[str, list[str], dict[str, Dim]]:
     """(index expression, statements defining it, params) reading operand k of `shape`
-    broadcast to `out` at the output element whose flat index is `flat` (column `n`)."""
+    broadcast to `out` at the output element whose flat index is `flat` (column `n`, unless
+    `columns` is off: kernels whose `n` is not the output's last axis)."""
     if is_one(numel(shape)):
         return "0u", [], {}
     if ctx.same_shape(shape, out):
         return flat, [], {}
-    if len(shape) >= 1 and ctx.same_dim(shape[-1], out[-1]) and all(is_one(d) for d in shape[:-1]):
+    if (columns and len(shape) >= 1 and ctx.same_dim(shape[-1], out[-1])
+            and all(is_one(d) for d in shape[:-1])):
         return "n", [], {}
     dims, (strides,) = collapse_dims(out, [broadcast_strides(shape, out)])
     params: dict[str, Dim] = {}
@@ -69,9 +72,10 @@ def operand_index(ctx: PlanCtx, k: int, shape: Shape, out: Shape, flat: str) -> 
     return f"e{k}_i", lines, params
 
 
-def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o") -> Epilogue:
+def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o", columns: bool = True) -> Epilogue:
     """The node's `epilogue_exprs` / `epilogue_inputs` as kernel defs (see the module doc);
-    `flat` is the WGSL expression of the output element's flat index in the epilogue function."""
+    `flat` is the WGSL expression of the output element's flat index in the epilogue function;
+    `columns` off: no operand is read at the column `n` (a convolution's kernels disagree on it)."""
     exprs = list(ctx.attr("epilogue_exprs", []))
     if not exprs:
         return Epilogue()
@@ -82,7 +86,7 @@ def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o") -> Epilogue:
         if i < 0:
             loads.append(f"let x{k} = v;")
             continue
-        index, lines, index_params = operand_index(ctx, k, ctx.input_shape(i), out, flat)
+        index, lines, index_params = operand_index(ctx, k, ctx.input_shape(i), out, flat, columns)
         loads += lines
         loads.append(f"let x{k} = f32(e{k}_load({index}));")
         reads[f"e{k}"] = ctx.input(i)
