@@ -1,6 +1,12 @@
 """Conv and ConvTranspose (1-D, 2-D and 3-D) over the window geometry of operators/conv/window.py.
 
-Both ops run on one of two kernels over the same patch addressing (shaders/conv/window.wgsl):
+A float Conv is one tuned Select (plan_conv): the register-tiled kernels of
+operators/conv/cpu.py (no shared memory, no barriers; preferred on a CPU-type adapter such as
+lavapipe) and the workgroup-tiled kernels below (everything else, and ConvTranspose and integer
+convolutions alone). Every kernel applies a fused elementwise epilogue where it stores, and reads
+the weights k-major where compiler/passes/conv_weights.py stored them so (def W_KMAJOR).
+
+The workgroup-tiled kernels share one patch addressing (shaders/conv/window.wgsl):
 
 - `conv/conv_gemm.wgsl`, an implicit GEMM: per group, Y[MG, N*P] = W[MG, K] x patches[K, N*P]
   with K = C/group * kernel size and P the output's spatial size. The patch matrix is never
