@@ -108,17 +108,30 @@ def _elements(t: TensorInfo, dims: Mapping[str, int]) -> int:
     return _eval(numel(t.shape), dims)
 
 
+def _conv_weight(reads: list[TensorInfo], out: TensorInfo, dims: Mapping[str, int]) -> TensorInfo | None:
+    """A conv's weights among the tensors its dispatches read, in whatever order they bind them
+    (a pointwise conv's matrix product binds W first, the conv kernels the input) and whatever
+    layout they are stored in (k-major, or W^T for a pooled map: passes/pooled_conv.py): the
+    constant of the output's rank, else the tensor of that rank with the output's channels first."""
+    if len(out.shape) < 3:
+        return None
+    ranked = [t for t in reads if len(t.shape) == len(out.shape)]
+    weight = next((t for t in ranked if t.kind == "weight"), None)
+    if weight is not None:
+        return weight
+    maps = _eval(out.shape[1], dims)
+    fits = [t for t in ranked if _eval(t.shape[0], dims) == maps]
+    return fits[-1] if fits else None
+
+
 def _op_flops(op_type: str, reads: list[TensorInfo], writes: list[TensorInfo], dims: Mapping[str, int]) -> int:
     """Flops of a product or attention op from the tensors its dispatches bind (0: not one)."""
     if not reads or not writes:
         return 0
     out = max(writes, key=lambda t: _elements(t, dims))
     if op_type in PRODUCT_OPS:
-        if op_type.startswith(("Conv", "QLinearConv")) and len(reads) > 1 and reads[1].shape and len(out.shape) > 1:
-            # Each output element is a dot of numel(W) / output channels products. W: the
-            # constant of the output's rank; the pointwise path binds it first (the product's A),
-            # a pooled-map convolution stores it as W^T (passes/pooled_conv.py).
-            w = next((t for t in reads if t.kind == "weight" and len(t.shape) == len(out.shape)), reads[1])
+        w = _conv_weight(reads, out, dims) if op_type.startswith(("Conv", "QLinearConv")) else None
+        if w is not None:  # each output element is a dot of numel(W) / output channels products
             return 2 * _elements(out, dims) * (_elements(w, dims) // max(_eval(out.shape[1], dims), 1))
         a = reads[0]
         k = _eval(a.shape[-1], dims) if a.shape else 1

@@ -82,6 +82,9 @@ fn conv_weight(g: u32, m: u32, k: u32) -> #{T} {
 #ifdef TRANSPOSED
     // W is [C, MG, *kernel]
     return #{T}(w_load(((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()));
+#else ifdef W_KMAJOR
+    // W stored k-major (operators/conv/cpu.py to_kmajor): [group, K, MG]
+    return #{T}(w_load((g * K() + k) * MG() + m));
 #else
     // W is [M, CG, *kernel]: row g * MG + m of a [M, K] matrix
     return #{T}(w_load((g * MG() + m) * K() + k));

@@ -10,7 +10,7 @@ from onnx import helper as h
 from onyxia.operators.matmul.gemm_variants import TILED_KCHUNK, k_splits
 from onyxia.runtime.null import null_executor
 from tests.builders.gemv_heuristic import running
-from tests.helpers import compile_model, make_model
+from tests.helpers import compile_model, live_dispatches, make_model
 
 pytestmark = pytest.mark.usefixtures("heuristic")  # the heuristic's choice is under test: no tuning
 
@@ -62,14 +62,17 @@ def test_symbolic_k_is_split_by_an_expression():
         assert gemm.workgroups[2] == splits
 
 
-@pytest.mark.parametrize("channels,maps,expected", [
-    (64, 16, ["conv/conv_gemm"]),
-    (8192, 16, ["conv/conv_gemm", "matmul/splitk"]),  # K = 8192 * 9: split
-    (8192, 4, ["conv/conv_gemm", "matmul/splitk"]),  # few maps, but too long for the direct kernel
-    (64, 4, ["conv/conv_direct"]),
+@pytest.mark.parametrize("channels,maps,expected,cpu", [
+    (64, 16, ["conv/conv_gemm"], ["conv/conv_register"]),
+    (8192, 16, ["conv/conv_gemm", "matmul/splitk"], ["conv/conv_register", "matmul/splitk"]),  # K = 8192 * 9: split
+    # few maps, but too long for the direct kernel
+    (8192, 4, ["conv/conv_gemm", "matmul/splitk"], ["conv/conv_register", "matmul/splitk"]),
+    (64, 4, ["conv/conv_direct"], ["conv/conv_register"]),
 ])
-def test_conv_splits_a_long_reduction(channels, maps, expected):
+def test_conv_splits_a_long_reduction(channels, maps, expected, cpu):
     w = np.zeros((maps, channels, 3, 3), F)
     model = make_model([h.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [("x", F, [1, channels, 4, 4])],
                        ["y"], {"w": w})
-    assert [s.label for s in compile_model(model).shaders] == expected
+    compiled = compile_model(model)
+    for kind, labels in (("gpu", expected), ("cpu", cpu)):
+        assert [compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, kind)] == labels, kind

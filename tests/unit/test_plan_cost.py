@@ -156,3 +156,18 @@ def test_decode_weights_read_count_the_gathered_rows_of_a_table():
     # w and head whole, one row of the 32-row embedding table (batch 1, one token)
     assert step.weight_read_bytes == 4 * (8 + 8 * 8 + 8 * 32)
     assert step.ratio == step.plan_bytes / (step.weight_read_bytes + step.kv_bytes)
+
+
+def test_conv_flops_count_the_weights_on_every_kernel():
+    # A pointwise conv's matrix product binds W first, the conv kernels the input first: both
+    # count 2 * output elements * C/group * kernel size (the GPU's and the CPU's choice).
+    from onyxia.plan import AdapterFacts
+    from tests.builders.conv import conv_model
+
+    for w_shape, attrs, per_out in (([32, 16, 1, 1], {}, 16), ([32, 8, 3, 3], dict(group=2, pads=[1, 1, 1, 1]), 72),
+                                    ([16, 1, 3, 3], dict(group=16, pads=[1, 1, 1, 1]), 9)):
+        compiled = compile_model(conv_model("Conv", [2, 16, "h", "w"], w_shape, **attrs), {"h": 7, "w": 5})
+        for kind in ("cpu", "gpu"):
+            cost = plan_cost(compiled, {"h": 7, "w": 5}, adapter=AdapterFacts(kind))
+            conv = [d for d in cost.live if d.op_type == "Conv"]
+            assert sum(d.flops for d in conv) == 2 * (2 * w_shape[0] * 35) * per_out, (w_shape, kind, conv)

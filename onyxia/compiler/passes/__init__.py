@@ -2,6 +2,7 @@
 than rewriting it, and its helpers are in compiler/lowering/)."""
 
 from onyxia.compiler.passes.conv_batchnorm import ConvBatchNormPass
+from onyxia.compiler.passes.conv_weights import ConvWeightsPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.div_mul import DivMulFusionPass
 from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
@@ -24,11 +25,12 @@ def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
     return [ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(),
             SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(),
-            PooledConvWeightsPass(), WeightPanelsPass(), NBitsTilesPass()]
+            PooledConvWeightsPass(), WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
 
 
-__all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "DeadCodeEliminationPass", "DivMulFusionPass",
-           "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass", "NBitsTilesPass",
-           "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass", "SharedQuantizationPass",
+__all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "ConvWeightsPass", "DeadCodeEliminationPass",
+           "DivMulFusionPass", "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass",
+           "NBitsTilesPass", "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass",
+           "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
            "default_optimization_passes"]

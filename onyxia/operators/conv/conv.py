@@ -1,6 +1,12 @@
 """Conv and ConvTranspose (1-D, 2-D and 3-D) over the window geometry of operators/conv/window.py.
 
-Both ops run on one of two kernels over the same patch addressing (shaders/conv/window.wgsl):
+A float Conv is one tuned Select (plan_conv): the register-tiled kernels of
+operators/conv/cpu.py (no shared memory, no barriers; preferred on a CPU-type adapter such as
+lavapipe) and the workgroup-tiled kernels below (everything else, and ConvTranspose and integer
+convolutions alone). Every kernel applies a fused elementwise epilogue where it stores, and reads
+the weights k-major where compiler/passes/conv_weights.py stored them so (def W_KMAJOR).
+
+The workgroup-tiled kernels share one patch addressing (shaders/conv/window.wgsl):
 
 - `conv/conv_gemm.wgsl`, an implicit GEMM: per group, Y[MG, N*P] = W[MG, K] x patches[K, N*P]
   with K = C/group * kernel size and P the output's spatial size. The patch matrix is never
@@ -22,6 +28,7 @@ position i wherever o + pad = i * stride + tap * dilation.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -31,6 +38,7 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
+from onyxia.operators.conv.cpu import KMAJOR_ATTR, from_kmajor, plan_register, register_applies, register_tiles
 from onyxia.operators.conv.window import (
     MAX_SPATIAL,
     Window,
@@ -43,7 +51,7 @@ from onyxia.operators.conv.window import (
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
 from onyxia.operators.matmul.matmul import Product, plan_product
-from onyxia.plan import Step
+from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
 
 # Below these many output channels per group or products per output, a tile would be mostly
 # idle: the direct kernel (one thread per output) is faster.
@@ -73,6 +81,7 @@ class ConvSpec:
     spatial: tuple[Dim, ...]
     window: Window
     transposed: bool
+    w_kmajor: bool = False  # weights stored k-major (operators/conv/cpu.py to_kmajor)
 
     @property
     def cg(self) -> int:
@@ -119,6 +128,8 @@ class Conv(Operator):
         if group < 1 or channels % group:
             raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
         spec = self.geometry(ctx, x, w, group, kernel)
+        if ctx.attr(KMAJOR_ATTR, 0):
+            spec = dataclasses.replace(spec, w_kmajor=True)
         if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
             raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
         return spec
@@ -146,6 +157,8 @@ class Conv(Operator):
         x, w = vals[0].astype(np.float64), vals[1].astype(np.float64)
         if ctx.attr(WEIGHTS_KC_ATTR, 0):
             w = w.swapaxes(0, 1)
+        elif spec.w_kmajor:
+            w = from_kmajor(w, spec.group)
         y = self.fold_values(spec, x, w)
         if ctx.has_input(2):
             y += vals[2].reshape((1, -1) + (1,) * len(spec.spatial))
@@ -263,32 +276,70 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[St
             epilogue=epilogue))
     return plan_product(ctx, Product(
         ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
+        trans_a=spec.w_kmajor,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
         c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else (), epilogue=epilogue))
 
 
 def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> list[Step]:
-    """The convolution's dispatches; `epilogue` (fused elementwise ops over the output, f32
-    compute) runs wherever a kernel stores the output: the kernel itself or the split-K finish."""
+    """The conv's steps: one tuned Select of the register-tiled kernels (operators/conv/cpu.py,
+    preferred on a CPU-type adapter) and the workgroup-tiled ones (GPU-type adapters), each
+    applying `epilogue` (fused elementwise ops over the output, f32 compute) wherever it stores
+    the output: the kernel itself or the split-K finish."""
     compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
+    if epilogue and compute != "f32":
+        raise ctx.fail(f"a fused epilogue needs f32 compute, got {compute}")
+    win = spec.window
+    p = numel(win.out)
+    if _is_int(spec.batch * p) and spec.batch * p == 0:
+        return []
+    workgroup = _plan_workgroup(ctx, spec, compute, epilogue)
+    if ctx.attr(WEIGHTS_KC_ATTR, 0):  # a pooled map's W^T (passes/pooled_conv.py): a matrix product
+        return workgroup
+    bias = ctx.input(2) if ctx.has_input(2) else None
+    pointwise = _is_pointwise(spec)
+    # A pointwise conv is one row of P positions: no padding lanes at a row's end.
+    spatial, flat = ((p,), Window((1,), (1,), (1,), (0,), (0,), (p,))) if pointwise else (spec.spatial, win)
+    alternatives = []
+    # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
+    row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
+    tiles = register_tiles(spec.mg, flat.kernel[-1])
+    for x4, rm, rp in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
+        guard = row4 if x4 else ALWAYS
+        if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:
+            steps = plan_register(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
+                                  channels=spec.channels, maps=spec.maps, group=spec.group, spatial=spatial,
+                                  win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
+                                  eow=win.out[-1])
+            alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, adapter("cpu")))
+    if not alternatives:
+        return workgroup
+    alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))
+    kind = "pointwise" if pointwise else "depthwise" if spec.mg == 1 else "direct"
+    key = f"conv/{kind}/{spec.cg}x{spec.mg}x{'x'.join(map(str, win.kernel))}/s{'x'.join(map(str, win.strides))}"
+    return ctx.select(key, alternatives, tuned=True, shape=(spec.batch, p))
+
+
+def _plan_workgroup(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilogue) -> list[Step]:
+    """The workgroup-tiled kernels (module doc): pointwise as a matrix product, else the direct
+    kernel for thin products and the implicit GEMM (split-K past TILED_KCHUNK)."""
     win = spec.window
     p = numel(win.out)
     ncols = spec.batch * p
     k = spec.cg * numel(win.kernel)
-    if _is_int(ncols) and ncols == 0:
-        return []
     if _is_pointwise(spec):
         return _plan_pointwise(ctx, spec, epilogue)
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols}
     has_bias = ctx.has_input(2)
-    defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias}
+    defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias,
+                               "W_KMAJOR": spec.w_kmajor}
     reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
     if (spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K) and k <= DIRECT_MAX_K:
         total = spec.batch * spec.maps * p
-        direct_defs, direct_params, direct_reads = epilogue.onto(defs, {**params, "TOTAL": total}, reads)
-        return [ctx.dispatch("conv/conv_direct.wgsl", defs=direct_defs, params=direct_params,
-                             reads=direct_reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
+        e_defs, e_params, e_reads = epilogue.onto(defs, {**params, "TOTAL": total}, reads)
+        return [ctx.dispatch("conv/conv_direct.wgsl", defs=e_defs, params=e_params,
+                             reads=e_reads, writes={"y": ctx.output(0)}, workgroups=ctx.grid(total))]
     rm = 1 if spec.mg <= 16 else 2 if spec.mg <= 32 else 4
     # Columns: the largest tile that still leaves enough workgroups (symbolic: many columns).
     hint = ncols if _is_int(ncols) else p if _is_int(p) and p >= 1024 else None
@@ -303,9 +354,9 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     workgroups = (ceil_div(ncols, 16 * rn), 1, row_blocks * spec.group * splits)
     gemm_defs = {**defs, "RM": rm, "RN": rn}
     if not split:
-        gemm_defs, gemm_params, gemm_reads = epilogue.onto(gemm_defs, {**params, "ROW_BLOCKS": row_blocks}, reads)
-        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=gemm_defs, params=gemm_params,
-                             reads=gemm_reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
+        e_defs, e_params, e_reads = epilogue.onto(gemm_defs, {**params, "ROW_BLOCKS": row_blocks}, reads)
+        return [ctx.dispatch("conv/conv_gemm.wgsl", defs=e_defs, params=e_params,
+                             reads=e_reads, writes={"y": ctx.output(0)}, workgroups=workgroups)]
     # A long reduction (many input channels x taps): partial sums per K range, added up with the
     # bias by the split-K pass of the matrix product (bias = Gemm's C broadcast along P).
     total = spec.batch * spec.maps * p

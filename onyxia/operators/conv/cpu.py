@@ -1,0 +1,183 @@
+"""Register-tiled convolution for CPU-type adapters: `conv/conv_register.wgsl`.
+
+An invocation computes RM output channels x RP consecutive output positions of one output row,
+its 8-lane workgroup 8 neighbouring row segments; the workgroup's z index picks the group and
+channel block, so every weight address is uniform across the lanes and only the input's
+differ. Per input channel and kernel row the invocation loads the row's
+span once and reuses every value for each of its RM channels and every tap along the row:
+the body is generated here, unrolled over (taps, positions, channels) with named accumulators.
+
+Shapes the variants take (all f32 compute, any float storage; not ConvTranspose):
+- pointwise (1x1, stride 1, no pad, group 1): the space flattened to one row of P positions,
+  so a symbolic P that is not a multiple of 4, and any batch, cost no padding lanes;
+- general: any kernel, stride, dilation, pads, groups, 1-D to 3-D (conv::window's 3-D params);
+- depthwise (one output channel per group): RM = 1, input reuse along the row only.
+
+Tiles (TILES, ROW_TILES, DEPTHWISE_TILES), measured on lavapipe (Mesa 22.3, 2 cores shared
+with a load average of ~17, so min of 7 rounds, every variant side by side): 1x1 64->64 at
+56x56 16x8 2.2 ms, 8x8 2.5, 16x4 3.3-4.1 (the workgroup-tiled matrix product: 94 ms); 1x3 at
+56x56 8x8 6.1 ms, 16x8 11.4, 16x4 23; the C=3 stem 16x8 1.5 ms, 8x8 1.7, 16x4 1.9-2.2;
+depthwise 3x3 over 64 x 112x112 1x16 3.9-5.9 ms, 1x8 6.9-10. Each conv's Select offers
+the tiles that fit, vec4-input forms first where rows are a multiple of 4 wide (no clear
+difference measured, but never slower), and the tuner chooses among them.
+Trip counts: an invocation walks at most MAX_ROWS_PER_INVOCATION (input channel, kernel row)
+pairs; more input channels are split and the partial sums added by matmul/splitk.wgsl.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onyxia.ir.shapes import Dim, numel
+from onyxia.operators.base import Buf, PlanCtx
+from onyxia.operators.common import ceil_div
+from onyxia.operators.conv.window import Window, window_params
+from onyxia.operators.matmul.epilogue import Epilogue
+from onyxia.operators.matmul.gemm_variants import plan_finish
+from onyxia.plan import Step
+
+LANES = 8  # the kernel's workgroup: one SIMD batch of llvmpipe's 256-bit lanes
+# (input channel, kernel row) pairs per invocation: its loops run at most ~3x this many times
+# in all, far below lavapipe's ~65,535.
+MAX_ROWS_PER_INVOCATION = 8192
+# Unrolled body size bound (multiply-adds of 4 positions per kernel row): past it the shader
+# compiles slowly and spills; a longer kernel row takes the other kernels.
+MAX_BODY = 512
+
+
+# (RM, RP) tiles offered, the heuristic's first (the module doc has the measurements).
+TILES = ((16, 8), (8, 8), (16, 4))  # pointwise (KW = 1)
+ROW_TILES = ((8, 8), (16, 8), (16, 4))  # KW > 1: a longer body per row
+DEPTHWISE_TILES = ((1, 16), (1, 8))
+
+
+# On a Conv node: its weights are stored k-major (to_kmajor), which every kernel reads (def
+# W_KMAJOR); compiler/passes/conv_weights.py sets it. Without it, an invocation's RM weight rows
+# are RM scalar loads per tap, which llvmpipe issues per lane: 16 rows x 4 positions of a 1x1
+# conv (112 -> 672 channels, 14x14) ran in 11.0 ms with them, 2.0 ms with the weights as a
+# constant (lavapipe, same run): the weights' loads were the kernel's cost.
+KMAJOR_ATTR = "w_kmajor"
+
+
+def to_kmajor(w: np.ndarray, group: int) -> np.ndarray:
+    """Conv weights [M, CG, *kernel] in the order [group, CG * kernel, M / group] (k-major:
+    the MG channels of one patch row contiguous, read as vec4s), returned with W's shape."""
+    m = w.shape[0]
+    return w.reshape(group, m // group, -1).transpose(0, 2, 1).reshape(w.shape)
+
+
+def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
+    """The inverse of to_kmajor."""
+    m = w.shape[0]
+    return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
+
+
+def register_tiles(mg: int, kw: int) -> list[tuple[int, int]]:
+    """The tiles offered for MG output channels per group and kernel rows KW wide, the
+    heuristic's first: no more rows than MG needs."""
+    if mg == 1:
+        return list(DEPTHWISE_TILES)
+    cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
+    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in (TILES if kw == 1 else ROW_TILES)))
+
+
+def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
+    """Offsets along the input row that RP positions x KW taps read (deduplicated, sorted)."""
+    return sorted({j * sw + t * dw for j in range(rp) for t in range(kw)})
+
+
+def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None) -> dict[str, object]:
+    """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
+    k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
+    is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
+    vec4, static since a row segment starts at a multiple of 4 positions), else one element a
+    load."""
+    quads = rp // 4
+    # the kernel row kh of input channel c: its input row and first weight
+    body = ["let iy = iy0 + i32(kh * DH());", "let ok = zok && u32(iy) < IH();",
+            "let row = xc + (min(u32(iz), ID() - 1u) * IH() + min(u32(iy), IH() - 1u)) * IW();",
+            "let wt0 = wc + (kd * KH() + kh) * KW();"]
+    if kmajor:
+        accs = [f"let mq{j} = min(m0 / 4u + {j}u, MG() / 4u - 1u);" for j in range(rm // 4)]
+        body.append("let wk = (g * K() + wt0) * (MG() / 4u);")
+    else:
+        accs = [f"let wr{r} = (wg_row + min(m0 + {r}u, MG() - 1u)) * K();" for r in range(rm)]
+    accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rm) for q in range(quads)]
+    offsets = span_loads(rp, kw, sw, dw)
+    if x4 is None:
+        body += [f"let s{i} = ld(row, xs + {i}, ok);" for i in offsets]
+    else:
+        accs.append(f"let qx = (xs - {x4}) / 4;")
+        body.append("let row4 = row / 4u;")
+        body += [f"let q{t} = ld4(row4, qx + {t}, ok);" for t in sorted({(x4 + i) // 4 for i in offsets})]
+        body += [f"let s{i} = q{(x4 + i) // 4}[{(x4 + i) % 4}];" for i in offsets]
+    for t in range(kw):
+        for q in range(quads):
+            lanes = ", ".join(f"s{(4 * q + j) * sw + t * dw}" for j in range(4))
+            body.append(f"let v{t}_{q} = vec4<f32>({lanes});")
+        if kmajor:
+            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(wk + {t}u * (MG() / 4u) + mq{j}));"
+                     for j in range(rm // 4)]
+        for r in range(rm):
+            body.append(f"let w{r}_{t} = wv{r // 4}_{t}[{r % 4}];" if kmajor
+                        else f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);")
+            body += [f"a{r}_{q} += w{r}_{t} * v{t}_{q};" for q in range(quads)]
+    stores = [f"put(site, {r}u, {q}u, a{r}_{q});" for r in range(rm) for q in range(quads)]
+    return {"ACCS": " ".join(accs), "BODY": " ".join(body),
+            "STORES": " ".join(stores), "X4": x4 is not None}
+
+
+def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: int, kmajor: bool) -> bool:
+    kw = win.kernel[-1]
+    return (compute == "f32" and not transposed and (not kmajor or rm % 4 == 0) and rm * (rp // 4) * kw <= MAX_BODY
+            and numel(win.kernel) // kw <= MAX_ROWS_PER_INVOCATION)
+
+
+def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, batch: Dim, channels: int, maps: int,
+                  group: int, spatial: tuple[Dim, ...], win: Window, rm: int, rp: int,
+                  kmajor: bool, x4: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None) -> list[Step]:
+    """conv_register.wgsl over an RM x RP tile (+ the split-K finish when the input channels
+    are many). `spatial`/`win` may be the flattened 1-D form of a pointwise conv; `eow` is then
+    the real output's last axis (the epilogue's column). `x4`: the input is read as vec4s,
+    correct only where its rows' width is a multiple of 4 (the caller's guard) and the leading
+    pad is static."""
+    cg, mg = channels // group, maps // group
+    params = window_params(spatial, win)
+    p = params["P"]
+    oh, ow = params["OH"], params["OW"]
+    orows = p // ow if isinstance(p, int) and isinstance(ow, int) else numel(win.out[:-1])
+    kw, sw, dw = win.kernel[-1], win.strides[-1], win.dilations[-1]
+    rows_per_channel = numel(win.kernel) // kw
+    cchunk = max(MAX_ROWS_PER_INVOCATION // rows_per_channel, 1)
+    splits = ceil_div(cg, cchunk)
+    cchunk = ceil_div(cg, splits)
+    split = splits > 1
+    segs = ceil_div(ow, rp)
+    nseg = batch * orows * segs
+    rblocks = ceil_div(mg, rm)
+    total = batch * maps * p
+    params.update(C=channels, M=maps, CG=cg, MG=mg, K=cg * numel(win.kernel), NSEG=nseg, SEGS=segs, OROWS=orows,
+                  RBLOCKS=rblocks, CCHUNK=cchunk, SPLITS=splits, TOTAL=total, EOW=ow if eow is None else eow)
+    del oh
+    defs: dict[str, object] = {"RM": rm, "RP": rp, "HAS_BIAS": bias is not None and not split, "SPLIT": split,
+                               "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor, -win.begin[-1] % 4 if x4 else None)}
+    reads: dict[str, str | Buf] = {"x": Buf(x, vector=x4), "w": Buf(w, vector=kmajor),
+                                   **({"bias": bias} if bias is not None and not split else {})}
+    workgroups = (ceil_div(nseg, LANES), 1, group * rblocks * splits)
+    if not split:
+        defs, params, reads = epilogue.onto(defs, params, reads)
+        return [ctx.dispatch("conv/conv_register.wgsl", defs=defs, params=params, reads=reads, writes={"y": y},
+                             workgroups=workgroups)]
+    partial = ctx.scratch(splits * total, "float32", "splitk")
+    steps: list[Step] = [ctx.dispatch("conv/conv_register.wgsl", defs=defs, params=params, reads=reads,
+                                      writes={"partial": partial}, workgroups=workgroups)]
+    has_bias = bias is not None
+    finish_params = {"ALPHA": (1.0, "f32"), "BETA": (1.0, "f32"), "C_MS": 1, "C_NS": 0} if has_bias else {}
+    steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=maps, n=p, params=finish_params,
+                             defs={"T": "f32", "GEMM": has_bias, "HAS_C": has_bias},
+                             epilogue_reads={"c": bias} if has_bias else {}, y=y, reports=None, epilogue=epilogue))
+    return steps
+
+
+__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "from_kmajor", "generated", "plan_register",
+           "register_applies", "register_tiles", "span_loads", "to_kmajor"]

@@ -1,0 +1,124 @@
+// Register-tiled direct convolution for CPU-type adapters (lavapipe): no shared memory, no
+// barriers. An invocation computes RM output channels x RP consecutive output positions of one
+// output row; its 8-lane workgroup (one SIMD batch of llvmpipe's 256-bit lanes) takes 8
+// neighbouring row segments, and the workgroup's z index alone picks the channels: every weight
+// address is uniform across the lanes (llvmpipe loads it once for all of them), while each input
+// load is a per-lane access, the expensive kind on llvmpipe. So each loaded input value is used
+// as often as possible: per input channel and kernel row, an invocation loads the row's span
+// once (RP positions x KW taps, strided and dilated) and multiplies it into all RM channels for
+// every tap along the row (operators/conv/cpu.py generates that unrolled body, BODY, and the
+// named vec4 accumulators it uses, ACCS, with the stores, STORES: an indexed accumulator array
+// would spill).
+// Pointwise convolutions come here as 1-D rows of P positions (the planner flattens the space).
+// Depthwise ones have RM = MG (1 per group): input reuse along a row is all there is to gain.
+// Trip counts are bounded by construction: an invocation walks at most CCHUNK input channels x
+// KD x KH kernel rows (<= operators/conv/cpu.py MAX_ROWS_PER_INVOCATION); more channels are
+// split (SPLIT: partial sums to `partial` [SPLITS, TOTAL] in y's layout, summed with the bias by
+// matmul/splitk.wgsl). The fused epilogue (EPILOGUE*, matmul::epilogue) runs over the stored
+// outputs, column n = ow (EOW: the output's last axis as the graph sees it).
+// Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: RM, RP, ACCS, BODY,
+// STORES, X4 (x read as vec4s: IW % 4 == 0), HAS_BIAS, SPLIT, EPILOGUE*. Params: NSEG (= N * OROWS * SEGS), SEGS (= ceil(OW / RP)),
+// OROWS (= OD * OH), RBLOCKS, CCHUNK, SPLITS, TOTAL (= N * M * P), EOW and conv::window's.
+#import common::grid
+#import matmul::epilogue
+
+const RM = #{RM}u;
+const RP = #{RP}u;
+
+// Input element ix of the row starting at `row`, 0 in the padding (ix < 0 wraps to a huge u32).
+fn ld(row: u32, ix: i32, ok: bool) -> f32 {
+    let inside = ok && u32(ix) < IW();
+    return select(0.0, f32(x_load(row + min(u32(ix), IW() - 1u))), inside);
+}
+
+#ifdef X4
+// The aligned vec4 qi of the row starting at vec4 `row4` (IW % 4 == 0: a vec4 is all inside
+// the row or all padding).
+fn ld4(row4: u32, qi: i32, ok: bool) -> vec4<f32> {
+    let inside = ok && u32(qi) < IW() / 4u;
+    return select(vec4<f32>(), vec4<f32>(x_load4(row4 + min(u32(qi), IW() / 4u - 1u))), inside);
+}
+#endif
+
+fn wt(i: u32) -> f32 {
+    return f32(w_load(i));
+}
+
+struct Site {
+    s: u32,  // K split
+    y0: u32,  // flat output index of (image, channel m0 + 0, position 0 of the segment)
+    count: u32,  // positions of the segment inside the row (0: a surplus invocation)
+    m0: u32,  // first output channel of the block, within the group
+    oc0: u32,  // its channel index
+    ow0: u32,  // first output column
+}
+
+fn put(site: Site, r: u32, q: u32, v: vec4<f32>) {
+    if (site.m0 + r >= MG()) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let pos = 4u * q + j;
+        if (pos < site.count) {
+            let o = site.y0 + r * P() + pos;
+#ifdef SPLIT
+            partial_store(site.s * TOTAL() + o, v[j]);
+#else
+#ifdef HAS_BIAS
+            y_store(o, y_t(v[j] + f32(bias_load(site.oc0 + r))));
+#else
+            y_store(o, y_t(v[j]));
+#endif
+#endif
+        }
+    }
+}
+
+@compute @workgroup_size(8)
+fn main(wg: Grid) {
+    let seg_id = grid_group(wg) * 8u + wg.lid;
+    let seg = min(seg_id, NSEG() - 1u);
+    let s = wg.wid.z % SPLITS();
+    let z = wg.wid.z / SPLITS();
+    let g = z / RBLOCKS();
+    let m0 = (z % RBLOCKS()) * RM;
+    let per_image = OROWS() * SEGS();
+    let n = seg / per_image;
+    let orow = (seg % per_image) / SEGS();
+    let ow0 = (seg % SEGS()) * RP;
+    let od = orow / OH();
+    let oh = orow % OH();
+    var count = min(RP, OW() - ow0);
+    if (seg_id >= NSEG()) {
+        count = 0u;
+    }
+    let site = Site(s, (n * M() + g * MG() + m0) * P() + orow * OW() + ow0, count, m0, g * MG() + m0, ow0);
+    let iz0 = i32(od * SD()) - PD();
+    let iy0 = i32(oh * SH()) - PH();
+    let xs = i32(ow0 * SW()) - PW();
+    let c_begin = s * CCHUNK();
+    let c_end = min(CG(), c_begin + CCHUNK());
+    let xbase = (n * C() + g * CG()) * ISP();
+    // Weight rows of the block, clamped to the group's last (uniform: z and loop counters only).
+    let wg_row = g * MG();
+    #{ACCS}
+    for (var c = c_begin; c < c_end; c++) {
+        let xc = xbase + c * ISP();
+        let wc = c * KS();
+        for (var kd = 0u; kd < KD(); kd++) {
+            let iz = iz0 + i32(kd * DD());
+            let zok = u32(iz) < ID();
+            for (var kh = 0u; kh < KH(); kh++) {
+                #{BODY}  // from input row iy0 + kh * DH: its loads, then every tap along it
+            }
+        }
+    }
+    #{STORES}
+#ifdef EPILOGUE
+    for (var r = 0u; r < RM && m0 + r < MG(); r++) {
+        for (var j = 0u; j < count; j++) {
+            matmul_epilogue_at(site.y0 + r * P() + j, (ow0 + j) % EOW());
+        }
+    }
+#endif
+}

@@ -1,0 +1,166 @@
+"""Every Conv kernel alternative (the register-tiled ones of operators/conv/cpu.py and the
+workgroup-tiled ones) against onnxruntime, on both adapter kinds; symbolic dims changed without
+recompiling, long reductions (past lavapipe's ~65,535 loop iterations), the fused epilogue."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.operators import core_operator_registry
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.tuner import TuneSettings
+from tests.builders.conv import conv_model, randn
+from tests.helpers import compile_model, live_dispatches, make_model, run_ort
+
+
+def _shape(shape, dims):
+    return [dims[d] if isinstance(d, str) else d for d in shape]
+
+
+def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compiled=None):
+    """Each dims in turn (one compile), each adapter kind, each eligible alternative of each
+    conv Select: the output matches onnxruntime's. Returns the labels that ran."""
+    compiled = compiled or compile_model(model, dims_list[0])
+    exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
+    ran = set()
+    for dims in dims_list:
+        x = randn(*_shape(x_shape, dims))
+        ref = run_ort(model, {"x": x})[0]
+        exe.update_dimensions({k: v for k, v in dims.items()})
+        for kind in ("cpu", "gpu"):
+            exe.assume_adapter(kind)
+            selects = [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned
+                       and c.step.key.startswith("conv/")]
+            assert selects, [c.step.key for c in exe.commands if isinstance(c, SelectCommand)]
+            for c in selects:
+                for i, label in enumerate(c.step.labels):
+                    if not c.eligible[i]:
+                        continue
+                    exe.choose(c, i)
+                    got = exe.run({"x": x})["y"]
+                    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol, err_msg=f"{kind} {label} {dims}")
+                    ran.add(label)
+    assert exe.stats.recompiles == 0
+    return ran
+
+
+# (x shape, w shape, attributes, dims): every variant of the register kernel
+CASES = {
+    # pointwise, P = h * w symbolic and not a multiple of 4, batch 2 (then 1, other sizes)
+    "pointwise": ([["n", 12, "h", "w"], [20, 12, 1, 1], {},
+                   [dict(n=2, h=5, w=3), dict(n=1, h=7, w=9), dict(n=2, h=3, w=4)]]),
+    # MG % 4: row-major W
+    "pointwise_m6": ([["n", 8, "h", "w"], [6, 8, 1, 1], {}, [dict(n=2, h=3, w=3), dict(n=2, h=2, w=6)]]),
+    "strided_dilated_asym": ([[2, 16, "h", "w"], [24, 16, 3, 3],
+                              dict(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2]),
+                              [dict(h=9, w=11), dict(h=12, w=7), dict(h=9, w=12)]]),
+    "stem": ([[1, 3, "h", "w"], [16, 3, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]),
+              [dict(h=17, w=17), dict(h=15, w=16)]]),
+    "groups": ([[1, 16, 8, 8], [32, 4, 3, 3], dict(group=4, pads=[1, 1, 1, 1]), [{}]]),
+    "depthwise": ([[2, 8, "h", "w"], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2], strides=[2, 2]),
+                   [dict(h=9, w=10), dict(h=20, w=21), dict(h=9, w=16)]]),
+    "depthwise_x2": ([[1, 4, 9, 8], [8, 1, 3, 3], dict(group=4), [{}]]),
+    "conv1d": ([[2, 8, "L"], [12, 8, 3], dict(pads=[1, 2], dilations=[2]), [dict(L=13), dict(L=32)]]),
+    "conv3d": ([[1, 4, 5, 6, 8], [8, 4, 3, 2, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1]), [{}]]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_conv_alternative_matches_ort(runtime, name):
+    x_shape, w_shape, attrs, dims_list = CASES[name]
+    ran = check_every_alternative(runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list)
+    assert "workgroup" in ran and any(label.startswith("register/") for label in ran), ran
+    # rows a multiple of 4 wide: the vec4-input variants ran too (every case has such dims)
+    assert any(label.startswith("register4/") for label in ran), ran
+
+
+def test_register_kernels_are_the_cpu_heuristic(runtime):
+    model = conv_model("Conv", [1, 16, "h", "w"], [32, 16, 3, 3], pads=[1, 1, 1, 1])
+    compiled = compile_model(model, {"h": 10, "w": 10})
+    cpu = {compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, "cpu")}
+    gpu = {compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, "gpu")}
+    assert cpu == {"conv/conv_register"} and gpu == {"conv/conv_gemm"}, (cpu, gpu)
+
+
+def test_long_reduction_is_split(runtime):
+    # 24576 input channels: one invocation's channel loop alone would run past lavapipe's
+    # ~65,535 iterations (3 loops of 24576); the register kernel splits it in 3 and adds up.
+    model = conv_model("Conv", [1, 24576, "h", "w"], [4, 24576, 1, 1])
+    compiled = compile_model(model, {"h": 2, "w": 3})
+    labels = [compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, "cpu")]
+    assert labels == ["conv/conv_register", "matmul/splitk"], labels
+    ran = check_every_alternative(runtime, model, [1, 24576, "h", "w"], [dict(h=2, w=3)], tol=2e-3,
+                                  compiled=compiled)
+    assert any(label.startswith("register/") for label in ran)
+
+
+def _with_epilogue(model, exprs, inputs, extra_inputs=()):
+    """The model's Conv node as the onyxia::ConvEpilogue carrying fused ops that
+    passes/epilogue_fusion.py makes (the epilogue protocol of operators/matmul/epilogue.py),
+    planned through plan_conv's epilogue parameter: every kernel alternative, not only the one
+    the pass's own tests reach."""
+    graph = onyxia.load_model(model)
+    nid = next(n for n in graph.topological_order() if graph.node(n).op_type == "Conv")
+    node = graph.node(nid)
+    graph.replace_node(nid, "ConvEpilogue", list(node.inputs) + list(extra_inputs),
+                       {**node.attributes, "epilogue_exprs": exprs, "epilogue_inputs": inputs}, domain=FUSED_DOMAIN)
+    return graph
+
+
+@pytest.mark.parametrize("w_shape,attrs", [([8, 4, 3, 3], dict(pads=[1, 1, 1, 1])),
+                                           ([8, 4, 1, 1], {}),
+                                           ([4, 1, 3, 3], dict(group=4, pads=[1, 1, 1, 1]))])
+@pytest.mark.parametrize("operand", ["full", "channel", "row"])
+def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs, operand):
+    # Conv + Add(operand) + Relu against onnxruntime's unfused graph; the operand is a residual
+    # (the output's shape), a per-channel [M, 1, 1] or a row [w] broadcast to the output.
+    maps = w_shape[0]
+    r_shape = {"full": [2, maps, "h", "w"], "channel": [maps, 1, 1], "row": ["w"]}[operand]
+    x_shape = [2, 4, "h", "w"]
+    inits = {"w": randn(*w_shape), "b": randn(w_shape[0])}
+    inputs = [("x", np.float32, x_shape), ("r", np.float32, r_shape)]
+    ref_model = make_model([h.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), h.make_node("Add", ["c", "r"], ["s"]),
+                            h.make_node("Relu", ["s"], ["y"])], inputs, ["y"], inits)
+    conv_only = make_model([h.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], inputs, ["y"], inits)
+    graph = _with_epilogue(conv_only, ["x0 + x1", "max(v0, 0.0)"], [-1, 3], ["r"])
+    compiled = CompilerPipeline(core_operator_registry()).compile(graph, {"h": 6, "w": 7}, ())
+    exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
+    for dims in (dict(h=6, w=7), dict(h=5, w=8)):
+        feeds = {"x": randn(2, 4, dims["h"], dims["w"]), "r": randn(*_shape(r_shape, dims))}
+        ref = run_ort(ref_model, feeds)[0]
+        exe.update_dimensions(dims)
+        for kind in ("cpu", "gpu"):
+            exe.assume_adapter(kind)
+            select = next(c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key.startswith("conv/"))
+            for i, label in enumerate(select.step.labels):
+                if select.eligible[i]:
+                    exe.choose(select, i)
+                    np.testing.assert_allclose(exe.run(feeds)["y"], ref, rtol=2e-4, atol=2e-4,
+                                               err_msg=f"{kind} {label} {dims}")
+
+
+def test_float16_conv_on_every_alternative(runtime):
+    # float16 storage, f32 compute: against onnxruntime in float32 on the same (rounded) values.
+    x16, w16, b16 = randn(2, 8, 6, 8).astype(np.float16), randn(8, 8, 3, 3).astype(np.float16), \
+        randn(8).astype(np.float16)
+    node = h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    model = make_model([node], [("x", np.float16, [2, 8, "h", "w"])], ["y"], {"w": w16, "b": b16})
+    ref_model = make_model([node], [("x", np.float32, [2, 8, "h", "w"])], ["y"],
+                           {"w": w16.astype(np.float32), "b": b16.astype(np.float32)})
+    ref = run_ort(ref_model, {"x": x16.astype(np.float32)})[0]
+    compiled = compile_model(model, {"h": 6, "w": 8})
+    exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
+    for kind in ("cpu", "gpu"):
+        exe.assume_adapter(kind)
+        select = next(c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key.startswith("conv/"))
+        for i, label in enumerate(select.step.labels):
+            if select.eligible[i]:
+                exe.choose(select, i)
+                got = exe.run({"x": x16})["y"]
+                assert got.dtype == np.float16
+                np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2, err_msg=f"{kind} {label}")

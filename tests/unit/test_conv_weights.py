@@ -1,0 +1,64 @@
+"""ConvWeightsPass: which conv weights are stored k-major, why the others are not, and the
+layout itself (the kernels reading it are checked against onnxruntime in
+tests/gpu/test_conv_register.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+
+import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.operators import core_operator_registry
+from onyxia.operators.conv.cpu import from_kmajor, to_kmajor
+from tests.builders.conv import randn
+from tests.helpers import make_model
+
+
+def compile_with_report(model, dims):
+    pipeline = CompilerPipeline(core_operator_registry())
+    compiled = pipeline.compile(onyxia.load_model(model), dims)
+    return compiled, pipeline.context.reports["conv-weights"]
+
+
+@pytest.mark.parametrize("shape,group", [((8, 3, 3, 3), 1), ((16, 2, 3), 4), ((12, 1, 1, 1), 3), ((8, 4, 2, 2, 2), 2)])
+def test_kmajor_places_each_element(shape, group):
+    w = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    k = to_kmajor(w, group)
+    assert k.shape == w.shape
+    np.testing.assert_array_equal(from_kmajor(k, group), w)
+    m, cg = shape[0], shape[1]
+    mg, ks = m // group, int(np.prod(shape[2:]))
+    flat = k.reshape(-1)
+    for oc in range(m):  # element (g, k, m) of [group, CG * kernel, MG] is W[g * MG + m].flat[k]
+        g, mm = divmod(oc, mg)
+        for kk in range(cg * ks):
+            assert flat[(g * cg * ks + kk) * mg + mm] == w[oc].reshape(-1)[kk]
+
+
+def test_weights_stored_kmajor_and_reasons_for_the_others():
+    model = make_model(
+        [h.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),  # 8 maps: k-major
+         h.make_node("Conv", ["a", "w2"], ["b"]),  # 6 maps: not a multiple of 4
+         h.make_node("Conv", ["b", "w3"], ["c"], group=6),  # depthwise: MG = 1
+         h.make_node("GlobalAveragePool", ["c"], ["p"]),
+         h.make_node("Conv", ["p", "w4"], ["y"])],  # over a pooled 1x1 map: a matrix-vector product
+        [("x", np.float32, [1, 4, "h", "w"])], ["y"],
+        {"w1": randn(8, 4, 3, 3), "w2": randn(6, 8, 1, 1), "w3": randn(6, 1, 3, 3), "w4": randn(8, 6, 1, 1)})
+    compiled, report = compile_with_report(model, {"h": 5, "w": 6})
+    assert list(report.kmajor) == ["w1"]
+    assert "multiple of 4" in report.skipped["w2"] and "multiple of 4" in report.skipped["w3"]
+    # The pooled map's W is stored as W^T by passes/pooled_conv.py first: not read k-major.
+    assert "w4" not in report.kmajor and "w4" not in compiled.tensors
+    assert "w1" not in compiled.tensors and any(t.startswith("w1/kmajor") for t in compiled.tensors)
+
+
+def test_the_stored_weight_is_the_kmajor_order_of_the_original():
+    w = randn(8, 2, 3, 3)
+    model = make_model([h.make_node("Conv", ["x", "w"], ["y"], group=2)], [("x", np.float32, [1, 4, "h", "w"])],
+                       ["y"], {"w": w})
+    compiled, report = compile_with_report(model, {"h": 5, "w": 5})
+    assert list(report.kmajor) == ["w"]
+    name = next(t for t in compiled.tensors if t.startswith("w/kmajor"))
+    np.testing.assert_array_equal(compiled.tensors[name].data, to_kmajor(w, 2))
