@@ -42,15 +42,15 @@ from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 @dataclass
 class LoadTimes:
     """Where an executor's load went (seconds), and what it built. `total_s` is the whole
-    PlanReplay setup; the rest of it (commands, bind groups, parameters, tuning) is
-    total_s minus the parts named here. Pipelines are built for the dispatches a run replays
-    now: a Select's other alternatives get theirs when first chosen (`deferred` until then)."""
+    PlanReplay setup; the rest of it (commands, bind groups, parameters) is total_s minus the
+    parts named here. Pipelines are built for the dispatches a run replays now: a Select's
+    other alternatives get theirs when first chosen (`deferred` until then). Nothing is timed
+    at load (runtime/tuner.py: later runs do it; ExecutorStats.tuning_s)."""
 
     buffers_s: float = 0.0  # allocations and weight uploads
     render_s: float = 0.0  # WGSL text from the plan's templates (codegen/wgsl.py render)
     shader_modules_s: float = 0.0  # the backend's shader modules (naga parses and validates)
     pipelines_s: float = 0.0  # the backend's pipelines (the driver compiles the kernel)
-    tuning_s: float = 0.0  # timing kernel variants (runtime/tuner.py; up to its budget per load)
     total_s: float = 0.0
     pipelines: int = 0  # pipelines built
     shared: int = 0  # shaders whose WGSL and layout equal a built one's: its pipeline reused
@@ -67,6 +67,7 @@ class ExecutorStats:
     readback_bytes: int = 0  # bytes copied to the host by the last run
     tuning_timings: int = 0  # Select alternatives timed (runtime/tuner.py): 0 when all were cached
     tuned: int = 0  # tuned Select steps chosen by timing
+    tuning_s: float = 0.0  # seconds runs spent timing them (after the first run at a shape class)
     load: LoadTimes = field(default_factory=LoadTimes)
 
 
@@ -129,13 +130,9 @@ class PlanReplay(DimensionUpdates):
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
         self._live_commands = self._run_commands
+        # Tuned Selects replay the cached choice or the heuristic's: nothing is timed at load.
         self._refresh_all()
         load = self.stats.load
-        tuning, built = time.perf_counter(), load.render_s + load.shader_modules_s + load.pipelines_s
-        self.tune()  # the tuned Selects the cache has no choice for (none when tuning is off)
-        # The pipelines the timed alternatives needed count as pipelines, not as tuning.
-        built = load.render_s + load.shader_modules_s + load.pipelines_s - built
-        load.tuning_s = time.perf_counter() - tuning - built
         self._progress = None
         load.deferred = len(self._layouts) - len(self.programs)
         load.total_s = time.perf_counter() - start
@@ -330,8 +327,13 @@ class PlanReplay(DimensionUpdates):
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
-        if self.tuner.pending:  # new shape classes; before the feeds land (timing writes outputs)
-            self.tune()
+        if self.tuner.pending:  # a slice of timing; before the feeds land (timing writes outputs)
+            ready = self.tuner.ready()
+            if ready:
+                start = time.perf_counter()
+                self.tuner.tune(self, ready, slice_s=self.tuner.settings.slice_s)
+                self._refresh_live()
+                self.stats.tuning_s += time.perf_counter() - start
 
         copies = []
         for name, feed in checked.items():
