@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -21,11 +21,12 @@ from onyxia.compiler.passes.resolution import RESERVED_PREFIX, input_symbols, un
 from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
-from onyxia.ir.shapes import Dim, SymDim, dim_symbols
+from onyxia.ir.shapes import Dim, SymDim
 from onyxia.loading import LoadReport, cache_for, cached_compile, compiler_signature, stage_times
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
+from onyxia.plan.show import literal_uses
 from onyxia.plan_cache import PlanCache, model_digest, plan_key
 from onyxia.runtime.device import Runtime
 
@@ -65,11 +66,26 @@ def bind_dims(shapes: Mapping[str, Sequence[Dim]], feeds: Mapping[str, Any]) -> 
     return dims
 
 
+@dataclass(frozen=True)
+class Recompile:
+    """Why a run compiled another plan: `symbol` (or a graph input, whose values are baked in)
+    changed from `old` to `new`, and node `node` needs it as a concrete number (`reason`)."""
+
+    symbol: str
+    node: str
+    reason: str
+    old: Any
+    new: Any
+
+
 @dataclass
 class SessionStats:
     """What the session did; tests assert on it."""
 
     compiles: int = 0  # plans compiled: the first run's, then one per new specialization
+    # Each plan compiled after the first, with every value that needed it (one entry per
+    # symbol or input); a shape that only updates dimensions adds nothing.
+    recompiles: list[Recompile] = field(default_factory=list)
 
 
 _MAX_SPECIALIZATIONS = 8  # executors kept per session for different baked input values
@@ -125,6 +141,9 @@ class InferenceSession:
         # Symbols a plan took as literals (a constraint `symbol = 3`: Conv's num_channels): a feed
         # with another value needs another plan, not an update_dimensions the plan would refuse.
         self._literal_symbols: tuple[str, ...] = ()
+        # Where each baked value was needed: symbol or input -> (node, reason) (Recompile).
+        self._baked_sites: dict[str, tuple[str, str]] = {}
+        self._spec: tuple[dict[str, int], dict[str, bytes]] | None = None  # the last plan's dims, values
         self.stats = SessionStats()
         self._containers: dict[str, str] = {}
         self._first_run = False
@@ -266,6 +285,7 @@ class InferenceSession:
         executor = self._executors.get(self._key(feeds, dims))
         if executor is not None:
             self._executor = executor
+            self._remember_spec(feeds, dims)
             return executor
         if self._executors:  # another specialization: a load of its own
             self.load_report = LoadReport()
@@ -274,10 +294,15 @@ class InferenceSession:
             report.cache = "plan"
         compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
         if self._graph is not None:
+            if self._spec is not None:
+                self.stats.recompiles.extend(self._recompile_causes(feeds, dims))
             self.stats.compiles += 1
-            literal = {s for a, b, _ in compiled.constraints if isinstance(b, int) or isinstance(a, int)
-                       for s in dim_symbols(a) | dim_symbols(b)}
+            for use in literal_uses(compiled):
+                for symbol in use.symbols:
+                    self._baked_sites.setdefault(symbol, (use.node, use.reason))
+            literal = {s for use in literal_uses(compiled) for s in use.symbols}
             self._literal_symbols = tuple(sorted({*self._literal_symbols, *literal}))
+            self._remember_spec(feeds, dims)
         if self._runtime is None:
             start = time.perf_counter()
             self._runtime = Runtime()
@@ -291,6 +316,24 @@ class InferenceSession:
         # The key again: compiling may have found more inputs or sizes to specialize on.
         self._executors[self._key(feeds, dims)] = self._executor = executor
         return executor
+
+    def _remember_spec(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> None:
+        if self._graph is not None:
+            self._spec = (dict(dims), {n: np.asarray(feeds[n]).tobytes() for n in self._value_inputs})
+
+    def _recompile_causes(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> list[Recompile]:
+        """What differs from the last plan compiled among the values plans are specialized on."""
+        assert self._spec is not None
+        old_dims, old_values = self._spec
+        out = [Recompile(s, *self._baked_sites.get(s, ("", "its value is baked into the plan")), old_dims.get(s),
+                         dims.get(s))
+               for s in (*self._literal_symbols, *self._size_symbols) if old_dims.get(s) != dims.get(s)]
+        out += [Recompile(n, *self._baked_sites.get(n, ("", "its values are baked into the plan")), "(other values)",
+                          "(new values)")
+                for n in self._value_inputs if old_values.get(n) != np.asarray(feeds[n]).tobytes()]
+        # Otherwise the fed structure of a sequence or optional input changed.
+        return out or [Recompile(", ".join(self._containers), "", "the structure fed is compiled into the plan",
+                                 None, None)]
 
     def _compile_for(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> CompiledModel:
         """Compile; when inference needs a value it cannot compute symbolically, specialize:
@@ -327,6 +370,9 @@ class InferenceSession:
                 symbols = {s for s in symbols - set(self._size_symbols) if s in dims}
                 if not sources and not symbols:
                     raise
+                for name in (*sources, *symbols):
+                    self._baked_sites.setdefault(name, (exc.node or "", "its value to compute a shape "
+                                                        "(symbolic dims cannot follow the arithmetic)"))
                 self._value_inputs = tuple(sorted({*self._value_inputs, *sources}))
                 self._size_symbols = tuple(sorted({*self._size_symbols, *symbols}))
                 continue
