@@ -68,6 +68,7 @@ class ExecutorStats:
     tuning_timings: int = 0  # Select alternatives timed (runtime/tuner.py): 0 when all were cached
     tuned: int = 0  # tuned Select steps chosen by timing
     tuning_s: float = 0.0  # seconds runs spent timing them (after the first run at a shape class)
+    prebuilt: int = 0  # pipelines of alternatives not replayed yet, built ahead by later runs
     load: LoadTimes = field(default_factory=LoadTimes)
 
 
@@ -135,6 +136,12 @@ class PlanReplay(DimensionUpdates):
         load = self.stats.load
         self._progress = None
         load.deferred = len(self._layouts) - len(self.programs)
+        # The pipelines a run does not replay now, which later runs build ahead (a slice each)
+        # so that new dims choosing them need not: only shaders baking no symbol, which a
+        # dims change never rebuilds.
+        baking = {i for e in self._exprs for i in e.shaders}
+        self._ahead = [i for i in sorted(self._layouts) if i not in self.programs and i not in baking]
+        self._new_dims = False  # dims changed what a run replays since the last run
         load.total_s = time.perf_counter() - start
 
     # ---- setup --------------------------------------------------------------------------
@@ -292,6 +299,34 @@ class PlanReplay(DimensionUpdates):
         self._refresh_live()
         return results
 
+    def _ahead_slice(self) -> None:
+        """Work a run after the first at these dims does before its own, up to a slice
+        (TuneSettings.slice_s): time the tuned Selects waiting (runtime/tuner.py), else build
+        pipelines ahead. A first result, at load or at dims that changed what a run replays,
+        waits for neither."""
+        if self._new_dims or not self.stats.runs:
+            self._new_dims = False
+            return
+        if self.tuner.pending:  # before the feeds land (timing writes outputs)
+            ready = self.tuner.ready()
+            if ready:
+                start = time.perf_counter()
+                self.tuner.tune(self, ready, slice_s=self.tuner.settings.slice_s)
+                self._refresh_live()
+                self.stats.tuning_s += time.perf_counter() - start
+                return
+        if self._ahead:
+            deadline = time.perf_counter() + self.tuner.settings.slice_s
+            while self._ahead and (time.perf_counter() < deadline):
+                index = self._ahead.pop()
+                if index in self.programs:
+                    continue
+                try:
+                    self.programs[index] = self._build(index)
+                except Exception:  # noqa: BLE001 - work ahead: a run that needs it builds it and says why
+                    continue
+                self.stats.prebuilt += 1
+
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
         if slot is None:
@@ -327,13 +362,7 @@ class PlanReplay(DimensionUpdates):
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
-        if self.tuner.pending:  # a slice of timing; before the feeds land (timing writes outputs)
-            ready = self.tuner.ready()
-            if ready:
-                start = time.perf_counter()
-                self.tuner.tune(self, ready, slice_s=self.tuner.settings.slice_s)
-                self._refresh_live()
-                self.stats.tuning_s += time.perf_counter() - start
+        self._ahead_slice()
 
         copies = []
         for name, feed in checked.items():
