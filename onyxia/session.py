@@ -22,7 +22,7 @@ from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import Dim, SymDim
-from onyxia.loading import LoadReport, cache_for, cached_compile, compiler_signature, stage_times
+from onyxia.loading import DelayedProgress, LoadReport, cache_for, cached_compile, compiler_signature, stage_times
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
@@ -121,12 +121,19 @@ class InferenceSession:
     next process (onyxia/plan_cache.py): None/True uses the default cache unless
     ONYXIA_PLAN_CACHE=0, False none, a folder that one. Not with a custom `registry`.
     `load_report` (onyxia/loading.py LoadReport) splits the latest load's time.
+
+    `progress`: a load (compile and pipelines) taking over a second draws a progress line on
+    stderr when it is a terminal (None, the default); False draws none; a DelayedProgress
+    draws that one.
     """
 
     def __init__(self, model: Any, sess_options: Any = None, providers: Any = None, *, runtime=None,
                  dims: Mapping[str, int] | None = None, static: Iterable[str] = (), registry=None,
-                 transport: str | None = None, plan_cache: bool | str | os.PathLike | PlanCache | None = None):
+                 transport: str | None = None, plan_cache: bool | str | os.PathLike | PlanCache | None = None,
+                 progress: bool | DelayedProgress | None = None):
         self.load_report = LoadReport()
+        self._progress_setting = progress
+        self._progress: DelayedProgress | None = None
         self._cache = cache_for(plan_cache) if registry is None else None
         self._digest: str | None = None
         self._runtime = runtime
@@ -292,6 +299,20 @@ class InferenceSession:
         report = self.load_report
         if self._graph is None:
             report.cache = "plan"
+        setting = self._progress_setting
+        self._progress = setting if isinstance(setting, DelayedProgress) else \
+            None if setting is False else DelayedProgress("loading")
+        if self._progress is not None:
+            self._progress.start = time.perf_counter()  # the clock of this load
+        try:
+            return self._load(feeds, dims, report)
+        finally:
+            if self._progress is not None:
+                self._progress.close()
+            self._progress = None
+
+    def _load(self, feeds: Mapping[str, Any], dims: Mapping[str, int], report: LoadReport):
+        """A new executor for `feeds` (compiled, or from the plan cache)."""
         compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
         if self._graph is not None:
             if self._spec is not None:
@@ -308,7 +329,8 @@ class InferenceSession:
             self._runtime = Runtime()
             report.device_s = time.perf_counter() - start
         assert compiled is not None
-        executor = self._runtime.load_model(compiled, transport=self._transport)
+        executor = self._runtime.load_model(compiled, transport=self._transport, progress=None if self._progress is None
+                                            else self._progress.stage("pipelines"))
         report.runtime = executor.stats.load
         self._first_run = True
         if len(self._executors) >= _MAX_SPECIALIZATIONS:
@@ -357,8 +379,13 @@ class InferenceSession:
             key = None if self._digest is None else plan_key(self._digest, given, static, compiler_signature(pipeline),
                                                              self._key(feeds, dims))
 
+            progress = self._progress
+
             def compile_fn() -> tuple[CompiledModel, dict[str, float]]:
-                return pipeline.compile(graph, given, static), stage_times(pipeline.history)
+                draw = None if progress is None else progress.stage("compiling")
+                return (pipeline.compile(graph, given, static, progress=None if draw is None else
+                                         lambda rec, done, total: draw(done, total)),
+                        stage_times(pipeline.history))
 
             try:
                 compiled = cached_compile(self._cache, key, self.load_report, compile_fn)
