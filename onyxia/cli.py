@@ -351,7 +351,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     tuned = exe.tune()
     if tuned:
-        print(f"  tuned {len(tuned)} kernel choices after the first run in {(time.perf_counter() - start) * 1e3:.0f} ms")
+        spent = time.perf_counter() - start
+        print(f"  tuned {len(tuned)} kernel choices after the first run in {spent * 1e3:.0f} ms")
     for _ in range(args.warmup):
         exe.run(feeds)
     times = []

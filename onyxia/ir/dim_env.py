@@ -85,7 +85,8 @@ class DimEnv:
         A symbol with a value given at compile time (dims, InferenceSession feeds) is as good as
         a literal: its value is used and `d = value` recorded as a constraint (with `node`), so
         update_dimensions refuses another value rather than run a plan built for this one; `what`
-        (the rule's words for it) is kept in `reasons`. Stand-in values (placeholders) and data-dependent counts never stand for a literal.
+        (the rule's words for it) is kept in `reasons`. Stand-in values (placeholders) and
+        data-dependent counts never stand for a literal.
         """
         if isinstance(d, int):
             return d

@@ -14,24 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper as h
 
 import onyxia
 from onyxia.loading import DelayedProgress
 from onyxia.runtime.tuner import TuneSettings
-from tests.helpers import make_model, run_ort
+from tests.gpu.test_tuning import K, mlp
+from tests.helpers import run_ort
 
 ROOT = Path(__file__).resolve().parents[2]
-K, H = 64, 96
-
-
-def mlp():
-    rng = np.random.default_rng(5)
-    w1 = (rng.standard_normal((K, H)) / 8).astype(np.float32)
-    w2 = (rng.standard_normal((H, K)) / 8).astype(np.float32)
-    return make_model([h.make_node("MatMul", ["a", "w1"], ["m"]), h.make_node("Relu", ["m"], ["r"]),
-                       h.make_node("MatMul", ["r", "w2"], ["y"])], [("a", np.float32, ["m", K])], ["y"],
-                      {"w1": w1, "w2": w2})
 
 
 def running(exe) -> set[str]:
