@@ -29,6 +29,7 @@ from onyxia.plan import CompiledModel
 from onyxia.plan.show import literal_uses
 from onyxia.plan_cache import PlanCache, model_digest, plan_key
 from onyxia.runtime.device import Runtime
+from onyxia.session_containers import assemble, elements, feed_structure, flatten, leaves
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ class InferenceSession:
                 self._digest = model_digest(model)
                 self.load_report.cache_s = time.perf_counter() - start
             self._compiled = None
-            # Sequence/optional inputs: the session compiles for the structure fed (_flatten).
+            # Sequence/optional inputs: the session compiles for the structure fed (flatten).
             self._containers = {n: self._graph.tensor(n).container for n in self._graph.inputs
                                 if self._graph.tensor(n).container}
             # dims naming no input's symbol fail here, not at the first run (a sequence input
@@ -238,7 +239,7 @@ class InferenceSession:
             _, executor, dims = last
             feeds = input_feed
         else:
-            input_feed = {**input_feed, **_flatten(self._containers, input_feed)}
+            input_feed = {**input_feed, **flatten(self._containers, input_feed)}
             executor = self._executor_for(input_feed)
             bound = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
             dims = {k: v for k, v in bound.items() if k in executor.dims}
@@ -249,12 +250,12 @@ class InferenceSession:
         executor.update_dimensions(dims)
         names = list(output_names) if output_names else [a.name for a in self._outputs]
         containers = executor.model.metadata.get("containers", {}).get("structure", {})
-        leaves = list(dict.fromkeys(leaf for n in names for leaf in _leaves(containers.get(n, n))))
+        wanted = list(dict.fromkeys(leaf for n in names for leaf in leaves(containers.get(n, n))))
         start = time.perf_counter()
-        result = executor.run(feeds, leaves)
+        result = executor.run(feeds, wanted)
         if self._first_run:  # the driver may compile kernels at their first dispatch (lavapipe does)
             self.load_report.first_run_s, self._first_run = time.perf_counter() - start, False
-        return [_assemble(containers.get(n, n), result) for n in names]
+        return [assemble(containers.get(n, n), result) for n in names]
 
     def _check_feeds(self, input_feed: Mapping[str, Any]) -> tuple:
         """The fed tensors' shapes, after checking the feed's names and dtypes (InputError)."""
@@ -282,7 +283,7 @@ class InferenceSession:
     def _key(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> tuple:
         """What a compiled plan is specialized on: baked input values, fed structures, baked sizes."""
         values = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
-        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in _elements(self._containers,
+        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in elements(self._containers,
                                                                                                feeds))
         sizes = (*self._size_symbols, *self._literal_symbols)
         return values + structure + tuple((s, dims.get(s)) for s in sizes)
@@ -417,7 +418,7 @@ class InferenceSession:
             return self._graph
         graph = self._graph.copy()
         for name in self._containers:
-            _feed_structure(graph, name, feeds[name])
+            feed_structure(graph, name, feeds[name])
         for name in self._value_inputs:
             t = graph.tensor(name)
             t.value = np.asarray(feeds[name])
@@ -430,84 +431,9 @@ class InferenceSession:
         return graph
 
 
-# ---- sequence and optional inputs and outputs ----------------------------------------------------
-# A fed sequence [a, b] of input "s" becomes the tensor inputs "s.0", "s.1" and a SequenceConstruct
-# producing "s" (an optional: an Optional node, empty for None); the compiler lowers the rest.
-
-def _kind(value: Any) -> str:
-    return "sequence" if isinstance(value, (list, tuple)) else "tensor"
-
-
-def _elements(containers: Mapping[str, str], feeds: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
-    """(container input, element input name, array) for every element fed."""
-    out: list[tuple[str, str, Any]] = []
-
-    def walk(name: str, prefix: str, value: Any, kind: str) -> None:
-        if kind == "optional":
-            if value is not None:
-                walk(name, f"{prefix}.0", value, _kind(value))
-        elif kind == "sequence":
-            if not isinstance(value, (list, tuple)):
-                raise InputError(f"input '{name}' is a sequence: feed a list of arrays, got {type(value).__name__}")
-            for k, item in enumerate(value):
-                walk(name, f"{prefix}.{k}", item, _kind(item))
-        else:
-            out.append((name, prefix, value))
-
-    for name, kind in containers.items():
-        walk(name, name, feeds[name], kind)
-    return out
-
-
-def _flatten(containers: Mapping[str, str], feeds: Mapping[str, Any]) -> dict[str, Any]:
-    return {element: np.asarray(value) for _, element, value in _elements(containers, feeds)}
-
-
-def _feed_structure(graph: IrGraph, name: str, value: Any) -> None:
-    """Replace container input `name` by its fed elements and the nodes building it (the same
-    element names _elements gives the feeds)."""
-    index = graph.inputs.index(name)
-    t = graph.tensor(name)
-    t.kind = TensorKind.INTERMEDIATE
-    added: list[str] = []
-
-    def build(prefix: str, value: Any, kind: str) -> None:
-        if kind == "optional":
-            inner = [f"{prefix}.0"] if value is not None else []
-            if value is not None:
-                build(inner[0], value, _kind(value))
-            graph.add_node("Optional", inner, [prefix], name=graph.fresh_name(f"{prefix}/fed"))
-        elif kind == "sequence":
-            items = [f"{prefix}.{k}" for k in range(len(value))]
-            for item, v in zip(items, value):
-                build(item, v, _kind(v))
-            graph.add_node("SequenceConstruct", items, [prefix], name=graph.fresh_name(f"{prefix}/fed"))
-        else:
-            array = np.asarray(value)
-            graph.add_tensor(TensorDef(prefix, dtypes.from_numpy(array.dtype), tuple(array.shape), TensorKind.INPUT))
-            added.append(prefix)
-
-    build(name, value, t.container or "sequence")
-    graph.inputs[index:index + 1] = added
-
+# ---- sequence and optional inputs (the rest in onyxia/session_containers.py) --------------------
 
 def _container_arg(name: str, t: TensorDef) -> NodeArg:
     elem = _ORT_TYPE.get(t.dtype.name, t.dtype.name) if t.dtype is not None else "unknown"
     kind = "seq" if t.container == "sequence" else "optional"
     return NodeArg(name, f"{kind}(tensor({elem}))", [])
-
-
-def _leaves(described: Any) -> list[str]:
-    if isinstance(described, str):
-        return [described]
-    return [leaf for item in described["items"] for leaf in _leaves(item)]
-
-
-def _assemble(described: Any, results: Mapping[str, Any]) -> Any:
-    """An output as onnxruntime gives it: an array, a list (sequence), None (empty optional)."""
-    if isinstance(described, str):
-        return results[described]
-    items = [_assemble(item, results) for item in described["items"]]
-    if described["kind"] == "sequence":
-        return items
-    return items[0] if items else None
