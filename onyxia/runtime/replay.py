@@ -198,36 +198,65 @@ class PlanReplay(DimensionUpdates):
         run does not replay at these dims on this adapter: those wait until chosen."""
         missing = [c for c in commands if isinstance(c, DispatchCommand) and c.program is None]
         todo = sorted({c.shader for c in missing} - self.programs.keys())
-        for done, index in enumerate(todo):
-            self.programs[index] = self._build(index)
-            if self._progress is not None:
-                self._progress(done + 1, len(todo))
+        if todo:
+            self._build_many(todo)
         for c in missing:
             c.program = self.programs[c.shader]
 
-    def _build(self, index: int) -> Any:
+    def _render(self, index: int) -> tuple[tuple, tuple]:
+        """(the key of identical kernels, the backend's job) of shader `index` at the dims now."""
         spec = self.model.shaders[index]
         transport = self.shader_transport[index]
-        load = self.stats.load
         start = time.perf_counter()
         code = render(spec, self.model.templates[spec.template], self.dims, transport,
                       native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads,
                       subgroups=self.limits.subgroups, wide_reads=self.limits.wide_reads)
-        rendered = time.perf_counter()
-        load.render_s += rendered - start
+        self.stats.load.render_s += time.perf_counter() - start
         layout = self._layouts[index]
         key = (code, id(layout), str(transport), spec.entry_point, spec.immediate_bytes)
+        return key, (spec, code, layout, transport)
+
+    def _build(self, index: int) -> Any:
+        """Shader `index`'s program, rendered at the dims now (shared with an identical kernel's)."""
+        key, job = self._render(index)
         program = self._by_code.get(key)
         if program is not None:  # two shaders, one kernel: one module and pipeline
-            load.shared += 1
+            self.stats.load.shared += 1
             return program
+        program = self._by_code[key] = self._make([job])[0]
+        return program
+
+    def _build_many(self, todo: list[int]) -> None:
+        """The programs of shaders `todo`, the distinct kernels built together (in parallel
+        where the backend can)."""
+        jobs: list[tuple] = []
+        owner: dict[tuple, int] = {}  # kernel key -> its job
+        keys = []
+        for index in todo:
+            key, job = self._render(index)
+            keys.append(key)
+            if key in self._by_code or key in owner:
+                self.stats.load.shared += 1
+            else:
+                owner[key] = len(jobs)
+                jobs.append(job)
+        for key, program in zip(owner, self._make(jobs)):
+            self._by_code[key] = program
+        for index, key in zip(todo, keys):
+            self.programs[index] = self._by_code[key]
+
+    def _make(self, jobs: list[tuple]) -> list[Any]:
+        load = self.stats.load
         modules = getattr(self.backend, "shader_module_s", 0.0)
-        program = self._by_code[key] = self.backend.program(spec, code, layout, transport)
+        start = time.perf_counter()
+        progress = self._progress
+        done = None if progress is None else lambda n: progress(n, len(jobs))
+        programs = self.backend.make_programs(jobs, done)
         module_s = getattr(self.backend, "shader_module_s", 0.0) - modules
         load.shader_modules_s += module_s
-        load.pipelines_s += time.perf_counter() - rendered - module_s
-        load.pipelines += 1
-        return program
+        load.pipelines_s += time.perf_counter() - start - module_s  # wall time: they may build in parallel
+        load.pipelines += len(jobs)
+        return programs
 
     def bind(self, step: Dispatch) -> Any:
         return self.backend.bind(self._layouts[step.shader], [self.buffers[self.root(b.tensor)] for b in step.bindings])

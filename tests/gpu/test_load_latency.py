@@ -102,3 +102,15 @@ def test_the_load_progress_line_is_drawn_only_on_a_terminal(runtime, capsys):
     assert pipe.getvalue() == ""
     onyxia.InferenceSession(model, runtime=runtime, plan_cache=False).run(None, feeds(3))  # the default: stderr
     assert capsys.readouterr().err == ""  # not a terminal here
+
+
+def test_pipelines_built_together_report_each_and_run_right(runtime):
+    from tests.helpers import compile_model
+
+    model = mlp()
+    calls = []
+    exe = runtime.load_model(compile_model(model, {"m": 5}), progress=lambda done, total: calls.append((done, total)))
+    built = exe.stats.load.pipelines
+    assert built >= 2  # built on threads (WgpuBackend.make_programs)
+    assert calls == [(n, built) for n in range(1, built + 1)]
+    np.testing.assert_allclose(exe.run(feeds(5))["y"], run_ort(model, feeds(5))[0], rtol=1e-4, atol=1e-4)
