@@ -235,9 +235,11 @@ class Tuner:
         started = False
         for cmd in commands:
             ident = (cmd.key, cmd.shape_class)
-            if ident in done:
+            # A step like one timed already, in this pass or (a run's slice) an earlier one.
+            known = done[ident].choice if ident in done else self.chosen.get(ident) if slice_s is not None else None
+            if known is not None:
                 self.pending.pop(cmd, None)
-                self._choose(cmd, done[ident].choice)
+                self._choose(cmd, known)
                 continue
             now = time.perf_counter()
             if slice_s is not None:

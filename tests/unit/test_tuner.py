@@ -83,6 +83,22 @@ def test_a_run_times_one_step_at_least_and_none_past_its_slice(tmp_path):
     assert exe.stats.tuned == 2 and not exe.tuner.pending
 
 
+def test_steps_like_one_timed_in_an_earlier_slice_take_its_choice(tmp_path):
+    layers = [h.make_node("MatMul", ["a", "w0"], ["t"]), h.make_node("MatMul", ["t", "w1"], ["u"]),
+              h.make_node("MatMul", ["t", "w2"], ["v"])]
+    model = make_model(layers, [("a", np.float32, ["m", K])], ["u", "v"],
+                       {"w0": np.zeros((K, K), np.float32), "w1": np.zeros((K, N), np.float32),
+                        "w2": np.ones((K, K), np.float32)})
+    exe = null_executor(compile_model(model, {"m": 1}), tuning=settings(tmp_path, slice_s=0.0))
+    first, other, third = tunables(exe)
+    assert first.key == third.key != other.key  # two products of one shape: one choice to make
+    exe.run(feeds(1))
+    exe.run(feeds(1))  # a slice: the first step, then none past the slice
+    exe.run(feeds(1))  # the second; the third takes the first's choice, untimed
+    assert exe.stats.tuned == 2 and not exe.tuner.pending
+    assert third.chosen == first.chosen and third.source == "timed"
+
+
 def test_off_is_the_heuristic_and_times_nothing(compiled, tmp_path):
     exe = at_decode(compiled, replace(settings(tmp_path), enabled=False))
     assert running(exe) == ["gemv", "splitk"]  # the coalesced kernel on a GPU-type adapter
