@@ -38,6 +38,8 @@ from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, l
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
+_AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
+
 
 @dataclass
 class LoadTimes:
@@ -347,14 +349,13 @@ class PlanReplay(DimensionUpdates):
         if self._ahead:
             deadline = time.perf_counter() + self.tuner.settings.slice_s
             while self._ahead and (time.perf_counter() < deadline):
-                index = self._ahead.pop()
-                if index in self.programs:
-                    continue
+                batch = [i for i in self._ahead[-_AHEAD_BATCH:] if i not in self.programs]
+                del self._ahead[-_AHEAD_BATCH:]
                 try:
-                    self.programs[index] = self._build(index)
-                except Exception:  # noqa: BLE001 - work ahead: a run that needs it builds it and says why
+                    self._build_many(batch)  # together: on threads where the backend can
+                except Exception:  # noqa: BLE001 - work ahead: a run that needs one builds it and says why
                     continue
-                self.stats.prebuilt += 1
+                self.stats.prebuilt += len(batch)
 
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
