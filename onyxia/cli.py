@@ -148,7 +148,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     if is_plan_file(args.model):  # a compiled plan: what it holds and which kernels run at --dim
         from onyxia.plan import CompiledModel
-        from onyxia.plan.show import select_lines
+        from onyxia.plan.show import literal_lines, select_lines
 
         compiled = CompiledModel.load(args.model)
         dims = _parse_dims(args.dim)
@@ -156,7 +156,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if unknown:
             raise CliError(f"--dim {unknown[0]}: the plan's symbols are {', '.join(sorted(compiled.dims)) or 'none'}")
         print(f"plan {args.model}")
-        for line in (*_summary(compiled), *select_lines(compiled, dims)):
+        for line in (*_summary(compiled), *literal_lines(compiled), *select_lines(compiled, dims)):
             print("  " + line)
         return 0
     from onyxia.operators.registry import resolve_operator
@@ -189,7 +189,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"  {domain + '::' if domain else ''}{op}: {', '.join(nodes)}")
         return EXIT_USER_ERROR
     print("all operators are supported")
+    _print_literal_symbols(graph, _parse_dims(args.dim))
     return 0
+
+
+def _print_literal_symbols(graph, dims: dict[str, int]) -> None:
+    """The symbols a plan for `dims` takes as literals (a new value compiles another plan)."""
+    import onyxia
+    from onyxia.compiler.passes.resolution import input_symbols
+    from onyxia.plan.show import literal_lines
+
+    symbols = sorted(input_symbols(graph))
+    if not symbols:
+        return
+    missing = [s for s in symbols if s not in dims]
+    if missing:
+        print(f"literal-bound symbols: pass --dim for {', '.join(missing)} to list them")
+        return
+    compiled = onyxia.CompilerPipeline(onyxia.core_operator_registry()).compile(graph, dims)
+    for line in literal_lines(compiled):
+        print(line)
 
 
 def _inferred_outputs(graph) -> dict[str, str]:
@@ -327,6 +346,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"load of {args.model}:")
     for line in report.lines():
         print("  " + line)
+    # The kernel choices the first run made untimed, timed now (runtime/tuner.py): the runs
+    # measured below replay the tuned choices, not runs still spending slices on timing.
+    start = time.perf_counter()
+    tuned = exe.tune()
+    if tuned:
+        spent = time.perf_counter() - start
+        print(f"  tuned {len(tuned)} kernel choices after the first run in {spent * 1e3:.0f} ms")
     for _ in range(args.warmup):
         exe.run(feeds)
     times = []
@@ -433,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "plan (.onyxia), its summary and kernel choices (Select steps)")
     p.add_argument("model", help="ONNX model or compiled plan (.onyxia)")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE",
-                   help="with a plan: the dims at which to say which alternative runs")
+                   help="with a plan: the dims at which to say which alternative runs; with a model: the "
+                   "dims to compile for, to list the symbols the plan takes as literals")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("bench", help="time runs of a model (median), against onnxruntime CPU")

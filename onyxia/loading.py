@@ -53,14 +53,14 @@ class LoadReport:
 
     def rows(self) -> list[tuple[str, float]]:
         rt = self.runtime
-        other = rt.total_s - rt.buffers_s - rt.render_s - rt.shader_modules_s - rt.pipelines_s - rt.tuning_s
+        other = rt.total_s - rt.buffers_s - rt.render_s - rt.shader_modules_s - rt.pipelines_s
         # The first load in a process also pays wgpu-py's one-time setup of its C types
         # (~0.5 s, in "runtime other" and the first run).
         rows = [("parse", self.parse_s), *((f"compile: {k}", v) for k, v in self.stages.items()),
                 (f"plan cache ({self.cache})", self.cache_s), ("device", self.device_s),
                 ("buffers + weight upload", rt.buffers_s),
                 ("WGSL render", rt.render_s), ("shader modules", rt.shader_modules_s),
-                ("pipelines", rt.pipelines_s), ("tuning (timing kernels)", rt.tuning_s),
+                ("pipelines", rt.pipelines_s),
                 ("runtime other", max(other, 0.0))]
         if self.first_run_s is not None:
             rows.append(("first run", self.first_run_s))
@@ -81,7 +81,7 @@ class LoadReport:
         return (f"loaded in {self.total_s * 1e3:.0f} ms: parse {self.parse_s * 1e3:.0f}, compile "
                 f"{self.compile_s * 1e3:.0f}, plan cache {self.cache} {self.cache_s * 1e3:.0f}, pipelines "
                 f"{(rt.render_s + rt.shader_modules_s + rt.pipelines_s) * 1e3:.0f} ({rt.pipelines} built, "
-                f"{rt.deferred} deferred), tuning {rt.tuning_s * 1e3:.0f}, buffers {rt.buffers_s * 1e3:.0f} ms")
+                f"{rt.deferred} deferred), buffers {rt.buffers_s * 1e3:.0f} ms")
 
 
 def stage_times(history: Iterable[PassRecord]) -> dict[str, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -21,13 +21,15 @@ from onyxia.compiler.passes.resolution import RESERVED_PREFIX, input_symbols, un
 from onyxia.errors import InputError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
-from onyxia.ir.shapes import Dim, SymDim, dim_symbols
-from onyxia.loading import LoadReport, cache_for, cached_compile, compiler_signature, stage_times
+from onyxia.ir.shapes import Dim, SymDim
+from onyxia.loading import DelayedProgress, LoadReport, cache_for, cached_compile, compiler_signature, stage_times
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
+from onyxia.plan.show import literal_uses
 from onyxia.plan_cache import PlanCache, model_digest, plan_key
 from onyxia.runtime.device import Runtime
+from onyxia.session_containers import assemble, elements, feed_structure, flatten, leaves
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,26 @@ def bind_dims(shapes: Mapping[str, Sequence[Dim]], feeds: Mapping[str, Any]) -> 
     return dims
 
 
+@dataclass(frozen=True)
+class Recompile:
+    """Why a run compiled another plan: `symbol` (or a graph input, whose values are baked in)
+    changed from `old` to `new`, and node `node` needs it as a concrete number (`reason`)."""
+
+    symbol: str
+    node: str
+    reason: str
+    old: Any
+    new: Any
+
+
 @dataclass
 class SessionStats:
     """What the session did; tests assert on it."""
 
     compiles: int = 0  # plans compiled: the first run's, then one per new specialization
+    # Each plan compiled after the first, with every value that needed it (one entry per
+    # symbol or input); a shape that only updates dimensions adds nothing.
+    recompiles: list[Recompile] = field(default_factory=list)
 
 
 _MAX_SPECIALIZATIONS = 8  # executors kept per session for different baked input values
@@ -105,12 +122,19 @@ class InferenceSession:
     next process (onyxia/plan_cache.py): None/True uses the default cache unless
     ONYXIA_PLAN_CACHE=0, False none, a folder that one. Not with a custom `registry`.
     `load_report` (onyxia/loading.py LoadReport) splits the latest load's time.
+
+    `progress`: a load (compile and pipelines) taking over a second draws a progress line on
+    stderr when it is a terminal (None, the default); False draws none; a DelayedProgress
+    draws that one.
     """
 
     def __init__(self, model: Any, sess_options: Any = None, providers: Any = None, *, runtime=None,
                  dims: Mapping[str, int] | None = None, static: Iterable[str] = (), registry=None,
-                 transport: str | None = None, plan_cache: bool | str | os.PathLike | PlanCache | None = None):
+                 transport: str | None = None, plan_cache: bool | str | os.PathLike | PlanCache | None = None,
+                 progress: bool | DelayedProgress | None = None):
         self.load_report = LoadReport()
+        self._progress_setting = progress
+        self._progress: DelayedProgress | None = None
         self._cache = cache_for(plan_cache) if registry is None else None
         self._digest: str | None = None
         self._runtime = runtime
@@ -125,6 +149,9 @@ class InferenceSession:
         # Symbols a plan took as literals (a constraint `symbol = 3`: Conv's num_channels): a feed
         # with another value needs another plan, not an update_dimensions the plan would refuse.
         self._literal_symbols: tuple[str, ...] = ()
+        # Where each baked value was needed: symbol or input -> (node, reason) (Recompile).
+        self._baked_sites: dict[str, tuple[str, str]] = {}
+        self._spec: tuple[dict[str, int], dict[str, bytes]] | None = None  # the last plan's dims, values
         self.stats = SessionStats()
         self._containers: dict[str, str] = {}
         self._first_run = False
@@ -144,7 +171,7 @@ class InferenceSession:
                 self._digest = model_digest(model)
                 self.load_report.cache_s = time.perf_counter() - start
             self._compiled = None
-            # Sequence/optional inputs: the session compiles for the structure fed (_flatten).
+            # Sequence/optional inputs: the session compiles for the structure fed (flatten).
             self._containers = {n: self._graph.tensor(n).container for n in self._graph.inputs
                                 if self._graph.tensor(n).container}
             # dims naming no input's symbol fail here, not at the first run (a sequence input
@@ -212,7 +239,7 @@ class InferenceSession:
             _, executor, dims = last
             feeds = input_feed
         else:
-            input_feed = {**input_feed, **_flatten(self._containers, input_feed)}
+            input_feed = {**input_feed, **flatten(self._containers, input_feed)}
             executor = self._executor_for(input_feed)
             bound = {**bind_dims(self._input_shapes, input_feed), **self._fixed_dims}
             dims = {k: v for k, v in bound.items() if k in executor.dims}
@@ -223,12 +250,12 @@ class InferenceSession:
         executor.update_dimensions(dims)
         names = list(output_names) if output_names else [a.name for a in self._outputs]
         containers = executor.model.metadata.get("containers", {}).get("structure", {})
-        leaves = list(dict.fromkeys(leaf for n in names for leaf in _leaves(containers.get(n, n))))
+        wanted = list(dict.fromkeys(leaf for n in names for leaf in leaves(containers.get(n, n))))
         start = time.perf_counter()
-        result = executor.run(feeds, leaves)
+        result = executor.run(feeds, wanted)
         if self._first_run:  # the driver may compile kernels at their first dispatch (lavapipe does)
             self.load_report.first_run_s, self._first_run = time.perf_counter() - start, False
-        return [_assemble(containers.get(n, n), result) for n in names]
+        return [assemble(containers.get(n, n), result) for n in names]
 
     def _check_feeds(self, input_feed: Mapping[str, Any]) -> tuple:
         """The fed tensors' shapes, after checking the feed's names and dtypes (InputError)."""
@@ -256,7 +283,7 @@ class InferenceSession:
     def _key(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> tuple:
         """What a compiled plan is specialized on: baked input values, fed structures, baked sizes."""
         values = tuple((n, np.asarray(feeds[n]).tobytes(), np.shape(feeds[n])) for n in self._value_inputs)
-        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in _elements(self._containers,
+        structure = tuple((n, k, np.shape(v), np.asarray(v).dtype.str) for n, k, v in elements(self._containers,
                                                                                                feeds))
         sizes = (*self._size_symbols, *self._literal_symbols)
         return values + structure + tuple((s, dims.get(s)) for s in sizes)
@@ -266,24 +293,45 @@ class InferenceSession:
         executor = self._executors.get(self._key(feeds, dims))
         if executor is not None:
             self._executor = executor
+            self._remember_spec(feeds, dims)
             return executor
         if self._executors:  # another specialization: a load of its own
             self.load_report = LoadReport()
         report = self.load_report
         if self._graph is None:
             report.cache = "plan"
+        setting = self._progress_setting
+        self._progress = setting if isinstance(setting, DelayedProgress) else \
+            None if setting is False else DelayedProgress("loading")
+        if self._progress is not None:
+            self._progress.start = time.perf_counter()  # the clock of this load
+        try:
+            return self._load(feeds, dims, report)
+        finally:
+            if self._progress is not None:
+                self._progress.close()
+            self._progress = None
+
+    def _load(self, feeds: Mapping[str, Any], dims: Mapping[str, int], report: LoadReport):
+        """A new executor for `feeds` (compiled, or from the plan cache)."""
         compiled = self._compiled if self._graph is None else self._compile_for(feeds, dims)
         if self._graph is not None:
+            if self._spec is not None:
+                self.stats.recompiles.extend(self._recompile_causes(feeds, dims))
             self.stats.compiles += 1
-            literal = {s for a, b, _ in compiled.constraints if isinstance(b, int) or isinstance(a, int)
-                       for s in dim_symbols(a) | dim_symbols(b)}
+            for use in literal_uses(compiled):
+                for symbol in use.symbols:
+                    self._baked_sites.setdefault(symbol, (use.node, use.reason))
+            literal = {s for use in literal_uses(compiled) for s in use.symbols}
             self._literal_symbols = tuple(sorted({*self._literal_symbols, *literal}))
+            self._remember_spec(feeds, dims)
         if self._runtime is None:
             start = time.perf_counter()
             self._runtime = Runtime()
             report.device_s = time.perf_counter() - start
         assert compiled is not None
-        executor = self._runtime.load_model(compiled, transport=self._transport)
+        executor = self._runtime.load_model(compiled, transport=self._transport, progress=None if self._progress is None
+                                            else self._progress.stage("pipelines"))
         report.runtime = executor.stats.load
         self._first_run = True
         if len(self._executors) >= _MAX_SPECIALIZATIONS:
@@ -291,6 +339,24 @@ class InferenceSession:
         # The key again: compiling may have found more inputs or sizes to specialize on.
         self._executors[self._key(feeds, dims)] = self._executor = executor
         return executor
+
+    def _remember_spec(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> None:
+        if self._graph is not None:
+            self._spec = (dict(dims), {n: np.asarray(feeds[n]).tobytes() for n in self._value_inputs})
+
+    def _recompile_causes(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> list[Recompile]:
+        """What differs from the last plan compiled among the values plans are specialized on."""
+        assert self._spec is not None
+        old_dims, old_values = self._spec
+        out = [Recompile(s, *self._baked_sites.get(s, ("", "its value is baked into the plan")), old_dims.get(s),
+                         dims.get(s))
+               for s in (*self._literal_symbols, *self._size_symbols) if old_dims.get(s) != dims.get(s)]
+        out += [Recompile(n, *self._baked_sites.get(n, ("", "its values are baked into the plan")), "(other values)",
+                          "(new values)")
+                for n in self._value_inputs if old_values.get(n) != np.asarray(feeds[n]).tobytes()]
+        # Otherwise the fed structure of a sequence or optional input changed.
+        return out or [Recompile(", ".join(self._containers), "", "the structure fed is compiled into the plan",
+                                 None, None)]
 
     def _compile_for(self, feeds: Mapping[str, Any], dims: Mapping[str, int]) -> CompiledModel:
         """Compile; when inference needs a value it cannot compute symbolically, specialize:
@@ -314,8 +380,13 @@ class InferenceSession:
             key = None if self._digest is None else plan_key(self._digest, given, static, compiler_signature(pipeline),
                                                              self._key(feeds, dims))
 
+            progress = self._progress
+
             def compile_fn() -> tuple[CompiledModel, dict[str, float]]:
-                return pipeline.compile(graph, given, static), stage_times(pipeline.history)
+                draw = None if progress is None else progress.stage("compiling")
+                return (pipeline.compile(graph, given, static, progress=None if draw is None else
+                                         lambda rec, done, total: draw(done, total)),
+                        stage_times(pipeline.history))
 
             try:
                 compiled = cached_compile(self._cache, key, self.load_report, compile_fn)
@@ -327,6 +398,9 @@ class InferenceSession:
                 symbols = {s for s in symbols - set(self._size_symbols) if s in dims}
                 if not sources and not symbols:
                     raise
+                for name in (*sources, *symbols):
+                    self._baked_sites.setdefault(name, (exc.node or "", "its value to compute a shape "
+                                                        "(symbolic dims cannot follow the arithmetic)"))
                 self._value_inputs = tuple(sorted({*self._value_inputs, *sources}))
                 self._size_symbols = tuple(sorted({*self._size_symbols, *symbols}))
                 continue
@@ -344,7 +418,7 @@ class InferenceSession:
             return self._graph
         graph = self._graph.copy()
         for name in self._containers:
-            _feed_structure(graph, name, feeds[name])
+            feed_structure(graph, name, feeds[name])
         for name in self._value_inputs:
             t = graph.tensor(name)
             t.value = np.asarray(feeds[name])
@@ -357,84 +431,9 @@ class InferenceSession:
         return graph
 
 
-# ---- sequence and optional inputs and outputs ----------------------------------------------------
-# A fed sequence [a, b] of input "s" becomes the tensor inputs "s.0", "s.1" and a SequenceConstruct
-# producing "s" (an optional: an Optional node, empty for None); the compiler lowers the rest.
-
-def _kind(value: Any) -> str:
-    return "sequence" if isinstance(value, (list, tuple)) else "tensor"
-
-
-def _elements(containers: Mapping[str, str], feeds: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
-    """(container input, element input name, array) for every element fed."""
-    out: list[tuple[str, str, Any]] = []
-
-    def walk(name: str, prefix: str, value: Any, kind: str) -> None:
-        if kind == "optional":
-            if value is not None:
-                walk(name, f"{prefix}.0", value, _kind(value))
-        elif kind == "sequence":
-            if not isinstance(value, (list, tuple)):
-                raise InputError(f"input '{name}' is a sequence: feed a list of arrays, got {type(value).__name__}")
-            for k, item in enumerate(value):
-                walk(name, f"{prefix}.{k}", item, _kind(item))
-        else:
-            out.append((name, prefix, value))
-
-    for name, kind in containers.items():
-        walk(name, name, feeds[name], kind)
-    return out
-
-
-def _flatten(containers: Mapping[str, str], feeds: Mapping[str, Any]) -> dict[str, Any]:
-    return {element: np.asarray(value) for _, element, value in _elements(containers, feeds)}
-
-
-def _feed_structure(graph: IrGraph, name: str, value: Any) -> None:
-    """Replace container input `name` by its fed elements and the nodes building it (the same
-    element names _elements gives the feeds)."""
-    index = graph.inputs.index(name)
-    t = graph.tensor(name)
-    t.kind = TensorKind.INTERMEDIATE
-    added: list[str] = []
-
-    def build(prefix: str, value: Any, kind: str) -> None:
-        if kind == "optional":
-            inner = [f"{prefix}.0"] if value is not None else []
-            if value is not None:
-                build(inner[0], value, _kind(value))
-            graph.add_node("Optional", inner, [prefix], name=graph.fresh_name(f"{prefix}/fed"))
-        elif kind == "sequence":
-            items = [f"{prefix}.{k}" for k in range(len(value))]
-            for item, v in zip(items, value):
-                build(item, v, _kind(v))
-            graph.add_node("SequenceConstruct", items, [prefix], name=graph.fresh_name(f"{prefix}/fed"))
-        else:
-            array = np.asarray(value)
-            graph.add_tensor(TensorDef(prefix, dtypes.from_numpy(array.dtype), tuple(array.shape), TensorKind.INPUT))
-            added.append(prefix)
-
-    build(name, value, t.container or "sequence")
-    graph.inputs[index:index + 1] = added
-
+# ---- sequence and optional inputs (the rest in onyxia/session_containers.py) --------------------
 
 def _container_arg(name: str, t: TensorDef) -> NodeArg:
     elem = _ORT_TYPE.get(t.dtype.name, t.dtype.name) if t.dtype is not None else "unknown"
     kind = "seq" if t.container == "sequence" else "optional"
     return NodeArg(name, f"{kind}(tensor({elem}))", [])
-
-
-def _leaves(described: Any) -> list[str]:
-    if isinstance(described, str):
-        return [described]
-    return [leaf for item in described["items"] for leaf in _leaves(item)]
-
-
-def _assemble(described: Any, results: Mapping[str, Any]) -> Any:
-    """An output as onnxruntime gives it: an array, a list (sequence), None (empty optional)."""
-    if isinstance(described, str):
-        return results[described]
-    items = [_assemble(item, results) for item in described["items"]]
-    if described["kind"] == "sequence":
-        return items
-    return items[0] if items else None

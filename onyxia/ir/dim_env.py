@@ -23,6 +23,9 @@ class DimEnv:
     static: frozenset[str] = frozenset()  # symbols baked into shaders as defs
     # (str(a), str(b)) -> (a, b, node): becomes the plan's constraints, re-checked by update_dimensions.
     constraints: dict[tuple[str, str], Constraint] = field(default_factory=dict)
+    # (str(dim), str(value)) -> what a rule needed the literal for ("the channel axis"): a new
+    # value of its symbols needs another plan; InferenceSession's stats and `onyxia inspect` say why.
+    reasons: dict[tuple[str, str], str] = field(default_factory=dict)
     # Symbols whose values in `dims` are stand-ins (InferenceSession describes its outputs before
     # any feed): a comparison involving one cannot be judged, so it passes and records nothing.
     placeholders: frozenset[str] = frozenset()
@@ -75,14 +78,15 @@ class DimEnv:
         self.constraints.setdefault((str(a), str(b)), (a, b, node))
         return True
 
-    def literal(self, d: Dim, node: str) -> int | None:
+    def literal(self, d: Dim, node: str, what: str = "") -> int | None:
         """`d` as an int for a rule that needs a literal (a channel count, a head size, a Split
         size), or None when it has no value that can stand for one.
 
         A symbol with a value given at compile time (dims, InferenceSession feeds) is as good as
         a literal: its value is used and `d = value` recorded as a constraint (with `node`), so
-        update_dimensions refuses another value rather than run a plan built for this one.
-        Stand-in values (placeholders) and data-dependent counts never stand for a literal.
+        update_dimensions refuses another value rather than run a plan built for this one; `what`
+        (the rule's words for it) is kept in `reasons`. Stand-in values (placeholders) and
+        data-dependent counts never stand for a literal.
         """
         if isinstance(d, int):
             return d
@@ -93,6 +97,7 @@ class DimEnv:
         if value is None:
             return None
         self.assume_equal(d, value, node)
+        self.reasons.setdefault((str(d), str(value)), what)
         return value
 
 

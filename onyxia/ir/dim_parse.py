@@ -8,6 +8,7 @@ DimensionError naming the expression (issue 12's hostile-expression cases).
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -37,6 +38,9 @@ MAX_DIM_NODES = 256  # names, numbers and operators
 MAX_DIM_TERMS = 256  # terms of the expanded polynomial: a product of sums multiplies them
 
 
+# Plans repeat expressions (resnet18's: 1524 parsed, a few dozen distinct) and a plan file's
+# load parses each twice (check, then decode): parsing was 70% of a cached plan's load.
+@functools.lru_cache(maxsize=4096)
 def parse_dim(text: str) -> Dim:
     """Parse an ONNX dim_param ("batch", "seq * heads", "(a+b)//2") into an int or SymDim.
 

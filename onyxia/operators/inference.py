@@ -81,7 +81,7 @@ class InferenceCtx:
     def literals(self, values: Sequence[Dim], what: str, input: int | None = None,
                  expected: int | None = None, one: bool = False) -> list[int]:
         """`values` as ints, each as `literal` takes it (`one`: the error shows a single value)."""
-        found = [self.env.literal(v, self.node.name) for v in values]
+        found = [self.env.literal(v, self.node.name, what) for v in values]
         if all(v is not None for v in found):
             return found  # type: ignore[return-value]
         unknown = [v for v, f in zip(values, found) if f is None]

@@ -234,7 +234,9 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
             buf = io.BytesIO()
             # np.asarray, not ascontiguousarray: the latter turns a 0-d scalar weight into shape (1,).
             np.save(buf, np.asarray(array, order="C"), allow_pickle=False)
-            zf.writestr(f"{key}.npy", buf.getvalue())
+            # Weights stored, not deflated: float weights shrink ~8% for ~15x the write time and
+            # ~1.5x the read (resnet18's 45 MB: 24 s vs 1.5 s to write, lavapipe host, loaded).
+            zf.writestr(f"{key}.npy", buf.getvalue(), compress_type=zipfile.ZIP_STORED)
 
 
 def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:

@@ -9,7 +9,9 @@ eligible alternative, measured faster on the adapter at hand).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+from onyxia.ir.shapes import dim_symbols
 from onyxia.plan.cost import replayed_steps
 from onyxia.plan.model import CompiledModel
 from onyxia.plan.select import AdapterFacts, Select
@@ -68,4 +70,39 @@ def run_count(model: CompiledModel, dims: Mapping[str, int] | None = None) -> di
             for facts in KINDS}
 
 
-__all__ = ["run_count", "select_lines"]
+@dataclass(frozen=True)
+class LiteralUse:
+    """A symbol the plan took as a literal: `expr` (over `symbols`) was `value` when `node`
+    needed a concrete number (`reason`: what for). Another value needs another plan."""
+
+    expr: str
+    value: int
+    node: str
+    reason: str
+    symbols: tuple[str, ...]
+
+
+def literal_uses(model: CompiledModel) -> list[LiteralUse]:
+    """The plan's constraints `dim = integer` (a rule needed a literal, or compared a symbol
+    with a literal dim), with the rule's words from the plan's metadata where it gave them."""
+    reasons = {(a, b): why for a, b, why in model.metadata.get("literal_reasons", ()) or ()}
+    out = []
+    for a, b, node in model.constraints:
+        if isinstance(a, int) == isinstance(b, int):
+            continue  # two symbolic dims: an equality, no literal
+        expr, value = (b, a) if isinstance(a, int) else (a, b)
+        why = reasons.get((str(expr), str(value))) or f"compared with the literal dim {value}"
+        out.append(LiteralUse(str(expr), int(value), node, why, tuple(sorted(dim_symbols(expr)))))
+    return out
+
+
+def literal_lines(model: CompiledModel) -> list[str]:
+    """`onyxia inspect`'s lines: each literal-bound symbol with the node that needs it."""
+    uses = literal_uses(model)
+    if not uses:
+        return ["literal-bound symbols: none (any value updates the plan in place)"]
+    return ["literal-bound symbols (another value compiles another plan):",
+            *(f"  {u.expr} = {u.value}: node '{u.node}' needs a concrete value ({u.reason})" for u in uses)]
+
+
+__all__ = ["LiteralUse", "literal_lines", "literal_uses", "run_count", "select_lines"]

@@ -8,7 +8,7 @@ class and backends (wgpu, null) depend on this small surface only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -73,6 +73,10 @@ class Backend(Protocol):
     # (shader, static dims), a bind group per dispatch.
     def layout(self, spec: ShaderSpec, bindings: Sequence[Binding]) -> Any: ...
     def program(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> Any: ...
+    # Several programs, one per (spec, code, layout, transport) job, perhaps built in parallel;
+    # `done(n)` after each (n built so far).
+    def make_programs(self, jobs: Sequence[tuple[ShaderSpec, str, Any, Transport]],
+                 done: Callable[[int], None] | None = None) -> list[Any]: ...
     def bind(self, layout: Any, buffers: Sequence[Any]) -> Any: ...
 
     # Parameter memory: `words` holds every dispatch's parameters, the uniform slots first.

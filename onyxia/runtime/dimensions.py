@@ -220,3 +220,4 @@ class DimensionUpdates:
         # Select chooses another alternative; a decode step's new lengths change neither.
         if any(_encoded(cmd) != was for cmd, was in dirty.items()):
             self._refresh_live()
+            self._new_dims = True  # the next run, the first of these choices, does nothing ahead

@@ -13,7 +13,7 @@ update_dimensions are testable in tests/unit:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +119,15 @@ class NullBackend:
         program = NullProgram(spec.label, code, transport)
         self.programs.append(program)
         return program
+
+    def make_programs(self, jobs: Sequence[tuple[ShaderSpec, str, Any, Transport]],
+                 done: Callable[[int], None] | None = None) -> list[NullProgram]:
+        out = []
+        for job in jobs:
+            out.append(self.program(*job))
+            if done is not None:
+                done(len(out))
+        return out
 
     def bind(self, layout: Any, buffers: Sequence[NullBuffer]) -> NullBindGroup:
         self.bind_groups += 1

@@ -38,19 +38,21 @@ from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, l
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
+_AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
+
 
 @dataclass
 class LoadTimes:
     """Where an executor's load went (seconds), and what it built. `total_s` is the whole
-    PlanReplay setup; the rest of it (commands, bind groups, parameters, tuning) is
-    total_s minus the parts named here. Pipelines are built for the dispatches a run replays
-    now: a Select's other alternatives get theirs when first chosen (`deferred` until then)."""
+    PlanReplay setup; the rest of it (commands, bind groups, parameters) is total_s minus the
+    parts named here. Pipelines are built for the dispatches a run replays now: a Select's
+    other alternatives get theirs when first chosen (`deferred` until then). Nothing is timed
+    at load (runtime/tuner.py: later runs do it; ExecutorStats.tuning_s)."""
 
     buffers_s: float = 0.0  # allocations and weight uploads
     render_s: float = 0.0  # WGSL text from the plan's templates (codegen/wgsl.py render)
     shader_modules_s: float = 0.0  # the backend's shader modules (naga parses and validates)
     pipelines_s: float = 0.0  # the backend's pipelines (the driver compiles the kernel)
-    tuning_s: float = 0.0  # timing kernel variants (runtime/tuner.py; up to its budget per load)
     total_s: float = 0.0
     pipelines: int = 0  # pipelines built
     shared: int = 0  # shaders whose WGSL and layout equal a built one's: its pipeline reused
@@ -67,6 +69,8 @@ class ExecutorStats:
     readback_bytes: int = 0  # bytes copied to the host by the last run
     tuning_timings: int = 0  # Select alternatives timed (runtime/tuner.py): 0 when all were cached
     tuned: int = 0  # tuned Select steps chosen by timing
+    tuning_s: float = 0.0  # seconds runs spent timing them (after the first run at a shape class)
+    prebuilt: int = 0  # pipelines of alternatives not replayed yet, built ahead by later runs
     load: LoadTimes = field(default_factory=LoadTimes)
 
 
@@ -129,15 +133,17 @@ class PlanReplay(DimensionUpdates):
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
         self._live_commands = self._run_commands
+        # Tuned Selects replay the cached choice or the heuristic's: nothing is timed at load.
         self._refresh_all()
         load = self.stats.load
-        tuning, built = time.perf_counter(), load.render_s + load.shader_modules_s + load.pipelines_s
-        self.tune()  # the tuned Selects the cache has no choice for (none when tuning is off)
-        # The pipelines the timed alternatives needed count as pipelines, not as tuning.
-        built = load.render_s + load.shader_modules_s + load.pipelines_s - built
-        load.tuning_s = time.perf_counter() - tuning - built
         self._progress = None
         load.deferred = len(self._layouts) - len(self.programs)
+        # The pipelines a run does not replay now, which later runs build ahead (a slice each)
+        # so that new dims choosing them need not: only shaders baking no symbol, which a
+        # dims change never rebuilds.
+        baking = {i for e in self._exprs for i in e.shaders}
+        self._ahead = [i for i in sorted(self._layouts) if i not in self.programs and i not in baking]
+        self._new_dims = False  # dims changed what a run replays since the last run
         load.total_s = time.perf_counter() - start
 
     # ---- setup --------------------------------------------------------------------------
@@ -194,36 +200,65 @@ class PlanReplay(DimensionUpdates):
         run does not replay at these dims on this adapter: those wait until chosen."""
         missing = [c for c in commands if isinstance(c, DispatchCommand) and c.program is None]
         todo = sorted({c.shader for c in missing} - self.programs.keys())
-        for done, index in enumerate(todo):
-            self.programs[index] = self._build(index)
-            if self._progress is not None:
-                self._progress(done + 1, len(todo))
+        if todo:
+            self._build_many(todo)
         for c in missing:
             c.program = self.programs[c.shader]
 
-    def _build(self, index: int) -> Any:
+    def _render(self, index: int) -> tuple[tuple, tuple]:
+        """(the key of identical kernels, the backend's job) of shader `index` at the dims now."""
         spec = self.model.shaders[index]
         transport = self.shader_transport[index]
-        load = self.stats.load
         start = time.perf_counter()
         code = render(spec, self.model.templates[spec.template], self.dims, transport,
                       native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads,
                       subgroups=self.limits.subgroups, wide_reads=self.limits.wide_reads)
-        rendered = time.perf_counter()
-        load.render_s += rendered - start
+        self.stats.load.render_s += time.perf_counter() - start
         layout = self._layouts[index]
         key = (code, id(layout), str(transport), spec.entry_point, spec.immediate_bytes)
+        return key, (spec, code, layout, transport)
+
+    def _build(self, index: int) -> Any:
+        """Shader `index`'s program, rendered at the dims now (shared with an identical kernel's)."""
+        key, job = self._render(index)
         program = self._by_code.get(key)
         if program is not None:  # two shaders, one kernel: one module and pipeline
-            load.shared += 1
+            self.stats.load.shared += 1
             return program
+        program = self._by_code[key] = self._make([job])[0]
+        return program
+
+    def _build_many(self, todo: list[int]) -> None:
+        """The programs of shaders `todo`, the distinct kernels built together (in parallel
+        where the backend can)."""
+        jobs: list[tuple] = []
+        owner: dict[tuple, int] = {}  # kernel key -> its job
+        keys = []
+        for index in todo:
+            key, job = self._render(index)
+            keys.append(key)
+            if key in self._by_code or key in owner:
+                self.stats.load.shared += 1
+            else:
+                owner[key] = len(jobs)
+                jobs.append(job)
+        for key, program in zip(owner, self._make(jobs)):
+            self._by_code[key] = program
+        for index, key in zip(todo, keys):
+            self.programs[index] = self._by_code[key]
+
+    def _make(self, jobs: list[tuple]) -> list[Any]:
+        load = self.stats.load
         modules = getattr(self.backend, "shader_module_s", 0.0)
-        program = self._by_code[key] = self.backend.program(spec, code, layout, transport)
+        start = time.perf_counter()
+        progress = self._progress
+        done = None if progress is None else lambda n: progress(n, len(jobs))
+        programs = self.backend.make_programs(jobs, done)
         module_s = getattr(self.backend, "shader_module_s", 0.0) - modules
         load.shader_modules_s += module_s
-        load.pipelines_s += time.perf_counter() - rendered - module_s
-        load.pipelines += 1
-        return program
+        load.pipelines_s += time.perf_counter() - start - module_s  # wall time: they may build in parallel
+        load.pipelines += len(jobs)
+        return programs
 
     def bind(self, step: Dispatch) -> Any:
         return self.backend.bind(self._layouts[step.shader], [self.buffers[self.root(b.tensor)] for b in step.bindings])
@@ -295,6 +330,33 @@ class PlanReplay(DimensionUpdates):
         self._refresh_live()
         return results
 
+    def _ahead_slice(self) -> None:
+        """Work a run after the first at these dims does before its own, up to a slice
+        (TuneSettings.slice_s): time the tuned Selects waiting (runtime/tuner.py), else build
+        pipelines ahead. A first result, at load or at dims that changed what a run replays,
+        waits for neither."""
+        if self._new_dims or not self.stats.runs:
+            self._new_dims = False
+            return
+        if self.tuner.pending:  # before the feeds land (timing writes outputs)
+            ready = self.tuner.ready()
+            if ready:
+                start = time.perf_counter()
+                self.tuner.tune(self, ready, slice_s=self.tuner.settings.slice_s)
+                self._refresh_live()
+                self.stats.tuning_s += time.perf_counter() - start
+                return
+        if self._ahead:
+            deadline = time.perf_counter() + self.tuner.settings.slice_s
+            while self._ahead and (time.perf_counter() < deadline):
+                batch = [i for i in self._ahead[-_AHEAD_BATCH:] if i not in self.programs]
+                del self._ahead[-_AHEAD_BATCH:]
+                try:
+                    self._build_many(batch)  # together: on threads where the backend can
+                except Exception:  # noqa: BLE001 - work ahead: a run that needs one builds it and says why
+                    continue
+                self.stats.prebuilt += len(batch)
+
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
         if slot is None:
@@ -330,8 +392,7 @@ class PlanReplay(DimensionUpdates):
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
-        if self.tuner.pending:  # new shape classes; before the feeds land (timing writes outputs)
-            self.tune()
+        self._ahead_slice()
 
         copies = []
         for name, feed in checked.items():

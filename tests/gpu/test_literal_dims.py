@@ -62,11 +62,15 @@ def test_a_new_channel_count_recompiles_instead_of_a_wrong_answer(runtime):
     sess = onyxia.InferenceSession(model, runtime=runtime)
     _assert_matches(sess, model, _feeds(model, 2, 6, 5, channels=3))
     _assert_matches(sess, model, _feeds(model, 1, 4, 7, channels=3))
-    assert sess.stats.compiles == 1
+    assert sess.stats.compiles == 1 and sess.stats.recompiles == []
     _assert_matches(sess, model, _feeds(model, 2, 6, 5, channels=5))
     assert sess.stats.compiles == 2
+    # The stats say which symbol changed and which node needs it concrete.
+    [why] = sess.stats.recompiles
+    assert (why.symbol, why.old, why.new) == ("num_channels", 3, 5)
+    assert (why.node, why.reason) == ("lrn", "the channel axis")
     _assert_matches(sess, model, _feeds(model, 1, 3, 3, channels=3))
-    assert sess.stats.compiles == 2
+    assert sess.stats.compiles == 2 and len(sess.stats.recompiles) == 1
 
 
 EXPORTED = Path(__file__).resolve().parents[1] / "data/exported/optimum/vit_patch_embedding.torchscript.onnx"

@@ -27,8 +27,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("onyxia.compiler",),
     ("onyxia.runtime",),
     # loading: the load report, compile through the plan cache (plan_cache), load an executor
-    ("onyxia", "onyxia.session", "onyxia.backend", "onyxia.llm", "onyxia.cli", "onyxia.loading",
-     "onyxia.plan_cache"),
+    ("onyxia", "onyxia.session", "onyxia.session_containers", "onyxia.backend", "onyxia.llm", "onyxia.cli",
+     "onyxia.loading", "onyxia.plan_cache"),
 ]
 # Lower modules a layer must still not import: the runtime replays plans, whose value types
 # (dims, dtypes) are all it needs of the IR; `onyxia.ir` itself re-exports the graph.

@@ -96,3 +96,34 @@ def test_a_data_dependent_count_is_no_literal():
     count = env.data_symbol("nonzero", None)
     assert env.literal(SymDim.symbol("c"), "conv") == 3 and env.literal(count, "conv") is None
     assert [(str(a), str(b)) for a, b, _ in env.constraints.values()] == [("c", "3")]
+
+
+def test_literal_uses_name_the_node_and_what_it_needed(tmp_path):
+    from onyxia.plan.show import literal_uses
+
+    compiled = compile_model(stems.grouped_conv(), DIMS)
+    uses = {(u.expr, u.value, u.node, u.symbols) for u in literal_uses(compiled)}
+    assert uses == {("num_channels", 3, "depthwise", ("num_channels",)),
+                    ("num_channels + 3", 6, "grouped", ("num_channels",))}
+    assert {u.reason for u in literal_uses(compiled)} == {"the channel axis"}
+    compiled.save(tmp_path / "plan.onyxia")  # the reasons travel with the plan file
+    assert literal_uses(onyxia.CompiledModel.load(tmp_path / "plan.onyxia")) == literal_uses(compiled)
+
+
+def test_inspect_lists_the_literal_bound_symbols_with_their_node(tmp_path, capsys):
+    import onnx
+
+    from onyxia.cli import main
+
+    path = tmp_path / "stem.onnx"
+    onnx.save(stems.vit_patch_embedding(), path)
+    assert main(["inspect", str(path)]) == 0
+    assert "pass --dim for batch_size, height, num_channels, width" in capsys.readouterr().out
+    assert main(["inspect", str(path), *(f"--dim={k}={v}" for k, v in DIMS.items())]) == 0
+    out = capsys.readouterr().out
+    assert ("num_channels = 3: node '/embeddings/patch_embeddings/projection/Conv' needs a concrete value "
+            "(the channel axis)") in out
+    plan = tmp_path / "stem.onyxia"
+    compile_model(stems.vit_patch_embedding(), DIMS).save(plan)
+    assert main(["inspect", str(plan)]) == 0
+    assert "num_channels = 3: node '/embeddings/patch_embeddings/projection/Conv'" in capsys.readouterr().out

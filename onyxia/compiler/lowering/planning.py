@@ -76,6 +76,8 @@ def plan_model(graph: IrGraph, ctx: CompileContext) -> CompiledModel:
             **({"order": {"memory_aware": order.applied, "peak_before": order.peak_before,
                           "peak_after": order.peak_after}} if order is not None else {}),
             **({"containers": ctx.containers} if ctx.containers else {}),
+            # Why a constraint `dim = value` exists (plan/show.py literal_uses reads it).
+            **({"literal_reasons": [[a, b, why] for (a, b), why in ctx.reasons.items()]} if ctx.reasons else {}),
             **{k: v for k, v in graph.metadata.items() if isinstance(v, str)},
         },
     )
