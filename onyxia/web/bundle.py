@@ -28,7 +28,7 @@ import numpy as np
 
 from onyxia.codegen.transport import UNIFORM
 from onyxia.codegen.wgsl import render
-from onyxia.errors import OnyxiaError
+from onyxia.errors import InputError, OnyxiaError
 from onyxia.ir import dtypes
 from onyxia.plan import CompiledModel, plan_document
 
@@ -144,10 +144,13 @@ DEMO_FILE = Path(__file__).with_name("index.html")
 
 def write_demo(model: CompiledModel, out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None = None) -> Path:
     """The whole web folder: bundle, runtime, index.html and sample_inputs.npz (the inputs the page
-    runs; random at the plan's dims unless given). Returns the folder."""
+    runs: `feeds`, random at the plan's dims for inputs not given). Returns the folder."""
+    unknown = sorted(set(feeds or {}) - set(model.inputs))
+    if unknown:
+        raise InputError(f"sample inputs {unknown} are not inputs of the model (inputs: {', '.join(model.inputs)})")
     out = Path(out_dir)
     write_bundle(model, out)
-    np.savez(out / "sample_inputs.npz", **dict(feeds if feeds is not None else sample_feeds(model)))
+    np.savez(out / "sample_inputs.npz", **{**sample_feeds(model), **dict(feeds or {})})
     (out / "onyxia.js").write_text(RUNTIME_FILE.read_text())
     (out / "index.html").write_text(DEMO_FILE.read_text())
     return out

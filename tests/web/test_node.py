@@ -1,0 +1,139 @@
+"""The JavaScript runtime (onyxia/web/onyxia.js) in Node on Dawn, against onnxruntime.
+
+Each model compiles once in Python, is written as a web bundle (onyxia/web/bundle.py) and runs in
+Node at every dims of its schedule through `updateDimensions` — smaller and larger than at
+compile time (buffers regrow) — with outputs within the tolerance the Python model tests use and
+no pipeline created after load (the runtime's own counter). Bad feeds and dims come back as typed
+errors naming the tensor or symbol.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onyxia.errors import OnyxiaError
+from onyxia.web.bundle import write_bundle
+from tests.builders.model_cases import CASES, _compiled, _model
+from tests.helpers import compile_model, run_ort
+from tests.models import ModelCase
+from tests.web.harness import as_array, run_node
+
+RTOL = ATOL = 1e-4  # as tests/gpu/test_models.py
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_mlp.onnx"
+
+
+def _mlp_feeds(dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"features": rng.standard_normal((dims["batch"], 8, 8)).astype(np.float32)}
+
+
+MLP = ModelCase(lambda: onnx.load(EXAMPLE), _mlp_feeds, {"batch": 2},
+                ({"batch": 2}, {"batch": 1}, {"batch": 70}, {"batch": 3}))
+WEB_MODELS = ["tiny_mlp", "small_cnn", "bert_encoder", "gpt2_range_opset18"]
+
+
+def _case(name: str):
+    if name == "tiny_mlp":
+        model = MLP.build()
+        return MLP, model, compile_model(model, MLP.compile_dims)
+    if name not in CASES:
+        pytest.fail(f"{name} is not runnable by this registry")
+    return CASES[name], _model(name), _compiled(name)
+
+
+def _runs(case: ModelCase, tmp_path: Path) -> tuple[list[dict], list[dict[str, np.ndarray]]]:
+    runs, feeds = [], []
+    for step, dims in enumerate(case.schedule):
+        feed = case.feeds(dims, step)
+        path = tmp_path / f"inputs_{step}.npz"
+        np.savez(path, **feed)
+        runs.append({"dims": dims, "inputs": str(path)})
+        feeds.append(feed)
+    return runs, feeds
+
+
+@pytest.mark.parametrize("name", WEB_MODELS)
+def test_node_matches_onnxruntime_across_dims_without_new_pipelines(name: str, tmp_path: Path) -> None:
+    case, model, compiled = _case(name)
+    write_bundle(compiled, tmp_path / "bundle")
+    runs, feeds = _runs(case, tmp_path)
+    report = run_node({"bundle": str(tmp_path / "bundle"), "runs": runs}, tmp_path)
+    assert report["ok"], report.get("error")
+    assert "(cpu)" in report["adapter"], report["adapter"]  # SwiftShader: a real adapter, CPU type
+    names = [o.name for o in model.graph.output]
+    for run, feed, dims in zip(report["runs"], feeds, case.schedule):
+        assert run["dims"] == {**compiled.dims, **dims}
+        for out_name, ref in zip(names, run_ort(model, feed)):
+            got = as_array(run["outputs"][out_name])
+            assert got.dtype == ref.dtype and got.shape == ref.shape, (out_name, dims, got.dtype, got.shape, ref.shape)
+            np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"{out_name} at {dims}")
+    pipelines = {run["stats"]["pipelines"] for run in report["runs"]}
+    assert len(pipelines) == 1 and pipelines.pop() > 0  # created at load, never again
+    grew = any(any(d[k] > compiled.dims[k] for k in d) for d in case.schedule)
+    assert (report["runs"][-1]["stats"]["reallocs"] > 0) == grew
+
+
+def test_zipped_bundle_loads_from_one_arraybuffer(tmp_path: Path) -> None:
+    """load(ArrayBuffer): the folder zipped (deflated, as a server might ship it) gives the
+    same numbers as the folder."""
+    case, model, compiled = _case("tiny_mlp")
+    write_bundle(compiled, tmp_path / "bundle")
+    archive = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted((tmp_path / "bundle").iterdir()):
+            zf.write(path, path.name)
+    runs, _ = _runs(case, tmp_path)
+    by_folder = run_node({"bundle": str(tmp_path / "bundle"), "runs": runs[:2]}, tmp_path)
+    by_zip = run_node({"bundle": str(archive), "zip": True, "runs": runs[:2]}, tmp_path)
+    assert by_folder["ok"] and by_zip["ok"], (by_folder.get("error"), by_zip.get("error"))
+    assert [r["outputs"] for r in by_zip["runs"]] == [r["outputs"] for r in by_folder["runs"]]
+
+
+@pytest.mark.parametrize("run, fragment, field", [
+    ({"dims": {"batch": 3}, "feed_batch": 2}, "input 'features' has dims [2,8,8], expected [3,8,8]", "tensor"),
+    ({"dims": {"sequence": 3}}, "unknown dimension 'sequence'", "symbol"),
+    ({"dims": {"batch": -1}}, "dimension 'batch' must be a non-negative integer", "symbol"),
+])
+def test_bad_feeds_and_dims_are_typed_errors(run: dict, fragment: str, field: str, tmp_path: Path) -> None:
+    _case_, _model_, compiled = _case("tiny_mlp")
+    write_bundle(compiled, tmp_path / "bundle")
+    np.savez(tmp_path / "feed.npz", **_mlp_feeds({"batch": run.get("feed_batch", 2)}))
+    report = run_node({"bundle": str(tmp_path / "bundle"),
+                       "runs": [{"dims": run["dims"], "inputs": str(tmp_path / "feed.npz")}]}, tmp_path)
+    assert not report["ok"]
+    assert report["error"].startswith("InputError: ") and fragment in report["error"], report["error"]
+    assert report["errorFields"][field] is not None
+
+
+def test_encode_cost_is_reported(tmp_path: Path) -> None:
+    """The replay's encode() alone, timed in Node (the figure the closing note quotes)."""
+    case, _model_, compiled = _case("bert_encoder")
+    write_bundle(compiled, tmp_path / "bundle")
+    runs, _ = _runs(case, tmp_path)
+    report = run_node({"bundle": str(tmp_path / "bundle"), "runs": runs[:1], "encodeRepeats": 50}, tmp_path)
+    assert report["ok"], report.get("error")
+    assert report["dispatches"] > 10 and report["encodeMedianMs"] > 0
+    print(f"bert_encoder: {report['dispatches']} dispatches, encode median {report['encodeMedianMs']:.3f} ms "
+          f"= {1000 * report['encodeMedianMs'] / report['dispatches']:.2f} us per dispatch")
+
+
+def test_weights_are_chunked_and_chunks_bounded(tmp_path: Path) -> None:
+    """No chunk exceeds chunk_bytes; the chunked bundle computes what the one-chunk bundle does;
+    a weight larger than a chunk is refused by name."""
+    case, _model_, compiled = _case("tiny_mlp")
+    manifest = json.loads(write_bundle(compiled, tmp_path / "small", chunk_bytes=33000).read_text())
+    assert manifest["plan"]["templates"] == {}  # the WGSL comes rendered
+    assert len(manifest["chunks"]) == 2 and all(size <= 33000 for _, size in manifest["chunks"])
+    write_bundle(compiled, tmp_path / "one")
+    runs, _ = _runs(case, tmp_path)
+    small = run_node({"bundle": str(tmp_path / "small"), "runs": runs[:1]}, tmp_path)
+    one = run_node({"bundle": str(tmp_path / "one"), "runs": runs[:1]}, tmp_path)
+    assert small["ok"] and small["runs"][0]["outputs"] == one["runs"][0]["outputs"]
+    with pytest.raises(OnyxiaError, match="weight 'w1/panels' is 32768 bytes"):
+        write_bundle(compiled, tmp_path / "tiny", chunk_bytes=16384)
