@@ -359,8 +359,8 @@ export class Session {
     this.paramsLayout = device.createBindGroupLayout({entries: [{binding: 0, visibility: 4, buffer: {type: "uniform", hasDynamicOffset: true}}]});
     this.paramsGroup = device.createBindGroup({layout: this.paramsLayout, entries: [{binding: 0, resource: {buffer: this.uniform, offset: 0, size: SLOT_WORDS * 4}}]});
     this.status = this.tensors.has("onyxia/status") ? this.buffers.get("onyxia/status") : null;
-    await this._pipelines();
-    this._evaluate(this.dims);
+    await this._prepareShaders();
+    this._commit(this.dims, await this._evaluate(this.dims));
   }
 
   // {root: bytes} at `dims`: each root sized for the largest tensor sharing it, at least 4 bytes.
@@ -383,35 +383,40 @@ export class Session {
     this.capacity.set(root, nbytes);
   }
 
-  // One pipeline per distinct (WGSL, layout), created at load for every shader a dispatch uses.
-  async _pipelines() {
-    const layouts = new Map(), byCode = new Map(), pending = [];
+  // Each shader's entry: its bind group layout and, once a chosen step first dispatches it, its
+  // pipeline. One pipeline per distinct (WGSL, layout), created on first use and never again:
+  // alternatives no dims have chosen cost nothing (SwiftShader compiles a kernel in ~1 s).
+  async _prepareShaders() {
+    const layouts = new Map(), byCode = new Map();
     const prefix = await this._relaxUniformity() ? `enable ${RELAX};\n` : "";
     this.pipelines = this.plan.shaders.map((shader, index) => {
-      let code = this.manifest.wgsl[this.manifest.shaders[index]?.[this.variant]];
-      if (code === undefined) throw new PlanError(`shader ${index} ('${shader.label}') has no WGSL for adapter variant ${this.variant}`);
-      code = prefix + code;
+      const text = this.manifest.wgsl[this.manifest.shaders[index]?.[this.variant]];
+      if (text === undefined) throw new PlanError(`shader ${index} ('${shader.label}') has no WGSL for adapter variant ${this.variant}`);
+      const code = prefix + text;
       const signature = shader.buffers.map((b) => (b[2] ? "r" : "w")).join("") + (shader.reports ? "w" : "");
       if (!layouts.has(signature)) {
         layouts.set(signature, this.device.createBindGroupLayout({entries: [...signature].map((c, i) => ({binding: i, visibility: 4, buffer: {type: c === "r" ? "read-only-storage" : "storage"}}))}));
       }
-      const group = layouts.get(signature), key = `${signature}|${shader.immediates.length > 0}|${code}`;
-      if (!byCode.has(key)) {
-        const layout = this.device.createPipelineLayout({bindGroupLayouts: shader.immediates.length ? [group, this.paramsLayout] : [group]});
-        const module = this.device.createShaderModule({label: shader.label, code});
-        const entry = {layout: group, pipeline: null};
-        this.stats.pipelines++;
-        pending.push(this.device.createComputePipelineAsync({label: shader.label, layout, compute: {module, entryPoint: shader.entry_point}})
-          .then((p) => { entry.pipeline = p; }, async (err) => {
-            const info = module.getCompilationInfo ? await module.getCompilationInfo() : {messages: []};
-            const lines = info.messages.filter((m) => m.type === "error").map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
-            throw new ShaderError(`shader ${index} ('${shader.label}') failed to compile on ${this.adapter.summary}: ${lines.join("; ") || err.message}`, {shader: index});
-          }));
-        byCode.set(key, entry);
-      }
+      const key = `${signature}|${shader.immediates.length > 0}|${code}`;
+      if (!byCode.has(key)) byCode.set(key, {layout: layouts.get(signature), pipeline: null, code, index});
       return byCode.get(key);
     });
-    await Promise.all(pending);
+  }
+
+  async _createPipelines(entries) {
+    await Promise.all(entries.map(async (entry) => {
+      const shader = this.plan.shaders[entry.index];
+      const layout = this.device.createPipelineLayout({bindGroupLayouts: shader.immediates.length ? [entry.layout, this.paramsLayout] : [entry.layout]});
+      const module = this.device.createShaderModule({label: shader.label, code: entry.code});
+      this.stats.pipelines++;
+      try {
+        entry.pipeline = await this.device.createComputePipelineAsync({label: shader.label, layout, compute: {module, entryPoint: shader.entry_point}});
+      } catch (err) {
+        const info = module.getCompilationInfo ? await module.getCompilationInfo() : {messages: []};
+        const lines = info.messages.filter((m) => m.type === "error").map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
+        throw new ShaderError(`shader ${entry.index} ('${shader.label}') failed to compile on ${this.adapter.summary}: ${lines.join("; ") || err.message}`, {shader: entry.index});
+      }
+    }));
   }
 
   // onyxia's kernels are checked by naga, which has no uniformity analysis; Tint (Chrome, Dawn)
@@ -426,10 +431,12 @@ export class Session {
     return (await this.device.popErrorScope()) === null;
   }
 
-  // Re-evaluates every value at `dims`, re-decides the Selects, rebuilds the command list.
-  _evaluate(dims) {
-    this.commands = [];
-    const words = this.params, f32 = new Float32Array(words.buffer);
+  // Every value at `dims`: the Selects' choices, the command list, the parameter words; the
+  // pipelines it needs are created. Changes no state (_commit does), so a failure leaves the
+  // session as it was.
+  async _evaluate(dims) {
+    const commands = [], chosen = new Map();
+    const words = this.params.slice(), f32 = new Float32Array(words.buffer);
     const emit = (s) => {
       const step = s.step;
       if (step.t === "dispatch") {
@@ -439,28 +446,34 @@ export class Session {
         if (x > limit && y === 1) { y = Math.ceil(x / limit); x = Math.ceil(x / y); }
         if (x > limit || y > limit || z > limit) throw new InputError(`step ${s.index} of '${s.op.name}': grid ${[x, y, z]} exceeds maxComputeWorkgroupsPerDimension (${limit})`, {step: s.index, node: s.op.name});
         s.params.forEach((f, j) => { const v = f(dims); if (s.types[j] === "f32") f32[s.slot + j] = v; else words[s.slot + j] = v >>> 0; });
-        this.commands.push({s, x, y, z});
+        commands.push({s, x, y, z});
       } else if (step.t === "copy") {
         const size = s.size(dims);
-        if (size) this.commands.push({s, size, src: s.srcOffset(dims), dst: s.dstOffset(dims)});
+        if (size) commands.push({s, size, src: s.srcOffset(dims), dst: s.dstOffset(dims)});
       } else if (step.t === "select") {
         const eligible = s.alternatives.filter((a) => a.guard.every((c) => c(dims)));
-        const chosen = eligible.find((a) => a.prefer.every((c) => c(dims))) || eligible[0];
-        if (!chosen) throw new PlanError(`select step ${s.index} of '${s.op.name}' has no eligible alternative`, {step: s.index});
-        s.chosen = chosen.label;
-        chosen.steps.forEach(emit);
+        const alt = eligible.find((a) => a.prefer.every((c) => c(dims))) || eligible[0];
+        if (!alt) throw new PlanError(`select step ${s.index} of '${s.op.name}' has no eligible alternative`, {step: s.index});
+        chosen.set(s.index, alt.label);
+        alt.steps.forEach(emit);
       }
     };
     this.top.forEach(emit);
-    this.stats.dispatches = this.commands.filter((c) => c.s.step.t === "dispatch").length;
-    this.device.queue.writeBuffer(this.uniform, 0, words);
-    for (const w of this.writes) this._write(w, dims);
+    const dispatches = commands.filter((c) => c.s.step.t === "dispatch");
+    await this._createPipelines([...new Set(dispatches.map((c) => this.pipelines[c.s.step.shader]))].filter((e) => !e.pipeline));
+    const writes = this.writes.map((w) => [w, w.values.map((f) => f(dims))]);
+    return {commands, chosen, words, writes, dispatches: dispatches.length};
   }
 
-  _write(w, dims) {
-    const dst = w.step.dst, values = w.values.map((f) => f(dims));
-    const bytes = encode(w.step.dtype, values, values.length, `write step ${w.index} into '${dst}'`);
-    if (bytes.length) this.device.queue.writeBuffer(this.buffers.get(this.root(dst)), 0, bytes);
+  _commit(dims, evaluated) {
+    this.dims = dims;
+    Object.assign(this, {commands: evaluated.commands, chosen: evaluated.chosen, params: evaluated.words});
+    this.stats.dispatches = evaluated.dispatches;
+    this.device.queue.writeBuffer(this.uniform, 0, evaluated.words);
+    for (const [w, values] of evaluated.writes) {
+      const bytes = encode(w.step.dtype, values, values.length, `write step ${w.index} into '${w.step.dst}'`);
+      if (bytes.length) this.device.queue.writeBuffer(this.buffers.get(this.root(w.step.dst)), 0, bytes);
+    }
   }
 
   _bindGroup(s) {
@@ -485,9 +498,11 @@ export class Session {
     }
     for (const [a, b, ta, tb, node] of this.constraints) if (a(dims) !== b(dims)) throw new InputError(`node '${node}' needs ${ta} == ${tb}, which these dims break`, {node});
     const sizes = this._sizes(dims);  // everything that can fail comes before any state changes
+    const max = this.device.limits.maxStorageBufferBindingSize;
+    for (const [root, nbytes] of sizes) if (nbytes > max) throw new InputError(`tensor '${root}' would need ${nbytes} bytes at these dims, over this device's maxStorageBufferBindingSize (${max})`, {tensor: root});
+    const evaluated = await this._evaluate(dims);
     for (const [root, nbytes] of sizes) if (nbytes > this.capacity.get(root)) { this._allocate(root, nbytes); this.stats.reallocs++; }
-    this.dims = dims;
-    this._evaluate(dims);
+    this._commit(dims, evaluated);
   }
 
   async run(feeds, {outputs = this.outputNames} = {}) {
@@ -556,7 +571,7 @@ export class Session {
   }
 
   // The alternative each Select replays at the current dims: {step index: label}.
-  choices() { return Object.fromEntries(this.steps.filter((s) => s.chosen).map((s) => [s.index, s.chosen])); }
+  choices() { return Object.fromEntries(this.chosen); }
 
   destroy() { for (const b of this.buffers.values()) b.destroy(); this.uniform.destroy(); }
 }
