@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("onyxia.compiler",),
     ("onyxia.runtime",),
     # loading: the load report, compile through the plan cache (plan_cache), load an executor
-    ("onyxia", "onyxia.session", "onyxia.backend", "onyxia.llm", "onyxia.cli", "onyxia.loading",
+    ("onyxia", "onyxia.session", "onyxia.backend", "onyxia.llm", "onyxia.cli", "onyxia.loading", "onyxia.web",
      "onyxia.plan_cache"),
 ]
 # Lower modules a layer must still not import: the runtime replays plans, whose value types

@@ -21,6 +21,7 @@ from tests.helpers import run_ort
 from tests.models import small_cnn
 from tests.web.harness import CHROMIUM, SETUP_HINT, as_array
 
+pytestmark = pytest.mark.web
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_mlp.onnx"
 RTOL = ATOL = 1e-4  # as tests/gpu/test_models.py
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu"]

@@ -24,6 +24,7 @@ from tests.helpers import compile_model, run_ort
 from tests.models import ModelCase
 from tests.web.harness import as_array, run_node
 
+pytestmark = pytest.mark.web
 RTOL = ATOL = 1e-4  # as tests/gpu/test_models.py
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_mlp.onnx"
 
