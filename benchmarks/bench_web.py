@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 import onyxia  # noqa: E402
 from onyxia.runtime import Runtime  # noqa: E402
 from onyxia.web.bundle import RUNTIME_FILE, write_bundle  # noqa: E402
-from tests.models import bert_encoder, bert_feeds, gpt2_block, gpt2_feeds, small_cnn, cnn_feeds  # noqa: E402
+from tests.models import bert_encoder, bert_feeds, cnn_feeds, gpt2_block, gpt2_feeds, small_cnn  # noqa: E402
 from tests.web.harness import as_array, run_node  # noqa: E402
 
 CASES = {
@@ -68,8 +68,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             write_bundle(compiled, Path(tmp) / "bundle")
             np.savez(Path(tmp) / "in.npz", **feeds)
-            report = run_node({"bundle": str(Path(tmp) / "bundle"), "runs": [{"dims": None, "inputs": str(Path(tmp) / "in.npz")}],
-                               "encodeRepeats": args.repeat}, Path(tmp))
+            runs = [{"dims": None, "inputs": str(Path(tmp) / "in.npz")}]
+            report = run_node({"bundle": str(Path(tmp) / "bundle"), "runs": runs, "encodeRepeats": args.repeat},
+                              Path(tmp))
         if not report["ok"]:
             print(f"{name:<14} node failed: {report['error']}")
             continue

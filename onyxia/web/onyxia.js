@@ -98,6 +98,9 @@ function compileExpr(value) {
   return fn;
 }
 
+// The value of expression TEXT at `dims` (for tests and callers that show sizes).
+export function evaluate(text, dims) { return compileExpr({sym: text})(dims); }
+
 // ---- dtypes: bits of device storage per element; how host arrays map to device bytes --------
 const BITS = {float32: 32, int32: 32, uint32: 32, int64: 32, uint64: 32, float16: 16, bfloat16: 16, int16: 16,
   uint16: 16, int8: 8, uint8: 8, bool: 8, float8e4m3fn: 8, float8e4m3fnuz: 8, float8e5m2: 8, float8e5m2fnuz: 8,

@@ -31,24 +31,33 @@ def _icd() -> str:
     return icd
 
 
-def run_node(spec: dict[str, Any], tmp_path: Path, timeout: float = 180) -> dict[str, Any]:
-    """tests/web/run_node.mjs on `spec`; its JSON report."""
+def node_command(args: list[str], timeout: float = 60,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`node ARGS` in tests/web, time-bounded; fails the test when node is missing or fails."""
     node = shutil.which("node")
     if node is None:
         pytest.fail(f"node is not installed: {SETUP_HINT}")
+    try:
+        proc = subprocess.run([node, *args], cwd=WEB_TESTS, env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"node did not finish within {timeout} s (a hung WebGPU adapter?)")
+    if proc.returncode != 0:
+        pytest.fail(f"node exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def run_node(spec: dict[str, Any], tmp_path: Path, timeout: float = 180) -> dict[str, Any]:
+    """tests/web/run_node.mjs on `spec`; its JSON report."""
     if not (WEB_TESTS / "node_modules" / "webgpu" / "package.json").is_file():
         pytest.fail(f"npm package webgpu is missing from tests/web/node_modules: {SETUP_HINT}")
     spec = {**spec, "out": str(tmp_path / "node_report.json")}
     spec_path = tmp_path / "node_spec.json"
     spec_path.write_text(json.dumps(spec))
     env = {**os.environ, "VK_ICD_FILENAMES": _icd(), "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
-    try:
-        proc = subprocess.run([node, str(WEB_TESTS / "run_node.mjs"), str(spec_path)], cwd=WEB_TESTS, env=env,
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"node did not finish within {timeout} s (a hung WebGPU adapter?)")
-    if proc.returncode != 0 or not Path(spec["out"]).is_file():
-        pytest.fail(f"node exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    proc = node_command([str(WEB_TESTS / "run_node.mjs"), str(spec_path)], timeout, env)
+    if not Path(spec["out"]).is_file():
+        pytest.fail(f"node wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return json.loads(Path(spec["out"]).read_text())
 
 

@@ -18,6 +18,7 @@ import onnx
 import pytest
 
 from onyxia.errors import OnyxiaError
+from onyxia.ir.dim_parse import parse_dim
 from onyxia.web.bundle import write_bundle
 from tests.builders.model_cases import CASES, _compiled, _model
 from tests.helpers import compile_model, run_ort
@@ -140,3 +141,24 @@ def test_weights_are_chunked_and_chunks_bounded(tmp_path: Path) -> None:
     assert small["ok"] and small["runs"][0]["outputs"] == one["runs"][0]["outputs"]
     with pytest.raises(OnyxiaError, match="weight 'w1/panels' is 32768 bytes"):
         write_bundle(compiled, tmp_path / "tiny", chunk_bytes=16384)
+
+
+EXPRESSIONS = ["batch", "64 * batch", "(batch + 3) // 4", "batch * seq + 1", "seq - 1", "4 * ((batch + 1) // 2)",
+               "(seq - 9) // 2", "(seq - 9) % 4", "-(batch - 7) // 3", "batch-size * 2", "enc.seq + 1",
+               "4 * 'batch size'", "('batch size' + 1) // 2", "batch size", "(3 - seq) / 2", "2 + 3 * 4 % 5 - 1"]
+
+
+def test_expressions_evaluate_with_python_floor_semantics(tmp_path: Path) -> None:
+    """onyxia.js's evaluator against onyxia's own parser (docs/plan-format.md §3): floor division
+    and modulo of negative values, glued names (`batch-size`, `enc.seq`), quoted names."""
+    from tests.web.harness import WEB_TESTS, node_command
+
+    dims = {"batch": 3, "seq": 5, "batch-size": 7, "enc.seq": 11, "batch size": 13}
+    script = tmp_path / "eval.mjs"
+    script.write_text(f"import {{evaluate}} from {json.dumps(str(WEB_TESTS.parents[1] / 'onyxia/web/onyxia.js'))};\n"
+                      f"const dims = {json.dumps(dims)};\n"
+                      f"console.log(JSON.stringify({json.dumps(EXPRESSIONS)}.map((e) => evaluate(e, dims))));\n")
+    got = json.loads(node_command([str(script)]).stdout)
+    want = [int(parse_dim(text).evaluate(dims)) if hasattr(parse_dim(text), "evaluate") else int(parse_dim(text))
+            for text in EXPRESSIONS]
+    assert got == want
