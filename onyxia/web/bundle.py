@@ -30,7 +30,7 @@ from onyxia.codegen.transport import UNIFORM
 from onyxia.codegen.wgsl import render
 from onyxia.errors import InputError, OnyxiaError
 from onyxia.ir import dtypes
-from onyxia.plan import CompiledModel, plan_document
+from onyxia.plan import BranchStep, CompiledModel, LoopStep, ReadSymbol, plan_document, walk_steps
 
 BUNDLE_FORMAT = "onyxia-web"
 BUNDLE_VERSION = 1
@@ -83,6 +83,11 @@ def rendered_shaders(model: CompiledModel) -> tuple[list[str], list[dict[str, in
 
 def write_bundle(model: CompiledModel, out_dir: str | Path, *, chunk_bytes: int = CHUNK_BYTES) -> Path:
     """Write model.json and the weight chunks into `out_dir` (created); returns the manifest."""
+    host = sorted({op.name for op in model.operations for step in walk_steps(op.steps)
+                   if isinstance(step, (BranchStep, LoopStep, ReadSymbol))})
+    if host:  # the JS runtime would refuse the bundle at load; say so before writing it
+        raise OnyxiaError(f"nodes {host[:5]} need host control flow (If, Loop, Scan or a data-dependent shape), "
+                          "which the web runtime does not replay yet")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     doc, _arrays = plan_document(model)

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
+from onnx import helper
 
+from onyxia.errors import OnyxiaError
 from onyxia.ir import dtypes
 from onyxia.web.bundle import VARIANTS, portable, variant_key, write_bundle
-from tests.helpers import compile_model
+from tests.helpers import compile_model, make_model
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_mlp.onnx"
 
@@ -40,3 +43,10 @@ def test_special_float_constants_are_evaluated_at_run_time() -> None:
     out = portable(code)
     assert "bitcast<f32>(onyxia_runtime_bits(0x7fc00000u))" in out and "bitcast<f32>(0x3f800000u)" in out
     assert out.count("fn onyxia_runtime_bits") == 1 and portable("let y = 1.0;") == "let y = 1.0;"
+
+
+def test_host_control_flow_is_refused_before_writing(tmp_path: Path) -> None:
+    model = make_model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [("x", np.float32, [6])], ["y"])
+    with pytest.raises(OnyxiaError, match=r"nodes \['nz'\] need host control flow"):
+        write_bundle(compile_model(model), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
