@@ -1,7 +1,7 @@
 // Drives onyxia/web/onyxia.js in Node on Dawn (npm `webgpu`) for tests/web: loads a bundle,
 // runs it on .npz inputs at several dims, and writes what came back as JSON.
 //   node run_node.mjs SPEC.json
-// SPEC: {"bundle": DIR, "zip": bool (load from one ArrayBuffer of the zipped folder), "out": FILE,
+// SPEC: {"bundle": DIR, "strict": bool, "zip": bool (load from one ArrayBuffer of the zipped folder), "out": FILE,
 //        "runs": [{"dims": {...} | null, "inputs": FILE.npz}], "encodeRepeats": N}
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -20,8 +20,10 @@ try {
     const manifest = JSON.parse(readFileSync(join(spec.bundle, "model.json"), "utf8"));
     source = {manifest, chunks: manifest.chunks.map(([name]) => new Uint8Array(readFileSync(join(spec.bundle, name))))};
   }
-  const gpu = create(["enable-dawn-features=allow_unsafe_apis"]);  // see onyxia.js _relaxUniformity
-  const session = await onyxia.load(source, {gpu});
+  // "strict": safe WebGPU, as an ordinary browser page has it (no Tint uniformity escape hatch;
+  // see onyxia.js _relaxUniformity); otherwise unsafe APIs, as --enable-unsafe-webgpu gives.
+  const gpu = create(spec.strict ? [] : ["enable-dawn-features=allow_unsafe_apis"]);
+  const session = await onyxia.load(source, {gpu, relaxUniformity: !spec.strict});
   report.adapter = session.adapter.summary;
   report.variant = session.variant;
   report.runs = [];

@@ -87,7 +87,9 @@ def test_node_matches_onnxruntime_across_dims_without_new_pipelines(name: str, t
     write_bundle(compiled, tmp_path / "bundle")
     runs, feeds = _runs(case, tmp_path)
     # The schedule twice: the second pass meets only dims (and kernel choices) seen before.
-    report = run_node({"bundle": str(tmp_path / "bundle"), "runs": runs + runs, "encodeRepeats": 20}, tmp_path)
+    # strict: safe WebGPU, so every kernel these models use passes Tint's uniformity analysis.
+    report = run_node({"bundle": str(tmp_path / "bundle"), "runs": runs + runs, "encodeRepeats": 20, "strict": True},
+                      tmp_path)
     assert report["ok"], report.get("error")
     assert "(cpu)" in report["adapter"], report["adapter"]  # SwiftShader: a real adapter, CPU type
     names = [o.name for o in model.graph.output]
