@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Developer entry point: one command sets everything up and runs a job.
 
-    python3 dev.py setup            create .venv, install onyxia + test deps, ensure Vulkan
+    python3 dev.py setup            create .venv, install onyxia + test deps, ensure Vulkan, and
+                                    node/npm webgpu/chromium for tests/web
     python3 dev.py test [ARGS...]   setup, ruff (lint), then pytest (ARGS go to pytest)
     python3 dev.py demo             setup, then compile and run the bundled example model
 
 Standard library only: it runs under the system python3 (>= 3.11) on a fresh machine, before any
 virtual environment exists. On Debian/Ubuntu, as root, it installs what is missing with apt-get
-(python3-venv; lavapipe = mesa-vulkan-drivers + libvulkan1); otherwise it says what to install.
+(python3-venv; lavapipe = mesa-vulkan-drivers + libvulkan1; nodejs, npm and chromium for the web
+runtime's tests); otherwise it says what to install.
 """
 
 from __future__ import annotations
@@ -299,6 +301,34 @@ def verify_adapter(probe: dict) -> None:
     log(f"wgpu adapter: {chosen['summary']}")
 
 
+# --- the web runtime's test tools (tests/web) ----------------------------------------------
+
+WEB_TESTS = ROOT / "tests" / "web"
+APT_WEB = {"node": "nodejs", "npm": "npm", "/usr/bin/chromium": "chromium"}
+
+
+def ensure_web_tools() -> None:
+    """node + npm's webgpu (Dawn) and Debian's chromium, which tests/web drive (playwright comes
+    with the test extra). Installed with apt-get as root; otherwise a warning: those tests fail,
+    saying what is missing, and the rest of the suite runs."""
+    missing = [pkg for tool, pkg in APT_WEB.items()
+               if not (Path(tool).is_file() if tool.startswith("/") else shutil.which(tool))]
+    if missing and can_apt():
+        log(f"installing the web runtime's test tools: {' '.join(missing)}")
+        apt_install(missing)
+        missing = []
+    if missing:
+        log(f"warning: {', '.join(missing)} missing (tests/web will fail): apt-get install -y {' '.join(missing)}")
+        return
+    stamp = WEB_TESTS / "node_modules" / ".onyxia-stamp"
+    lock = hashlib.sha256((WEB_TESTS / "package-lock.json").read_bytes()).hexdigest()
+    if stamp.is_file() and stamp.read_text().strip() == lock:
+        return
+    log("installing npm's webgpu into tests/web/node_modules (npm ci)")
+    run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(WEB_TESTS)], what="npm ci (tests/web)")
+    stamp.write_text(lock + "\n")
+
+
 # --- commands --------------------------------------------------------------------------------
 
 
@@ -309,6 +339,7 @@ def cmd_setup(args: list[str]) -> int:
     ensure_venv()
     ensure_installed(force="--force" in args)
     verify_adapter(ensure_vulkan())
+    ensure_web_tools()
     return 0
 
 

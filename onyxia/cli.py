@@ -1,4 +1,4 @@
-"""The `onyxia` command: compile | run | inspect | bench | generate.
+"""The `onyxia` command: compile | run | inspect | bench | tune | web | generate.
 
 User errors print one line (`onyxia: error: ...`) and exit non-zero; `--debug` shows the traceback.
 """
@@ -426,6 +426,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    from onyxia.web.bundle import write_demo
+
+    if Path(args.model).is_dir():
+        raise CliError(f"{args.model}: LLM folders are not supported by `onyxia web` yet; give an ONNX file")
+    _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+    feeds = {name: np.load(path, allow_pickle=False) for name, _, path in (i.partition("=") for i in args.input or ())}
+    out = write_demo(compiled, args.output, feeds or None)
+    print(f"web folder written to {out}: serve it over HTTP (python -m http.server -d {out}) and open index.html")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onyxia", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -480,6 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=120.0, help="seconds of timing at most (default 120)")
     p.add_argument("--adapter", help="adapter index or name substring")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("web", help="write a folder that runs the model in a web page or Node: plan, weights, "
+                       "onyxia.js, index.html and the sample inputs it runs (sample_inputs.npz)")
+    model_args(p, plan_ok=False)
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="sample input (default: random)")
+    p.set_defaults(func=cmd_web)
 
     try:
         from onyxia.llm.cli import add_generate_parser

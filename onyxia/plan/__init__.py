@@ -25,6 +25,7 @@ from onyxia.plan.model import (
     SymbolicBinding,
     TensorInfo,
     load_plan,
+    plan_document,
     save_plan,
 )
 from onyxia.plan.select import (
@@ -68,5 +69,5 @@ __all__ = [
     "Clause", "CompiledModel", "CopyBuffer", "Dispatch", "Expr", "Guard", "LoopStep", "PlannedOp", "ReadSymbol",
     "Scalar", "Select", "ShaderParam", "ShaderSpec", "SliceCopy", "Step", "SymbolicBinding", "TensorInfo",
     "WriteBuffer", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature",
-    "limit_at_least", "load_plan", "save_plan", "walk_steps",
+    "limit_at_least", "load_plan", "plan_document", "save_plan", "walk_steps",
 ]

@@ -198,6 +198,21 @@ class CompiledModel:
 # JSON plus npy (not pickle) so that loading a plan file never executes code.
 
 def save_plan(model: CompiledModel, path: str | Path) -> None:
+    doc, arrays = plan_document(model)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("plan.json", json.dumps(doc))
+        for key, array in arrays.items():
+            buf = io.BytesIO()
+            # np.asarray, not ascontiguousarray: the latter turns a 0-d scalar weight into shape (1,).
+            np.save(buf, np.asarray(array, order="C"), allow_pickle=False)
+            # Weights stored, not deflated: float weights shrink ~8% for ~15x the write time and
+            # ~1.5x the read (resnet18's 45 MB: 24 s vs 1.5 s to write, lavapipe host, loaded).
+            zf.writestr(f"{key}.npy", buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+
+
+def plan_document(model: CompiledModel) -> tuple[dict, dict[str, np.ndarray]]:
+    """(the plan.json document, {data member name: array}): what save_plan writes, also what
+    the web bundle (onyxia/web) carries with its weights stored apart."""
     arrays: dict[str, np.ndarray] = {}
     tensors = []
     for t in model.tensors.values():
@@ -228,15 +243,7 @@ def save_plan(model: CompiledModel, path: str | Path) -> None:
         "sites": [list(site) for site in model.sites],
         "data_symbols": {k: _enc(v) for k, v in model.data_symbols.items()},
     }
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("plan.json", json.dumps(doc))
-        for key, array in arrays.items():
-            buf = io.BytesIO()
-            # np.asarray, not ascontiguousarray: the latter turns a 0-d scalar weight into shape (1,).
-            np.save(buf, np.asarray(array, order="C"), allow_pickle=False)
-            # Weights stored, not deflated: float weights shrink ~8% for ~15x the write time and
-            # ~1.5x the read (resnet18's 45 MB: 24 s vs 1.5 s to write, lavapipe host, loaded).
-            zf.writestr(f"{key}.npy", buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+    return doc, arrays
 
 
 def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:

@@ -28,6 +28,21 @@ fn grid_group(wg: Grid) -> u32 {
     return wg.wid.y * wg.nwg.x + wg.wid.x;
 }
 
+// The workgroup-uniform builtins alone, for kernels with barriers or subgroup operations under
+// control flow that depends on the workgroup: `fn main(wg: Groups, @builtin(local_invocation_index)
+// lid: u32)`. Tint's uniformity analysis (Chrome, Dawn; naga has none) judges an entry point's
+// struct parameter as one value, so a `Grid`, holding the local index, makes its workgroup ids
+// look non-uniform and such kernels fail to compile in a browser.
+struct Groups {
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+}
+
+// grid_group for a `Groups`.
+fn groups_index(wg: Groups) -> u32 {
+    return wg.wid.y * wg.nwg.x + wg.wid.x;
+}
+
 // This thread's index in a 1-D kernel (one thread per item, WORKGROUP_SIZE per workgroup).
 fn grid_thread(wg: Grid) -> u32 {
     return grid_group(wg) * WORKGROUP_SIZE + wg.lid;

@@ -39,8 +39,8 @@ fn b_at(b_base: u32, k: u32, n: u32) -> u32 {
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
-fn main(wg: Grid) {
-    let block = grid_group(wg);
+fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
+    let block = groups_index(wg);
     if (block * NCOL >= N()) {
         return;
     }
@@ -49,7 +49,6 @@ fn main(wg: Grid) {
     #{INDEX}
     let a_base = idx_x0 * A_BS();
     let b_base = idx_x1 * B_BS();
-    let lid = wg.lid;
 #ifdef TRANS_B
     let lane = lid % KL;
     let col = lid / KL;

@@ -75,13 +75,13 @@ fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
 }
 
 @compute @workgroup_size(8)
-fn main(wg: Grid
+fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #ifdef ONYXIA_SUBGROUPS
         , @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_id: u32
 #endif
         ) {
     let n4 = N() / 4u;
-    let gg = grid_group(wg) * THREADS + wg.lid;  // this invocation's column group
+    let gg = groups_index(wg) * THREADS + lid;  // this invocation's column group
     let g0 = min(gg, n4 - 1u);
     let s = wg.wid.z % SPLITS();
     let rest = wg.wid.z / SPLITS();

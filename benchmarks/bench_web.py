@@ -1,0 +1,88 @@
+"""The JavaScript runtime (onyxia/web/onyxia.js, in Node on Dawn) beside the Python replay on the
+same adapter: are the outputs bit for bit equal, and what does encoding a run cost per dispatch.
+
+Run under Mesa 25's lavapipe, which both wgpu-native and Dawn accept:
+    (. /tmp/mesa25/env.sh; ONYXIA_WEB_ICD=$VK_ICD_FILENAMES python benchmarks/bench_web.py)
+
+Both replays use the uniform parameter transport (browsers have no immediates) and no 64-bit
+"wide" reads (WebGPU has no shader-int64). Encode cost: building one run's command encoder
+without submitting (Python: PlanExecutor's backend.encode; JS: Session.encode), medians of
+--repeat, wall clock on the calling thread for both. Also the runtime's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+
+import onyxia  # noqa: E402
+from onyxia.runtime import Runtime  # noqa: E402
+from onyxia.web.bundle import RUNTIME_FILE, write_bundle  # noqa: E402
+from tests.models import bert_encoder, bert_feeds, cnn_feeds, gpt2_block, gpt2_feeds, small_cnn  # noqa: E402
+from tests.web.harness import as_array, run_node  # noqa: E402
+
+CASES = {
+    "small_cnn": (small_cnn, cnn_feeds, {"batch": 1, "height": 32, "width": 32}),
+    "bert_encoder": (bert_encoder, bert_feeds, {"batch": 2, "seq": 16}),
+    "gpt2_4layers": (lambda: gpt2_block(layers=4), gpt2_feeds, {"batch": 1, "seq": 8}),
+}
+
+
+def python_side(runtime, compiled, feeds, repeat: int):
+    exe = runtime.load_model(compiled, transport="uniform")
+    outputs = exe.run(feeds)
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        encoder = runtime.device.create_command_encoder()
+        exe.backend.encode(encoder, exe._run_commands)  # what run() encodes
+        encoder.finish()
+        samples.append(time.perf_counter() - start)
+    dispatches = sum(1 for d in exe.dispatch_commands() if all(d.workgroups))
+    return outputs, statistics.median(samples) * 1e3, dispatches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=100)
+    args = parser.parse_args()
+    text = RUNTIME_FILE.read_text()
+    print(f"runtime {RUNTIME_FILE.name}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
+    runtime = Runtime(wide_reads=False)
+    print(f"python adapter: {runtime.info.summary}")
+    print(f"{'model':<14} {'dispatches py/js':>16} {'bitwise equal':>14} {'max |diff|':>11} "
+          f"{'py encode µs/disp':>18} {'js encode µs/disp':>18}")
+    for name, (build, feeds_of, dims) in CASES.items():
+        model = build()
+        compiled = onyxia.CompilerPipeline(onyxia.core_operator_registry()).compile(onyxia.load_model(model), dims)
+        feeds = feeds_of(dims, 0)
+        py_out, py_ms, py_n = python_side(runtime, compiled, feeds, args.repeat)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_bundle(compiled, Path(tmp) / "bundle")
+            np.savez(Path(tmp) / "in.npz", **feeds)
+            runs = [{"dims": None, "inputs": str(Path(tmp) / "in.npz")}]
+            report = run_node({"bundle": str(Path(tmp) / "bundle"), "runs": runs, "encodeRepeats": args.repeat},
+                              Path(tmp))
+        if not report["ok"]:
+            print(f"{name:<14} node failed: {report['error']}")
+            continue
+        js_out = {k: as_array(v) for k, v in report["runs"][0]["outputs"].items()}
+        equal = all(np.array_equal(js_out[k].view(np.uint8), np.asarray(py_out[k]).view(np.uint8)) for k in py_out)
+        diff = max(float(np.max(np.abs(js_out[k].astype(np.float64) - py_out[k]))) if py_out[k].size else 0.0
+                   for k in py_out)
+        js_n = report["dispatches"]
+        print(f"{name:<14} {f'{py_n}/{js_n}':>16} {str(equal):>14} {diff:11.2e} "
+              f"{1000 * py_ms / py_n:18.2f} {1000 * report['encodeMedianMs'] / js_n:18.2f}")
+    print(f"node adapter: {report.get('adapter')}")
+
+
+if __name__ == "__main__":
+    main()

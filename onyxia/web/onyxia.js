@@ -1,0 +1,580 @@
+// onyxia.js: replays onyxia plans (web bundles written by `onyxia web`) on WebGPU, in the
+// browser or in Node (npm `webgpu`). One ES module, no dependencies, no build step.
+//
+//   import * as onyxia from "./onyxia.js";
+//   const s = await onyxia.load("model/", {device});          // or an ArrayBuffer of a zipped bundle
+//   const out = await s.run({x: {data: Float32Array, dims: [2, 8]}});   // {name: {data, dims, dtype}}
+//   await s.updateDimensions({batch: 4});                     // patches, never recompiles
+//
+// The format is docs/plan-format.md (the plan document) plus onyxia/web/bundle.py (shaders
+// rendered with the uniform parameter transport, weights in device encoding). Setup happens
+// once: buffers, pipelines and bind groups; a run uploads feeds, encodes the chosen steps into
+// one command encoder (one compute pass between copies), submits once and reads the outputs.
+
+export class OnyxiaError extends Error {
+  constructor(message, where = {}) { super(message); this.name = new.target.name; Object.assign(this, where); }
+}
+export class PlanError extends OnyxiaError {}     // a bundle this runtime cannot read or replay
+export class InputError extends OnyxiaError {}    // feeds or dims the plan does not take
+export class DeviceError extends OnyxiaError {}   // no adapter, device lost, a failed submission
+export class ShaderError extends OnyxiaError {}   // a shader that does not compile on this device
+export class RunError extends OnyxiaError {}      // a kernel reported a fault (the status word)
+
+// ---- expressions (docs/plan-format.md §3): compiled once to closures over the dims ----------
+const TOKEN = /\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*(?:[-.][A-Za-z_][A-Za-z0-9_]*)*)|('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(\/\/|[-+*\/%()]))/y;
+
+function floorDiv(a, b, text) {
+  if (b === 0) throw new InputError(`division by zero evaluating '${text}'`);
+  const q = Math.trunc(a / b);
+  return (a % b !== 0 && (a < 0) !== (b < 0)) ? q - 1 : q;
+}
+function floorMod(a, b, text) {
+  if (b === 0) throw new InputError(`division by zero evaluating '${text}'`);
+  return ((a % b) + b) % b;
+}
+
+function parseExpr(text) {
+  if (text.length > 1000) throw new PlanError(`expression over 1000 characters: '${text.slice(0, 40)}...'`);
+  const tokens = [];
+  TOKEN.lastIndex = 0;
+  while (TOKEN.lastIndex < text.length) {
+    const start = TOKEN.lastIndex, m = TOKEN.exec(text);
+    if (!m) { if (/^\s*$/.test(text.slice(start))) break; return null; }
+    if (m[1] !== undefined) tokens.push({num: Number(m[1])});
+    else if (m[2] !== undefined) tokens.push({name: m[2]});
+    else if (m[3] !== undefined) tokens.push({name: m[3].slice(1, -1).replace(/\\(.)/g, "$1")});
+    else tokens.push({op: m[4] === "/" ? "//" : m[4]});
+  }
+  if (tokens.length > 256) throw new PlanError(`expression with over 256 tokens: '${text.slice(0, 40)}...'`);
+  let i = 0;
+  const peek = () => tokens[i], fail = () => { throw new SyntaxError(text); };
+  function atom(depth) {
+    if (depth > 32) throw new PlanError(`expression nested over 32 levels: '${text.slice(0, 40)}...'`);
+    const t = tokens[i++];
+    if (!t) fail();
+    if (t.num !== undefined) return () => t.num;
+    if (t.name !== undefined) {
+      const name = t.name;
+      return (dims) => { const v = dims[name]; if (v === undefined) throw new InputError(`symbol '${name}' has no value (expression '${text}')`); return v; };
+    }
+    if (t.op === "(") { const e = sum(depth + 1); if (!peek() || peek().op !== ")") fail(); i++; return e; }
+    if (t.op === "-") { const e = atom(depth + 1); return (d) => -e(d); }
+    if (t.op === "+") return atom(depth + 1);
+    fail();
+  }
+  function product(depth) {
+    let left = atom(depth);
+    while (peek() && ["*", "//", "%"].includes(peek().op)) {
+      const op = tokens[i++].op, a = left, b = atom(depth);
+      left = op === "*" ? (d) => a(d) * b(d) : op === "//" ? (d) => floorDiv(a(d), b(d), text) : (d) => floorMod(a(d), b(d), text);
+    }
+    return left;
+  }
+  function sum(depth) {
+    let left = product(depth);
+    while (peek() && (peek().op === "+" || peek().op === "-")) {
+      const op = tokens[i++].op, a = left, b = product(depth);
+      left = op === "+" ? (d) => a(d) + b(d) : (d) => a(d) - b(d);
+    }
+    return left;
+  }
+  try { const e = sum(0); if (i !== tokens.length) fail(); return e; } catch (err) { if (err instanceof SyntaxError) return null; throw err; }
+}
+
+const exprCache = new Map();
+// An expr (JSON integer or {"sym": TEXT}) as a function of the dims; a TEXT that does not parse
+// is one symbol name (docs/plan-format.md §3).
+function compileExpr(value) {
+  if (typeof value === "number") return () => value;
+  if (value && typeof value.f === "number") { const f = value.f; return () => f; }
+  const text = typeof value === "string" ? value : value && value.sym;
+  if (typeof text !== "string") throw new PlanError(`not an expression: ${JSON.stringify(value)}`);
+  let fn = exprCache.get(text);
+  if (!fn) {
+    const parsed = parseExpr(text) || parseExpr(`'${text.replace(/'/g, "\\'")}'`);
+    fn = (dims) => { const v = parsed(dims); if (!Number.isSafeInteger(v)) throw new InputError(`'${text}' evaluates to ${v}, past 2^53`); return v; };
+    exprCache.set(text, fn);
+  }
+  return fn;
+}
+
+// The value of expression TEXT at `dims` (for tests and callers that show sizes).
+export function evaluate(text, dims) { return compileExpr({sym: text})(dims); }
+
+// ---- dtypes: bits of device storage per element; how host arrays map to device bytes --------
+const BITS = {float32: 32, int32: 32, uint32: 32, int64: 32, uint64: 32, float16: 16, bfloat16: 16, int16: 16,
+  uint16: 16, int8: 8, uint8: 8, bool: 8, float8e4m3fn: 8, float8e4m3fnuz: 8, float8e5m2: 8, float8e5m2fnuz: 8,
+  float8e8m0: 8, int4: 4, uint4: 4, float4e2m1: 4, int2: 2, uint2: 2};
+const HOST = {float32: Float32Array, int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array,
+  uint64: BigUint64Array, float16: Uint16Array, bfloat16: Uint16Array, int16: Int16Array, uint16: Uint16Array,
+  int8: Int8Array, uint8: Uint8Array, bool: Uint8Array};
+const nbytesOf = (dtype, numel) => Math.ceil(numel * BITS[dtype] / 32) * 4;
+
+function f32ToF16(v) {  // round to nearest even, as numpy's astype(float16)
+  const f = new Float32Array([v]), x = new Uint32Array(f.buffer)[0];
+  const sign = (x >>> 16) & 0x8000, exp = (x >>> 23) & 0xff, man = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (man ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    const m = man | 0x800000, shift = 14 - e, half = 1 << (shift - 1);
+    let r = m >>> shift; const rest = m & ((1 << shift) - 1);
+    if (rest > half || (rest === half && (r & 1))) r++;
+    return sign | r;
+  }
+  let r = (e << 10) | (man >>> 13); const rest = man & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (r & 1))) r++;
+  return sign | r;
+}
+function f16ToF32(h) {
+  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e === 0) return s * m * 2 ** -24;
+  if (e === 31) return m ? NaN : s * Infinity;
+  return s * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+// Host values → device bytes (a Uint8Array of nbytes). `data`: the dtype's typed array, or any
+// array of numbers (float16 from numbers is rounded; int64 from numbers or BigInts).
+function encode(dtype, data, numel, what) {
+  const out = new Uint8Array(nbytesOf(dtype, numel));
+  if (data.length !== numel) throw new InputError(`${what}: ${data.length} values, expected ${numel}`);
+  if (dtype === "int64" || dtype === "uint64") {
+    const words = new Int32Array(out.buffer);
+    const lo = dtype === "int64" ? -(2 ** 31) : 0, hi = dtype === "int64" ? 2 ** 31 - 1 : 2 ** 32 - 1;
+    for (let i = 0; i < numel; i++) {
+      const v = Number(data[i]);
+      if (!(v >= lo && v <= hi) || !Number.isInteger(v)) throw new InputError(`${what}: value ${data[i]} at ${i} is outside the 32-bit range the device computes ${dtype} in`);
+      words[i] = v | 0;
+    }
+    return out;
+  }
+  const Host = HOST[dtype];
+  if (!Host) throw new InputError(`${what}: ${dtype} feeds are not supported by the web runtime`);
+  let typed = data;
+  if (!(data instanceof Host)) {
+    typed = new Host(numel);
+    for (let i = 0; i < numel; i++) typed[i] = dtype === "float16" ? f32ToF16(data[i]) : Number(data[i]);
+  }
+  out.set(new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength));
+  return out;
+}
+
+// Device bytes → host values: float16 decoded to Float32Array, int64 widened to BigInt64Array.
+function decode(dtype, bytes, numel) {
+  if (dtype === "int64" || dtype === "uint64") {
+    const words = dtype === "int64" ? new Int32Array(bytes.buffer, bytes.byteOffset, numel) : new Uint32Array(bytes.buffer, bytes.byteOffset, numel);
+    const out = dtype === "int64" ? new BigInt64Array(numel) : new BigUint64Array(numel);
+    for (let i = 0; i < numel; i++) out[i] = BigInt(words[i]);
+    return out;
+  }
+  if (dtype === "float16") {
+    const bits = new Uint16Array(bytes.buffer, bytes.byteOffset, numel), out = new Float32Array(numel);
+    for (let i = 0; i < numel; i++) out[i] = f16ToF32(bits[i]);
+    return out;
+  }
+  const Host = HOST[dtype];
+  if (!Host) return bytes.slice(0, nbytesOf(dtype, numel));  // packed sub-byte codes, as stored
+  return new Host(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + numel * Host.BYTES_PER_ELEMENT));
+}
+
+// ---- containers: zip (a bundle as one ArrayBuffer, .npz sample inputs) and .npy ---------------
+export async function readZip(buffer) {
+  const bytes = new Uint8Array(buffer), view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let eocd = -1;
+  for (let p = bytes.length - 22; p >= Math.max(0, bytes.length - 65557); p--) if (view.getUint32(p, true) === 0x06054b50) { eocd = p; break; }
+  if (eocd < 0) throw new PlanError("not a zip archive (no end of central directory)");
+  const files = new Map();
+  let p = view.getUint32(eocd + 16, true);
+  for (let n = view.getUint16(eocd + 10, true); n > 0; n--) {
+    if (view.getUint32(p, true) !== 0x02014b50) throw new PlanError("damaged zip central directory");
+    const method = view.getUint16(p + 10, true), csize = view.getUint32(p + 20, true), size = view.getUint32(p + 24, true);
+    const nameLen = view.getUint16(p + 28, true), extra = view.getUint16(p + 30, true), comment = view.getUint16(p + 32, true);
+    const local = view.getUint32(p + 42, true), name = new TextDecoder().decode(bytes.subarray(p + 46, p + 46 + nameLen));
+    if (files.has(name)) throw new PlanError(`zip member '${name}' appears twice`);
+    const start = local + 30 + view.getUint16(local + 26, true) + view.getUint16(local + 28, true);
+    const raw = bytes.subarray(start, start + csize);
+    files.set(name, async () => {
+      if (method === 0) return raw;
+      if (method !== 8) throw new PlanError(`zip member '${name}': compression method ${method} is not supported`);
+      const stream = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+      const out = new Uint8Array(await new Response(stream).arrayBuffer());
+      if (out.length !== size) throw new PlanError(`zip member '${name}' inflates to ${out.length} bytes, not ${size}`);
+      return out;
+    });
+    p += 46 + nameLen + extra + comment;
+  }
+  return files;
+}
+
+const NPY_DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<u4": "uint32", "<i8": "int64",
+  "<u8": "uint64", "<i2": "int16", "<u2": "uint16", "|i1": "int8", "|u1": "uint8", "|b1": "bool"};
+export function readNpy(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes[0] !== 0x93 || String.fromCharCode(...bytes.subarray(1, 6)) !== "NUMPY") throw new InputError("not an .npy array");
+  const major = bytes[6], hlen = major === 1 ? view.getUint16(8, true) : view.getUint32(8, true), hstart = major === 1 ? 10 : 12;
+  const header = new TextDecoder().decode(bytes.subarray(hstart, hstart + hlen));
+  const descr = /'descr':\s*'([^']+)'/.exec(header)[1], shape = /'shape':\s*\(([^)]*)\)/.exec(header)[1];
+  if (/'fortran_order':\s*True/.test(header)) throw new InputError(".npy in Fortran order is not supported");
+  const dtype = NPY_DTYPES[descr];
+  if (!dtype) throw new InputError(`.npy dtype ${descr} is not supported`);
+  const dims = shape.split(",").map((s) => s.trim()).filter(Boolean).map(Number);
+  const numel = dims.reduce((a, b) => a * b, 1), Host = dtype === "float16" ? Uint16Array : HOST[dtype];
+  const start = hstart + hlen, data = new Host(bytes.buffer.slice(bytes.byteOffset + start, bytes.byteOffset + start + numel * Host.BYTES_PER_ELEMENT));
+  return {dtype, dims, data};
+}
+
+export async function readNpz(buffer) {
+  const out = {};
+  for (const [name, read] of await readZip(buffer)) out[name.replace(/\.npy$/, "")] = readNpy(await read());
+  return out;
+}
+
+// ---- adapter facts (the Select guards' vocabulary, docs/plan-format.md §5) --------------------
+const CPU_ADAPTER = /swiftshader|llvmpipe|lavapipe|software|cpu|warp|basic render/i;
+function adapterFacts(adapter, device) {
+  const info = adapter.info || {};
+  const text = [info.vendor, info.architecture, info.device, info.description].join(" ");
+  const kind = info.isFallbackAdapter || CPU_ADAPTER.test(text) ? "cpu" : "gpu";
+  return {kind, features: device.features, limits: device.limits, summary: `${text.trim() || "unknown adapter"} (${kind})`};
+}
+
+async function openDevice(options) {
+  if (options.device) return {device: options.device, adapter: options.adapter || {info: options.device.adapterInfo || {}}};
+  const gpu = options.gpu || globalThis.navigator?.gpu;
+  if (!gpu) throw new DeviceError("WebGPU is not available here (no navigator.gpu; in Node pass {gpu} from the 'webgpu' package)");
+  const adapter = await gpu.requestAdapter(options.powerPreference ? {powerPreference: options.powerPreference} : {});
+  if (!adapter) throw new DeviceError("no WebGPU adapter");
+  const requiredFeatures = ["shader-f16", "subgroups", "timestamp-query"].filter((f) => adapter.features.has(f) && !(options.f16 === false && f === "shader-f16"));
+  const requiredLimits = {};
+  for (const key in adapter.limits) if (typeof adapter.limits[key] === "number") requiredLimits[key] = adapter.limits[key];
+  try {
+    return {adapter, device: await adapter.requestDevice({requiredFeatures, requiredLimits})};
+  } catch (err) { throw new DeviceError(`cannot open a device: ${err.message}`); }
+}
+
+// ---- the session -------------------------------------------------------------------------------
+const STORAGE = 0x80 | 0x4 | 0x8;  // STORAGE | COPY_SRC | COPY_DST
+const SLOT_WORDS = 64;              // the uniform transport's 256-byte slot per dispatch
+const HOST_STEPS = new Set(["read_symbol", "branch", "loop"]);
+const RELAX = "chromium_disable_uniformity_analysis";
+
+async function fetchBytes(url, what) {
+  const response = await fetch(url);
+  if (!response.ok) throw new PlanError(`${what}: cannot fetch ${url} (HTTP ${response.status})`);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+// A bundle: a folder URL (or its model.json URL), an ArrayBuffer of the zipped folder, or
+// {manifest, chunks: [Uint8Array]}.
+async function readBundle(source) {
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
+    const files = await readZip(source);
+    if (!files.has("model.json")) throw new PlanError("the archive has no model.json (write one with `onyxia web`)");
+    const manifest = JSON.parse(new TextDecoder().decode(await files.get("model.json")()));
+    const chunks = [];
+    for (const [name] of manifest.chunks || []) {
+      if (!files.has(name)) throw new PlanError(`the archive has no weight chunk '${name}'`);
+      chunks.push(await files.get(name)());
+    }
+    return {manifest, chunks};
+  }
+  if (source && source.manifest) return source;
+  const url = String(source), base = url.endsWith(".json") ? url.slice(0, url.lastIndexOf("/") + 1) : url.replace(/\/?$/, "/");
+  const manifest = JSON.parse(new TextDecoder().decode(await fetchBytes(url.endsWith(".json") ? url : base + "model.json", "model.json")));
+  const chunks = await Promise.all((manifest.chunks || []).map(([name]) => fetchBytes(base + name, `weight chunk '${name}'`)));
+  return {manifest, chunks};
+}
+
+export async function load(source, options = {}) {
+  const bundle = await readBundle(source);
+  const {manifest} = bundle;
+  if (manifest.format !== "onyxia-web") throw new PlanError("not an onyxia web bundle (model.json format)");
+  if (manifest.version !== 1) throw new PlanError(`an onyxia web bundle of version ${manifest.version}; this runtime reads version 1: run \`onyxia web\` again`);
+  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 6) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 6`);
+  const {device, adapter} = await openDevice(options);
+  const session = new Session(manifest, device, adapterFacts(adapter, device), options);
+  await session._setup(bundle.chunks);
+  return session;
+}
+
+export class Session {
+  constructor(manifest, device, facts, options) {
+    this.manifest = manifest; this.plan = manifest.plan; this.device = device; this.adapter = facts; this.options = options;
+    this.stats = {pipelines: 0, bindGroups: 0, reallocs: 0, dispatches: 0, encodeMs: 0};
+    this.dims = {...this.plan.dims};
+    this.tensors = new Map(this.plan.tensors.map((t) => [t.name, t]));
+    this.inputNames = this.plan.inputs; this.outputNames = this.plan.outputs;
+    const f16 = device.features.has("shader-f16");
+    this.variant = `${f16 ? 1 : 0}${f16 && (options.packedF16Reads ?? facts.kind === "cpu") ? 1 : 0}${device.features.has("subgroups") ? 1 : 0}`;
+    this.root = (name) => { const t = this.tensors.get(name); if (!t) throw new PlanError(`unknown tensor '${name}'`); return t.alias_of ?? name; };
+    this.shapeOf = new Map(this.plan.tensors.map((t) => [t.name, t.shape.map(compileExpr)]));
+    this.staticDims = Object.fromEntries(this.plan.static_symbols.map((s) => [s, this.plan.dims[s]]));
+    this.constraints = (this.plan.constraints || []).map(([a, b, node]) => [compileExpr(a), compileExpr(b), a, b, node]);
+    this._compileSteps();
+  }
+
+  // Every step, flattened in pre-order (the flat index of symbolic bindings), with its exprs compiled.
+  _compileSteps() {
+    this.steps = []; this.writes = []; let slots = 0;
+    const visit = (step, op) => {
+      const s = {step, op, index: this.steps.length};
+      this.steps.push(s);
+      if (HOST_STEPS.has(step.t)) throw new PlanError(`step ${s.index} of '${op.name}' (${op.op_type}) is a '${step.t}' step: host control flow is not in the web runtime yet`, {step: s.index, node: op.name});
+      if (step.t === "dispatch") {
+        s.grid = step.workgroups.map(compileExpr);
+        s.params = step.immediates.map(compileExpr);
+        s.types = this.plan.shaders[step.shader].immediates.map(([, type]) => type);
+        if (s.params.length) s.slot = slots++ * SLOT_WORDS;
+      } else if (step.t === "copy") {
+        s.size = compileExpr(step.size); s.srcOffset = compileExpr(step.src_offset); s.dstOffset = compileExpr(step.dst_offset);
+      } else if (step.t === "write") {
+        s.values = step.data.map(compileExpr); this.writes.push(s);
+      } else if (step.t === "select") {
+        s.alternatives = step.alternatives.map((alt) => ({
+          guard: alt.guard.map((c) => this._clause(c)), prefer: alt.prefer.map((c) => this._clause(c)),
+          steps: alt.steps.map((inner) => visit(inner, op)), label: alt.label}));
+      } else throw new PlanError(`step ${s.index} of '${op.name}': unknown step kind '${step.t}'`, {step: s.index, node: op.name});
+      return s;
+    };
+    this.top = this.plan.operations.flatMap((op) => op.steps.map((step) => visit(step, op)));
+    this.params = new Uint32Array(Math.max(slots, 1) * SLOT_WORDS);
+  }
+
+  _clause(clause) {
+    const [kind, a, b] = clause, facts = this.adapter;
+    if (kind === "le") { const x = compileExpr(a), y = compileExpr(b); return (d) => x(d) <= y(d); }
+    if (kind === "adapter") return () => facts.kind === a;
+    if (kind === "feature") return () => facts.features.has(a);
+    if (kind === "limit") { const v = compileExpr(b); return (d) => (facts.limits[a] ?? 0) >= v(d); }
+    throw new PlanError(`unknown guard clause '${kind}'`);
+  }
+
+  async _setup(chunks) {
+    const device = this.device;
+    this.capacity = new Map(); this.buffers = new Map();
+    for (const [root, nbytes] of this._sizes(this.dims)) this._allocate(root, nbytes);
+    for (const [name, [chunk, offset, nbytes]] of Object.entries(this.manifest.weights)) {
+      if (!chunks[chunk] || offset + nbytes > chunks[chunk].length) throw new PlanError(`weight '${name}' lies outside its chunk`, {tensor: name});
+      device.queue.writeBuffer(this.buffers.get(this.root(name)), 0, chunks[chunk], offset, nbytes);
+    }
+    this.uniform = device.createBuffer({label: "params", size: this.params.byteLength, usage: 0x40 | 0x8});  // UNIFORM | COPY_DST
+    this.paramsLayout = device.createBindGroupLayout({entries: [{binding: 0, visibility: 4, buffer: {type: "uniform", hasDynamicOffset: true}}]});
+    this.paramsGroup = device.createBindGroup({layout: this.paramsLayout, entries: [{binding: 0, resource: {buffer: this.uniform, offset: 0, size: SLOT_WORDS * 4}}]});
+    this.status = this.tensors.has("onyxia/status") ? this.buffers.get("onyxia/status") : null;
+    await this._prepareShaders();
+    this._commit(this.dims, await this._evaluate(this.dims));
+  }
+
+  // {root: bytes} at `dims`: each root sized for the largest tensor sharing it, at least 4 bytes.
+  _sizes(dims) {
+    const sizes = new Map();
+    for (const t of this.plan.tensors) {
+      const numel = this.shapeOf.get(t.name).reduce((n, f) => n * f(dims), 1);
+      const root = t.alias_of ?? t.name, nbytes = Math.max(nbytesOf(t.dtype, numel), 4);
+      if (!BITS[t.dtype]) throw new PlanError(`tensor '${t.name}' has dtype ${t.dtype}, which has no device storage`, {tensor: t.name});
+      sizes.set(root, Math.max(sizes.get(root) || 4, nbytes));
+    }
+    return sizes;
+  }
+
+  _allocate(root, nbytes) {
+    const max = this.device.limits.maxStorageBufferBindingSize;
+    if (nbytes > max) throw new DeviceError(`tensor '${root}' needs ${nbytes} bytes, over this device's maxStorageBufferBindingSize (${max})`, {tensor: root});
+    this.buffers.get(root)?.destroy();
+    this.buffers.set(root, this.device.createBuffer({label: root, size: nbytes, usage: STORAGE}));
+    this.capacity.set(root, nbytes);
+  }
+
+  // Each shader's entry: its bind group layout and, once a chosen step first dispatches it, its
+  // pipeline. One pipeline per distinct (WGSL, layout), created on first use and never again:
+  // alternatives no dims have chosen cost nothing (SwiftShader compiles a kernel in ~1 s).
+  async _prepareShaders() {
+    const layouts = new Map(), byCode = new Map();
+    const prefix = await this._relaxUniformity() ? `enable ${RELAX};\n` : "";
+    this.pipelines = this.plan.shaders.map((shader, index) => {
+      const text = this.manifest.wgsl[this.manifest.shaders[index]?.[this.variant]];
+      if (text === undefined) throw new PlanError(`shader ${index} ('${shader.label}') has no WGSL for adapter variant ${this.variant}`);
+      const code = prefix + text;
+      const signature = shader.buffers.map((b) => (b[2] ? "r" : "w")).join("") + (shader.reports ? "w" : "");
+      if (!layouts.has(signature)) {
+        layouts.set(signature, this.device.createBindGroupLayout({entries: [...signature].map((c, i) => ({binding: i, visibility: 4, buffer: {type: c === "r" ? "read-only-storage" : "storage"}}))}));
+      }
+      const key = `${signature}|${shader.immediates.length > 0}|${code}`;
+      if (!byCode.has(key)) byCode.set(key, {layout: layouts.get(signature), pipeline: null, code, index});
+      return byCode.get(key);
+    });
+  }
+
+  async _createPipelines(entries) {
+    await Promise.all(entries.map(async (entry) => {
+      const shader = this.plan.shaders[entry.index];
+      const layout = this.device.createPipelineLayout({bindGroupLayouts: shader.immediates.length ? [entry.layout, this.paramsLayout] : [entry.layout]});
+      const module = this.device.createShaderModule({label: shader.label, code: entry.code});
+      this.stats.pipelines++;
+      try {
+        entry.pipeline = await this.device.createComputePipelineAsync({label: shader.label, layout, compute: {module, entryPoint: shader.entry_point}});
+      } catch (err) {
+        const info = module.getCompilationInfo ? await module.getCompilationInfo() : {messages: []};
+        const lines = info.messages.filter((m) => m.type === "error").map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
+        throw new ShaderError(`shader ${entry.index} ('${shader.label}') failed to compile on ${this.adapter.summary}: ${lines.join("; ") || err.message}`, {shader: entry.index});
+      }
+    }));
+  }
+
+  // onyxia's kernels are checked by naga, which has no uniformity analysis; Tint (Chrome, Dawn)
+  // refuses some of them (a barrier after a branch on the `Grid` builtins struct, which mixes
+  // uniform workgroup ids with the local index). Where the device accepts Chromium's extension
+  // that turns the analysis off (unsafe WebGPU: --enable-unsafe-webgpu, Dawn's allow_unsafe_apis)
+  // it is enabled; elsewhere such kernels fail to compile with a ShaderError naming them.
+  async _relaxUniformity() {
+    if (this.options.relaxUniformity === false) return false;
+    this.device.pushErrorScope("validation");
+    this.device.createShaderModule({code: `enable ${RELAX};\n@compute @workgroup_size(1) fn main() {}`});
+    return (await this.device.popErrorScope()) === null;
+  }
+
+  // Every value at `dims`: the Selects' choices, the command list, the parameter words; the
+  // pipelines it needs are created. Changes no state (_commit does), so a failure leaves the
+  // session as it was.
+  async _evaluate(dims) {
+    const commands = [], chosen = new Map();
+    const words = this.params.slice(), f32 = new Float32Array(words.buffer);
+    const emit = (s) => {
+      const step = s.step;
+      if (step.t === "dispatch") {
+        let [x, y, z] = s.grid.map((f) => f(dims));
+        if (!(x && y && z)) return;  // an empty tensor
+        const limit = this.device.limits.maxComputeWorkgroupsPerDimension;
+        if (x > limit && y === 1) { y = Math.ceil(x / limit); x = Math.ceil(x / y); }
+        if (x > limit || y > limit || z > limit) throw new InputError(`step ${s.index} of '${s.op.name}': grid ${[x, y, z]} exceeds maxComputeWorkgroupsPerDimension (${limit})`, {step: s.index, node: s.op.name});
+        s.params.forEach((f, j) => { const v = f(dims); if (s.types[j] === "f32") f32[s.slot + j] = v; else words[s.slot + j] = v >>> 0; });
+        commands.push({s, x, y, z});
+      } else if (step.t === "copy") {
+        const size = s.size(dims);
+        if (size) commands.push({s, size, src: s.srcOffset(dims), dst: s.dstOffset(dims)});
+      } else if (step.t === "select") {
+        const eligible = s.alternatives.filter((a) => a.guard.every((c) => c(dims)));
+        const alt = eligible.find((a) => a.prefer.every((c) => c(dims))) || eligible[0];
+        if (!alt) throw new PlanError(`select step ${s.index} of '${s.op.name}' has no eligible alternative`, {step: s.index});
+        chosen.set(s.index, alt.label);
+        alt.steps.forEach(emit);
+      }
+    };
+    this.top.forEach(emit);
+    const dispatches = commands.filter((c) => c.s.step.t === "dispatch");
+    await this._createPipelines([...new Set(dispatches.map((c) => this.pipelines[c.s.step.shader]))].filter((e) => !e.pipeline));
+    const writes = this.writes.map((w) => [w, w.values.map((f) => f(dims))]);
+    return {commands, chosen, words, writes, dispatches: dispatches.length};
+  }
+
+  _commit(dims, evaluated) {
+    this.dims = dims;
+    Object.assign(this, {commands: evaluated.commands, chosen: evaluated.chosen, params: evaluated.words});
+    this.stats.dispatches = evaluated.dispatches;
+    this.device.queue.writeBuffer(this.uniform, 0, evaluated.words);
+    for (const [w, values] of evaluated.writes) {
+      const bytes = encode(w.step.dtype, values, values.length, `write step ${w.index} into '${w.step.dst}'`);
+      if (bytes.length) this.device.queue.writeBuffer(this.buffers.get(this.root(w.step.dst)), 0, bytes);
+    }
+  }
+
+  _bindGroup(s) {
+    if (s.group && s.groupBuffers.every((b, i) => b === this.buffers.get(s.roots[i]))) return s.group;
+    s.roots = s.step.bindings.map(([name]) => this.root(name));
+    s.groupBuffers = s.roots.map((r) => this.buffers.get(r));
+    s.group = this.device.createBindGroup({layout: this.pipelines[s.step.shader].layout, entries: s.groupBuffers.map((buffer, i) => ({binding: i, resource: {buffer}}))});
+    this.stats.bindGroups++;
+    return s.group;
+  }
+
+  shapeAt(name, dims = this.dims) { return this.shapeOf.get(name).map((f) => f(dims)); }
+
+  async updateDimensions(changes) {
+    const dims = {...this.dims};
+    for (const [name, value] of Object.entries(changes)) {
+      if (!(name in this.plan.dims)) throw new InputError(`unknown dimension '${name}' (the plan's: ${Object.keys(this.plan.dims).join(", ")})`, {symbol: name});
+      if (name in (this.plan.data_symbols || {})) throw new InputError(`'${name}' is set by the plan's data, not by the caller`, {symbol: name});
+      if (!Number.isSafeInteger(value) || value < 0) throw new InputError(`dimension '${name}' must be a non-negative integer, got ${value}`, {symbol: name});
+      if (name in this.staticDims && value !== this.staticDims[name]) throw new InputError(`'${name}' is static (baked into the shaders at ${this.staticDims[name]}): compile the bundle again to change it`, {symbol: name});
+      dims[name] = value;
+    }
+    for (const [a, b, ta, tb, node] of this.constraints) if (a(dims) !== b(dims)) throw new InputError(`node '${node}' needs ${ta} == ${tb}, which these dims break`, {node});
+    const sizes = this._sizes(dims);  // everything that can fail comes before any state changes
+    const max = this.device.limits.maxStorageBufferBindingSize;
+    for (const [root, nbytes] of sizes) if (nbytes > max) throw new InputError(`tensor '${root}' would need ${nbytes} bytes at these dims, over this device's maxStorageBufferBindingSize (${max})`, {tensor: root});
+    const evaluated = await this._evaluate(dims);
+    for (const [root, nbytes] of sizes) if (nbytes > this.capacity.get(root)) { this._allocate(root, nbytes); this.stats.reallocs++; }
+    this._commit(dims, evaluated);
+  }
+
+  async run(feeds, {outputs = this.outputNames} = {}) {
+    const device = this.device, dims = this.dims;
+    for (const name of Object.keys(feeds)) if (!this.inputNames.includes(name)) throw new InputError(`'${name}' is not an input (inputs: ${this.inputNames.join(", ")})`, {tensor: name});
+    for (const name of this.inputNames) {
+      const feed = feeds[name];
+      if (!feed) throw new InputError(`input '${name}' is missing`, {tensor: name});
+      const want = this.shapeAt(name), got = feed.dims || [feed.data.length], t = this.tensors.get(name);
+      if (got.length !== want.length || got.some((d, i) => d !== want[i])) {
+        throw new InputError(`input '${name}' has dims [${got}], expected [${want}] at dims ${JSON.stringify(dims)} (call updateDimensions to change them)`, {tensor: name});
+      }
+      const bytes = encode(t.dtype, feed.data, want.reduce((a, b) => a * b, 1), `input '${name}'`);
+      if (bytes.length) device.queue.writeBuffer(this.buffers.get(this.root(name)), 0, bytes);
+    }
+    const start = globalThis.performance.now();
+    const encoder = this.encode();
+    this.stats.encodeMs = globalThis.performance.now() - start;
+    const reads = outputs.map((name) => {
+      if (!this.tensors.has(name)) throw new InputError(`'${name}' is not a tensor of the plan`, {tensor: name});
+      const t = this.tensors.get(name), shape = this.shapeAt(name), numel = shape.reduce((a, b) => a * b, 1);
+      return {name, dtype: t.dtype, shape, numel, nbytes: nbytesOf(t.dtype, numel)};
+    });
+    if (this.status) reads.push({name: "onyxia/status", nbytes: 4, status: true});
+    let offset = 0;
+    for (const r of reads) { r.offset = offset; offset += r.nbytes; }
+    const staging = device.createBuffer({size: Math.max(offset, 4), usage: 0x1 | 0x8});  // MAP_READ | COPY_DST
+    for (const r of reads) if (r.nbytes) encoder.copyBufferToBuffer(r.status ? this.status : this.buffers.get(this.root(r.name)), 0, staging, r.offset, r.nbytes);
+    device.queue.submit([encoder.finish()]);
+    try { await staging.mapAsync(1); } catch (err) { throw new DeviceError(`reading the outputs back failed (device lost?): ${err.message}`); }
+    const bytes = new Uint8Array(staging.getMappedRange().slice(0));
+    staging.unmap(); staging.destroy();
+    const result = {};
+    for (const r of reads) {
+      if (r.status) {
+        const site = new Uint32Array(bytes.buffer, r.offset, 1)[0];
+        if (site) {
+          device.queue.writeBuffer(this.status, 0, new Uint32Array(1));
+          const [node, op, what] = this.plan.sites[site - 1] || ["?", "?", "?"];
+          throw new RunError(`node '${node}' (${op}): ${what}`, {node});
+        }
+      } else result[r.name] = {dtype: r.dtype, dims: r.shape, data: decode(r.dtype, bytes.subarray(r.offset, r.offset + r.nbytes), r.numel)};
+    }
+    return result;
+  }
+
+  // The chosen steps into a new command encoder: one compute pass spans each run of dispatches.
+  encode() {
+    const encoder = this.device.createCommandEncoder();
+    let pass = null;
+    for (const c of this.commands) {
+      const s = c.s;
+      if (s.step.t === "dispatch") {
+        if (!pass) pass = encoder.beginComputePass();
+        pass.setPipeline(this.pipelines[s.step.shader].pipeline);
+        pass.setBindGroup(0, this._bindGroup(s));
+        if (s.slot !== undefined) pass.setBindGroup(1, this.paramsGroup, [s.slot * 4]);
+        pass.dispatchWorkgroups(c.x, c.y, c.z);
+      } else {
+        if (pass) { pass.end(); pass = null; }
+        encoder.copyBufferToBuffer(this.buffers.get(this.root(s.step.src)), c.src, this.buffers.get(this.root(s.step.dst)), c.dst, c.size);
+      }
+    }
+    if (pass) pass.end();
+    return encoder;
+  }
+
+  // The alternative each Select replays at the current dims: {step index: label}.
+  choices() { return Object.fromEntries(this.chosen); }
+
+  destroy() { for (const b of this.buffers.values()) b.destroy(); this.uniform.destroy(); }
+}
