@@ -15,11 +15,13 @@
 // no barriers in the loop over K) each thread quantizes the values it multiplies itself.
 // A thread's loop over K runs K times (the pass fuses K <= MAX_K, keeping it below lavapipe's
 // ~65,535 iterations), its range loop M K / WG (or GROUPS / WG) times.
+// Then the fused elementwise ops after the product, if any (quantized::epilogue).
 // Buffers: x (f32 [M, K]), b (int8 / uint8 [K, N]), bs (f32: 1 or N), [bz] (int8 / uint8: 1 or N),
-// [range] (f32 [GROUPS, 2]), y (f32 [M, N]).
-// Defs: WG, WORDS, ROWS, SIGNED_B, BS_COLS, HAS_BZ, BZ_COLS, RANGE_IN, STAGED.
+// [range] (f32 [GROUPS, 2]), [e0, e1, ...: epilogue operands], y (f32 [M, N]).
+// Defs: WG, WORDS, ROWS, SIGNED_B, BS_COLS, HAS_BZ, BZ_COLS, RANGE_IN, STAGED, EPILOGUE*.
 // Params: M, K, N (a multiple of 4), [GROUPS].
 #import common::grid
+#import quantized::epilogue
 
 const WG = #{WG}u;
 const WORDS = #{WORDS}u;
@@ -165,9 +167,10 @@ fn main(wg: Grid) {
                 let n = 4u * (w0 + w) + j;
                 let factor = q.scale * b_scale(n);
                 for (var r = 0u; r < ROWS; r++) {
-                    if (m0 + r < M()) {
+                    let m = m0 + r;
+                    if (m < M()) {
                         let total = acc[r * WORDS + w][j] - b_zero(n) * sums[r];
-                        y_store((m0 + r) * N() + n, f32(total) * factor);
+                        y_store(m * N() + n, nbits_epilogue(f32(total) * factor, m, n));
                     }
                 }
             }

@@ -9,9 +9,12 @@
 // of its K / 8 (a tree in workgroup memory adds them when LANES > 1). CPU-type variant: LANES 1
 // (a thread streams its column's contiguous words); GPU-type: LANES 32 (coalesced words).
 // A thread's loop runs K / (8 LANES) times (K <= 8 x 32768: below lavapipe's ~65,535).
-// Buffers: a, b (uint8, read a word at a time), absmax, y. Defs: QUANT, LANES, COLS, ROWS, HALF_W.
+// Then the fused elementwise ops after the product, if any (quantized::epilogue: float32 only).
+// Buffers: a, b (uint8, read a word at a time), absmax, [e0, e1, ...: epilogue operands], y.
+// Defs: QUANT, LANES, COLS, ROWS, HALF_W, EPILOGUE*.
 // Params: M, N, K, BLOCK.
 #import common::grid
+#import quantized::epilogue
 
 const LANES = #{LANES}u;
 const COLS = #{COLS}u;
@@ -77,8 +80,9 @@ fn main(wg: Grid) {
 #endif
     if (lane == 0u && n < N()) {
         for (var r = 0u; r < ROWS; r++) {
-            if (m0 + r < M()) {
-                y_store((m0 + r) * N() + n, y_t(acc[r]));
+            let m = m0 + r;
+            if (m < M()) {
+                y_store(m * N() + n, y_t(nbits_epilogue(acc[r], m, n)));
             }
         }
     }

@@ -217,6 +217,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     # Made by DynamicQuantFusionPass from DynamicQuantizeLinear -> MatMulInteger chains.
     ("onyxia", "DynamicQuantMatMul"): _from(dynamic_quant),
     ("onyxia", "DynamicRange"): _from(dynamic_quant),
+    ("onyxia", "MatMulBnb4"): _from(quantized, "MatMulBnb4"),  # EpilogueFusionPass's
     ("onyxia", "GemmEpilogue"): _from(matmul_epilogue, "Gemm"),
     ("onyxia", "ConvEpilogue"): _from(conv_epilogue, "Conv"),
     ("onyxia", "ConvTransposeEpilogue"): _from(conv_epilogue, "ConvTranspose"),

@@ -76,3 +76,23 @@ def test_one_dispatch_per_matmul_for_one_row(runtime):
         labels = [compiled.shaders[i].label for i in one], [compiled.shaders[i].label for i in many]
         assert labels[0] == ["dynamic_quant_matmul"] * 3, (kind, labels)
         assert labels[1] == ["dynamic_range"] + ["dynamic_quant_matmul"] * 3, (kind, labels)
+
+
+def test_elementwise_tail_runs_in_the_epilogue(runtime):
+    """SiLU and a residual Add after the product: one dispatch for one row, onnxruntime's values
+    (to its Sigmoid's float32 rounding)."""
+    model = q8_model(64, [16], "int8", "tensor", ("m",), tail=True)
+    compiled = compile_model(model, {"m": 1})
+    for kind in ("cpu", "gpu"):
+        assert [compiled.shaders[d.shader].label for d in live_dispatches(compiled, {"m": 1}, kind)] == \
+            ["dynamic_quant_matmul"], kind
+    exe = runtime.load_model(compiled)
+    rng = np.random.default_rng(4)
+    for m in (1, 6):
+        exe.update_dimensions({"m": m})
+        feeds = {"x": rng.standard_normal((m, 64)).astype(np.float32), "r": rng.standard_normal((m, 16)).astype(np.float32)}
+        ref = run_ort(model, feeds)[0]
+        for kind in ("cpu", "gpu"):
+            exe.assume_adapter(kind)
+            np.testing.assert_allclose(exe.run(feeds)["t"], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()),
+                                       err_msg=f"m {m}, {kind} kernels")

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 import onyxia
+from onyxia.compiler import CompilerPipeline
+from onyxia.compiler.passes import ElementwiseFusionPass
+from onyxia.operators import core_operator_registry
 from onyxia.plan import walk_steps
 from tests.builders.quantized import bnb4_model, compile_with
 from tests.helpers import run_ort
@@ -46,6 +49,24 @@ def test_matmul_bnb4(runtime, k, n, block, quant_type, dtype, kernel):
             scale = float(np.abs(ref.astype(np.float32)).max())
             np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), rtol=tol, atol=tol * scale,
                                        err_msg=f"S {s}, {kind} kernels")
+
+
+def test_elementwise_tail_runs_in_the_epilogue(runtime):
+    """SiLU and a residual Add after the product run in the packed kernel (onyxia::MatMulBnb4)."""
+    from onyxia.compiler.passes import EpilogueFusionPass
+
+    rng = np.random.default_rng(7)
+    model = bnb4_model(rng, 64, 24, 64, 1, tail=True)
+    pipeline = CompilerPipeline(core_operator_registry(), optimize=False)
+    pipeline.add_pass(ElementwiseFusionPass()).add_pass(EpilogueFusionPass())
+    compiled = pipeline.compile(onyxia.load_model(model), {"S": 3})
+    assert [op.op_type for op in compiled.operations] == ["MatMulBnb4"], [op.op_type for op in compiled.operations]
+    exe = runtime.load_model(compiled)
+    feeds = {"A": rng.standard_normal((3, 64)).astype(np.float32), "R": rng.standard_normal((3, 24)).astype(np.float32)}
+    ref = run_ort(model, feeds)[0]
+    for kind in ("cpu", "gpu"):
+        exe.assume_adapter(kind)
+        np.testing.assert_allclose(exe.run(feeds)["Y"], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
 def test_weights_stay_packed_on_the_device():

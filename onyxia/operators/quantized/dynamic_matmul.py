@@ -20,6 +20,7 @@ from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.quantized.quantized import quantized_epilogue
 from onyxia.plan import ALWAYS, Step, adapter, at_least, at_most
 
 # Longest K fused: a thread's loop over K (and with one row its range loop, K / WG) stays
@@ -66,7 +67,8 @@ class DynamicQuantMatMul(Operator):
     """onyxia::DynamicQuantMatMul(x f32 [..., K], B int8|uint8 [K, N], B_scale f32 [] | [N],
     [B_zp int8|uint8 [] | [N]], [range]) -> y f32 [..., N]: DynamicQuantizeLinear(x), then
     MatMulInteger with B, then float(acc) * (x_scale * B_scale), as onnxruntime computes them
-    (its DynamicQuantizeMatMul). `range`: a DynamicRange of x shared with other readers."""
+    (its DynamicQuantizeMatMul). `range`: a DynamicRange of x shared with other readers. Inputs
+    from 5 on: operands of fused elementwise ops after the product (passes/epilogue_fusion.py)."""
 
     op_type = "DynamicQuantMatMul"
     domain = FUSED_DOMAIN
@@ -96,13 +98,16 @@ class DynamicQuantMatMul(Operator):
         m = numel(ctx.input_shape(0)[:-1])
         if isinstance(m, int) and m == 0:
             return []
-        reads: dict[str, str] = {"x": ctx.input(0), "b": ctx.input(1), "bs": ctx.input(2)}
+        reads: dict[str, object] = {"x": ctx.input(0), "b": ctx.input(1), "bs": ctx.input(2)}
         defs: dict[str, object] = {"SIGNED_B": ctx.input_dtype(1).name == "int8",
                                    "BS_COLS": numel(ctx.input_shape(2)) == n and n > 1}
         if ctx.has_input(3):
             reads["bz"] = ctx.input(3)
             defs.update(HAS_BZ=True, BZ_COLS=numel(ctx.input_shape(3)) == n and n > 1)
         params = {"M": m, "K": k, "N": n}
+        epilogue_defs, epilogue_reads = quantized_epilogue(ctx)
+        defs.update(epilogue_defs)
+        reads.update(epilogue_reads)  # type: ignore[arg-type]
 
         def product(wg: int, words: int, rows: int, staged: bool, ranges: str | None) -> Step:
             extra = {"range": ranges} if ranges else {}

@@ -17,7 +17,9 @@ from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Shape, numel, shape_str
 from onyxia.operators.base import InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.functions import BODY_OPSET, BodyBuilder, Call, Decomposition, FunctionOp
+from onyxia.operators.quantized.quantized import quantized_epilogue
 from onyxia.plan import ALWAYS, Step, adapter, at_most
 
 # MatMulBnb4's 4-bit codes (bitsandbytes' FP4 with bias 3, and NormalFloat4), quant_type 0 and 1.
@@ -83,8 +85,11 @@ class MatMulBnb4(FunctionOp):
     """com.microsoft MatMulBnb4: the packed kernel where K and block_size are multiples of 8 (and
     the attributes valid), else the body of `matmul_bnb4` (which also names bad attributes)."""
 
+    op_type = "MatMulBnb4"
+    domain = "com.microsoft"
+
     def __init__(self):
-        super().__init__("com.microsoft", "MatMulBnb4", matmul_bnb4)
+        super().__init__(self.domain, self.op_type, matmul_bnb4)
 
     def runs_as_function(self, node: Node) -> bool:
         k, n, block, kind = _attrs(node.attributes)
@@ -110,12 +115,15 @@ class MatMulBnb4(FunctionOp):
         if isinstance(m, int) and m == 0:
             return []
         defs = {"QUANT": kind, "HALF_W": ctx.input_dtype(0).name == "float16"}
+        epilogue_defs, epilogue_reads = quantized_epilogue(ctx)
+        defs.update(epilogue_defs)
 
         def kernel(lanes: int, cols: int, rows: int) -> list[Step]:
             return [ctx.dispatch("quantized/matmul_bnb4.wgsl", label="matmul_bnb4",
                                  defs={**defs, "LANES": lanes, "COLS": cols, "ROWS": rows},
                                  params={"M": m, "N": n, "K": k, "BLOCK": block},
-                                 reads={"a": ctx.input(0), "b": ctx.input(1), "absmax": ctx.input(2)},
+                                 reads={"a": ctx.input(0), "b": ctx.input(1), "absmax": ctx.input(2),
+                                        **epilogue_reads},
                                  writes={"y": ctx.output(0)}, workgroups=(ceil_div(n, cols), 1, ceil_div(m, rows)))]
 
         def variants(rows: int) -> list[Step]:
@@ -128,9 +136,19 @@ class MatMulBnb4(FunctionOp):
                                                ("rows4", variants(4), ALWAYS, ALWAYS)])
 
 
+class MatMulBnb4Fused(MatMulBnb4):
+    """onyxia::MatMulBnb4: a MatMulBnb4 of the packed kernel whose kernel ends with fused
+    elementwise ops (inputs from 3 on: their other operands; passes/epilogue_fusion.py)."""
+
+    domain = FUSED_DOMAIN
+
+    def runs_as_function(self, node: Node) -> bool:
+        return False  # made after function expansion, from nodes the kernel takes
+
+
 def operators() -> list[tuple[Operator, int]]:
     """(operator, since_version) pairs this module registers."""
-    return [(MatMulBnb4(), 1)]
+    return [(MatMulBnb4(), 1), (MatMulBnb4Fused(), 1)]
 
 
-__all__ = ["BNB4_CODES", "MatMulBnb4", "matmul_bnb4", "operators"]
+__all__ = ["BNB4_CODES", "MatMulBnb4", "MatMulBnb4Fused", "matmul_bnb4", "operators"]
