@@ -1,4 +1,4 @@
-"""transformers.js q8 decoders: DynamicQuantFusionPass on and off, side by side in one run.
+"""transformers.js q8 and bnb4 decoders: their fused / packed kernels on and off, side by side in one run.
 
 Run: python benchmarks/bench_q8.py [--prompt 16] [--new 64] [--repeat 5] [--big]
 
@@ -9,10 +9,12 @@ MatMulInteger -> Cast -> Mul (transformers.js' "q8" files):
   1408, vocabulary 8000, random weights) quantized by onnxruntime.quantization.quantize_dynamic
   (int8 weights, per tensor: the q8 recipe).
 Each is compiled twice in one process: as main compiled it before the pass (the chain expanded
-op by op) and with the pass (one DynamicQuantMatMul per MatMul). For both: dispatches per decode
-step (LlmSession.dispatches_per_step), prefill ms and decode tokens/s (LlmSession.stats: medians
-of --repeat greedy generations, the two compiled plans taking turns), and whether their tokens
-are equal. On lavapipe the "GPU" is the machine's CPU.
+op by op) and with the pass (one DynamicQuantMatMul per MatMul). Then the fixture's bnb4 decoder
+(MatMulBnb4, NF4), twice: its weights dequantized to float at compile time as before (the op's
+decomposition) and kept packed (the lookup-table kernel). For both of a pair: dispatches per
+decode step (LlmSession.dispatches_per_step), the device bytes of the weights, prefill ms and
+decode tokens/s (LlmSession.stats: medians of --repeat greedy generations, the two compiled plans
+taking turns), and whether their tokens are equal. On lavapipe the "GPU" is the machine's CPU.
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ def without_fusion():
         pipeline.default_optimization_passes = default
 
 
+@contextmanager
+def bnb4_as_float():
+    """MatMulBnb4 as its decomposition (weights folded to float), as before the packed kernel."""
+    from onyxia.operators.quantized.matmul_bnb4 import MatMulBnb4
+
+    packed = MatMulBnb4.runs_as_function
+    MatMulBnb4.runs_as_function = lambda self, node: True
+    try:
+        yield
+    finally:
+        MatMulBnb4.runs_as_function = packed
+
+
+def weight_bytes(session) -> int:
+    """Bytes of the weights the plan holds on the device."""
+    from onyxia.plan.cost import tensor_bytes
+
+    env = dict(session.compiled.dims)
+    return sum(tensor_bytes(t, env) for t in session.compiled.tensors.values() if t.kind == "weight")
+
+
 def quantized_bench_decoder(tmp: Path) -> tuple[Path, str]:
     """bench_llm's decoder folder with a quantize_dynamic copy of its model, and that file's name."""
     from onnx import TensorProto
@@ -60,28 +83,31 @@ def quantized_bench_decoder(tmp: Path) -> tuple[Path, str]:
     return folder, "model_q8.onnx"
 
 
-def compare(folder: Path, decoder: str, prompt_len: int, new: int, repeat: int) -> None:
+def compare(folder: Path, decoder: str, prompt_len: int, new: int, repeat: int, before=without_fusion) -> None:
+    """`before` (a context manager compiling as main did) beside the plan compiled as it is."""
     from onyxia.llm import LlmSession
 
     sessions = {}
-    for label in ("before", "fused"):
+    for label in ("before", "after"):
         start = time.perf_counter()
         if label == "before":
-            with without_fusion():
+            with before():
                 sessions[label] = LlmSession(folder, decoder=decoder, prefill_length=prompt_len)
         else:
             sessions[label] = LlmSession(folder, decoder=decoder, prefill_length=prompt_len)
         print(f"{label}: compile + load {time.perf_counter() - start:.1f} s")
-    session = sessions["fused"]
+    session = sessions["after"]
     vocab = session.config.vocab_size
     prompt = [int(t) for t in np.random.default_rng(0).integers(4, vocab, prompt_len)]
     new = min(new, session.max_length - len(prompt))
     runs = interleaved([onyxia_runs(s, prompt, new) for s in sessions.values()], repeat)
     print(f"\n{folder} ({decoder}): prompt {prompt_len} tokens, {new} new, median of {repeat} runs taking turns, "
           f"on {session.runtime.info.summary}")
-    print(f"{'':28}{'before':>12}{'fused':>12}{'ratio':>10}")
+    print(f"{'':28}{'before':>12}{'after':>12}{'ratio':>10}")
     dispatches = [s.dispatches_per_step for s in sessions.values()]
     print(f"{'dispatches per decode step':28}{dispatches[0]:12d}{dispatches[1]:12d}{dispatches[0] / dispatches[1]:9.2f}x")
+    weights = [weight_bytes(s) for s in sessions.values()]
+    print(f"{'weights on the device (B)':28}{weights[0]:12d}{weights[1]:12d}{weights[0] / weights[1]:9.2f}x")
     prefill = [r[0] * 1e3 for r in runs]
     print(f"{'prefill (ms)':28}{prefill[0]:12.1f}{prefill[1]:12.1f}{prefill[0] / prefill[1]:9.2f}x")
     speed = [r[1] for r in runs]
@@ -97,6 +123,7 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="also bench_llm's 32M decoder, quantized dynamically")
     args = parser.parse_args()
     compare(FIXTURE, "q8", args.prompt, args.new, args.repeat)
+    compare(FIXTURE, "bnb4", args.prompt, args.new, args.repeat, before=bnb4_as_float)
     if args.big:
         with tempfile.TemporaryDirectory() as tmp:
             folder, decoder = quantized_bench_decoder(Path(tmp))

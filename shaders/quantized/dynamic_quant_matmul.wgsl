@@ -22,14 +22,13 @@
 // Params: M, K, N (a multiple of 4), [GROUPS].
 #import common::grid
 #import quantized::epilogue
+#import quantized::range
 
 const WG = #{WG}u;
 const WORDS = #{WORDS}u;
 const ROWS = #{ROWS}u;
 const TILE = 4u * WG;
 
-var<workgroup> lows: array<f32, WG>;
-var<workgroup> highs: array<f32, WG>;
 #ifdef STAGED
 var<workgroup> tile: array<i32, ROWS * TILE>;
 #endif
@@ -56,18 +55,9 @@ fn quantization(lid: u32) -> Quant {
         hi = max(hi, v);
     }
 #endif
-    lows[lid] = lo;
-    highs[lid] = hi;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            lows[lid] = min(lows[lid], lows[lid + stride]);
-            highs[lid] = max(highs[lid], highs[lid + stride]);
-        }
-        workgroupBarrier();
-    }
-    let l = lows[0];
-    let h = highs[0];
+    let both = workgroup_range(lid, lo, hi);
+    let l = both.x;
+    let h = both.y;
     let scale = select((h - l) / 255.0, 1.0, h == l);
     return Quant(scale, round(clamp(0.0 - l / scale, 0.0, 255.0)));
 }

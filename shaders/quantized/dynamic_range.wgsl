@@ -2,16 +2,14 @@
 // DynamicQuantMatMul that reads x (dynamic_quant_matmul.wgsl with RANGE_IN reduces them).
 // Workgroup g (64 threads) covers elements [g * CHUNK, (g + 1) * CHUNK) of x (CHUNK = 64 x 256: each
 // thread's loop runs 256 times) and writes range[2 g] = min(0, x...), range[2 g + 1] = max(0, x...).
-// Buffers: x (f32), range (f32 [GROUPS, 2]). Params: TOTAL (elements of x), GROUPS.
+// Buffers: x (f32), range (f32 [GROUPS, 2]). Defs: WG (64). Params: TOTAL (elements of x), GROUPS.
 #import common::grid
+#import quantized::range
 
-const THREADS = 64u;
+const THREADS = #{WG}u;
 const PER_THREAD = 256u;
 
-var<workgroup> lows: array<f32, THREADS>;
-var<workgroup> highs: array<f32, THREADS>;
-
-@compute @workgroup_size(64)
+@compute @workgroup_size(#{WG})
 fn main(wg: Grid) {
     let g = grid_group(wg);
     let lid = wg.lid;
@@ -28,18 +26,9 @@ fn main(wg: Grid) {
             }
         }
     }
-    lows[lid] = lo;
-    highs[lid] = hi;
-    workgroupBarrier();
-    for (var stride = THREADS / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            lows[lid] = min(lows[lid], lows[lid + stride]);
-            highs[lid] = max(highs[lid], highs[lid + stride]);
-        }
-        workgroupBarrier();
-    }
+    let both = workgroup_range(lid, lo, hi);
     if (lid == 0u && g < GROUPS()) {
-        range_store(2u * g, lows[0]);
-        range_store(2u * g + 1u, highs[0]);
+        range_store(2u * g, both.x);
+        range_store(2u * g + 1u, both.y);
     }
 }

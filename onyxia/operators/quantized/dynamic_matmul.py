@@ -38,7 +38,8 @@ def range_groups(total: Dim) -> Dim:
 def _range(ctx: PlanCtx, total: Dim, out: str) -> Step:
     """dynamic_range.wgsl: input 0's partial ranges into `out`."""
     groups = range_groups(total)
-    return ctx.dispatch("quantized/dynamic_range.wgsl", label="dynamic_range", params={"TOTAL": total, "GROUPS": groups},
+    return ctx.dispatch("quantized/dynamic_range.wgsl", label="dynamic_range", defs={"WG": 64},
+                        params={"TOTAL": total, "GROUPS": groups},
                         reads={"x": ctx.input(0)}, writes={"range": out}, workgroups=ctx.grid(groups, 1))
 
 
