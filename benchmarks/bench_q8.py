@@ -105,7 +105,8 @@ def compare(folder: Path, decoder: str, prompt_len: int, new: int, repeat: int, 
           f"on {session.runtime.info.summary}")
     print(f"{'':28}{'before':>12}{'after':>12}{'ratio':>10}")
     dispatches = [s.dispatches_per_step for s in sessions.values()]
-    print(f"{'dispatches per decode step':28}{dispatches[0]:12d}{dispatches[1]:12d}{dispatches[0] / dispatches[1]:9.2f}x")
+    print(f"{'dispatches per decode step':28}{dispatches[0]:12d}{dispatches[1]:12d}"
+          f"{dispatches[0] / dispatches[1]:9.2f}x")
     weights = [weight_bytes(s) for s in sessions.values()]
     print(f"{'weights on the device (B)':28}{weights[0]:12d}{weights[1]:12d}{weights[0] / weights[1]:9.2f}x")
     prefill = [r[0] * 1e3 for r in runs]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tests.builders.dynamic_quant import q8_model
 from tests.helpers import compile_model, live_dispatches, run_ort
 
@@ -90,7 +91,8 @@ def test_elementwise_tail_runs_in_the_epilogue(runtime):
     rng = np.random.default_rng(4)
     for m in (1, 6):
         exe.update_dimensions({"m": m})
-        feeds = {"x": rng.standard_normal((m, 64)).astype(np.float32), "r": rng.standard_normal((m, 16)).astype(np.float32)}
+        feeds = {"x": rng.standard_normal((m, 64)).astype(np.float32),
+                 "r": rng.standard_normal((m, 16)).astype(np.float32)}
         ref = run_ort(model, feeds)[0]
         for kind in ("cpu", "gpu"):
             exe.assume_adapter(kind)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import onyxia
 from tests.builders.quantized import MS, compile_with, nbits_model, pack_nibbles
 from tests.helpers import make_model, run_ort
 

@@ -25,13 +25,14 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 def default_optimization_passes() -> list:
     """The passes CompilerPipeline adds unless optimize=False: Optimization-stage ones, and
     DynamicQuantFusionPass, which must see its chain before function expansion decomposes it."""
-    return [DynamicQuantFusionPass(), ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(),
-            SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(),
-            PooledConvWeightsPass(), WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
+    return [DynamicQuantFusionPass(), ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(),
+            DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
+            EpilogueFusionPass(), PooledConvWeightsPass(), WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
 
 
 __all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "ConvWeightsPass", "DeadCodeEliminationPass",
-           "DivMulFusionPass", "DynamicQuantFusionPass", "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass",
+           "DivMulFusionPass", "DynamicQuantFusionPass", "EpilogueFusionPass", "ElementwiseFusionPass",
+           "FunctionExpansionPass", "IfInliningPass",
            "NBitsTilesPass", "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass",
            "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",

@@ -8,9 +8,10 @@ output element (shaders/matmul/epilogue.wgsl for MatMul and Gemm, whichever vari
 Select runs and in the split-K finish pass when K is split; shaders/quantized/epilogue.wgsl for
 MatMulNBits, onyxia::DynamicQuantMatMul and MatMulBnb4's packed kernel), so the pair becomes one
 product. onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul, Mul by up) becomes two: gate, then up
-with the fused Sigmoid·Mul·Mul reading gate's output in its epilogue. A Conv or ConvTranspose followed by its activation (Relu, HardSwish, SiLU, Clip,
-...) or a residual Add becomes one onyxia::ConvEpilogue / ConvTransposeEpilogue (every kernel
-operators/conv/conv.py plans runs the ops where it stores the output).
+with the fused Sigmoid·Mul·Mul reading gate's output in its epilogue. A Conv or ConvTranspose
+followed by its activation (Relu, HardSwish, SiLU, Clip, ...) or a residual Add becomes one
+onyxia::ConvEpilogue / ConvTransposeEpilogue (every kernel operators/conv/conv.py plans runs the
+ops where it stores the output).
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ class EpilogueFusionPass(Pass):
          storage buffers within WebGPU's 8.
     2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue / ConvEpilogue /
        ConvTransposeEpilogue (operands from input 2, resp. 3), MatMulNBitsShared (from input
-       9), DynamicQuantMatMul (from 5) or MatMulBnb4 (onyxia's, from 3) writing the elementwise node's output, with `epilogue_exprs` / `epilogue_inputs`
-       (operators/matmul/epilogue.py).
+       9), DynamicQuantMatMul (from 5) or MatMulBnb4 (onyxia's, from 3) writing the elementwise
+       node's output, with `epilogue_exprs` / `epilogue_inputs` (operators/matmul/epilogue.py).
     3. Every product left alone gets its reason (EpilogueReport in ctx.reports["epilogue-fusion"]).
     """
 

@@ -101,7 +101,8 @@ class MatMulBnb4(FunctionOp):
         a = ctx.input_shape(0)
         if not ctx.input_dtype(0).is_float or not a or not ctx.same_dim(a[-1], k):
             raise ctx.fail(f"expects a float A [..., K = {k}], got {ctx.input_dtype(0)}{shape_str(a)}", 0)
-        for i, count, what in ((1, n * k // 2, "B (two codes a byte)"), (2, -(-n * k // block), "absmax (one per block)")):
+        sizes = ((1, n * k // 2, "B (two codes a byte)"), (2, -(-n * k // block), "absmax (one per block)"))
+        for i, count, what in sizes:
             if not ctx.same_dim(numel(ctx.input_shape(i)), count):
                 raise ctx.fail(f"{what} must hold {count} elements for N = {n}, K = {k}, block_size = {block}, "
                                f"got shape {shape_str(ctx.input_shape(i))}", i)
