@@ -27,7 +27,7 @@ from onyxia.operators.matmul import matmul as matmul_ops
 from onyxia.operators.normalization import lrn
 from onyxia.operators.normalization import normalization as normalization_ops
 from onyxia.operators.pooling import pooling as pooling_ops
-from onyxia.operators.quantized import matmul_bnb4, qlinear, quantize_linear
+from onyxia.operators.quantized import dynamic_matmul, matmul_bnb4, qlinear, quantize_linear
 from onyxia.operators.quantized import quantized as quantized_ops
 from onyxia.operators.reduction import losses, scan
 from onyxia.operators.reduction import reduction as reduction_ops
@@ -49,7 +49,7 @@ CATEGORY_MODULES = (
     reduction_ops, scan, losses,  # reduction/
     normalization_ops, lrn,  # normalization/
     gqa, rotary, onnx_attention,  # attention/
-    quantized_ops, qlinear, quantize_linear, matmul_bnb4,  # quantized/
+    quantized_ops, qlinear, quantize_linear, matmul_bnb4, dynamic_matmul,  # quantized/
     conv_ops, conv_fused, deform, col2im,  # conv/
     pooling_ops,  # pooling/
     resize, image_ops, roi,  # image/

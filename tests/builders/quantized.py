@@ -14,23 +14,30 @@ from tests.helpers import make_model
 
 
 # ---- MatMulBnb4 (transformers.js' "bnb4" files) --------------------------------------------------
-def bnb4_model(rng, k: int, n: int, block: int, quant_type: int, dtype=np.float32):
-    """A MatMul [S, k] x [k, n] quantized by onnxruntime's own MatMulBnb4Quantizer."""
+def bnb4_model(rng, k: int, n: int, block: int, quant_type: int, dtype=np.float32, tail: bool = False):
+    """A MatMul [S, k] x [k, n] quantized by onnxruntime's own MatMulBnb4Quantizer; with `tail`,
+    Y = SiLU(product) + R (R [S, n]), elementwise ops the packed kernel takes in its epilogue."""
     from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
 
-    node = helper.make_node("MatMul", ["A", "W"], ["Y"], name="proj")
-    model = make_model([node], [("A", dtype, ["S", k])], ["Y"], {"W": rng.standard_normal((k, n)).astype(dtype)})
+    nodes = [helper.make_node("MatMul", ["A", "W"], ["P" if tail else "Y"], name="proj")]
+    inputs = [("A", dtype, ["S", k])]
+    if tail:
+        nodes += [helper.make_node("Sigmoid", ["P"], ["G"]), helper.make_node("Mul", ["P", "G"], ["H"]),
+                  helper.make_node("Add", ["H", "R"], ["Y"])]
+        inputs.append(("R", dtype, ["S", n]))
+    model = make_model(nodes, inputs, ["Y"], {"W": rng.standard_normal((k, n)).astype(dtype)})
     quantizer = MatMulBnb4Quantizer(model, quant_type, block)
     quantizer.process()
-    assert [n.op_type for n in quantizer.model.model.graph.node] == ["MatMulBnb4"]
+    assert [n.op_type for n in quantizer.model.model.graph.node][0] == "MatMulBnb4"
     return quantizer.model.model
 
 
 def validation_models() -> list:
-    """MatMulBnb4 (both codebooks, float32 and float16) for tests/gpu/test_shader_validation.py."""
+    """MatMulBnb4 (both codebooks, float32 and float16, with an epilogue: onyxia::MatMulBnb4)
+    for tests/gpu/test_shader_validation.py."""
     rng = np.random.default_rng(1)
-    return [(bnb4_model(rng, 64, 16, 64, kind, dtype), {"S": 3})
-            for kind, dtype in ((1, np.float32), (0, np.float16))]
+    return [(bnb4_model(rng, 64, 16, 64, kind, dtype, tail), {"S": 3})
+            for kind, dtype, tail in ((1, np.float32, False), (0, np.float16, False), (1, np.float32, True))]
 
 
 MS = {"com.microsoft": 1}

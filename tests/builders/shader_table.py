@@ -15,6 +15,7 @@ from tests.builders import (
     conv_epilogue,
     datadep,
     deform_conv,
+    dynamic_quant,
     epilogue_fusion,
     functions,
     generators,
@@ -213,6 +214,10 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("onyxia", "RmsNormQ8"): _from(quantize_sharing),
     ("onyxia", "MatMulNBitsShared"): lambda: _from(quantize_sharing)() + _from(epilogue_fusion)(),
     ("onyxia", "MatMulEpilogue"): _from(matmul_epilogue, "MatMul"),
+    # Made by DynamicQuantFusionPass from DynamicQuantizeLinear -> MatMulInteger chains.
+    ("onyxia", "DynamicQuantMatMul"): _from(dynamic_quant),
+    ("onyxia", "DynamicRange"): _from(dynamic_quant),
+    ("onyxia", "MatMulBnb4"): _from(quantized, "MatMulBnb4"),  # EpilogueFusionPass's
     ("onyxia", "GemmEpilogue"): _from(matmul_epilogue, "Gemm"),
     ("onyxia", "ConvEpilogue"): _from(conv_epilogue, "Conv"),
     ("onyxia", "ConvTransposeEpilogue"): _from(conv_epilogue, "ConvTranspose"),

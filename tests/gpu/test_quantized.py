@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import onyxia
-from tests.builders.quantized import MS, bnb4_model, compile_with, nbits_model, pack_nibbles
+from tests.builders.quantized import MS, compile_with, nbits_model, pack_nibbles
 from tests.helpers import make_model, run_ort
 
 
@@ -82,34 +81,3 @@ def test_gather_block_quantized(runtime, shape, block, zero_points):
     exe.update_dimensions({"n": 1})
     idx = np.array([[1], [rows - 2]], np.int64)
     np.testing.assert_allclose(exe.run({"idx": idx})["y"], run_ort(model, {"idx": idx})[0], rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("k,n,block,quant_type,dtype", [
-    (64, 48, 64, 1, np.float32),   # NF4, transformers.js' default
-    (64, 48, 64, 0, np.float32),   # FP4
-    (40, 7, 16, 1, np.float32),    # N K odd: a half byte and a partial block at the end
-    (96, 32, 64, 1, np.float16),   # the weight rounded to float16 as onnxruntime does
-])
-def test_matmul_bnb4(runtime, k, n, block, quant_type, dtype):
-    rng = np.random.default_rng(k + n + quant_type)
-    model = bnb4_model(rng, k, n, block, quant_type, dtype)
-    exe = runtime.load_model(compile_with(model, {"S": 5}))
-    for s in (5, 1):
-        exe.update_dimensions({"S": s})
-        a = rng.standard_normal((s, k)).astype(dtype)
-        ours, ref = exe.run({"A": a})["Y"], run_ort(model, {"A": a})[0]
-        assert ours.dtype == ref.dtype and ours.shape == ref.shape
-        tol = 2e-3 if dtype == np.float16 else 1e-5  # float16: the products' sums round differently
-        scale = float(np.abs(ref.astype(np.float32)).max())
-        np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), rtol=tol, atol=tol * scale)
-
-
-def test_matmul_bnb4_bad_sizes_name_the_node(runtime):
-    rng = np.random.default_rng(0)
-    model = bnb4_model(rng, 64, 48, 64, 1)
-    node = model.graph.node[0]
-    node.attribute[[a.name for a in node.attribute].index("N")].i = 40  # absmax / B sized for N = 48
-    with pytest.raises(onyxia.OnyxiaError, match=r"(?s)proj.*must hold 1280 elements for N = 40"):
-        onyxia.InferenceSession(model, runtime=runtime).run(None, {"A": np.zeros((1, 64), np.float32)})
-
-

@@ -5,6 +5,7 @@ from onyxia.compiler.passes.conv_batchnorm import ConvBatchNormPass
 from onyxia.compiler.passes.conv_weights import ConvWeightsPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.div_mul import DivMulFusionPass
+from onyxia.compiler.passes.dynamic_quant_fusion import DynamicQuantFusionPass
 from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
 from onyxia.compiler.passes.expansion import FunctionExpansionPass
 from onyxia.compiler.passes.folding import ConstantFoldingPass
@@ -22,14 +23,16 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 
 def default_optimization_passes() -> list:
-    """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(),
-            SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(),
-            PooledConvWeightsPass(), WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
+    """The passes CompilerPipeline adds unless optimize=False: Optimization-stage ones, and
+    DynamicQuantFusionPass, which must see its chain before function expansion decomposes it."""
+    return [DynamicQuantFusionPass(), ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(),
+            DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
+            EpilogueFusionPass(), PooledConvWeightsPass(), WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
 
 
 __all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "ConvWeightsPass", "DeadCodeEliminationPass",
-           "DivMulFusionPass", "EpilogueFusionPass", "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass",
+           "DivMulFusionPass", "DynamicQuantFusionPass", "EpilogueFusionPass", "ElementwiseFusionPass",
+           "FunctionExpansionPass", "IfInliningPass",
            "NBitsTilesPass", "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass",
            "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",

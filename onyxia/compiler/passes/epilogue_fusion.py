@@ -6,11 +6,12 @@ x * Sigmoid(x), ...) or a residual Add otherwise writes its [M, N] output, and a
 reads it back. The product kernels end in an epilogue function that evaluates such a program per
 output element (shaders/matmul/epilogue.wgsl for MatMul and Gemm, whichever variant of the
 Select runs and in the split-K finish pass when K is split; shaders/quantized/epilogue.wgsl for
-MatMulNBits), so the pair becomes one product. onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul,
-Mul by up) becomes two: gate, then up with the fused Sigmoid·Mul·Mul reading gate's output in
-its epilogue. A Conv or ConvTranspose followed by its activation (Relu, HardSwish, SiLU, Clip,
-...) or a residual Add becomes one onyxia::ConvEpilogue / ConvTransposeEpilogue (every kernel
-operators/conv/conv.py plans runs the ops where it stores the output).
+MatMulNBits, onyxia::DynamicQuantMatMul and MatMulBnb4's packed kernel), so the pair becomes one
+product. onnxruntime-genai's SwiGLU (gate -> Sigmoid, Mul, Mul by up) becomes two: gate, then up
+with the fused Sigmoid·Mul·Mul reading gate's output in its epilogue. A Conv or ConvTranspose
+followed by its activation (Relu, HardSwish, SiLU, Clip, ...) or a residual Add becomes one
+onyxia::ConvEpilogue / ConvTransposeEpilogue (every kernel operators/conv/conv.py plans runs the
+ops where it stores the output).
 """
 
 from __future__ import annotations
@@ -29,9 +30,17 @@ from onyxia.operators.elementwise.elementwise import Clip
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.matmul.epilogue import spans
 from onyxia.operators.matmul.matmul import GemmEpilogue, MatMulEpilogue
+from onyxia.operators.quantized.dynamic_matmul import DynamicQuantMatMul
+from onyxia.operators.quantized.matmul_bnb4 import MatMulBnb4Fused
 from onyxia.operators.quantized.quantized import MatMulNBitsShared
 
-NBITS = {("com.microsoft", "MatMulNBits"), (FUSED_DOMAIN, "MatMulNBitsShared")}
+# The quantized products whose kernels end in shaders/quantized/epilogue.wgsl ("nbits" kind):
+# (domain, op type) -> (the fused op they become, its first epilogue operand input).
+NBITS = {("com.microsoft", "MatMulNBits"): (MatMulNBitsShared.op_type, 9),
+         (FUSED_DOMAIN, "MatMulNBitsShared"): (MatMulNBitsShared.op_type, 9),
+         (FUSED_DOMAIN, DynamicQuantMatMul.op_type): (DynamicQuantMatMul.op_type, 5),
+         # com.microsoft MatMulBnb4 left after function expansion runs the packed kernel
+         ("com.microsoft", "MatMulBnb4"): (MatMulBnb4Fused.op_type, 3)}
 # op type -> (fused operator, inputs before the epilogue operands)
 PLAIN = {"MatMul": (MatMulEpilogue, 2), "Gemm": (GemmEpilogue, 3), "Conv": (ConvEpilogue, 3),
          "ConvTranspose": (ConvTransposeEpilogue, 3)}
@@ -84,12 +93,13 @@ class EpilogueFusionPass(Pass):
          it as stored, so the result is the unfused plan's to the bit, float16 rounding
          included. Operands may broadcast to the output in any way; the kernel's
          storage buffers (a, b, [C or bias], y and one per operand) stay within WebGPU's 8.
-       - MatMulNBits: float32 output; operands of the output's full shape, an [N] row (ones
-         before it) or a scalar.
+       - MatMulNBits, DynamicQuantMatMul, MatMulBnb4 (packed kernel): float32 output; operands
+         of the output's full shape, an [N] row (ones before it) or a scalar; the latter two's
+         storage buffers within WebGPU's 8.
     2. Rewrites the pair into one onyxia::MatMulEpilogue / GemmEpilogue / ConvEpilogue /
-       ConvTransposeEpilogue (operands from input 2, resp. 3) or MatMulNBitsShared (from input
-       9) writing the elementwise node's output, with `epilogue_exprs` / `epilogue_inputs`
-       (operators/matmul/epilogue.py).
+       ConvTransposeEpilogue (operands from input 2, resp. 3), MatMulNBitsShared (from input
+       9), DynamicQuantMatMul (from 5) or MatMulBnb4 (onyxia's, from 3) writing the elementwise
+       node's output, with `epilogue_exprs` / `epilogue_inputs` (operators/matmul/epilogue.py).
     3. Every product left alone gets its reason (EpilogueReport in ctx.reports["epilogue-fusion"]).
     """
 
@@ -177,10 +187,13 @@ class EpilogueFusionPass(Pass):
             row = len(shape) >= 1 and spans(node_ctx, shape[-1:], out.shape[-1:]) and all(d == 1 for d in shape[:-1])
             if not (numel(shape) == 1 or row or spans(node_ctx, shape, out.shape)):
                 return f"operand '{t}' {shape} is neither the product's shape, an [N] row nor a scalar"
-        if kind != "nbits":
+        if kind == "nbits":  # (MatMulNBits' kernels bind what they bind: not counted here, as before)
+            first = NBITS[(node.domain, node.op_type)][1]
+            bound = 0 if first == 9 else 1 + sum(t is not None for t in node.inputs[:first]) + len(operands)
+        else:
             bound = 3 + (len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)
-            if bound > MAX_STORAGE:
-                return f"the kernel would bind {bound} storage buffers (WebGPU guarantees {MAX_STORAGE})"
+        if bound > MAX_STORAGE:
+            return f"the kernel would bind {bound} storage buffers (WebGPU guarantees {MAX_STORAGE})"
         for name, value in params.items():
             if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
                 return f"{consumer.op_type}'s parameter {name} = {value!r} is not a finite float"
@@ -192,7 +205,7 @@ class EpilogueFusionPass(Pass):
         node, consumer = graph.node(nid), graph.node(cid)
         y, result = node.outputs[0], consumer.outputs[0]
         if kind == "nbits":
-            op_type, first = MatMulNBitsShared.op_type, 9
+            op_type, first = NBITS[(node.domain, node.op_type)]
         else:
             op_type, first = PLAIN[kind][0].op_type, PLAIN[kind][1]
         inputs = list(node.inputs) + [None] * (first - len(node.inputs))

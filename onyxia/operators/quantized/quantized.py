@@ -388,14 +388,19 @@ class MatMulNBitsShared(MatMulNBits):
         return {"qa": Buf(ctx.input(6), vector=True), "sa": ctx.input(7), "qsum": ctx.input(8)}
 
     def epilogue(self, ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
-        """Attributes `epilogue_exprs` / `epilogue_inputs` (operands from input 9 on; see
-        operators/matmul/epilogue.py) as shaders/quantized/epilogue.wgsl's defs. An operand is read at
-        (m, n) as the [M, N] output's shape, as an [N] row or as a scalar (the pass checked it
-        is one of these: these kernels take no broadcast index params)."""
-        epilogue = fused_epilogue(ctx, ctx.output_shape(0), flat="m * N() + n")
-        if epilogue.params:
-            raise ctx.fail("an epilogue operand broadcasts other than as the output, an [N] row or a scalar")
-        return epilogue.defs, epilogue.reads
+        return quantized_epilogue(ctx)
+
+
+def quantized_epilogue(ctx: PlanCtx) -> tuple[dict[str, object], dict[str, str | Buf]]:
+    """Attributes `epilogue_exprs` / `epilogue_inputs` (operands after the product's inputs; see
+    operators/matmul/epilogue.py) as shaders/quantized/epilogue.wgsl's defs and reads, for the
+    kernels that end in nbits_epilogue(v, m, n) (MatMulNBitsShared, DynamicQuantMatMul,
+    MatMulBnb4). An operand is read at (m, n) as the [M, N] output's shape, as an [N] row or as a
+    scalar (the pass checked it is one of these: these kernels take no broadcast index params)."""
+    epilogue = fused_epilogue(ctx, ctx.output_shape(0), flat="m * N() + n")
+    if epilogue.params:
+        raise ctx.fail("an epilogue operand broadcasts other than as the output, an [N] row or a scalar")
+    return epilogue.defs, epilogue.reads
 
 
 # ---- GatherBlockQuantized -----------------------------------------------------------------
@@ -468,4 +473,4 @@ def operators() -> list[tuple[Operator, int]]:
 
 
 __all__ = ["RMSNORM_Q8_MAX_K", "GatherBlockQuantized", "MatMulNBits", "MatMulNBitsShared", "QuantizeQ8", "RmsNormQ8",
-           "chunked_q8", "operators"]
+           "chunked_q8", "operators", "quantized_epilogue"]
