@@ -16,11 +16,18 @@ Calibration data is seeded, so a rerun with the same onnxruntime writes the same
   (QLinearMatMul, QLinearAdd, ... in the QOperator file);
 - text_encoder.dynamic.onnx: `quantize_dynamic` with int8 weights (DynamicQuantizeLinear +
   MatMulInteger per MatMul).
+
+And the optimum encoder-decoder exports (tests/data/exported/seq2seq/<model>/merged,
+tools/export_seq2seq_models.py), for tests/gpu/test_seq2seq.py: every file of the folder through
+`quantize_dynamic` (QInt8 weights, the If branches of the merged decoder included) into
+`<model>/merged-q8/` for Whisper, T5 and BART, and through `MatMulNBitsQuantizer` (int4, block 32,
+symmetric) into `whisper/merged-q4/`; the folder's config and tokenizer files copied beside them.
 """
 
 from __future__ import annotations
 
 import collections
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +71,35 @@ def dynamic(src: str, dst: str) -> str:
     return "`quantize_dynamic`, QInt8 weights"
 
 
+SEQ2SEQ = SRC / "seq2seq"
+SEQ2SEQ_VARIANTS = [("whisper", "q8"), ("t5", "q8"), ("bart", "q8"), ("whisper", "q4")]
+
+
+def seq2seq_variants() -> list[str]:
+    """The quantized encoder-decoder folders (module doc); README lines for them."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    lines = []
+    for model, kind in SEQ2SEQ_VARIANTS:
+        src, dst = SEQ2SEQ / model / "merged", SEQ2SEQ / model / f"merged-{kind}"
+        shutil.rmtree(dst, ignore_errors=True)
+        dst.mkdir(parents=True)
+        for f in sorted(src.iterdir()):
+            if f.suffix != ".onnx":
+                shutil.copy(f, dst / f.name)
+            elif kind == "q8":
+                quantize_dynamic(str(f), str(dst / f.name), weight_type=QuantType.QInt8)
+            else:
+                quantizer = MatMulNBitsQuantizer(onnx.load(str(f)), block_size=32, is_symmetric=True)
+                quantizer.process()
+                onnx.save(quantizer.model.model, str(dst / f.name))
+        size = sum(p.stat().st_size for p in dst.iterdir()) / 1024
+        how = "`quantize_dynamic`, QInt8 weights" if kind == "q8" else "`MatMulNBitsQuantizer`, 4 bits, block 32"
+        lines.append(f"| `seq2seq/{model}/merged-{kind}/` | `seq2seq/{model}/merged/` | {how} | {size:.1f} KB | |")
+        print(dst)
+    return lines
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -84,8 +120,9 @@ def main() -> None:
         rows.append(f"| `{dst}` | `{src}` | {how} | {size:.1f} KB | "
                     + ", ".join(f"{op} ×{k}" for op, k in sorted(ops.items())) + " |")
         print(dst, dict(ops))
+    rows += seq2seq_variants()
     # the tools write intermediate files next to their outputs
-    for leftover in OUT.glob("*-inferred.onnx"):
+    for leftover in [*OUT.glob("*-inferred.onnx"), *SEQ2SEQ.glob("*/*/*-inferred.onnx")]:
         leftover.unlink()
     readme = [
         "# Models quantized by onnxruntime's quantization tools",
