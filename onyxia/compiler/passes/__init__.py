@@ -1,6 +1,7 @@
 """Built-in passes, one Pass class per file (planning, which lowers the graph to a plan rather
 than rewriting it, and its helpers are in compiler/lowering/)."""
 
+from onyxia.compiler.passes.attention_fusion import AttentionFusionPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
 from onyxia.compiler.passes.div_mul import DivMulFusionPass
 from onyxia.compiler.passes.epilogue_fusion import EpilogueFusionPass
@@ -19,12 +20,12 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DivMulFusionPass(), RmsNormFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
+    return [DivMulFusionPass(), RmsNormFusionPass(), AttentionFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
             SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(),
             NBitsTilesPass()]
 
 
-__all__ = ["ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
+__all__ = ["AttentionFusionPass", "ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
            "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass", "RmsNormFusionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
