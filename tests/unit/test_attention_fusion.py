@@ -91,3 +91,13 @@ def test_every_exported_encoder_attention_is_fused(path):
     assert len(report.fused) == 2 and report.skipped == {}
     assert "Softmax" not in {n.op_type for n in graph.nodes}
     assert np.all([n.domain == "onyxia" for n in graph.nodes if n.op_type == "FusedAttention"])
+
+
+def test_a_long_static_key_axis_stays_spelled_out():
+    """Over max_static_keys literal keys the matmul kernels win on lavapipe (the pass's note)."""
+    _, report = compile_ops(attention_block("eager", None), {"batch": 1, "seq": 5})
+    assert report.fused
+    model = attention_block("eager", None)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 1500
+    _, report = compile_ops(model, {"batch": 1})
+    assert list(report.skipped.values()) == ["1500 keys, over max_static_keys (1024)"]

@@ -22,7 +22,7 @@ from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.plan import ALWAYS, Step, adapter
 
-ROWS_WG = 16  # query rows per workgroup of the register kernel (two SIMD batches of lavapipe)
+ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
 _OPERANDS = ("q", "k", "v", "y")
 
 
@@ -141,19 +141,21 @@ class FusedAttention(Operator):
         rows = b * h * s
         y_strides = (params["YB"], params["YH"], params["YS"])
         variants = []
-        # The register kernel: one query row per invocation, q and the accumulators in vec4
-        # registers, for head sizes that are multiples of 4 (every stride is a multiple of the
-        # head size, the views' last axis: every row starts on a vec4).
+        # The register kernel (shaders/attention/sdpa_rows.wgsl): four query rows per invocation,
+        # q and the accumulators in registers, for head sizes that are multiples of 4 (every
+        # stride is a multiple of the head size, the views' last axis: rows start on a vec4).
         if d % 4 == 0 and dv % 4 == 0:
-            split = split_by(ctx, t, rows, dv, max(1, SPLIT_TRIPS // (d // 4 + dv // 4 + 8)))
+            # eight keys an iteration: D4 + DV4 + 12 iterations of the inner loops
+            split = split_by(ctx, t, rows, dv, 8 * max(1, SPLIT_TRIPS // (d // 4 + dv // 4 + 16)))
             vec = {"q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
                    "v": Buf(ctx.input(2), vector=True)}
+            threads = b * h * ((s + 3) // 4) * (split.splits if split else 1)  # a thread per 4 rows
             kernel = [ctx.dispatch(
                 "attention/sdpa_rows.wgsl", label="fused_attention_rows",
                 defs={**defs, "D4": d // 4, "DV4": dv // 4, "WG_SIZE": ROWS_WG, **(split.defs() if split else {})},
-                params={**params, "N": rows * (split.splits if split else 1), **(split.params() if split else {})},
+                params={**params, "N": threads, **(split.params() if split else {})},
                 reads={**reads, **vec}, writes={"y": y, **({"partial": split.partial} if split else {})},
-                workgroups=ctx.grid(rows * (split.splits if split else 1), ROWS_WG))]
+                workgroups=ctx.grid(threads, ROWS_WG))]
             if split is not None:
                 kernel += combine_splits(ctx, split, y, b, h, s, y_strides)
             variants.append(("rows", kernel, ALWAYS, adapter("cpu")))
