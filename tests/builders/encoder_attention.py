@@ -104,3 +104,11 @@ def block_feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> 
         feeds["bias"] = np.where(rng.random((batch, 1, seq, seq)) < 0.3, -1e4, rng.standard_normal((batch, 1, seq, seq)))
         feeds["bias"] = feeds["bias"].astype(np.float32)
     return feeds
+
+
+def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
+    """Models whose plans cover FusedAttention's kernels (tests/builders/shader_table.py): with and
+    without a mask, and a head size that is no multiple of 4 (no register kernel)."""
+    return [(attention_block("eager", "padding"), {"batch": 2, "seq": 5}),
+            (attention_block("sdpa", None), {"batch": 2, "seq": 5}),
+            (attention_block("dynamo", "full", heads=2, head=6), {"batch": 1, "seq": 3})]
