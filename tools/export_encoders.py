@@ -47,8 +47,7 @@ def _forgiving_register_fake(op, *args, **kwargs):
 torch.library.register_fake = _forgiving_register_fake
 
 import transformers  # noqa: E402
-from transformers import (BertConfig, BertModel, ViTConfig, ViTModel, WhisperConfig,  # noqa: E402
-                          WhisperModel)
+from transformers import BertConfig, BertModel, ViTConfig, ViTModel, WhisperConfig, WhisperModel  # noqa: E402
 
 TINY_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "exported" / "encoders"
 SEED = 0

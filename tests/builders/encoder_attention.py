@@ -101,8 +101,8 @@ def block_feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> 
         m[-1, max(1, 2 * seq // 3):] = 0
         feeds["attention_mask"] = m
     if "bias" in names:
-        feeds["bias"] = np.where(rng.random((batch, 1, seq, seq)) < 0.3, -1e4, rng.standard_normal((batch, 1, seq, seq)))
-        feeds["bias"] = feeds["bias"].astype(np.float32)
+        shape = (batch, 1, seq, seq)
+        feeds["bias"] = np.where(rng.random(shape) < 0.3, -1e4, rng.standard_normal(shape)).astype(np.float32)
     return feeds
 
 

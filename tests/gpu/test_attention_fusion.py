@@ -13,7 +13,6 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import onyxia
 from onyxia.runtime.replay import SelectCommand
 from tests.builders.encoder_attention import MASKS, SPELLINGS, attention_block, block_feeds
 from tests.helpers import compile_model

@@ -20,12 +20,14 @@ from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 def default_optimization_passes() -> list:
     """The Optimization-stage passes CompilerPipeline adds unless optimize=False."""
-    return [DivMulFusionPass(), RmsNormFusionPass(), AttentionFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
+    return [DivMulFusionPass(), RmsNormFusionPass(), AttentionFusionPass(), DeadCodeEliminationPass(),
+            SplitLargeTensorsPass(),
             SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(), WeightPanelsPass(),
             NBitsTilesPass()]
 
 
-__all__ = ["AttentionFusionPass", "ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
+__all__ = ["AttentionFusionPass",
+           "ConstantFoldingPass", "DeadCodeEliminationPass", "DivMulFusionPass", "EpilogueFusionPass",
            "ElementwiseFusionPass", "FunctionExpansionPass", "NBitsTilesPass", "RmsNormFusionPass",
            "SequenceLoweringPass", "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",

@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
+from onyxia.compiler.passes.head_views import SWAP, constant, head_view, scalar_factor
 from onyxia.ir.graph import IrGraph, Node
 from onyxia.operators.attention.fused import View
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
-
-_SWAP = (0, 1, 3, 2)  # K^T <-> K
 
 
 @dataclass
@@ -27,13 +26,6 @@ class AttentionReport:
 
     fused: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Operand:
-    tensor: str
-    view: View
-    scale: float
 
 
 class AttentionFusionPass(Pass):
@@ -95,7 +87,7 @@ class AttentionFusionPass(Pass):
             node = _sole_producer(graph, tid)
             if node is None:
                 return "the scores do not come from a MatMul read only by the softmax chain"
-            factor = _scalar_factor(graph, node)
+            factor = scalar_factor(graph, node)
             if factor is not None:
                 scale, tid = scale * factor[1], factor[0]
             elif node.op_type == "Add" and mask is None and len(node.inputs) == 2:
@@ -113,9 +105,9 @@ class AttentionFusionPass(Pass):
             return tail
         pv = tail
         # 3. operands
-        q = _view(graph, scores.inputs[0], (0, 1, 2, 3))
-        k = _view(graph, scores.inputs[1], _SWAP)
-        v = _view(graph, pv.inputs[1], (0, 1, 2, 3))
+        q = head_view(graph, scores.inputs[0], (0, 1, 2, 3))
+        k = head_view(graph, scores.inputs[1], SWAP)
+        v = head_view(graph, pv.inputs[1], (0, 1, 2, 3))
         for name, op in (("Q", q), ("K", k), ("V", v)):
             if op is None:
                 return f"{name} is not a 4-D tensor whose head axis is contiguous"
@@ -135,31 +127,6 @@ def _sole_producer(graph: IrGraph, tid: str) -> Node | None:
         return None
     node = graph.node(nid)
     return node if node.domain == "" else None
-
-
-def _constant(graph: IrGraph, tid: str | None) -> float | None:
-    """The value of a float constant of one element."""
-    t = graph.tensor(tid) if tid else None
-    if t is None or t.value is None or t.value.dtype == object or t.value.size != 1 or not t.dtype.is_float:
-        return None
-    return float(t.value.reshape(()))
-
-
-def _scalar_factor(graph: IrGraph, node: Node) -> tuple[str, float] | None:
-    """(x, f) when `node` computes x * f with a scalar constant f (Mul either way, Div by it)."""
-    if node.domain != "" or len(node.inputs) != 2 or None in node.inputs:
-        return None
-    a, b = node.inputs
-    if node.op_type == "Mul":
-        for x, c in ((a, b), (b, a)):
-            f = _constant(graph, c)
-            if f is not None and graph.tensor(x).shape == graph.tensor(node.outputs[0]).shape:
-                return x, f
-    if node.op_type == "Div":
-        f = _constant(graph, b)
-        if f and graph.tensor(a).shape == graph.tensor(node.outputs[0]).shape:
-            return a, 1.0 / f
-    return None
 
 
 def _split_mask(graph: IrGraph, add: Node, scores: tuple) -> tuple[str | None, str | None]:
@@ -196,73 +163,13 @@ def _probabilities(graph: IrGraph, softmax: Node) -> Node | str:
         elif ops == ["IsNaN", "Where"]:
             isnan, where = sorted(users, key=lambda u: u.op_type)
             guard = isnan.outputs[0]
-            if (where.inputs[0] != guard or where.inputs[2] != p or _constant(graph, where.inputs[1]) != 0.0
+            if (where.inputs[0] != guard or where.inputs[2] != p or constant(graph, where.inputs[1]) != 0.0
                     or graph.consumers(guard) != [where.id] or guard in graph.outputs):
                 return "the softmax is read by IsNaN/Where other than as the NaN guard"
             p = where.outputs[0]
         else:
             return f"the probabilities are read by {', '.join(ops) or 'nothing'}, not one MatMul"
     return "the softmax does not reach a MatMul"
-
-
-def _view(graph: IrGraph, tid: str, perm: tuple[int, ...]) -> _Operand | None:
-    """`tid` (a 4-D tensor, logical axis i at its axis perm[i]) as a view of the tensor it is
-    reshaped/transposed/scaled from (docstring rewrite 3); None when its head axis is not
-    contiguous anywhere along the chain."""
-    scale, best = 1.0, None
-    perm = list(perm)
-    while True:
-        t = graph.tensor(tid)
-        if t.shape is not None and len(t.shape) == 4 and perm[3] == 3:
-            best = _Operand(tid, View(0, tuple(perm)), scale)
-        nid = graph.producer(tid)
-        node = graph.node(nid) if nid is not None else None
-        if node is None or node.domain != "":
-            return best
-        factor = _scalar_factor(graph, node)
-        if factor is not None:
-            tid, scale = factor[0], scale * factor[1]
-        elif node.op_type == "Identity" or (node.op_type == "Cast" and graph.tensor(node.inputs[0]).dtype == t.dtype):
-            tid = node.inputs[0]
-        elif node.op_type == "Transpose" and len(node.attributes.get("perm", ())) == 4:
-            inner = node.attributes["perm"]
-            perm, tid = [int(inner[p]) for p in perm], node.inputs[0]
-        elif node.op_type == "Reshape":
-            source = graph.tensor(node.inputs[0]).shape
-            out = t.shape
-            if source is None or out is None or len(out) != 4:
-                return best
-            if len(source) == 3 and source[0] == out[0] and source[1] == out[1] and isinstance(out[3], int) \
-                    and out[2] * out[3] == source[2] and perm[3] == 3:
-                base = node.inputs[0]
-                while (producer := graph.producer(base)) is not None \
-                        and (factor := _scalar_factor(graph, graph.node(producer))) is not None:
-                    base, scale = factor[0], scale * factor[1]
-                return _Operand(base, View(out[3], tuple(perm)), scale)
-            inner = _transposed_round_trip(graph, node)
-            if inner is None:
-                return best
-            perm, tid = [_SWAP[p] for p in perm], inner
-        else:
-            return best
-
-
-def _transposed_round_trip(graph: IrGraph, reshape: Node) -> str | None:
-    """Y when `reshape` is Reshape(Transpose(Reshape(Y, [a * b, c, d]), (0, 2, 1)), [a, b, d, c])
-    for a 4-D Y of shape [a, b, c, d]: Transpose(Y, (0, 1, 3, 2)) in three nodes."""
-    t3 = graph.producer(reshape.inputs[0])
-    t3 = graph.node(t3) if t3 is not None else None
-    if t3 is None or (t3.domain, t3.op_type) != ("", "Transpose") or list(t3.attributes.get("perm", ())) != [0, 2, 1]:
-        return None
-    r3 = graph.producer(t3.inputs[0])
-    r3 = graph.node(r3) if r3 is not None else None
-    if r3 is None or (r3.domain, r3.op_type) != ("", "Reshape"):
-        return None
-    y = graph.tensor(r3.inputs[0]).shape
-    out = graph.tensor(reshape.outputs[0]).shape
-    if y is None or len(y) != 4 or tuple(out) != (y[0], y[1], y[3], y[2]):
-        return None
-    return r3.inputs[0]
 
 
 def _output(graph: IrGraph, pv: Node) -> tuple[Node, View]:

@@ -16,8 +16,14 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, shape_str
 from onyxia.operators.attention.gqa import require_float
 from onyxia.operators.attention.onnx_attention import _mask_strides
-from onyxia.operators.attention.split_kv import (ATTENTION_WG, CPU_ATTENTION_WG, SPLIT_TRIPS, combine_splits,
-                                                 split_by, split_keys)
+from onyxia.operators.attention.split_kv import (
+    ATTENTION_WG,
+    CPU_ATTENTION_WG,
+    SPLIT_TRIPS,
+    combine_splits,
+    split_by,
+    split_keys,
+)
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.plan import ALWAYS, Step, adapter
@@ -163,7 +169,8 @@ class FusedAttention(Operator):
         # per thread; 8 threads on a CPU-type adapter, 64 on a GPU.
         lanes = {wg: max(1, math.ceil(dv / wg)) for wg in (ATTENTION_WG, CPU_ATTENTION_WG)}
         split = split_keys(ctx, t, rows, dv, d, lanes)
-        for label, wg, prefer in (("workgroup8", CPU_ATTENTION_WG, adapter("cpu")), ("workgroup64", ATTENTION_WG, ALWAYS)):
+        for label, wg, prefer in (("workgroup8", CPU_ATTENTION_WG, adapter("cpu")),
+                                  ("workgroup64", ATTENTION_WG, ALWAYS)):
             kernel = [ctx.dispatch(
                 "attention/sdpa.wgsl", label="fused_attention",
                 defs={**defs, "ATT_WG": wg, "DPT": lanes[wg], **(split.defs() if split else {})},
