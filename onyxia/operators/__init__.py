@@ -8,6 +8,7 @@ pairs; `core_operator_registry` registers those of CATEGORY_MODULES.
 
 # One subpackage per family, named as its shaders/ folder; a module named as its family is imported
 # under an alias, so that `onyxia.operators.<family>` stays the subpackage.
+from onyxia.operators.attention import fused as fused_attention
 from onyxia.operators.attention import gqa, onnx_attention, rotary
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.control import control as control_ops
@@ -48,7 +49,7 @@ CATEGORY_MODULES = (
     matmul_ops,  # matmul/
     reduction_ops, scan, losses,  # reduction/
     normalization_ops, lrn,  # normalization/
-    gqa, rotary, onnx_attention,  # attention/
+    gqa, rotary, onnx_attention, fused_attention,  # attention/
     quantized_ops, qlinear, quantize_linear, matmul_bnb4, dynamic_matmul,  # quantized/
     conv_ops, conv_fused, deform, col2im,  # conv/
     pooling_ops,  # pooling/

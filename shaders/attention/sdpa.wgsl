@@ -11,8 +11,8 @@
 // softcap, 2 after the bias (-inf where masked), 3 the softmax probabilities (the raw scores are
 // stored during the walk and normalized by the same thread afterwards).
 // Buffers: q, k, v, [mask], [nonpad], y, [qk]; computed in f32.
-// Defs: DIM (head size), DPT, CAUSAL, LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL,
-// MASK_FLOAT, SOFTCAP, QK_OUT, MODE.
+// Defs: DIM (head size), DPT, ATT_WG (threads, attention::reduce; default 64), CAUSAL,
+// LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL, MASK_FLOAT, SOFTCAP, QK_OUT, MODE.
 // SPLIT_KV (attention::split, not with QK_OUT): grid (H, S, B * SPLITS), each split's keys only.
 // Params: H, S, T, D, DV, GROUP, SCALE, CAP, P, LEFT, RIGHT, MT; element strides QB/QH/QS,
 // KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes).
@@ -38,7 +38,7 @@ fn softmax_partial_store(out: u32, column: u32, value: f32) {
 }
 #endif
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
     let s = wid.y;

@@ -16,6 +16,7 @@ from tests.builders import (
     datadep,
     deform_conv,
     dynamic_quant,
+    encoder_attention,
     epilogue_fusion,
     functions,
     generators,
@@ -209,6 +210,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     (MS, "RotaryEmbedding"): _rotary,
     (MS, "GroupQueryAttention"): _gqa,
     ("onyxia", "FusedElementwise"): _fused,
+    ("onyxia", "FusedAttention"): _from(encoder_attention, "Softmax"),  # made by AttentionFusionPass
     # Made by SharedQuantizationPass / EpilogueFusionPass from MatMulNBits graphs.
     ("onyxia", "QuantizeQ8"): _from(quantize_sharing),
     ("onyxia", "RmsNormQ8"): _from(quantize_sharing),

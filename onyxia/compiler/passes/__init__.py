@@ -1,6 +1,7 @@
 """Built-in passes, one Pass class per file (planning, which lowers the graph to a plan rather
 than rewriting it, and its helpers are in compiler/lowering/)."""
 
+from onyxia.compiler.passes.attention_fusion import AttentionFusionPass
 from onyxia.compiler.passes.conv_batchnorm import ConvBatchNormPass
 from onyxia.compiler.passes.conv_weights import ConvWeightsPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
@@ -26,13 +27,14 @@ def default_optimization_passes() -> list:
     """The passes CompilerPipeline adds unless optimize=False: Optimization-stage ones, and
     DynamicQuantFusionPass, which must see its chain before function expansion decomposes it."""
     return [DynamicQuantFusionPass(), ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(),
-            DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(), ElementwiseFusionPass(),
-            EpilogueFusionPass(), PooledConvWeightsPass(), WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
+            AttentionFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(),
+            ElementwiseFusionPass(), EpilogueFusionPass(), PooledConvWeightsPass(), WeightPanelsPass(),
+            ConvWeightsPass(), NBitsTilesPass()]
 
 
-__all__ = ["ConstantFoldingPass", "ConvBatchNormPass", "ConvWeightsPass", "DeadCodeEliminationPass",
-           "DivMulFusionPass", "DynamicQuantFusionPass", "EpilogueFusionPass", "ElementwiseFusionPass",
-           "FunctionExpansionPass", "IfInliningPass",
+__all__ = ["AttentionFusionPass", "ConstantFoldingPass", "ConvBatchNormPass", "ConvWeightsPass",
+           "DeadCodeEliminationPass", "DivMulFusionPass", "DynamicQuantFusionPass", "EpilogueFusionPass",
+           "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass",
            "NBitsTilesPass", "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass",
            "SharedQuantizationPass",
            "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",

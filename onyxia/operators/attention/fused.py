@@ -1,0 +1,190 @@
+"""FusedAttention (domain "onyxia"): the attention AttentionFusionPass finds spelled out in torch
+exports (MatMul, scale, mask Add, Softmax, MatMul), run without the [B, H, S, T] scores.
+
+Each operand is read in place through a view: the operand tensor (4-D, or 3-D [B, S, H * D]
+whose last axis is split into heads of `split` elements) and the permutation taking the view's
+axes to the logical [batch, heads, rows, head] ones. So the head-splitting Reshape + Transpose
+chains the exporters write before attention, and the Transpose + Reshape after it, cost nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from onyxia.ir.dtypes import DType
+from onyxia.ir.shapes import Dim, Shape, shape_str
+from onyxia.operators.attention.gqa import require_float
+from onyxia.operators.attention.onnx_attention import _mask_strides
+from onyxia.operators.attention.split_kv import (
+    ATTENTION_WG,
+    CPU_ATTENTION_WG,
+    SPLIT_TRIPS,
+    combine_splits,
+    split_by,
+    split_keys,
+)
+from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.plan import ALWAYS, Step, adapter
+
+ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
+_OPERANDS = ("q", "k", "v", "y")
+
+
+@dataclass(frozen=True)
+class View:
+    """How an operand's elements sit on logical [B, H, S, D] axes: logical axis i is axis
+    perm[i] of the operand seen as 4-D (a 3-D operand's last axis split into (-1, split))."""
+
+    split: int  # 0: the operand is 4-D
+    perm: tuple[int, int, int, int]
+
+    @staticmethod
+    def of(attr: list[int]) -> View:
+        return View(int(attr[0]), (int(attr[1]), int(attr[2]), int(attr[3]), int(attr[4])))
+
+    def encode(self) -> list[int]:
+        return [self.split, *self.perm]
+
+    def dims4(self, shape: Shape) -> list[Dim]:
+        """The operand's shape seen as 4-D."""
+        if self.split:
+            return [shape[0], shape[1], shape[2] // self.split, self.split]
+        return list(shape)
+
+    def logical(self, shape: Shape) -> list[Dim]:
+        dims = self.dims4(shape)
+        return [dims[p] for p in self.perm]
+
+    def shape_of(self, logical: list[Dim]) -> Shape:
+        """The operand shape holding logical dims `logical` (the output's inference)."""
+        dims: list[Dim] = [0] * 4
+        for i, p in enumerate(self.perm):
+            dims[p] = logical[i]
+        return (dims[0], dims[1], dims[2] * dims[3]) if self.split else tuple(dims)
+
+    def strides(self, shape: Shape) -> tuple[Dim, Dim, Dim]:
+        """Element strides of the logical batch, head and row axes (the head axis is contiguous)."""
+        dims = self.dims4(shape)
+        contiguous: list[Dim] = [1] * 4
+        for i in (2, 1, 0):
+            contiguous[i] = contiguous[i + 1] * dims[i + 1]
+        return contiguous[self.perm[0]], contiguous[self.perm[1]], contiguous[self.perm[2]]
+
+
+@dataclass(frozen=True)
+class FusedAttentionSpec:
+    dtype: DType
+    batch: Dim
+    heads: int
+    seq: Dim
+    keys: Dim
+    head: int
+    v_head: int
+    views: dict[str, View]
+    mask: Shape | None
+
+
+class FusedAttention(Operator):
+    """softmax(scale * Q K^T + mask) V over [B, H, S, D] views (see the module docstring).
+
+    Inputs: q, k, v (k's logical layout is [B, H, T, D], not K^T), optional float mask
+    broadcastable to [B, H, S, T] over its first three axes. Attributes: scale, q_view, k_view,
+    v_view, y_view ([split, perm...], View). A row whose every key is masked (-inf or the float
+    minimum) gives zeros, as the sdpa exports' NaN guard makes it."""
+
+    op_type = "FusedAttention"
+    domain = FUSED_DOMAIN
+
+    def spec(self, ctx: InferenceCtx) -> FusedAttentionSpec:
+        dtype = require_float(ctx, 0)
+        views = {name: View.of(ctx.attr(f"{name}_view")) for name in _OPERANDS}
+        dims = {}
+        for i, name in enumerate(_OPERANDS[:3]):
+            require_float(ctx, i)
+            shape = ctx.input_shape(i)
+            view = views[name]
+            if len(shape) != (3 if view.split else 4) or view.perm[3] != 3 or sorted(view.perm) != [0, 1, 2, 3]:
+                raise ctx.fail(f"{name} of shape {shape_str(shape)} does not fit view {view.encode()}", i)
+            dims[name] = view.logical(shape)
+        (b, h, s, d), (kb, kh, t, kd), (vb, vh, vt, dv) = dims["q"], dims["k"], dims["v"]
+        for what, x, y, i in (("batch", kb, b, 1), ("heads", kh, h, 1), ("head size", kd, d, 1),
+                              ("batch", vb, b, 2), ("heads", vh, h, 2), ("keys", vt, t, 2)):
+            if not ctx.same_dim(x, y):
+                raise ctx.fail(f"{what} {x} differs from {y}", i)
+        heads = ctx.literal(h, "the head count", 0)
+        head, v_head = ctx.literal(d, "the head size", 0), ctx.literal(dv, "V's head size", 2)
+        mask = None
+        if ctx.has_input(3):
+            mask = ctx.input_shape(3)
+            if not ctx.input_dtype(3).is_float or not 1 <= len(mask) <= 4 or not ctx.same_dim(mask[-1], t):
+                raise ctx.fail(f"the mask must be float [.., {t}] of rank <= 4, got {ctx.input_dtype(3)} "
+                               f"{shape_str(mask)}", 3)
+        return FusedAttentionSpec(dtype, b, heads, s, t, head, v_head, views, mask)
+
+    def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
+        c = self.spec(ctx)
+        return [(c.dtype, c.views["y"].shape_of([c.batch, c.heads, c.seq, c.v_head]))]
+
+    def plan(self, ctx: PlanCtx) -> list[Step]:
+        c = self.spec(ctx)
+        b, h, s, t, d, dv = c.batch, c.heads, c.seq, c.keys, c.head, c.v_head
+        params: dict = {"H": h, "S": s, "T": t, "D": d, "DV": dv, "GROUP": 1, "P": 0,
+                        "SCALE": float(ctx.attr("scale", 1.0 / math.sqrt(d))), "MT": 0, "MB": 0, "MH": 0, "MS": 0}
+        shapes = [ctx.input_shape(i) for i in range(3)] + [ctx.output_shape(0)]
+        for name, shape in zip(_OPERANDS, shapes):
+            sb, sh, ss = c.views[name].strides(shape)
+            params.update({f"{name.upper()}B": sb, f"{name.upper()}H": sh, f"{name.upper()}S": ss})
+        reads: dict[str, str | Buf] = {"q": ctx.input(0), "k": ctx.input(1), "v": ctx.input(2)}
+        defs: dict[str, object] = {"DIM": d}
+        if c.mask is not None:
+            defs["MASK_FLOAT"] = True
+            reads["mask"] = ctx.input(3)
+            mb, mh, ms = _mask_strides(c.mask)
+            params.update(MT=c.mask[-1], MB=mb, MH=mh, MS=ms)
+        y = ctx.output(0)
+        rows = b * h * s
+        y_strides = (params["YB"], params["YH"], params["YS"])
+        variants = []
+        # The register kernel (shaders/attention/sdpa_rows.wgsl): four query rows per invocation,
+        # q and the accumulators in registers, for head sizes that are multiples of 4 (every
+        # stride is a multiple of the head size, the views' last axis: rows start on a vec4).
+        if d % 4 == 0 and dv % 4 == 0:
+            # eight keys an iteration: D4 + DV4 + 12 iterations of the inner loops
+            split = split_by(ctx, t, rows, dv, 8 * max(1, SPLIT_TRIPS // (d // 4 + dv // 4 + 16)))
+            vec = {"q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
+                   "v": Buf(ctx.input(2), vector=True)}
+            threads = b * h * ((s + 3) // 4) * (split.splits if split else 1)  # a thread per 4 rows
+            kernel = [ctx.dispatch(
+                "attention/sdpa_rows.wgsl", label="fused_attention_rows",
+                defs={**defs, "D4": d // 4, "DV4": dv // 4, "WG_SIZE": ROWS_WG, **(split.defs() if split else {})},
+                params={**params, "N": threads, **(split.params() if split else {})},
+                reads={**reads, **vec}, writes={"y": y, **({"partial": split.partial} if split else {})},
+                workgroups=ctx.grid(threads, ROWS_WG))]
+            if split is not None:
+                kernel += combine_splits(ctx, split, y, b, h, s, y_strides)
+            variants.append(("rows", kernel, ALWAYS, adapter("cpu")))
+        # The workgroup kernel (shaders/attention/sdpa.wgsl): one query row per workgroup, a key
+        # per thread; 8 threads on a CPU-type adapter, 64 on a GPU.
+        lanes = {wg: max(1, math.ceil(dv / wg)) for wg in (ATTENTION_WG, CPU_ATTENTION_WG)}
+        split = split_keys(ctx, t, rows, dv, d, lanes)
+        for label, wg, prefer in (("workgroup8", CPU_ATTENTION_WG, adapter("cpu")),
+                                  ("workgroup64", ATTENTION_WG, ALWAYS)):
+            kernel = [ctx.dispatch(
+                "attention/sdpa.wgsl", label="fused_attention",
+                defs={**defs, "ATT_WG": wg, "DPT": lanes[wg], **(split.defs() if split else {})},
+                params={**params, **(split.params() if split else {})}, reads=reads,
+                writes={"y": y, **({"partial": split.partial} if split else {})},
+                workgroups=(h, s, b * (split.splits if split else 1)))]
+            if split is not None:
+                kernel += combine_splits(ctx, split, y, b, h, s, y_strides)
+            variants.append((label, kernel, ALWAYS, prefer))
+        return ctx.select("fused_attention", variants, tuned=True, shape=(rows, t, d))
+
+
+def operators() -> list[tuple[Operator, int]]:
+    return [(FusedAttention(), 1)]
+
+
+__all__ = ["FusedAttention", "View"]

@@ -1,0 +1,158 @@
+// FusedAttention, register kernel: softmax(scale * q k^T + mask) v with one invocation per four
+// query rows (and split of their keys), for CPU-type adapters where a workgroup's barriers cost
+// coroutine switches. The four rows ride in the lanes of vec4s: q as D4 mat4x4 (column r = row
+// r's vec4 of head elements), so one key row load serves four rows (k4 * qm[c] gives the four
+// partial dots), and the accumulators as DV4 mat4x4 likewise. Each row's online softmax (running
+// max m, denominator l, accumulators rescaled by exp(m_old - m_new)) is a lane of m and l: no
+// scores in memory, no barrier. Consecutive invocations are consecutive row quads of one
+// (batch, head, split) and read the same key and value rows. Keys go eight at a time, two blocks of four.
+// A key whose float mask entry is -inf (or at most NEG, the float minimum torch's masks use) is
+// skipped for its row; a row without a live key outputs zeros. Rows past S are computed as dead.
+// SPLIT_KV (attention::split's layout, operators/attention/split_kv.py): the keys are split into
+// SPLITS runs of KPS, bounding an invocation's loop iterations (KPS / 8 * (D4 + DV4 + 12) stays
+// under the loop cap); with more than one each stores its rows' unnormalized states (m, l, DV
+// accumulators) and attention/combine.wgsl merges them.
+// Buffers: q, k, v (vec4), [mask], y, [partial]. Defs: D4, DV4, MASK_FLOAT, SPLIT_KV, KPS,
+// WG_SIZE. Params: N (B x H x SPLITS x ceil(S / 4)), H, S, T, SCALE, MT, element strides
+// QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS, [SPLITS, COLS].
+#import common::grid
+
+const NEG = -3.0e38;
+const D4 = #{D4}u;
+const DV4 = #{DV4}u;
+
+// Four keys from j on (clamped below j1) and, per row e, which count (live[e] lane k) and the
+// mask's addition (bias column e).
+struct KeyBlock {
+    keys: vec4<u32>,
+    live: array<vec4<bool>, 4>,
+    bias: mat4x4<f32>,
+}
+
+fn key_block(j: u32, j1: u32, alive: vec4<bool>, mrow: vec4<u32>) -> KeyBlock {
+    var blk: KeyBlock;
+    let at = vec4<u32>(j) + vec4<u32>(0u, 1u, 2u, 3u);
+    blk.keys = min(at, vec4<u32>(j1 - 1u));
+    for (var e = 0u; e < 4u; e++) {
+        blk.live[e] = (at < vec4<u32>(j1)) & vec4<bool>(alive[e]);
+#ifdef MASK_FLOAT
+        let mk = min(blk.keys, vec4<u32>(MT() - 1u));
+        let row_bias = vec4<f32>(f32(mask_load(mrow[e] + mk.x)), f32(mask_load(mrow[e] + mk.y)),
+                                 f32(mask_load(mrow[e] + mk.z)), f32(mask_load(mrow[e] + mk.w)));
+        blk.live[e] = blk.live[e] & (blk.keys < vec4<u32>(MT())) & (row_bias > vec4<f32>(NEG));
+        blk.bias[e] = select(vec4<f32>(0.0), row_bias, blk.live[e]);
+#endif
+    }
+    return blk;
+}
+
+// Vec4 c of four key rows (starting at vec4 offsets `rows`), one per column.
+fn rows4(rows: vec4<u32>, c: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(vec4<f32>(k_load4(rows.x + c)), vec4<f32>(k_load4(rows.y + c)),
+                       vec4<f32>(k_load4(rows.z + c)), vec4<f32>(k_load4(rows.w + c)));
+}
+
+fn values4(rows: vec4<u32>, c: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(vec4<f32>(v_load4(rows.x + c)), vec4<f32>(v_load4(rows.y + c)),
+                       vec4<f32>(v_load4(rows.z + c)), vec4<f32>(v_load4(rows.w + c)));
+}
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) {
+        return;
+    }
+    let quads = (S() + 3u) / 4u;
+    let s0 = (i % quads) * 4u;
+    let r = i / quads;
+    let h = r % H();
+#ifdef SPLIT_KV
+    let split = (r / H()) % SPLITS();
+    let b = r / (H() * SPLITS());
+    let j0 = min(split * #{KPS}u, T());
+    let j1 = min(T(), j0 + #{KPS}u);
+#else
+    let b = r / H();
+    let j0 = 0u;
+    let j1 = T();
+#endif
+    // Rows past S repeat row S - 1 (in bounds) and stay dead.
+    let rows = min(vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(S() - 1u));
+    let alive = vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(S());
+    let qrow = (vec4<u32>(b * QB() + h * QH()) + rows * QS()) / 4u;
+    var qm: array<mat4x4<f32>, D4>;
+    for (var c = 0u; c < D4; c++) {
+        qm[c] = mat4x4<f32>(vec4<f32>(q_load4(qrow.x + c)), vec4<f32>(q_load4(qrow.y + c)),
+                            vec4<f32>(q_load4(qrow.z + c)), vec4<f32>(q_load4(qrow.w + c))) * SCALE();
+    }
+    let kbase = b * KB() + h * KH();
+    let vbase = b * VB() + h * VH();
+    let mrow = vec4<u32>(b * MB() + h * MH()) + rows * MS();
+    var acc: array<mat4x4<f32>, DV4>;
+    var m = vec4<f32>(NEG);
+    var l = vec4<f32>(0.0);
+    // Keys eight at a time, as two blocks of four: the 4 x 4 scores of a block come from D4
+    // mat4x4 products, and q and the accumulators (private arrays live in memory on a CPU) are
+    // read and written once per eight keys.
+    for (var j = j0; j < j1; j += 8u) {
+        let lo = key_block(j, j1, alive, mrow);
+        let hi = key_block(j + 4u, j1, alive, mrow);
+        let krow_lo = (vec4<u32>(kbase) + lo.keys * KS()) / 4u;
+        let krow_hi = (vec4<u32>(kbase) + hi.keys * KS()) / 4u;
+        var s_lo = lo.bias;  // column r: row r's scores of the block's four keys
+        var s_hi = hi.bias;
+        for (var c = 0u; c < D4; c++) {
+            let q = qm[c];
+            s_lo += transpose(rows4(krow_lo, c)) * q;
+            s_hi += transpose(rows4(krow_hi, c)) * q;
+        }
+        var p_lo = mat4x4<f32>();
+        var p_hi = mat4x4<f32>();
+        var alpha = vec4<f32>(1.0);
+        for (var e = 0u; e < 4u; e++) {
+            let a = select(vec4<f32>(NEG), s_lo[e], lo.live[e]);
+            let b = select(vec4<f32>(NEG), s_hi[e], hi.live[e]);
+            let top = max(a, b);
+            let m_new = max(m[e], max(max(top.x, top.y), max(top.z, top.w)));
+            alpha[e] = exp(m[e] - m_new);
+            p_lo[e] = select(vec4<f32>(0.0), exp(a - vec4<f32>(m_new)), lo.live[e]);
+            p_hi[e] = select(vec4<f32>(0.0), exp(b - vec4<f32>(m_new)), hi.live[e]);
+            l[e] = l[e] * alpha[e] + dot(p_lo[e] + p_hi[e], vec4<f32>(1.0));
+            m[e] = m_new;
+        }
+        let vrow_lo = (vec4<u32>(vbase) + lo.keys * VS()) / 4u;
+        let vrow_hi = (vec4<u32>(vbase) + hi.keys * VS()) / 4u;
+        for (var c = 0u; c < DV4; c++) {
+            let a = acc[c];
+            acc[c] = mat4x4<f32>(a[0] * alpha.x, a[1] * alpha.y, a[2] * alpha.z, a[3] * alpha.w)
+                + values4(vrow_lo, c) * p_lo + values4(vrow_hi, c) * p_hi;
+        }
+    }
+    let inv = select(vec4<f32>(0.0), vec4<f32>(1.0) / l, l > vec4<f32>(0.0));
+    for (var e = 0u; e < 4u; e++) {
+        if (!alive[e]) {
+            continue;
+        }
+        let row = (b * H() + h) * S() + rows[e];
+#ifdef SPLIT_KV
+        if (SPLITS() > 1u) {
+            let out = (row * SPLITS() + split) * (COLS() + 2u);
+            partial_store(out, m[e]);
+            partial_store(out + 1u, l[e]);
+            for (var c = 0u; c < DV4; c++) {
+                for (var x = 0u; x < 4u; x++) {
+                    partial_store(out + 2u + 4u * c + x, acc[c][e][x]);
+                }
+            }
+            continue;
+        }
+#endif
+        let yrow = b * YB() + h * YH() + rows[e] * YS();
+        for (var c = 0u; c < DV4; c++) {
+            for (var x = 0u; x < 4u; x++) {
+                y_store(yrow + 4u * c + x, y_t(acc[c][e][x] * inv[e]));
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+"""FusedAttention, as AttentionFusionPass makes it from spelled-out attention, against onnxruntime
+on the unfused graph: every spelling and mask, each kernel of the Select (register rows, 8- and
+64-thread workgroups), a symbolic sequence changed without recompiling, keys long enough that one
+invocation would pass lavapipe's loop cap, and the committed encoder exports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onyxia.runtime.replay import SelectCommand
+from tests.builders.encoder_attention import MASKS, SPELLINGS, attention_block, block_feeds
+from tests.helpers import compile_model
+
+ENCODERS = Path(__file__).resolve().parent.parent / "data" / "exported" / "encoders"
+KERNELS = ("rows", "workgroup8", "workgroup64")
+
+
+def _ort(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _kernels(exe) -> list[SelectCommand]:
+    found = [c for c in exe.commands if isinstance(c, SelectCommand) and "workgroup64" in c.step.labels]
+    assert found, "no FusedAttention Select in the plan"
+    return found
+
+
+def _run_each_kernel(exe, model, feeds, out: str = "y", atol: float = 1e-4) -> None:
+    want = _ort(model, feeds)[0]
+    for c in _kernels(exe):
+        assert list(c.step.labels) == list(KERNELS)
+    for k, label in enumerate(KERNELS):
+        for c in _kernels(exe):
+            exe.choose(c, k)
+        got = exe.run(feeds)[out]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=f"kernel {label}")
+
+
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_spelling_matches_onnxruntime_as_the_sequence_changes(runtime, spelling, mask):
+    model = attention_block(spelling, mask, heads=2, head=8)
+    compiled = compile_model(model, {"batch": 2, "seq": 5})
+    assert "FusedAttention" in {op.op_type for op in compiled.operations}
+    exe = runtime.load_model(compiled)
+    for step, seq in enumerate((5, 11, 3)):
+        exe.update_dimensions({"batch": 2, "seq": seq})
+        _run_each_kernel(exe, model, block_feeds(model, 2, seq, seed=step))
+    assert exe.stats.recompiles == 0
+
+
+def _cross_attention(head: int, masked: bool) -> onnx.ModelProto:
+    """softmax(Q K^T / sqrt(D) + mask) V with Q [1, 2, S, D] and K, V [1, 2, T, D] given as
+    inputs (the views are the tensors themselves), mask [1, 1, 1, T]."""
+    n = helper.make_node
+    inputs = [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, "S", head])]
+    inputs += [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 2, "T", head]) for x in "kv"]
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["qk"]),
+             n("Mul", ["qk", "scale"], ["scores"])]
+    if masked:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 1, "T"]))
+        nodes.append(n("Add", ["scores", "mask"], ["masked"]))
+    nodes += [n("Softmax", ["masked" if masked else "scores"], ["p"], axis=3), n("MatMul", ["p", "v"], ["y"])]
+    scale = numpy_helper.from_array(np.array(head ** -0.5, np.float32), "scale")
+    graph = helper.make_graph(nodes, "cross", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_keys_past_the_loop_cap_are_split(runtime, masked):
+    """70,000 keys: one invocation walking them all would spend over 65,535 loop iterations
+    (lavapipe silently stops it); each kernel splits the keys and combines the splits."""
+    head, keys = 8, 70_000
+    model = _cross_attention(head, masked)
+    compiled = compile_model(model, {"S": 3, "T": keys})
+    assert [op.op_type for op in compiled.operations] == ["FusedAttention"]
+    exe = runtime.load_model(compiled)
+    rng = np.random.default_rng(1)
+    feeds = {"q": rng.standard_normal((1, 2, 3, head)).astype(np.float32),
+             "k": rng.standard_normal((1, 2, keys, head)).astype(np.float32),
+             "v": rng.standard_normal((1, 2, keys, head)).astype(np.float32)}
+    if masked:
+        feeds["mask"] = np.where(rng.random((1, 1, 1, keys)) < 0.5, -np.inf, 0.0).astype(np.float32)
+        feeds["mask"][..., -1] = 0.0  # the last key (past every unsplit loop) stays live
+    # a strong last key: a kernel that stopped early would miss it
+    feeds["k"][:, :, -1, :] = feeds["q"][:, :, 0, :] * 4
+    _run_each_kernel(exe, model, feeds, atol=1e-5)
+
+
+def _encoder_feeds(name: str, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if name.startswith("bert"):
+        mask = np.ones((batch, seq), np.int64)
+        mask[-1, seq // 2:] = 0
+        return {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64), "attention_mask": mask}
+    if name.startswith("vit"):
+        return {"pixel_values": rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)}
+    return {"input_features": rng.standard_normal((batch, 8, 32)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("path", sorted(ENCODERS.glob("*.onnx")), ids=lambda p: p.name)
+def test_exported_encoders_match_onnxruntime(runtime, path):
+    """The committed exports (tools/export_encoders.py), fused, against onnxruntime on the file,
+    at two batch sizes (and sequence lengths for BERT) without recompiling, on each kernel."""
+    model = onnx.load(str(path))
+    bert = path.name.startswith("bert")
+    sizes = [(2, 7), (3, 12)] if bert else [(2, 0), (3, 0)]
+    dims = [{"batch": b, "sequence": s} if bert else {"batch": b} for b, s in sizes]
+    compiled = compile_model(model, dims[0])
+    exe = runtime.load_model(compiled)
+    out = compiled.outputs[0]
+    for step, ((b, s), d) in enumerate(zip(sizes, dims)):
+        exe.update_dimensions(d)
+        _run_each_kernel(exe, model, _encoder_feeds(path.name, b, s, step), out=out)
+    assert exe.stats.recompiles == 0
