@@ -116,10 +116,13 @@ def mobilenet_v3(arch: str) -> Callable[[bool], Export]:
             return _vision(getattr(torchvision.models, arch)(), small)
         setting, _ = mobilenetv3._mobilenet_v3_conf(arch, width_mult=0.25)
         return _vision(mobilenetv3.MobileNetV3(setting, last_channel=64, num_classes=10), small)
+    build.__doc__ = (f"torchvision's {arch} (inverted residuals, squeeze-excitation, Hardswish); small: "
+                     "width_mult 0.25, a 64-wide head.")
     return build
 
 
 def resnet18(small: bool) -> Export:
+    """torchvision's resnet18; small: one BasicBlock a stage, 8-64 channels."""
     patch_register_fake()
     import torchvision
     from torchvision.models.resnet import BasicBlock, ResNet
@@ -144,6 +147,7 @@ def resnet18(small: bool) -> Export:
 
 
 def efficientnet_b0(small: bool) -> Export:
+    """torchvision's efficientnet_b0 (MBConv, SiLU, squeeze-excitation); small: width 0.25, depth 0.34."""
     patch_register_fake()
     import torchvision
     from torchvision.models import efficientnet
@@ -154,6 +158,7 @@ def efficientnet_b0(small: bool) -> Export:
 
 
 def regnet_y_400mf(small: bool) -> Export:
+    """torchvision's regnet_y_400mf (grouped convs, squeeze-excitation); small: depth 4, 8-wide groups."""
     patch_register_fake()
     import torchvision
     from torchvision.models import regnet
@@ -165,6 +170,7 @@ def regnet_y_400mf(small: bool) -> Export:
 
 # ---- timm --------------------------------------------------------------------------------------
 def convnext_atto(small: bool) -> Export:
+    """timm's convnext_atto (7x7 depthwise convs, LayerNorm, GELU); small: one block a stage, 8-64 wide."""
     patch_register_fake()
     import timm
     kw = dict(depths=(1, 1, 1, 1), dims=(8, 16, 32, 64), num_classes=10) if small else {}
@@ -311,14 +317,15 @@ def unet(small: bool) -> Export:
                                  block_out_channels=width, norm_num_groups=groups, cross_attention_dim=ctx,
                                  attention_head_dim=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
                                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"))
-    seq, hw = (7, ((8, 8), (12, 16))) if small else (77, ((32, 32), (24, 40)))
+    seqs, hw = ((7, 5), ((8, 8), (12, 16))) if small else ((77, 64), ((32, 32), (24, 40)))
+    seq = seqs[0]
     inputs = {"sample": torch.randn(1, 4, *hw[0]), "timestep": torch.tensor([10.0]),
               "encoder_hidden_states": torch.randn(1, seq, ctx)}
     axes = {"sample": {0: "batch_size", 2: "height", 3: "width"},
             "encoder_hidden_states": {0: "batch_size", 1: "sequence_length"},
             "out_sample": {0: "batch_size", 2: "height", 3: "width"}}
     wrapped = _Outputs(model.eval(), lambda m, s, t, e: m(s, t, encoder_hidden_states=e, return_dict=False)[0])
-    sizes = [{"batch_size": b, "height": h, "width": w, "sequence_length": seq} for b, (h, w) in zip((1, 2), hw)]
+    sizes = [{"batch_size": b, "height": h, "width": w, "sequence_length": n} for b, (h, w), n in zip((1, 2), hw, seqs)]
     return Export(wrapped, inputs, ["out_sample"], axes, sizes, {"timestep": "time"})
 
 
@@ -418,6 +425,7 @@ class TinyYolo(nn.Module):
 
 
 def yolo(small: bool) -> Export:
+    """TinyYolo (YOLOv8's layout, written here): C2f, SPPF, upsample + concat neck, sigmoid head."""
     model = TinyYolo((4, 8, 8, 16, 16), classes=4) if small else TinyYolo((16, 32, 64, 128, 256), classes=80)
     (h, w), (h2, w2) = ((32, 32), (64, 96)) if small else ((320, 320), (256, 416))
     return Export(randomize_norms(model.eval()), _image((1, 3, h, w), "images"), ["output0"],

@@ -34,7 +34,9 @@ RECOMPILES: dict[str, str] = {}
 
 @functools.lru_cache(maxsize=None)
 def _ort(name: str) -> ort.InferenceSession:
-    return ort.InferenceSession(str(MODELS[name].path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # its pool's spinning threads would compete with lavapipe's
+    return ort.InferenceSession(str(MODELS[name].path), options, providers=["CPUExecutionProvider"])
 
 
 def _params() -> list:
