@@ -14,6 +14,11 @@ tuning, uploads), its first run, the same load and first run in a second process
 tuning caches warm, the time to the first result at the second size (rebind) and the plans
 compiled (`sess.stats.compiles`). Last, the geometric mean of onyxia/WebGPU.
 
+lavapipe compiles a kernel when it is first dispatched, not when its pipeline is made: on it the
+first run, not the load's "pipelines", holds most of the driver's compile time, and Mesa's own
+on-disk shader cache (a fresh MESA_SHADER_CACHE_DIR for the run, shared by the second process)
+is what makes the warm process's first run fast.
+
 The WebGPU peer is onnxruntime's WebGpuExecutionProvider in its own environment, driven as a
 long-lived worker over a pipe (benchmarks/ort_webgpu_worker.py): ONYXIA_ORTWEB_PYTHON (default
 /tmp/ortweb/bin/python) run after sourcing ONYXIA_MESA25_ENV (default /tmp/mesa25/env.sh, Mesa 25
@@ -55,7 +60,7 @@ REEXEC_FLAG = "_ONYXIA_BENCH_MODELS_ENV"
 class Peer:
     """onnxruntime-WebGPU in its own process: one JSON request a line, one reply a line."""
 
-    def __init__(self, python: str, env_script: str):
+    def __init__(self, python: str, env_script: str, shader_cache: str):
         missing = [p for p in (python, env_script) if not Path(p).exists()]
         if missing:
             raise FileNotFoundError(f"the WebGPU peer needs {', '.join(missing)} (set ONYXIA_ORTWEB_PYTHON to a "
@@ -63,7 +68,7 @@ class Peer:
                                     "its Vulkan driver), or pass --no-peer")
         cmd = f". {shlex.quote(env_script)}; exec {shlex.quote(python)} {shlex.quote(str(WORKER))}"
         self.proc = subprocess.Popen(["bash", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     bufsize=1)
+                                     bufsize=1, env={**os.environ, "MESA_SHADER_CACHE_DIR": shader_cache})
 
     def ask(self, **req) -> dict:
         assert self.proc.stdin and self.proc.stdout
@@ -294,10 +299,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="onyxia-bench-models-") as tmp:
         # A fresh plan + tuning cache for this run (set before onyxia reads it): first loads are cold.
         os.environ["ONYXIA_CACHE_DIR"] = str(Path(tmp) / "cache")
+        # Mesa keeps compiled shaders on disk too (~/.cache/mesa_shader_cache): a fresh one, or a
+        # "cold" load would reuse kernels an earlier run compiled. lavapipe compiles a kernel at its
+        # first dispatch, so this mostly moves time between the first run and the warm process's.
+        os.environ["MESA_SHADER_CACHE_DIR"] = str(Path(tmp) / "mesa")
         from onyxia.runtime import Runtime
 
         runtime = Runtime()
-        peer = None if args.no_peer else Peer(ORTWEB_PYTHON, MESA25_ENV)
+        peer = None if args.no_peer else Peer(ORTWEB_PYTHON, MESA25_ENV, str(Path(tmp) / "mesa-peer"))
         print(f"onyxia adapter: {runtime.info.summary}, {runtime.info.driver}; peer: "
               f"{'none' if peer is None else 'onnxruntime WebGpuExecutionProvider (' + MESA25_ENV + ')'}; "
               f"repeat {args.repeat}; tuning {'off' if os.environ.get('ONYXIA_TUNE') == '0' else 'on'}", flush=True)
