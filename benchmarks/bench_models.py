@@ -306,7 +306,10 @@ def main() -> None:
         from onyxia.runtime import Runtime
 
         runtime = Runtime()
-        peer = None if args.no_peer else Peer(ORTWEB_PYTHON, MESA25_ENV, str(Path(tmp) / "mesa-peer"))
+        try:
+            peer = None if args.no_peer else Peer(ORTWEB_PYTHON, MESA25_ENV, str(Path(tmp) / "mesa-peer"))
+        except FileNotFoundError as exc:
+            sys.exit(str(exc))
         print(f"onyxia adapter: {runtime.info.summary}, {runtime.info.driver}; peer: "
               f"{'none' if peer is None else 'onnxruntime WebGpuExecutionProvider (' + MESA25_ENV + ')'}; "
               f"repeat {args.repeat}; tuning {'off' if os.environ.get('ONYXIA_TUNE') == '0' else 'on'}", flush=True)
