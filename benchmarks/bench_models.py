@@ -251,9 +251,10 @@ def report(rows: list[ModelRow]) -> float | None:
         print(f"geometric mean of onyxia/webgpu over {len(ratios)} rows: {geo:.2f}")
     parts = ("parse", "passes", "wgsl", "modules", "pipelines", "tuning", "uploads")
     print(f"\n{'model':22} {'load':>8} " + " ".join(f"{p:>9}" for p in parts) +
-          f" {'1st run':>8} {'warm ld':>8} {'warm 1st':>8} {'rebind':>8} {'plans':>5} {'web load':>8}")
+          f" {'other':>8} {'1st run':>8} {'warm ld':>8} {'warm 1st':>8} {'rebind':>8} {'plans':>5} {'web load':>8}")
     for r in rows:
         print(f"{r.name[:22]:22} {_ms(r.load_ms)} " + " ".join(_ms(r.load.get(p), 9) for p in parts) +
+              f" {_ms(r.load_ms - sum(r.load.get(p, 0.0) for p in parts) if r.load_ms is not None else None)}"
               f" {_ms(r.first_run_ms)} {_ms(r.warm_load_ms)} {_ms(r.warm_first_run_ms)} {_ms(r.rebind_ms)} "
               f"{r.compiles if r.compiles is not None else '-':>5} {_ms(r.webgpu_load_ms)}"
               + (f"  {r.error.strip()}" if r.error else ""))
@@ -283,7 +284,11 @@ def main() -> None:
     parser.add_argument("--no-peer", action="store_true", help="skip onnxruntime-WebGPU")
     parser.add_argument("--no-second-process", action="store_true", help="skip the warm-cache second process")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--report", type=Path, nargs="+", help="only print the tables of earlier --json files")
     args = parser.parse_args()
+    if args.report:
+        report([read_row(r) for path in args.report for r in json.loads(path.read_text())["rows"]])
+        return
     args.sizes = [int(k) for k in args.sizes.split(",")]
     if args.adapter == "mesa25" and os.environ.get(REEXEC_FLAG) != "1":
         _reexec_under(MESA25_ENV)
@@ -328,6 +333,10 @@ def main() -> None:
             if peer is not None:
                 peer.close()
     report(rows)
+
+
+def read_row(data: dict) -> ModelRow:
+    return ModelRow(**{**data, "sizes": [SizeRow(**s) for s in data["sizes"]]})
 
 
 def write_json(path: Path, rows: list[ModelRow], runtime, repeat: int) -> None:
