@@ -249,7 +249,7 @@ def report(rows: list[ModelRow]) -> float | None:
           "values in order.")
     if geo is not None:
         print(f"geometric mean of onyxia/webgpu over {len(ratios)} rows: {geo:.2f}")
-    parts = ("parse", "passes", "wgsl", "modules", "pipelines", "tuning", "uploads")
+    parts = ("parse", "passes", "wgsl", "modules", "pipelines", "tuning", "uploads", "cache")
     print(f"\n{'model':22} {'load':>8} " + " ".join(f"{p:>9}" for p in parts) +
           f" {'other':>8} {'1st run':>8} {'warm ld':>8} {'warm 1st':>8} {'rebind':>8} {'plans':>5} {'web load':>8}")
     for r in rows:
@@ -258,7 +258,8 @@ def report(rows: list[ModelRow]) -> float | None:
               f" {_ms(r.first_run_ms)} {_ms(r.warm_load_ms)} {_ms(r.warm_first_run_ms)} {_ms(r.rebind_ms)} "
               f"{r.compiles if r.compiles is not None else '-':>5} {_ms(r.webgpu_load_ms)}"
               + (f"  {r.error.strip()}" if r.error else ""))
-    print("load: onyxia's cold load (no plan or tuning cache; the device's opening aside), ms, split as LoadReport; "
+    print("load: onyxia's cold load (no plan or tuning cache; the device's opening aside), ms, split as LoadReport "
+          "(cache: hashing the model, writing its plan-cache entry; other: the rest of the runtime setup); "
           "warm: a second process with the caches warm (load, first run); rebind: the first call at the second "
           "size, to its result; plans: compiled by the session over both sizes.")
     return geo
