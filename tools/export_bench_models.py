@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from model_zoo import MODELS, Export  # noqa: E402
+
 from tests.builders.families import FIXTURES, load_info  # noqa: E402
 
 DEFAULT_OUT = Path.home() / ".cache" / "onyxia" / "bench-models"

@@ -48,7 +48,8 @@ def _assert_close(got: list[np.ndarray], want: list[np.ndarray], info: ModelInfo
     assert len(got) == len(want)
     for name, a, b in zip(info.outputs, got, want):
         where = f"{info.name} output {name} at {size}"
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{a.shape} vs onnxruntime {b.dtype}{b.shape}"
+        assert a.dtype == b.dtype and a.shape == b.shape, \
+            f"{where}: {a.dtype}{a.shape} vs onnxruntime {b.dtype}{b.shape}"
         scale = max(float(np.abs(b).max()), 1e-30)
         err = float(np.abs(a.astype(np.float64) - b).max()) / scale
         assert err <= RTOL, f"{where}: max |diff| / max |onnxruntime| = {err:.2e} > {RTOL}"
