@@ -420,7 +420,8 @@ class TinyYolo(nn.Module):
         t3 = self.top3(torch.cat([self.up(t4), p3], 1))
         b4 = self.bot4(torch.cat([self.down3(t3), t4], 1))
         b5 = self.bot5(torch.cat([self.down4(b4), p5], 1))
-        outs = [torch.cat([box(f), cls(f).sigmoid()], 1).flatten(2) for f, box, cls in zip((t3, b4, b5), self.box, self.cls)]
+        outs = [torch.cat([box(f), cls(f).sigmoid()], 1).flatten(2)
+                for f, box, cls in zip((t3, b4, b5), self.box, self.cls)]
         return torch.cat(outs, 2)
 
 
