@@ -66,7 +66,11 @@ def ssdlite_model(score_thresh: float) -> nn.Module:
     head = ssdlite.SSDLiteHead(channels, anchors.num_anchors_per_location(), 5, norm)
     model = ssd.SSD(backbone, anchors, size, 5, head=head, score_thresh=score_thresh, nms_thresh=0.55,
                     detections_per_img=100, topk_candidates=100, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    return randomize(model.eval(), 0)
+    randomize(model.eval(), 0)
+    with torch.no_grad():  # spread the class logits: near-equal scores would let rounding pick the order
+        for p in model.head.classification_head.parameters():
+            p.mul_(1.6)
+    return model
 
 
 def export(model: nn.Module, name: str, shape: tuple[int, int, int]) -> None:
@@ -86,7 +90,7 @@ def main(argv: list[str]) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     wanted = set(argv) or {"ssdlite"}
     if "ssdlite" in wanted:
-        export(ssdlite_model(0.05), "ssdlite.onnx", (3, 320, 320))
+        export(ssdlite_model(0.5), "ssdlite.onnx", (3, 320, 320))
         export(ssdlite_model(0.999), "ssdlite_empty.onnx", (3, 320, 320))
 
 

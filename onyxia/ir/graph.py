@@ -290,13 +290,28 @@ class IrGraph:
 
     # ---- traversal -----------------------------------------------------------------------
     def topological_order(self) -> list[NodeId]:
-        """Deterministic topological order (ties broken by node id, i.e. model order)."""
+        """Deterministic topological order (ties broken by node id, i.e. model order), with each
+        node after the node that sets a data-dependent symbol it uses (ConstantOfShape of a
+        folded Shape(TopK(...)) has no edge from TopK, yet is sized by its read-back count)."""
         try:
-            return list(nx.lexicographical_topological_sort(self._g))
+            order = list(nx.lexicographical_topological_sort(self._g))
         except nx.NetworkXUnfeasible:
             cycle = nx.find_cycle(self._g)
             names = " -> ".join(self.node(u).name for u, _v, *_ in cycle)
             raise ModelLoadError(f"the graph has a cycle: {names}") from None
+        setters = self._symbol_setters(order)
+        if not setters:
+            return order
+        g = self._g.copy()
+        for node in self.nodes:
+            for sym in self._tensor_symbols(node.inputs) | self._tensor_symbols(node.outputs):
+                src = setters.get(sym)
+                if src is not None and src != node.id:
+                    g.add_edge(src, node.id)
+        try:
+            return list(nx.lexicographical_topological_sort(g))
+        except nx.NetworkXUnfeasible:  # a symbol used before the node that introduces it
+            return order
 
     def ancestors(self, nid: NodeId) -> set[NodeId]:
         return nx.ancestors(self._g, nid)
@@ -314,7 +329,7 @@ class IrGraph:
 
         for out in self.outputs:
             keep(self._producer.get(out))
-        setters = self._symbol_setters()
+        setters = self._symbol_setters(list(nx.lexicographical_topological_sort(self._g)))
         if not setters:
             return live
         seen: set[NodeId] = set()
@@ -344,10 +359,10 @@ class IrGraph:
                     out |= dim_symbols(v)
         return out
 
-    def _symbol_setters(self) -> dict[str, NodeId]:
-        """Each data-dependent symbol and the node whose output shapes introduce it."""
+    def _symbol_setters(self, order: list[NodeId] | None = None) -> dict[str, NodeId]:
+        """Each data-dependent symbol and the first node (in `order`) whose outputs introduce it."""
         setters: dict[str, NodeId] = {}
-        for node in self.nodes:
+        for node in (self.node(n) for n in order) if order is not None else self.nodes:
             fresh = self._tensor_symbols(node.outputs) - self._tensor_symbols(node.inputs)
             for sym in fresh:
                 if sym.startswith("dd_"):
