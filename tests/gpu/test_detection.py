@@ -38,13 +38,7 @@ def _compare(ref: list[np.ndarray], ours: list[np.ndarray]) -> None:
             np.testing.assert_array_equal(u, r)
 
 
-SLICE_END_PAST_COUNT = ("Slice(keep, 0, 100) of NMS's data-dependent count (7 here) gives 100 rows: "
-                        "slice_dim does not clamp a constant end against a symbolic dim (indexing.py _sym_bound)")
-
-
-@pytest.mark.parametrize("name, detections", [
-    pytest.param("ssdlite.onnx", True, marks=pytest.mark.xfail(strict=True, reason=SLICE_END_PAST_COUNT)),
-    pytest.param("ssdlite_empty.onnx", False, marks=pytest.mark.xfail(strict=True, reason=SLICE_END_PAST_COUNT))])
+@pytest.mark.parametrize("name, detections", [("ssdlite.onnx", True), ("ssdlite_empty.onnx", False)])
 def test_exported_detection_matches_onnxruntime(name: str, detections: bool) -> None:
     path = str(DATA / name)
     ref_session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -111,3 +105,28 @@ def test_shape_only_use_of_a_data_dependent_count_still_sets_it(tmp_path: Path) 
     for n in (10, 37):
         x = {"x": np.random.default_rng(n).random(n).astype(np.float32)}
         _compare(ref_session.run(None, x), session.run(None, x))
+
+
+def test_slice_end_clamps_to_a_data_dependent_count(tmp_path: Path) -> None:
+    """Slice(NonZero(x > t), 2, 5) along the count: 0..3 rows as the count falls short of the end
+    or passes it (torchvision's `keep[:detections_per_img]`)."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["g"]), helper.make_node("NonZero", ["g"], ["nz"]),
+             helper.make_node("Slice", ["nz", "starts", "ends", "axes"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [1, "m"])],
+                              [helper.make_tensor("t", TensorProto.FLOAT, [], [0.5]),
+                               helper.make_tensor("starts", TensorProto.INT64, [1], [2]),
+                               helper.make_tensor("ends", TensorProto.INT64, [1], [5]),
+                               helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "slice.onnx"
+    onnx.save(model, str(path))
+    session = onyxia.InferenceSession(str(path))
+    ref_session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for hits in (0, 1, 3, 4, 9):
+        x = np.zeros(12, np.float32)
+        x[np.random.default_rng(hits).permutation(12)[:hits]] = 1.0
+        ref = ref_session.run(None, {"x": x})
+        assert ref[0].shape[1] == min(max(hits - 2, 0), 3)
+        _compare(ref, session.run(None, {"x": x}))
