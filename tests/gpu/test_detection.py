@@ -130,3 +130,4 @@ def test_slice_end_clamps_to_a_data_dependent_count(tmp_path: Path) -> None:
         ref = ref_session.run(None, {"x": x})
         assert ref[0].shape[1] == min(max(hits - 2, 0), 3)
         _compare(ref, session.run(None, {"x": x}))
+
