@@ -5,9 +5,12 @@ path for more boxes than one workgroup ranks.
 The exported files are what torchvision emits with the TorchScript exporter: per-class score
 filters (Greater → NonZero → GatherND), TopK over a data-dependent count, an If on
 `boxes.numel() == 0` around NonMaxSuppression over thousands of concatenated candidates, and
-labels built by ConstantOfShape of data-dependent sizes. Each file runs at two image sizes; boxes
-and scores within rel 1e-4 of onnxruntime, labels exact, and the empty case (a score threshold
-no box passes) gives empty outputs as onnxruntime does.
+labels built by ConstantOfShape of data-dependent sizes; Faster R-CNN's RoiAlign over the RPN's
+proposals; a YOLO's boxes[keep] / scores[keep] / labels[keep] (three NonZero of one mask). Each
+family (SSDlite, Faster R-CNN MobileNetV3-FPN, RetinaNet, YOLO) runs at two image sizes; boxes and
+scores within 1e-4 of onnxruntime (relative to the largest), labels exact, and the empty twin (a
+score threshold no box passes) gives empty outputs as onnxruntime does. The fixtures' scores are
+spread so that no two kept scores are within 1e-5: rounding cannot decide their order.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ import onyxia
 from onyxia.operators.selection.unique_nms import MAX_NMS_BOXES, NMS_CHUNK
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "exported" / "detection"
-SHAPES = [(3, 320, 320), (3, 240, 400)]
-
+SHAPES = [(3, 320, 320), (3, 240, 400)]  # torchvision models take one [3, height, width] image
+BATCHED = [(1, 3, 320, 320), (1, 3, 240, 400)]  # the YOLO takes a batch of one
+# file -> input shapes; each family has a twin `*_empty.onnx` whose score threshold no box passes.
+FAMILIES = {"ssdlite": SHAPES, "faster_rcnn": SHAPES, "retinanet": SHAPES, "yolo": BATCHED}
+CASES = [(f"{family}{suffix}.onnx", shapes, not suffix)
+         for family, shapes in FAMILIES.items() for suffix in ("", "_empty")]
 
 def _compare(ref: list[np.ndarray], ours: list[np.ndarray]) -> None:
     assert len(ref) == len(ours)
@@ -38,18 +45,18 @@ def _compare(ref: list[np.ndarray], ours: list[np.ndarray]) -> None:
             np.testing.assert_array_equal(u, r)
 
 
-@pytest.mark.parametrize("name, detections", [("ssdlite.onnx", True), ("ssdlite_empty.onnx", False)])
-def test_exported_detection_matches_onnxruntime(name: str, detections: bool) -> None:
+@pytest.mark.parametrize("name, shapes, detections", CASES, ids=[c[0] for c in CASES])
+def test_exported_detection_matches_onnxruntime(name: str, shapes: list[tuple[int, ...]], detections: bool) -> None:
     path = str(DATA / name)
     ref_session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     session = onyxia.InferenceSession(path)
     feed_name = ref_session.get_inputs()[0].name
-    for shape in SHAPES:
+    assert {o.name for o in ref_session.get_outputs()} == {"boxes", "scores", "labels"}
+    for shape in shapes:
         x = np.random.default_rng(0).random(shape, dtype=np.float32)
         ref = ref_session.run(None, {feed_name: x})
-        assert (len(ref[-1]) > 0) == detections, f"the fixture should {'' if detections else 'not '}detect"
+        assert (len(ref[0]) > 0) == detections, f"the fixture should {'' if detections else 'not '}detect"
         _compare(ref, session.run(None, {feed_name: x}))
-
 
 def _nms_model(path: Path, max_out: int) -> None:
     node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_min"], ["selected"])
@@ -131,3 +138,13 @@ def test_slice_end_clamps_to_a_data_dependent_count(tmp_path: Path) -> None:
         assert ref[0].shape[1] == min(max(hits - 2, 0), 3)
         _compare(ref, session.run(None, {"x": x}))
 
+
+
+def test_detr_matches_onnxruntime() -> None:
+    """transformers DETR (no NMS: logits and boxes per query) at two batch / image sizes."""
+    path = str(DATA / "detr.onnx")
+    ref_session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    session = onyxia.InferenceSession(path)
+    for shape in ((1, 3, 64, 96), (2, 3, 80, 64)):
+        x = {"pixel_values": np.random.default_rng(0).random(shape, dtype=np.float32)}
+        _compare(ref_session.run(None, x), session.run(None, x))
