@@ -60,7 +60,8 @@ def randomize(model: nn.Module, seed: int, std: float = 0.15) -> nn.Module:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (std if p.dim() > 1 else 0.1) + (1.0 if "weight" in name and p.dim() == 1 else 0.0))
+            scale = 1.0 if "weight" in name and p.dim() == 1 else 0.0  # norm scales about 1
+            p.copy_(torch.randn(p.shape, generator=g) * (std if p.dim() > 1 else 0.1) + scale)
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
@@ -114,8 +115,8 @@ def faster_rcnn_model(score_thresh: float) -> nn.Module:
     head = faster_rcnn.TwoMLPHead(16 * 7 * 7, 32)
     model = faster_rcnn.FasterRCNN(backbone, None, rpn_anchor_generator=anchors, box_head=head,
                                    box_predictor=faster_rcnn.FastRCNNPredictor(32, 5), min_size=320, max_size=320,
-                                   rpn_pre_nms_top_n_test=150, rpn_post_nms_top_n_test=150, box_score_thresh=score_thresh,
-                                   box_detections_per_img=100)
+                                   rpn_pre_nms_top_n_test=150, rpn_post_nms_top_n_test=150,
+                                   box_score_thresh=score_thresh, box_detections_per_img=100)
     return randomize(model.eval(), 2)
 
 

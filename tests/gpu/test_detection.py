@@ -95,7 +95,8 @@ def test_shape_only_use_of_a_data_dependent_count_still_sets_it(tmp_path: Path) 
     count sizes the result, so NonZero must stay in the plan (torchvision's per-class labels)."""
     nodes = []
     for i in range(3):
-        nodes += [helper.make_node("Greater", ["x", "t"], [f"g{i}"]), helper.make_node("NonZero", [f"g{i}"], [f"nz{i}"]),
+        nodes += [helper.make_node("Greater", ["x", "t"], [f"g{i}"]),
+                  helper.make_node("NonZero", [f"g{i}"], [f"nz{i}"]),
                   helper.make_node("Shape", [f"nz{i}"], [f"s{i}"], start=1),
                   helper.make_node("ConstantOfShape", [f"s{i}"], [f"c{i}"],
                                    value=helper.make_tensor("v", TensorProto.INT64, [1], [i + 1]))]
