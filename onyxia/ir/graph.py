@@ -18,7 +18,7 @@ import numpy as np
 
 from onyxia.errors import ModelLoadError
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Shape
+from onyxia.ir.shapes import Shape, dim_symbols
 
 TensorId = str
 NodeId = int
@@ -290,26 +290,84 @@ class IrGraph:
 
     # ---- traversal -----------------------------------------------------------------------
     def topological_order(self) -> list[NodeId]:
-        """Deterministic topological order (ties broken by node id, i.e. model order)."""
+        """Deterministic topological order (ties broken by node id, i.e. model order), with each
+        node after the node that sets a data-dependent symbol it uses (ConstantOfShape of a
+        folded Shape(TopK(...)) has no edge from TopK, yet is sized by its read-back count)."""
         try:
-            return list(nx.lexicographical_topological_sort(self._g))
+            order = list(nx.lexicographical_topological_sort(self._g))
         except nx.NetworkXUnfeasible:
             cycle = nx.find_cycle(self._g)
             names = " -> ".join(self.node(u).name for u, _v, *_ in cycle)
             raise ModelLoadError(f"the graph has a cycle: {names}") from None
+        setters = self._symbol_setters(order)
+        if not setters:
+            return order
+        g = self._g.copy()
+        for node in self.nodes:
+            for sym in self._tensor_symbols(node.inputs) | self._tensor_symbols(node.outputs):
+                src = setters.get(sym)
+                if src is not None and src != node.id:
+                    g.add_edge(src, node.id)
+        try:
+            return list(nx.lexicographical_topological_sort(g))
+        except nx.NetworkXUnfeasible:  # a symbol used before the node that introduces it
+            return order
 
     def ancestors(self, nid: NodeId) -> set[NodeId]:
         return nx.ancestors(self._g, nid)
 
     def live_nodes(self) -> set[NodeId]:
-        """Nodes that (transitively) produce a graph output."""
+        """Nodes that (transitively) produce a graph output, and the nodes that set a
+        data-dependent symbol (`dd_…`, read back at run time) that a live tensor's shape or
+        folded value uses: NonZero whose output only Shape reads still sizes what follows."""
         live: set[NodeId] = set()
-        for out in self.outputs:
-            src = self._producer.get(out)
+
+        def keep(src: NodeId | None) -> None:
             if src is not None and src not in live:
                 live.add(src)
-                live |= nx.ancestors(self._g, src)
-        return live
+                live.update(nx.ancestors(self._g, src))
+
+        for out in self.outputs:
+            keep(self._producer.get(out))
+        setters = self._symbol_setters(list(nx.lexicographical_topological_sort(self._g)))
+        if not setters:
+            return live
+        seen: set[NodeId] = set()
+        while True:
+            used: set[str] = set()
+            for nid in live - seen:
+                node = self.node(nid)
+                used |= self._tensor_symbols(node.inputs) | self._tensor_symbols(node.outputs)
+            seen |= live
+            added = {setters[s] for s in used if s in setters} - live
+            if not added:
+                return live
+            for nid in added:
+                keep(nid)
+
+    def _tensor_symbols(self, tids: Iterable[TensorId | None]) -> set[str]:
+        """The symbols in the shapes and folded (symbolic) values of these tensors."""
+        out: set[str] = set()
+        for tid in tids:
+            t = self.tensors.get(tid) if tid is not None else None
+            if t is None:
+                continue
+            for d in t.shape or ():
+                out |= dim_symbols(d)
+            if t.value is not None and t.value.dtype == object:
+                for v in t.value.reshape(-1):
+                    out |= dim_symbols(v)
+        return out
+
+    def _symbol_setters(self, order: list[NodeId] | None = None) -> dict[str, NodeId]:
+        """Each data-dependent symbol and the first node (in `order`) whose outputs introduce it."""
+        setters: dict[str, NodeId] = {}
+        for node in (self.node(n) for n in order) if order is not None else self.nodes:
+            fresh = self._tensor_symbols(node.outputs) - self._tensor_symbols(node.inputs)
+            for sym in fresh:
+                if sym.startswith("dd_"):
+                    setters.setdefault(sym, node.id)
+        return setters
 
     def validate(self) -> None:
         """Every referenced tensor must be a graph input, a valued tensor, produced, or (in a

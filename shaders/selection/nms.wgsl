@@ -7,10 +7,19 @@
 //   kept[g * N + s] is the s-th kept box, nkept[g] how many.
 // GATHER: one thread per (pair g, slot s < N): the kept boxes of pair g go to rows
 //   sum(nkept[< g]) + s of y ([count, 3]: batch, class, box); thread 0 writes count[0].
+// The large path, for more boxes than one workgroup ranks (each kernel's loops stay bounded):
+// RANK: one thread per (pair g, box k): rank[k] over all N boxes, order[g * N + rank] = k.
+// INIT: one workgroup per pair: state[g] = (candidates, next rank 0), nkept[g] = 0, and the
+//   pair's removed bits cleared. MASK: one thread per (pair g, rank r, word w): bit j of
+//   mask[(g * N + r) * W + w] says candidate r suppresses candidate 32w + j (> r), W = ceil(N/32).
+// SCAN (dispatched ceil(N / CHUNK) times): one workgroup per pair visits the next CHUNK ranks in
+//   order: a candidate not removed is kept (kept_boxes, nkept) and its mask row ORed into the
+//   removed bits, which live in workgroup memory during the dispatch and in `removed` between.
 // Buffers: boxes, scores, [max_boxes], [iou_threshold], [score_threshold], order, kept_boxes,
-// nkept | nkept, kept_boxes, y, count (computed in f32). Defs: SELECT | GATHER, CENTER (boxes
+// nkept | nkept, kept_boxes, y, count (computed in f32), each kernel binding those it reads (SCORES,
+// BOXES: the helpers over scores / boxes). Defs: SELECT | GATHER | ..., CENTER (boxes
 // are [x_center, y_center, w, h], else [y1, x1, y2, x2] in either corner order), HAS_MAX, HAS_IOU,
-// HAS_SCORE (the optional inputs). Params: G (batch * classes), C (classes), N (boxes).
+// HAS_SCORE (the optional inputs), MAX_OUT (a constant max_boxes, clamped to int32). Params: G (batch * classes), C (classes), N (boxes).
 #import common::grid
 
 #ifdef SELECT
@@ -20,7 +29,17 @@ var<workgroup> shared_keep: u32;
 // Set by any thread whose share of the kept boxes suppresses the candidate: O(1) per thread and
 // candidate (a loop over the votes would spend lavapipe's per-invocation loop budget).
 var<workgroup> suppressed: atomic<u32>;
+#endif
+#ifdef INIT
+var<workgroup> tally: atomic<u32>;
+#endif
+#ifdef SCAN
+// The suppressed-candidate bits of this pair, word w owned by thread w % WORKGROUP_SIZE.
+var<workgroup> removed_bits: array<u32, #{MAX_WORDS}>;
+var<workgroup> shared_state: vec3<u32>;  // candidates, kept so far, next rank to visit
+#endif
 
+#ifdef SCORES
 fn score_of(g: u32, k: u32) -> f32 {
     return f32(scores_load(g * N() + k));
 }
@@ -33,6 +52,20 @@ fn is_candidate(g: u32, k: u32) -> bool {
 #endif
 }
 
+// How many candidates of pair g come before candidate k (best score first, ties by index).
+fn rank_of(g: u32, k: u32) -> u32 {
+    let sk = score_of(g, k);
+    var rank = 0u;
+    for (var m = 0u; m < N(); m++) {
+        if (is_candidate(g, m) && (score_of(g, m) > sk || (score_of(g, m) == sk && m < k))) {
+            rank += 1u;
+        }
+    }
+    return rank;
+}
+#endif
+
+#ifdef BOXES
 // [x_min, y_min, x_max, y_max] of box k of batch b.
 fn corners(b: u32, k: u32) -> vec4<f32> {
     let base = (b * N() + k) * 4u;
@@ -63,22 +96,34 @@ fn suppresses(b: u32, k1: u32, k2: u32, threshold: f32) -> bool {
 }
 #endif
 
+fn iou_threshold_value() -> f32 {
+#ifdef HAS_IOU
+    return f32(iou_threshold_load(0u));
+#else
+    return 0.0;
+#endif
+}
+
+fn max_out_value() -> u32 {
+#ifdef HAS_MAX
+    return u32(max(max_boxes_load(0u), 0i));
+#else
+#ifdef MAX_OUT
+    return #{MAX_OUT}u;
+#else
+    return 0u;
+#endif
+#endif
+}
+
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(wg: Grid) {
 #ifdef SELECT
     let g = grid_group(wg);
     let lid = wg.lid;
     let b = g / C();
-#ifdef HAS_MAX
-    let max_out = u32(max(max_boxes_load(0u), 0i));
-#else
-    let max_out = 0u;
-#endif
-#ifdef HAS_IOU
-    let threshold = f32(iou_threshold_load(0u));
-#else
-    let threshold = 0.0;
-#endif
+    let max_out = max_out_value();
+    let threshold = iou_threshold_value();
     // Rank every candidate: how many candidates come before it.
     if (lid == 0u) {
         atomicStore(&suppressed, 0u);
@@ -89,14 +134,7 @@ fn main(wg: Grid) {
             continue;
         }
         mine += 1u;
-        let sk = score_of(g, k);
-        var rank = 0u;
-        for (var m = 0u; m < N(); m++) {
-            if (is_candidate(g, m) && (score_of(g, m) > sk || (score_of(g, m) == sk && m < k))) {
-                rank += 1u;
-            }
-        }
-        order_store(g * N() + rank, i32(k));
+        order_store(g * N() + rank_of(g, k), i32(k));
     }
     votes[lid] = mine;
     workgroupBarrier();
@@ -136,6 +174,108 @@ fn main(wg: Grid) {
     }
     if (lid == 0u) {
         nkept_store(g, i32(kept));
+    }
+#endif
+#ifdef RANK
+    let i = grid_thread(wg);
+    if (i >= G() * N()) {
+        return;
+    }
+    let g = i / N();
+    let k = i % N();
+    if (is_candidate(g, k)) {
+        order_store(g * N() + rank_of(g, k), i32(k));
+    }
+#endif
+#ifdef INIT
+    let g = grid_group(wg);
+    let lid = wg.lid;
+    let words = (N() + 31u) / 32u;
+    if (lid == 0u) {
+        atomicStore(&tally, 0u);
+    }
+    workgroupBarrier();
+    var mine = 0u;
+    for (var k = lid; k < N(); k += WORKGROUP_SIZE) {
+        if (is_candidate(g, k)) {
+            mine += 1u;
+        }
+    }
+    for (var w = lid; w < words; w += WORKGROUP_SIZE) {
+        removed_store(g * words + w, 0i);
+    }
+    atomicAdd(&tally, mine);
+    workgroupBarrier();
+    if (lid == 0u) {
+        state_store(g * 2u, i32(atomicLoad(&tally)));
+        state_store(g * 2u + 1u, 0i);
+        nkept_store(g, 0i);
+    }
+#endif
+#ifdef MASK
+    let i = grid_thread(wg);
+    let words = (N() + 31u) / 32u;
+    if (i >= G() * N() * words) {
+        return;
+    }
+    let w = i % words;
+    let r = (i / words) % N();
+    let g = i / (words * N());
+    let candidates = u32(state_load(g * 2u));
+    if (r >= candidates) {
+        return;
+    }
+    let b = g / C();
+    let threshold = iou_threshold_value();
+    let box = u32(order_load(g * N() + r));
+    var bits = 0u;
+    for (var j = max(32u * w, r + 1u); j < min(32u * w + 32u, candidates); j++) {
+        if (suppresses(b, box, u32(order_load(g * N() + j)), threshold)) {
+            bits |= 1u << (j % 32u);
+        }
+    }
+    mask_store((g * N() + r) * words + w, bitcast<i32>(bits));
+#endif
+#ifdef SCAN
+    let g = grid_group(wg);
+    let lid = wg.lid;
+    let words = (N() + 31u) / 32u;
+    for (var w = lid; w < words; w += WORKGROUP_SIZE) {
+        removed_bits[w] = bitcast<u32>(removed_load(g * words + w));
+    }
+    if (lid == 0u) {
+        shared_state = vec3<u32>(u32(state_load(g * 2u)), u32(nkept_load(g)), u32(state_load(g * 2u + 1u)));
+    }
+    let st = workgroupUniformLoad(&shared_state);
+    let max_out = max_out_value();
+    var kept = st.y;  // the same in every thread: only uniform values change it
+    let end = min(st.z + #{CHUNK}u, st.x);
+    var r = st.z;
+    for (; r < end; r++) {
+        if (kept >= max_out) {
+            break;
+        }
+        let word = workgroupUniformLoad(&removed_bits[r / 32u]);
+        workgroupBarrier();
+        if ((word & (1u << (r % 32u))) != 0u) {
+            continue;
+        }
+        if (lid == 0u) {
+            kept_boxes_store(g * N() + kept, order_load(g * N() + r));
+        }
+        kept += 1u;
+        let row = (g * N() + r) * words;
+        for (var w = r / 32u + lid; w < words; w += WORKGROUP_SIZE) {  // one thread a word
+            removed_bits[w] |= bitcast<u32>(mask_load(row + w));
+        }
+    }
+    workgroupBarrier();
+    for (var w = lid; w < words; w += WORKGROUP_SIZE) {
+        removed_store(g * words + w, bitcast<i32>(removed_bits[w]));
+    }
+    if (lid == 0u) {
+        nkept_store(g, i32(kept));
+        state_store(g * 2u + 1u, i32(r));
     }
 #endif
 #ifdef GATHER

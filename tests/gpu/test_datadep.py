@@ -208,11 +208,15 @@ def test_errors_name_node_and_input():
 
 
 def test_nms_at_its_box_limit(runtime):
-    """1024 boxes in one class: the most one workgroup ranks within lavapipe's loop budget."""
+    """1024 boxes in one class: the most one workgroup ranks within lavapipe's loop budget; past
+    it the large path, up to 32768."""
     model = nms_model(1, 1, 1024)
     exe = runtime.load_model(compile_model(model))
     run_exe_like_ort(exe, model, [nms_feeds(1, 1, 1024, max_out=2000, iou=0.2, score=0.0)])
-    with pytest.raises(ShapeInferenceError, match="up to 1024"):
-        compile_model(nms_model(1, 1, 1025))
+    past = nms_model(1, 1, 1025)  # one past it: the large path (rank, bit matrix, chunked scan)
+    run_exe_like_ort(runtime.load_model(compile_model(past)), past,
+                     [nms_feeds(1, 1, 1025, max_out=2000, iou=0.2, score=0.0)])
+    with pytest.raises(ShapeInferenceError, match="up to 32768"):
+        compile_model(nms_model(1, 1, 32769))
 
 

@@ -367,7 +367,22 @@ def slice_dim(d: Dim, start: Dim, end: Dim, step: Dim) -> tuple[Dim, Dim]:
     return first, max(length, 0) if isinstance(length, int) else length
 
 
+_DIM_LIMIT = 2**31  # dims are below it: what the indicator in at_most divides by
+
+
+def at_most(d: Dim, c: int) -> Dim:
+    """min(d, c) for a dim d in [0, 2**31) and a constant c >= 0, as a dim expression: the
+    indicator [d >= c] is (d - c + 2**31) // 2**31 for such d, so min = d - (d - c) * [d >= c]."""
+    if isinstance(d, int):
+        return min(d, c)
+    return d - (d - c) * ((d - c + _DIM_LIMIT) // _DIM_LIMIT)
+
+
 class Slice(Operator):
+    """A constant start/end within a data-dependent dim (NonZero's, NonMaxSuppression's count)
+    is clamped to it at run time (`keep[:100]` of 7 kept boxes is 7 rows); against other symbolic
+    dims the model promises it is in range (_sym_bound)."""
+
     op_type = "Slice"
 
     def params(self, ctx: InferenceCtx) -> list[tuple[int, Dim, Dim, int]]:
@@ -397,7 +412,11 @@ class Slice(Operator):
         first: list[Dim] = [0] * len(shape)
         length, steps = list(shape), [1] * len(shape)
         for axis, start, end, step in self.params(ctx):
-            first[axis], length[axis] = slice_dim(shape[axis], start, end, step)
+            d = shape[axis]
+            if step > 0 and not isinstance(d, int) and ctx.env.data_symbols.keys() & d.symbols:
+                start, end = (at_most(d, v) if isinstance(v, int) and 0 < v < UNBOUNDED else v
+                              for v in (start, end))
+            first[axis], length[axis] = slice_dim(d, start, end, step)
             steps[axis] = step
         return first, length, steps
 

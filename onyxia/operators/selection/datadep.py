@@ -63,7 +63,9 @@ class NonZero(Operator):
         n = numel(shape)
         if is_zero(n):
             return [(dtypes.INT64, (rank, 0))]
-        return [(dtypes.INT64, (rank, ctx.env.data_symbol(f"{ctx.node.name}_count", n)))]
+        # Named by the input, not the node: NonZero nodes of one tensor (an exporter's boxes[keep],
+        # scores[keep], labels[keep]) share the count, so their results broadcast together.
+        return [(dtypes.INT64, (rank, ctx.env.data_symbol(f"nonzero_{ctx.node.inputs[0]}", n)))]
 
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         vals = ctx.numeric_values()

@@ -4,7 +4,10 @@ Both are planned for their upper bound (every item distinct; every box kept), co
 on the device and read back only that count (ReadSymbol), which sizes the outputs and everything
 after them. Both kernels loop over all items in every invocation, so the sizes they take are
 bounded (lavapipe stops an invocation after ~65,535 loop iterations): Unique up to
-MAX_UNIQUE_STEPS compared elements, NonMaxSuppression up to MAX_NMS_BOXES boxes per class.
+MAX_UNIQUE_STEPS compared elements. NonMaxSuppression ranks and suppresses up to MAX_NMS_BOXES
+boxes per class in one workgroup; past that (SSD, RetinaNet and Faster R-CNN concatenate thousands
+of candidates) it ranks every box in its own thread, computes the suppression bit matrix of the
+ranked candidates in parallel and scans it in bounded chunks, up to MAX_NMS_LARGE_BOXES boxes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from onyxia.plan import ReadSymbol, Step
 
 MAX_UNIQUE_STEPS = 32768  # items * elements per item
 MAX_NMS_BOXES = 1024  # per thread: (boxes / 256) * boxes ranking steps + boxes * (boxes / 256 + ~10)
+# The large path (nms_rank / nms_mask / nms_scan): a rank is a loop over every box, a scan dispatch
+# visits NMS_CHUNK ranks of (1 + words / 256) steps each; its removed bits fill workgroup memory.
+MAX_NMS_LARGE_BOXES = 32768
+NMS_CHUNK = 4096
 
 
 def _static_value(ctx: InferenceCtx, d: Dim) -> int | None:
@@ -132,7 +139,8 @@ class NonMaxSuppression(Operator):
     def infer(self, ctx: InferenceCtx) -> list[tuple[DType, Shape]]:
         batch, classes, boxes = self._layout(ctx)
         max_out = self._max_out(ctx)
-        per_class = boxes if max_out is None or (isinstance(boxes, int) and boxes < max_out) else max_out
+        most = _static_value(ctx, boxes)  # a data-dependent count's bound, so at least its value
+        per_class = boxes if max_out is None or (most is not None and most <= max_out) else max_out
         bound = batch * classes * per_class
         if is_zero(bound):
             return [(dtypes.INT64, (0, 3))]
@@ -144,31 +152,76 @@ class NonMaxSuppression(Operator):
         if is_zero(count) or is_zero(boxes):
             return []
         n_static = _static_value(ctx, boxes)
-        if n_static is not None and n_static > MAX_NMS_BOXES:
-            raise ctx.fail(f"NonMaxSuppression ranks {boxes} boxes per class in one workgroup; onyxia takes up to "
-                           f"{MAX_NMS_BOXES}", 0)
+        if n_static is not None and n_static > MAX_NMS_LARGE_BOXES:
+            raise ctx.fail(f"NonMaxSuppression ranks {boxes} (up to {n_static}) boxes per class; onyxia takes up "
+                           f"to {MAX_NMS_LARGE_BOXES}", 0)
         pairs = batch * classes
         order, kept = ctx.scratch(pairs * boxes, "int32", "order"), ctx.scratch(pairs * boxes, "int32", "kept")
         nkept, total = ctx.scratch(pairs, "int32", "nkept"), ctx.scratch(1, "int32", "count")
         reads = [("boxes", 0), ("scores", 1)]
-        defs: dict[str, object] = {"SELECT": True, "CENTER": bool(ctx.attr("center_point_box", 0))}
+        defs: dict[str, object] = {"CENTER": bool(ctx.attr("center_point_box", 0))}
+        max_out = self._max_out(ctx)
+        if max_out is not None:  # a constant: a def, clamped to what the kernel counts in (int64 max is common)
+            defs["MAX_OUT"] = min(max_out, 2**31 - 1)
         for name, i, flag in (("max_boxes", 2, "HAS_MAX"), ("iou_threshold", 3, "HAS_IOU"),
                               ("score_threshold", 4, "HAS_SCORE")):
-            if ctx.has_input(i):
+            if ctx.has_input(i) and (i != 2 or max_out is None):
                 reads.append((name, i))
                 defs[flag] = True
         types = {name: ctx.compute_type(ctx.input_dtype(i), name) for name, i in reads}
         for name in ("boxes", "scores", "iou_threshold", "score_threshold"):
             if types.get(name, "f32") != "f32":
                 raise ctx.fail(f"{name} must be floats, got {ctx.input_dtype(dict(reads)[name])}")
+        inputs = {n: ctx.input(i) for n, i in reads}
         params = {"G": pairs, "C": classes, "N": boxes}
-        select = ctx.dispatch("selection/nms.wgsl", label="nms_select", defs=defs, params=params,
-                              reads={n: ctx.input(i) for n, i in reads},
-                              writes={"order": order, "kept_boxes": kept, "nkept": nkept}, workgroups=(pairs, 1, 1))
+        if n_static is not None and n_static > MAX_NMS_BOXES:
+            steps = self._plan_large(ctx, inputs, defs, params, n_static, order, kept, nkept)
+        else:
+            steps = [ctx.dispatch("selection/nms.wgsl", label="nms_select",
+                                  defs={**defs, "SELECT": True, "SCORES": True, "BOXES": True},
+                                  params=params, reads=inputs,
+                                  writes={"order": order, "kept_boxes": kept, "nkept": nkept},
+                                  workgroups=(pairs, 1, 1))]
         gather = ctx.dispatch("selection/nms.wgsl", label="nms_gather", params=params, defs={"GATHER": True},
                               reads={"nkept": nkept, "kept_boxes": kept}, writes={"y": ctx.output(0), "count": total},
                               workgroups=ctx.grid(pairs * boxes))
-        return [select, gather, ReadSymbol(total, str(count), pairs * boxes)]
+        return [*steps, gather, ReadSymbol(total, str(count), pairs * boxes)]
+
+    @staticmethod
+    def _plan_large(ctx: PlanCtx, inputs: dict[str, str], defs: dict[str, object], params: dict[str, object],
+                    n_static: int, order: str, kept: str, nkept: str) -> list[Step]:
+        """Rank in a thread per box, the suppression bit matrix in a thread per (rank, word), and
+        ceil(n / NMS_CHUNK) scan dispatches (see shaders/selection/nms.wgsl)."""
+        pairs, boxes = params["G"], params["N"]
+        words = (boxes + 31) // 32
+        state = ctx.scratch(pairs * 2, "int32", "state")
+        removed = ctx.scratch(pairs * words, "int32", "removed")
+        mask = ctx.scratch(pairs * boxes * words, "int32", "mask")
+        shader = "selection/nms.wgsl"
+        flags = {"max_boxes": "HAS_MAX", "iou_threshold": "HAS_IOU", "score_threshold": "HAS_SCORE"}
+
+        def step(label: str, names: tuple[str, ...], reads: dict[str, str], writes: dict[str, str],
+                 workgroups: object, **extra: object) -> Step:
+            bound = {n: inputs[n] for n in names if n in inputs}
+            kind = {flags[n]: True for n in bound if n in flags} | {"CENTER": defs["CENTER"]}
+            kind |= {"MAX_OUT": defs["MAX_OUT"]} if "MAX_OUT" in defs and "max_boxes" in names else {}
+            kind |= {"SCORES": "scores" in bound} if "scores" in bound else {}
+            kind |= {"BOXES": True} if "boxes" in bound else {}
+            return ctx.dispatch(shader, label=f"nms_{label}", defs={**kind, label.upper(): True, **extra},
+                                params=params, reads=bound | reads, writes=writes, workgroups=workgroups)
+
+        scored = ("scores", "score_threshold")
+        steps = [
+            step("rank", scored, {}, {"order": order}, ctx.grid(pairs * boxes)),
+            step("init", scored, {}, {"state": state, "removed": removed, "nkept": nkept}, (pairs, 1, 1)),
+            step("mask", ("boxes", "iou_threshold"), {"order": order, "state": state}, {"mask": mask},
+                 ctx.grid(pairs * boxes * words)),
+        ]
+        for _ in range(-(-n_static // NMS_CHUNK)):
+            steps.append(step("scan", ("max_boxes",), {"order": order, "mask": mask},
+                              {"state": state, "removed": removed, "kept_boxes": kept, "nkept": nkept}, (pairs, 1, 1),
+                              CHUNK=NMS_CHUNK, MAX_WORDS=MAX_NMS_LARGE_BOXES // 32))
+        return steps
 
 
 def operators() -> list[tuple[Operator, int]]:
