@@ -10,7 +10,7 @@ engines alternating call by call (onyxia, onnxruntime-WebGPU, onnxruntime CPU, a
 the machine's load hits them alike; the ratios onyxia/WebGPU and onyxia/CPU; correctness (max
 |diff| over max |output| against onnxruntime CPU, for onyxia and for the WebGPU peer). Per model:
 onyxia's cold load split (LoadReport: parse, compiler passes, WGSL, shader modules, pipelines,
-tuning, uploads), its first run, the same load and first run in a second process with the plan and
+uploads; nothing is tuned at load: runs time kernels later), its first run, the same load and first run in a second process with the plan and
 tuning caches warm, the time to the first result at the second size (rebind) and the plans
 compiled (`sess.stats.compiles`). Last, the geometric mean of onyxia/WebGPU.
 
@@ -125,7 +125,7 @@ def load_split(report) -> dict[str, float]:
     """The LoadReport in the parts the table shows (ms)."""
     rt = report.runtime
     return {"parse": report.parse_s * 1e3, "passes": report.compile_s * 1e3, "wgsl": rt.render_s * 1e3,
-            "modules": rt.shader_modules_s * 1e3, "pipelines": rt.pipelines_s * 1e3, "tuning": rt.tuning_s * 1e3,
+            "modules": rt.shader_modules_s * 1e3, "pipelines": rt.pipelines_s * 1e3,
             "uploads": rt.buffers_s * 1e3, "cache": report.cache_s * 1e3}
 
 
@@ -249,7 +249,7 @@ def report(rows: list[ModelRow]) -> float | None:
           "values in order.")
     if geo is not None:
         print(f"geometric mean of onyxia/webgpu over {len(ratios)} rows: {geo:.2f}")
-    parts = ("parse", "passes", "wgsl", "modules", "pipelines", "tuning", "uploads", "cache")
+    parts = ("parse", "passes", "wgsl", "modules", "pipelines", "uploads", "cache")
     print(f"\n{'model':22} {'load':>8} " + " ".join(f"{p:>9}" for p in parts) +
           f" {'other':>8} {'1st run':>8} {'warm ld':>8} {'warm 1st':>8} {'rebind':>8} {'plans':>5} {'web load':>8}")
     for r in rows:
