@@ -10,8 +10,8 @@ engines alternating call by call (onyxia, onnxruntime-WebGPU, onnxruntime CPU, a
 the machine's load hits them alike; the ratios onyxia/WebGPU and onyxia/CPU; correctness (max
 |diff| over max |output| against onnxruntime CPU, for onyxia and for the WebGPU peer). Per model:
 onyxia's cold load split (LoadReport: parse, compiler passes, WGSL, shader modules, pipelines,
-uploads; nothing is tuned at load: runs time kernels later), its first run, the same load and first run in a second process with the plan and
-tuning caches warm, the time to the first result at the second size (rebind) and the plans
+uploads; nothing is tuned at load: later runs time kernels), its first run, the same load and first
+run in a second process with the plan and tuning caches warm, the time to the first result at the second size (rebind) and the plans
 compiled (`sess.stats.compiles`). Last, the geometric mean of onyxia/WebGPU.
 
 lavapipe compiles a kernel when it is first dispatched, not when its pipeline is made: on it the
