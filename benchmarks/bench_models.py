@@ -11,8 +11,8 @@ the machine's load hits them alike; the ratios onyxia/WebGPU and onyxia/CPU; cor
 |diff| over max |output| against onnxruntime CPU, for onyxia and for the WebGPU peer). Per model:
 onyxia's cold load split (LoadReport: parse, compiler passes, WGSL, shader modules, pipelines,
 uploads; nothing is tuned at load: later runs time kernels), its first run, the same load and first
-run in a second process with the plan and tuning caches warm, the time to the first result at the second size (rebind) and the plans
-compiled (`sess.stats.compiles`). Last, the geometric mean of onyxia/WebGPU.
+run in a second process with the plan and tuning caches warm, the time to the first result at
+the second size (rebind) and the plans compiled (`sess.stats.compiles`). Last, the geometric mean of onyxia/WebGPU.
 
 lavapipe compiles a kernel when it is first dispatched, not when its pipeline is made: on it the
 first run, not the load's "pipelines", holds most of the driver's compile time, and Mesa's own
