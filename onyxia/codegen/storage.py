@@ -381,7 +381,7 @@ fn onyxia_checked_f32_to_i32(v: f32) -> i32 {
     // NaN and +-inf have no integer (ONNX leaves the Cast undefined; x86 gives its "indefinite"
     // value, INT64_MIN): models compute them only to discard them (T5's position buckets take
     // log(0) under a Where), so they give -2^31 without a report. Finite values out of range report.
-    if (v != v || abs(v) > 3.4028235e38) { return -2147483647i - 1i; }
+    if ((bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u) { return -2147483647i - 1i; }  // NaN, +-inf
     if (v >= 2147483648.0 || v < -2147483648.0) { onyxia_report(); }
     return i32(trunc(v));
 }

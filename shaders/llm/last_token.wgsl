@@ -17,7 +17,7 @@ var<workgroup> best_index: array<u32, WG>;
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let b = wid.x;
     let src = (b * S() + S() - 1u) * V();
-    var value = -3.4028235e38f;
+    var value = bitcast<f32>(0xff7fffffu);  // -FLT_MAX (its decimal form rounds past f32 for Tint)
     var index = 0xffffffffu;
     for (var j = lid; j < V(); j += WG) {
         let x = f32(logits_load(src + j));

@@ -81,7 +81,7 @@ fn square_add(v: f32, c: f32) -> f32 {
     let b = s - c;
     let t = (c - (s - b)) + (p - b);
     // an infinite (or NaN) sum: the plain one, which is what it is (the two-sum would be NaN)
-    return select(c + p, s + (t + e), abs(s) <= 3.4028235e38);
+    return select(c + p, s + (t + e), abs(s) <= bitcast<f32>(0x7f7fffffu));  // finite: <= FLT_MAX
 }
 #endif
 
