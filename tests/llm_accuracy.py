@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.llm_fixtures import Fixture, explicit_qk_norm, window_rows
+from tests.llm_fixtures import Fixture, explicit_qk_norm, ort_loop, window_rows
 
 STEPS = 4  # the prefill and 3 decode steps
 # onnxruntime's and onyxia's int8 roundings differ at midpoints (different f32 sums of the same
@@ -70,27 +70,11 @@ def _ort_logits(model_path: Path, config, prompt: list[int], forced: list[int] |
 
     capacity = window_rows(onnx.load(str(model_path), load_external_data=False), config, 1 << 30)
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    inputs = {i.name: i for i in session.get_inputs()}
-    outputs = [o.name for o in session.get_outputs()]
     dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
     heads, head = config.decoder.num_key_value_heads, config.decoder.head_size
-    past = {name: np.zeros((1, heads, capacity.get(name, 0), head), dtype[info.type])
-            for name, info in inputs.items() if name.startswith("past_key_values.")}
-    ids, total, logits, fed = list(prompt), 0, [], []
-    for step in range(steps):
-        n = len(ids)
-        feeds = {"input_ids": np.array([ids], np.int64), **past}
-        if "attention_mask" in inputs:
-            feeds["attention_mask"] = np.ones((1, total + n), np.int64)
-        if "position_ids" in inputs:
-            feeds["position_ids"] = np.arange(total, total + n, dtype=np.int64)[None]
-        result = dict(zip(outputs, session.run(outputs, feeds)))
-        logits.append(result["logits"][0, -1].astype(np.float32))
-        past = {name.replace("present.", "past_key_values."): value
-                for name, value in result.items() if name.startswith("present.")}
-        total += n
-        ids = [forced[step] if forced else int(np.argmax(logits[-1]))]
-        fed.append(ids[0])
+    past = {i.name: np.zeros((1, heads, capacity.get(i.name, 0), head), dtype[i.type])
+            for i in session.get_inputs() if i.name.startswith("past_key_values.")}
+    fed, logits = ort_loop(session, past, prompt, steps, forced)
     return logits, fed
 
 

@@ -166,15 +166,24 @@ def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "m
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization)
     session = ort.InferenceSession(str(folder / model_file), options, providers=["CPUExecutionProvider"])
     inputs = {i.name: i for i in session.get_inputs()}
-    outputs = [o.name for o in session.get_outputs()]
     dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
     past = {}
     for name, info in inputs.items():
         if name.startswith("past_key_values."):
             shape = [0 if isinstance(d, str) and "past" in d else (1 if isinstance(d, str) else d) for d in info.shape]
             past[name] = np.zeros(shape, dtype[info.type])
+    return ort_loop(session, past, prompt, steps)
+
+
+def ort_loop(session, past: dict[str, np.ndarray], prompt: list[int], steps: int,
+             forced: list[int] | None = None) -> tuple[list[int], list[np.ndarray]]:
+    """`steps` forward passes of an onnxruntime decoder session from `prompt`, each step's
+    presents fed back as pasts (starting from `past`): the tokens fed after the prompt (`forced`,
+    or the greedy ones) and the last position's logits before each."""
+    inputs = {i.name for i in session.get_inputs()}
+    outputs = [o.name for o in session.get_outputs()]
     ids, total, tokens, logits = list(prompt), 0, [], []
-    for _ in range(steps):
+    for step in range(steps):
         n = len(ids)
         feeds = {"input_ids": np.array([ids], np.int64), **past}
         if "attention_mask" in inputs:
@@ -189,7 +198,7 @@ def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "m
         past = {name.replace("present.", "past_key_values."): value
                 for name, value in result.items() if name.startswith("present.")}
         total += n
-        ids = [int(np.argmax(last))]
+        ids = [forced[step] if forced else int(np.argmax(last))]
         tokens.append(ids[0])
     return tokens, logits
 
