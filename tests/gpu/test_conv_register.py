@@ -67,6 +67,12 @@ CASES = {
     "depthwise_x2": ([[1, 4, 9, 8], [8, 1, 3, 3], dict(group=4), [{}]]),
     "conv1d": ([[2, 8, "L"], [12, 8, 3], dict(pads=[1, 2], dilations=[2]), [dict(L=13), dict(L=32)]]),
     "conv3d": ([[1, 4, 5, 6, 8], [8, 4, 3, 2, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1]), [{}]]),
+    # static row widths: a row segment fitted to the row comes first (cpu.fit_width): 56 -> 2 x 28
+    # (batch and height symbolic), 30 -> 16 + 14 (stride 2), depthwise 44 -> 24 + 20
+    "fitted_rows": ([["n", 8, "h", 56], [12, 8, 3, 3], dict(pads=[1, 1, 1, 1]),
+                     [dict(n=2, h=5), dict(n=1, h=3)]]),
+    "fitted_odd_segments": ([[1, 8, 5, 60], [8, 8, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]), [{}]]),
+    "fitted_depthwise": ([[2, 8, 6, 44], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2]), [{}]]),
 }
 
 
@@ -97,6 +103,26 @@ def test_long_reduction_is_split(runtime):
     ran = check_every_alternative(runtime, model, [1, 24576, "h", "w"], [dict(h=2, w=3)], tol=2e-3,
                                   compiled=compiled)
     assert any(label.startswith("register/") for label in ran)
+
+
+def test_fitted_rows_are_the_cpu_heuristic():
+    # 3x3 over 56-wide rows: 2 segments of 28 (8 channels); 7-wide rows: one segment of 8
+    for width, label in ((56, "register4/8x28"), (7, "register/16x8")):
+        model = conv_model("Conv", [1, 32, 4, width], [32, 32, 3, 3], pads=[1, 1, 1, 1])
+        compiled = compile_model(model, {})
+        select = next(s for op in compiled.operations for s in op.steps if getattr(s, "key", "").startswith("conv/"))
+        assert select.labels[0] == label, select.labels
+
+
+def test_long_reduction_fitted_rows(runtime):
+    # 3x3 over 6000 input channels (18000 kernel rows, past lavapipe's ~65,535 loop iterations
+    # with 3 loops a row) on a fitted 20-wide row segment: split in 3 and added up.
+    model = conv_model("Conv", [1, 6000, 3, 20], [4, 6000, 3, 3], pads=[1, 1, 1, 1])
+    compiled = compile_model(model, {})
+    labels = [compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, "cpu")]
+    assert labels == ["conv/conv_register", "matmul/splitk"], labels
+    ran = check_every_alternative(runtime, model, [1, 6000, 3, 20], [{}], tol=2e-3, compiled=compiled)
+    assert "register4/4x20" in ran, ran
 
 
 def _with_epilogue(model, exprs, inputs, extra_inputs=()):

@@ -303,7 +303,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     alternatives = []
     # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
     row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
-    tiles = register_tiles(spec.mg, flat.kernel[-1])
+    tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1])
     for x4, rm, rp in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
         guard = row4 if x4 else ALWAYS
         if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:

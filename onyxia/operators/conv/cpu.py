@@ -45,10 +45,14 @@ MAX_ROWS_PER_INVOCATION = 8192
 MAX_BODY = 512
 
 
-# (RM, RP) tiles offered, the heuristic's first (the module doc has the measurements).
+# (RM, RP) tiles offered, the heuristic's first (the module doc has the measurements). Where the
+# output row's width is static, a row segment fitted to it (fit_width) comes first.
 TILES = ((16, 8), (8, 8), (16, 4))  # pointwise (KW = 1)
-ROW_TILES = ((8, 8), (16, 8), (16, 4))  # KW > 1: a longer body per row
+LONG_ROW_TILES = ((16, 16), (16, 8), (8, 8))  # pointwise over >= LONG_ROW positions
+LONG_ROW = 128
+ROW_TILES = ((16, 8), (8, 8), (16, 16))  # KW > 1: a longer body per row
 DEPTHWISE_TILES = ((1, 16), (1, 8))
+FIT_MAX = 28  # the longest row segment fitted to a row (fit_width)
 
 
 # On a Conv node: its weights are stored k-major (to_kmajor), which every kernel reads (def
@@ -72,13 +76,30 @@ def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
     return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
 
 
-def register_tiles(mg: int, kw: int) -> list[tuple[int, int]]:
-    """The tiles offered for MG output channels per group and kernel rows KW wide, the
-    heuristic's first: no more rows than MG needs."""
+def fit_width(ow: Dim) -> int | None:
+    """The row segment (RP, a multiple of 4, at most FIT_MAX) that splits a static output row of
+    OW > 8 positions into the fewest segments with the fewest idle positions (56 -> 2 x 28,
+    14 -> 16); None for a symbolic or short row."""
+    if not isinstance(ow, int) or ow <= 8:
+        return None
+    return 4 * ceil_div(ceil_div(ow, ceil_div(ow, FIT_MAX)), 4)
+
+
+def register_tiles(mg: int, kw: int, ow: Dim = None) -> list[tuple[int, int]]:
+    """The tiles offered for MG output channels per group, kernel rows KW wide and output rows
+    OW wide (the flattened P of a pointwise conv), the heuristic's first: no more channel rows
+    than MG needs, and for a conv with a spatial kernel or a depthwise one, first a segment
+    fitted to a static row (each weight load then serves more positions)."""
+    fit = fit_width(ow) if kw > 1 or mg == 1 else None
     if mg == 1:
-        return list(DEPTHWISE_TILES)
+        short = isinstance(ow, int) and ow <= 8  # one segment of 8 covers the row
+        return list(dict.fromkeys(([(1, fit)] if fit else []) + list(DEPTHWISE_TILES[::-1] if short else DEPTHWISE_TILES)))
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
-    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in (TILES if kw == 1 else ROW_TILES)))
+    if kw > 1:
+        tiles = ([(8, fit)] if fit else []) + list(ROW_TILES)
+    else:
+        tiles = list(LONG_ROW_TILES if isinstance(ow, int) and ow >= LONG_ROW else TILES)
+    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in tiles))[:4]
 
 
 def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
@@ -179,5 +200,5 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     return steps
 
 
-__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "from_kmajor", "generated", "plan_register",
+__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "fit_width", "from_kmajor", "generated", "plan_register",
            "register_applies", "register_tiles", "span_loads", "to_kmajor"]
