@@ -13,13 +13,22 @@ Shapes the variants take (all f32 compute, any float storage; not ConvTranspose)
 - general: any kernel, stride, dilation, pads, groups, 1-D to 3-D (conv::window's 3-D params);
 - depthwise (one output channel per group): RM = 1, input reuse along the row only.
 
-Tiles (TILES, ROW_TILES, DEPTHWISE_TILES), measured on lavapipe (Mesa 22.3, 2 cores shared
-with a load average of ~17, so min of 7 rounds, every variant side by side): 1x1 64->64 at
-56x56 16x8 2.2 ms, 8x8 2.5, 16x4 3.3-4.1 (the workgroup-tiled matrix product: 94 ms); 1x3 at
-56x56 8x8 6.1 ms, 16x8 11.4, 16x4 23; the C=3 stem 16x8 1.5 ms, 8x8 1.7, 16x4 1.9-2.2;
-depthwise 3x3 over 64 x 112x112 1x16 3.9-5.9 ms, 1x8 6.9-10. Each conv's Select offers
-the tiles that fit, vec4-input forms first where rows are a multiple of 4 wide (no clear
-difference measured, but never slower), and the tuner chooses among them.
+Tiles (TILES, LONG_ROW_TILES, ROW_TILES, DEPTHWISE_TILES and the fitted row segment of
+fit_width), measured on lavapipe (Mesa 22.3, 2 cores shared with a load average of 7-17) in
+process CPU time, which a loaded machine barely moves (wall-clock medians of the same kernel
+varied 2-3x between runs; the FMA-peak kernel of runtime/peaks.py runs at 26 GF/s per CPU
+second there): 3x3 64->64 at 56x56 8x28 20.3 ms (11.4 GF/s), 16x8 23.5, 8x8 26.0, 16x16 23.4,
+32x8 26.2, 8x4 37.2; 128->128 at 28x28 8x28 20.6, 16x8 26.0; 256->256 at 14x14 8x16 22.7,
+16x16 22.1, 16x8 32.1, 8x8 35.7; 512->512 at 7x7 16x8 25.5, 8x8 29.4, every wider tile the
+same (at 7x7 a conv's cost follows its weight loads, the same for every tile there); the 7x7
+stem (224x224, stride 2) 8x28 22.9, 16x8 28.0; 1x1 64->64 over 56x56 16x16 3.9, 16x8 4.1,
+over 14x14 16x16 3.5, 16x8 4.2, over 7x7 16x8 4.6, 16x16 7.2; depthwise 3x3 72 x 56x56 1x28
+2.5, 1x16 3.1, 1x8 3.0; 5x5 120 x 28x28 1x28 1.4, 1x16 1.9. A wider row segment pays where the
+row fills it: each weight load, uniform across the lanes but inside the channel loop, then
+serves more positions. (Earlier wall-clock figures put 3x3 at a third of 1x3's rate per flop;
+in CPU time it is not slower per flop than 1x3 or 1x1.) Each conv's Select offers up to 4
+tiles that fit, vec4-input forms first where rows are a multiple of 4 wide (8x28 at 56x56:
+20.3 ms vs 27.8 scalar), and the tuner chooses among them.
 Trip counts: an invocation walks at most MAX_ROWS_PER_INVOCATION (input channel, kernel row)
 pairs; more input channels are split and the partial sums added by matmul/splitk.wgsl.
 """
