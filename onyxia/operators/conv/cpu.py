@@ -13,22 +13,25 @@ Shapes the variants take (all f32 compute, any float storage; not ConvTranspose)
 - general: any kernel, stride, dilation, pads, groups, 1-D to 3-D (conv::window's 3-D params);
 - depthwise (one output channel per group): RM = 1, input reuse along the row only.
 
-Tiles (TILES, LONG_ROW_TILES, ROW_TILES, DEPTHWISE_TILES and the fitted row segment of
-fit_width), measured on lavapipe (Mesa 22.3, 2 cores shared with a load average of 7-17) in
-process CPU time, which a loaded machine barely moves (wall-clock medians of the same kernel
-varied 2-3x between runs; the FMA-peak kernel of runtime/peaks.py runs at 26 GF/s per CPU
-second there): 3x3 64->64 at 56x56 8x28 20.3 ms (11.4 GF/s), 16x8 23.5, 8x8 26.0, 16x16 23.4,
-32x8 26.2, 8x4 37.2; 128->128 at 28x28 8x28 20.6, 16x8 26.0; 256->256 at 14x14 8x16 22.7,
-16x16 22.1, 16x8 32.1, 8x8 35.7; 512->512 at 7x7 16x8 25.5, 8x8 29.4, every wider tile the
-same (at 7x7 a conv's cost follows its weight loads, the same for every tile there); the 7x7
-stem (224x224, stride 2) 8x28 22.9, 16x8 28.0; 1x1 64->64 over 56x56 16x16 3.9, 16x8 4.1,
-over 14x14 16x16 3.5, 16x8 4.2, over 7x7 16x8 4.6, 16x16 7.2; depthwise 3x3 72 x 56x56 1x28
-2.5, 1x16 3.1, 1x8 3.0; 5x5 120 x 28x28 1x28 1.4, 1x16 1.9. A wider row segment pays where the
-row fills it: each weight load, uniform across the lanes but inside the channel loop, then
-serves more positions. (Earlier wall-clock figures put 3x3 at a third of 1x3's rate per flop;
-in CPU time it is not slower per flop than 1x3 or 1x1.) Each conv's Select offers up to 4
-tiles that fit, vec4-input forms first where rows are a multiple of 4 wide (8x28 at 56x56:
-20.3 ms vs 27.8 scalar), and the tuner chooses among them.
+Tiles (TILES, ROW_TILES, STRIDED_ROW_TILES, DEPTHWISE_TILES), each preferred for a range of
+output row widths, static or symbolic (a model's usually are). Measured on lavapipe (Mesa 22.3,
+2 cores shared with a load average of 7-17) in process CPU time, which a loaded machine barely
+moves (wall-clock medians of one kernel varied 2-3x between runs; the FMA-peak kernel of
+runtime/peaks.py runs at 26 GF/s per CPU second there), symbolic dims, ms per conv:
+3x3 64->64 at 56x56 8x28 17.5, 8x16 22.7, 16x8 23.6, 8x8 25.8; 128->128 at 28x28 8x28 19.4,
+16x8 26.1, 8x8 28.6; 256->256 at 14x14 8x16 30.5, 16x8 31.6, 8x8 35.0; 512->512 at 7x7 16x8
+31.2, 8x8 34.4, 8x16 58.7; stride 2: 64->128 from 56x56 8x16 13.3, 8x28 15.3, 8x8 15.8; 128->256
+from 28x28 8x16 15.6, 8x8 18.6, 8x28 28.7; the 7x7 stem at 224x224 8x16 22.0, 8x28 22.3, 8x8
+25.8; 1x1 64->64 over 56x56 16x16 3.9, 16x8 4.1; over 7x7 16x8 4.6, 16x16 7.2; depthwise 3x3
+72 x 56x56 1x28 2.1, 1x16 2.7; 5x5 120 x 28x28 1x28 1.5, 1x16 1.5, 1x8 2.5; 3x3 480 x 14x14
+1x16 2.1, 1x28 2.8. A wider row segment pays where the row fills it: each weight load (uniform
+across the lanes, but inside the channel loop) then serves more positions. Not faster: more
+channel rows (32x8, 16x28), the lanes over 8 channel blocks of one segment instead of 8
+segments (input loads uniform, weight loads per lane: 8x28 20.9 vs 20.8), fma() for the
+multiply-adds. (Wall-clock figures had put 3x3 at a third of 1x3's rate per flop; in CPU time
+it is not slower per flop than 1x3 or 1x1.) Each conv's Select offers those tiles, vec4-input
+forms first where rows are a multiple of 4 wide (8x28 at 56x56: 17.5 ms vs 27.2 scalar), and
+the tuner chooses among them.
 Trip counts: an invocation walks at most MAX_ROWS_PER_INVOCATION (input channel, kernel row)
 pairs; more input channels are split and the partial sums added by matmul/splitk.wgsl.
 """
@@ -54,14 +57,15 @@ MAX_ROWS_PER_INVOCATION = 8192
 MAX_BODY = 512
 
 
-# (RM, RP) tiles offered, the heuristic's first (the module doc has the measurements). Where the
-# output row's width is static, a row segment fitted to it (fit_width) comes first.
-TILES = ((16, 8), (8, 8), (16, 4))  # pointwise (KW = 1)
-LONG_ROW_TILES = ((16, 16), (16, 8), (8, 8))  # pointwise over >= LONG_ROW positions
-LONG_ROW = 128
-ROW_TILES = ((16, 8), (8, 8), (16, 16))  # KW > 1: a longer body per row
-DEPTHWISE_TILES = ((1, 16), (1, 8))
-FIT_MAX = 28  # the longest row segment fitted to a row (fit_width)
+# (RM, RP, lo, hi) tiles offered, the heuristic preferring each where the output row is lo to hi
+# positions wide (None: unbounded) and taking the first so preferred (the module doc has the
+# measurements): a row segment that covers a wide row in few segments first.
+TILES = ((16, 16, LONG_ROW := 128, None), (16, 8, None, None), (8, 8, None, None))  # pointwise (KW = 1)
+ROW_TILES = ((8, 28, 17, None), (8, 16, 9, 16), (16, 8, None, None), (8, 8, None, None))  # KW > 1
+# KW > 1, strided: a 28-wide segment reads a span twice as long (3x3 64->128 from 56x56, stride 2:
+# 8x28 15.3 ms, 8x16 13.3)
+STRIDED_ROW_TILES = ((8, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
+DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
 
 
 # On a Conv node: its weights are stored k-major (to_kmajor), which every kernel reads (def
@@ -85,30 +89,20 @@ def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
     return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
 
 
-def fit_width(ow: Dim) -> int | None:
-    """The row segment (RP, a multiple of 4, at most FIT_MAX) that splits a static output row of
-    OW > 8 positions into the fewest segments with the fewest idle positions (56 -> 2 x 28,
-    14 -> 16); None for a symbolic or short row."""
-    if not isinstance(ow, int) or ow <= 8:
-        return None
-    return 4 * ceil_div(ceil_div(ow, ceil_div(ow, FIT_MAX)), 4)
-
-
-def register_tiles(mg: int, kw: int, ow: Dim = None) -> list[tuple[int, int]]:
-    """The tiles offered for MG output channels per group, kernel rows KW wide and output rows
-    OW wide (the flattened P of a pointwise conv), the heuristic's first: no more channel rows
-    than MG needs, and for a conv with a spatial kernel or a depthwise one, first a segment
-    fitted to a static row (each weight load then serves more positions)."""
-    fit = fit_width(ow) if kw > 1 or mg == 1 else None
-    if mg == 1:
-        short = isinstance(ow, int) and ow <= 8  # one segment of 8 covers the row
-        return list(dict.fromkeys(([(1, fit)] if fit else []) + list(DEPTHWISE_TILES[::-1] if short else DEPTHWISE_TILES)))
+def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1) -> list[tuple[int, int, int | None, int | None]]:
+    """The (RM, RP, lo, hi) tiles offered for MG output channels per group and kernel rows KW
+    wide with stride SW, each preferred for output rows lo to hi wide (a pointwise conv's: its flattened P); no
+    more channel rows than MG needs, and over a static row OW only the tiles preferred there and
+    those preferred everywhere."""
+    tiles = DEPTHWISE_TILES if mg == 1 else TILES if kw == 1 else ROW_TILES if sw == 1 else STRIDED_ROW_TILES
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
-    if kw > 1:
-        tiles = ([(8, fit)] if fit else []) + list(ROW_TILES)
-    else:
-        tiles = list(LONG_ROW_TILES if isinstance(ow, int) and ow >= LONG_ROW else TILES)
-    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in tiles))[:4]
+    if isinstance(ow, int):
+        tiles = tuple(t for t in tiles if (t[2] is None or ow >= t[2]) and (t[3] is None or ow <= t[3])
+                      or t[2:] == (None, None))
+    kept: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    for rm, rp, lo, hi in tiles:
+        kept.setdefault((min(rm, cap), rp), (lo, hi))
+    return [(rm, rp, lo, hi) for (rm, rp), (lo, hi) in kept.items()]
 
 
 def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
@@ -209,5 +203,5 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     return steps
 
 
-__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "fit_width", "from_kmajor", "generated", "plan_register",
+__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "from_kmajor", "generated", "plan_register",
            "register_applies", "register_tiles", "span_loads", "to_kmajor"]
