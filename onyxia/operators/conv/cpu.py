@@ -60,7 +60,8 @@ MAX_BODY = 512
 # (RM, RP, lo, hi) tiles offered, the heuristic preferring each where the output row is lo to hi
 # positions wide (None: unbounded) and taking the first so preferred (the module doc has the
 # measurements): a row segment that covers a wide row in few segments first.
-TILES = ((16, 16, LONG_ROW := 128, None), (16, 8, None, None), (8, 8, None, None))  # pointwise (KW = 1)
+LONG_ROW = 128  # a pointwise conv's flattened row at least this long prefers 16-wide segments
+TILES = ((16, 16, LONG_ROW, None), (16, 8, None, None), (8, 8, None, None))  # pointwise (KW = 1)
 ROW_TILES = ((8, 28, 17, None), (8, 16, 9, 16), (16, 8, None, None), (8, 8, None, None))  # KW > 1
 # KW > 1, strided: a 28-wide segment reads a span twice as long (3x3 64->128 from 56x56, stride 2:
 # 8x28 15.3 ms, 8x16 13.3)
@@ -91,9 +92,9 @@ def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
 
 def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1) -> list[tuple[int, int, int | None, int | None]]:
     """The (RM, RP, lo, hi) tiles offered for MG output channels per group and kernel rows KW
-    wide with stride SW, each preferred for output rows lo to hi wide (a pointwise conv's: its flattened P); no
-    more channel rows than MG needs, and over a static row OW only the tiles preferred there and
-    those preferred everywhere."""
+    wide with stride SW, each preferred for output rows lo to hi wide (a pointwise conv's row:
+    its flattened P); no more channel rows than MG needs, and over a static row OW only the
+    tiles preferred there and those preferred everywhere."""
     tiles = DEPTHWISE_TILES if mg == 1 else TILES if kw == 1 else ROW_TILES if sw == 1 else STRIDED_ROW_TILES
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
     if isinstance(ow, int):
