@@ -12,6 +12,7 @@ import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.plan import AdapterFacts
 from onyxia.runtime.select import SelectCommand
 from onyxia.runtime.tuner import TuneSettings
 from tests.builders.conv import conv_model, randn
@@ -67,6 +68,13 @@ CASES = {
     "depthwise_x2": ([[1, 4, 9, 8], [8, 1, 3, 3], dict(group=4), [{}]]),
     "conv1d": ([[2, 8, "L"], [12, 8, 3], dict(pads=[1, 2], dilations=[2]), [dict(L=13), dict(L=32)]]),
     "conv3d": ([[1, 4, 5, 6, 8], [8, 4, 3, 2, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1]), [{}]]),
+    # static row widths, wide row segments (cpu.ROW_TILES): 56 -> 2 x 28 (batch and height
+    # symbolic), 30 -> 28 + 2 (stride 2), 14 -> 16, depthwise 44 -> 2 x 28 (the last 16 idle)
+    "fitted_rows": ([["n", 8, "h", 56], [12, 8, 3, 3], dict(pads=[1, 1, 1, 1]),
+                     [dict(n=2, h=5), dict(n=1, h=3)]]),
+    "fitted_odd_segments": ([[1, 8, 5, 60], [8, 8, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]), [{}]]),
+    "fitted_16": ([[1, 8, 3, 16], [8, 8, 3, 3], dict(pads=[1, 0, 1, 0]), [{}]]),
+    "fitted_depthwise": ([[2, 8, 6, 44], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2]), [{}]]),
 }
 
 
@@ -97,6 +105,40 @@ def test_long_reduction_is_split(runtime):
     ran = check_every_alternative(runtime, model, [1, 24576, "h", "w"], [dict(h=2, w=3)], tol=2e-3,
                                   compiled=compiled)
     assert any(label.startswith("register/") for label in ran)
+
+
+@pytest.mark.parametrize("width", [None, 56, 14, 7])
+def test_wide_row_segments_are_the_cpu_heuristic(width):
+    # 3x3: a row 56 wide in 2 segments of 28, 14 in one of 16, 7 in one of 8 (16 channels), the
+    # same whether the width is static or symbolic (the Select's prefer guards then decide)
+    model = conv_model("Conv", [1, 32, 4, width or "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1])
+    compiled = compile_model(model, {} if width else {"w": 56})
+    select = next(s for op in compiled.operations for s in op.steps if getattr(s, "key", "").startswith("conv/"))
+    for w, label in ((56, "register4/8x28"), (14, "register/8x16"), (7, "register/16x8")):
+        if width in (None, w):
+            dims = {"w": w} if width is None else {}
+            assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (w, select.labels)
+            assert select.labels[select.choose(dims, AdapterFacts("gpu"))] == "workgroup"
+
+
+def test_strided_rows_take_16_wide_segments():
+    # stride 2 reads a span twice as long: 16-wide segments over a row 28 wide (from 56)
+    model = conv_model("Conv", [1, 32, 8, "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+    select = next(s for op in compile_model(model, {"w": 56}).operations for s in op.steps
+                  if getattr(s, "key", "").startswith("conv/"))
+    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/8x16", select.labels
+    assert "register4/8x28" not in select.labels
+
+
+def test_long_reduction_fitted_rows(runtime):
+    # 3x3 over 6000 input channels (18000 kernel rows, past lavapipe's ~65,535 loop iterations
+    # with 3 loops a row) on a fitted 20-wide row segment: split in 3 and added up.
+    model = conv_model("Conv", [1, 6000, 3, 20], [4, 6000, 3, 3], pads=[1, 1, 1, 1])
+    compiled = compile_model(model, {})
+    labels = [compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, "cpu")]
+    assert labels == ["conv/conv_register", "matmul/splitk"], labels
+    ran = check_every_alternative(runtime, model, [1, 6000, 3, 20], [{}], tol=2e-3, compiled=compiled)
+    assert "register4/4x28" in ran, ran
 
 
 def _with_epilogue(model, exprs, inputs, extra_inputs=()):

@@ -51,7 +51,7 @@ from onyxia.operators.conv.window import (
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
 from onyxia.operators.matmul.matmul import Product, plan_product
-from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
+from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_least, at_most
 
 # Below these many output channels per group or products per output, a tile would be mostly
 # idle: the direct kernel (one thread per output) is faster.
@@ -303,15 +303,19 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     alternatives = []
     # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
     row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
-    tiles = register_tiles(spec.mg, flat.kernel[-1])
-    for x4, rm, rp in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
+    tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1], flat.strides[-1])
+    for x4, rm, rp, lo, hi in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
         guard = row4 if x4 else ALWAYS
         if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:
             steps = plan_register(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
                                   channels=spec.channels, maps=spec.maps, group=spec.group, spatial=spatial,
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
                                   eow=win.out[-1])
-            alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, adapter("cpu")))
+            # preferred on a CPU-type adapter where the output row is lo to hi positions wide
+            prefer = adapter("cpu")
+            prefer &= at_least(flat.out[-1], lo) if lo is not None else ALWAYS
+            prefer &= at_most(flat.out[-1], hi) if hi is not None else ALWAYS
+            alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, prefer))
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))

@@ -13,13 +13,25 @@ Shapes the variants take (all f32 compute, any float storage; not ConvTranspose)
 - general: any kernel, stride, dilation, pads, groups, 1-D to 3-D (conv::window's 3-D params);
 - depthwise (one output channel per group): RM = 1, input reuse along the row only.
 
-Tiles (TILES, ROW_TILES, DEPTHWISE_TILES), measured on lavapipe (Mesa 22.3, 2 cores shared
-with a load average of ~17, so min of 7 rounds, every variant side by side): 1x1 64->64 at
-56x56 16x8 2.2 ms, 8x8 2.5, 16x4 3.3-4.1 (the workgroup-tiled matrix product: 94 ms); 1x3 at
-56x56 8x8 6.1 ms, 16x8 11.4, 16x4 23; the C=3 stem 16x8 1.5 ms, 8x8 1.7, 16x4 1.9-2.2;
-depthwise 3x3 over 64 x 112x112 1x16 3.9-5.9 ms, 1x8 6.9-10. Each conv's Select offers
-the tiles that fit, vec4-input forms first where rows are a multiple of 4 wide (no clear
-difference measured, but never slower), and the tuner chooses among them.
+Tiles (TILES, ROW_TILES, STRIDED_ROW_TILES, DEPTHWISE_TILES), each preferred for a range of
+output row widths, static or symbolic (a model's usually are). Measured on lavapipe (Mesa 22.3,
+2 cores shared with a load average of 7-17) in process CPU time, which a loaded machine barely
+moves (wall-clock medians of one kernel varied 2-3x between runs; the FMA-peak kernel of
+runtime/peaks.py runs at 26 GF/s per CPU second there), symbolic dims, ms per conv:
+3x3 64->64 at 56x56 8x28 17.5, 8x16 22.7, 16x8 23.6, 8x8 25.8; 128->128 at 28x28 8x28 19.4,
+16x8 26.1, 8x8 28.6; 256->256 at 14x14 8x16 30.5, 16x8 31.6, 8x8 35.0; 512->512 at 7x7 16x8
+31.2, 8x8 34.4, 8x16 58.7; stride 2: 64->128 from 56x56 8x16 13.3, 8x28 15.3, 8x8 15.8; 128->256
+from 28x28 8x16 15.6, 8x8 18.6, 8x28 28.7; the 7x7 stem at 224x224 8x16 22.0, 8x28 22.3, 8x8
+25.8; 1x1 64->64 over 56x56 16x16 3.9, 16x8 4.1; over 7x7 16x8 4.6, 16x16 7.2; depthwise 3x3
+72 x 56x56 1x28 2.1, 1x16 2.7; 5x5 120 x 28x28 1x28 1.5, 1x16 1.5, 1x8 2.5; 3x3 480 x 14x14
+1x16 2.1, 1x28 2.8. A wider row segment pays where the row fills it: each weight load (uniform
+across the lanes, but inside the channel loop) then serves more positions. Not faster: more
+channel rows (32x8, 16x28), the lanes over 8 channel blocks of one segment instead of 8
+segments (input loads uniform, weight loads per lane: 8x28 20.9 vs 20.8), fma() for the
+multiply-adds. (Wall-clock figures had put 3x3 at a third of 1x3's rate per flop; in CPU time
+it is not slower per flop than 1x3 or 1x1.) Each conv's Select offers those tiles, vec4-input
+forms first where rows are a multiple of 4 wide (8x28 at 56x56: 17.5 ms vs 27.2 scalar), and
+the tuner chooses among them.
 Trip counts: an invocation walks at most MAX_ROWS_PER_INVOCATION (input channel, kernel row)
 pairs; more input channels are split and the partial sums added by matmul/splitk.wgsl.
 """
@@ -45,10 +57,16 @@ MAX_ROWS_PER_INVOCATION = 8192
 MAX_BODY = 512
 
 
-# (RM, RP) tiles offered, the heuristic's first (the module doc has the measurements).
-TILES = ((16, 8), (8, 8), (16, 4))  # pointwise (KW = 1)
-ROW_TILES = ((8, 8), (16, 8), (16, 4))  # KW > 1: a longer body per row
-DEPTHWISE_TILES = ((1, 16), (1, 8))
+# (RM, RP, lo, hi) tiles offered, the heuristic preferring each where the output row is lo to hi
+# positions wide (None: unbounded) and taking the first so preferred (the module doc has the
+# measurements): a row segment that covers a wide row in few segments first.
+LONG_ROW = 128  # a pointwise conv's flattened row at least this long prefers 16-wide segments
+TILES = ((16, 16, LONG_ROW, None), (16, 8, None, None), (8, 8, None, None))  # pointwise (KW = 1)
+ROW_TILES = ((8, 28, 17, None), (8, 16, 9, 16), (16, 8, None, None), (8, 8, None, None))  # KW > 1
+# KW > 1, strided: a 28-wide segment reads a span twice as long (3x3 64->128 from 56x56, stride 2:
+# 8x28 15.3 ms, 8x16 13.3)
+STRIDED_ROW_TILES = ((8, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
+DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
 
 
 # On a Conv node: its weights are stored k-major (to_kmajor), which every kernel reads (def
@@ -72,13 +90,20 @@ def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
     return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
 
 
-def register_tiles(mg: int, kw: int) -> list[tuple[int, int]]:
-    """The tiles offered for MG output channels per group and kernel rows KW wide, the
-    heuristic's first: no more rows than MG needs."""
-    if mg == 1:
-        return list(DEPTHWISE_TILES)
+def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1) -> list[tuple[int, int, int | None, int | None]]:
+    """The (RM, RP, lo, hi) tiles offered for MG output channels per group and kernel rows KW
+    wide with stride SW, each preferred for output rows lo to hi wide (a pointwise conv's row:
+    its flattened P); no more channel rows than MG needs, and over a static row OW only the
+    tiles preferred there and those preferred everywhere."""
+    tiles = DEPTHWISE_TILES if mg == 1 else TILES if kw == 1 else ROW_TILES if sw == 1 else STRIDED_ROW_TILES
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
-    return list(dict.fromkeys((min(rm, cap), rp) for rm, rp in (TILES if kw == 1 else ROW_TILES)))
+    if isinstance(ow, int):
+        tiles = tuple(t for t in tiles if (t[2] is None or ow >= t[2]) and (t[3] is None or ow <= t[3])
+                      or t[2:] == (None, None))
+    kept: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    for rm, rp, lo, hi in tiles:
+        kept.setdefault((min(rm, cap), rp), (lo, hi))
+    return [(rm, rp, lo, hi) for (rm, rp), (lo, hi) in kept.items()]
 
 
 def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
