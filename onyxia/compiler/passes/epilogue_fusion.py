@@ -175,7 +175,9 @@ class EpilogueFusionPass(Pass):
         if result.dtype != out.dtype or result.value is not None:
             return f"{consumer.op_type}'s output is not a computed {out.dtype} tensor (it is {result.dtype})"
         node_ctx = InferenceCtx(graph, consumer, ctx)
-        if not node_ctx.same_shape(result.shape, out.shape):
+        # spans, not same_shape: a product of literal 1s against a symbol that is 1 only at these
+        # dims (a squeeze-excite's [N, C, 1, 1] times a late feature map) broadcasts.
+        if not spans(node_ctx, result.shape, out.shape):
             return f"{consumer.op_type} broadcasts the product to {result.shape}"
         operands = list(dict.fromkeys(t for t in inputs if t is not None and t != y))
         for t in operands:
