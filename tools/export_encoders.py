@@ -22,29 +22,11 @@ import traceback
 from pathlib import Path
 
 import torch
-import torch.library
+from torch_stubs import patch_register_fake
 
 # torchvision (which transformers imports when installed) registers fake kernels for C ops that
-# fail to load in a CPU-only wheel; make that registration forgiving.
-_register_fake = torch.library.register_fake
-
-
-def _forgiving_register_fake(op, *args, **kwargs):
-    if args and callable(args[0]):
-        try:
-            return _register_fake(op, *args, **kwargs)
-        except RuntimeError:
-            return args[0]
-
-    def decorate(f):
-        try:
-            return _register_fake(op, **kwargs)(f)
-        except RuntimeError:
-            return f
-    return decorate
-
-
-torch.library.register_fake = _forgiving_register_fake
+# fail to load in a CPU-only wheel: tools/torch_stubs.py makes that registration forgiving.
+patch_register_fake()
 
 import transformers  # noqa: E402
 from transformers import BertConfig, BertModel, ViTConfig, ViTModel, WhisperConfig, WhisperModel  # noqa: E402

@@ -43,23 +43,9 @@ WHISPER_SPECIAL = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|transc
 def _patch_imports() -> None:
     """torchvision's C ops fail to load in /tmp/torchenv (register_fake tolerates that) and
     diffusers there needs a newer huggingface_hub than transformers 4.57 takes: keep it out."""
-    import torch.library
-    orig = torch.library.register_fake
+    from torch_stubs import patch_register_fake
 
-    def safe(op, *a, **k):
-        if a and callable(a[0]):
-            try:
-                return orig(op, *a, **k)
-            except RuntimeError:
-                return a[0]
-
-        def deco(f):
-            try:
-                return orig(op, **k)(f)
-            except RuntimeError:
-                return f
-        return deco
-    torch.library.register_fake = safe
+    patch_register_fake()
     import optimum.utils as ou
     import optimum.utils.import_utils as iu
     iu._diffusers_available = False

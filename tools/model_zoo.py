@@ -21,35 +21,7 @@ from typing import Callable
 
 import torch
 from torch import nn
-
-
-def patch_register_fake() -> None:
-    """A stub, not a fix: this environment's torchvision C ops fail to load, and torchvision's
-    import registers fake (meta) kernels for them with torch.library.register_fake, which then
-    raises. Swallow that RuntimeError so `import torchvision` (and timm, which imports it) works;
-    the models used here never call those ops (nms, roi_align...). Call before importing either."""
-    import torch.library
-
-    if getattr(torch.library.register_fake, "_onyxia_stub", False):
-        return
-    orig = torch.library.register_fake
-
-    def safe(op, *args, **kwargs):
-        if args and callable(args[0]):
-            try:
-                return orig(op, *args, **kwargs)
-            except RuntimeError:
-                return args[0]
-
-        def deco(fn):
-            try:
-                return orig(op, **kwargs)(fn)
-            except RuntimeError:
-                return fn
-        return deco
-
-    safe._onyxia_stub = True
-    torch.library.register_fake = safe
+from torch_stubs import patch_register_fake
 
 
 @dataclass
