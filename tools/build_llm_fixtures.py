@@ -405,14 +405,7 @@ def build_long_context(dest: Path) -> None:
     on it)."""
     family = Family("llama", "LlamaConfig", {})
     family.config = {**families()[0].config, "max_position_embeddings": 4096}
-    with tempfile.TemporaryDirectory(prefix="onyxia-llm-long-") as tmp:
-        hf_dir = Path(tmp) / "hf"
-        make_checkpoint(family, hf_dir, weight_scale=0.15)
-        dest.mkdir(parents=True, exist_ok=True)
-        out = dest / "llama-long-cpu-fp32"
-        shutil.rmtree(out, ignore_errors=True)
-        ok, why = genai_export(hf_dir, out, "cpu", "fp32", Path(tmp) / "cache", dest / "build.log")
-        print(f"{out}: {'ok' if ok else 'FAILED ' + why}", flush=True)
+    export_cpu_fp32(family, dest / "llama-long-cpu-fp32", weight_scale=0.15)
 
 
 def build_gemma270m_shape(dest: Path, context: int = 512) -> None:
@@ -425,13 +418,18 @@ def build_gemma270m_shape(dest: Path, context: int = 512) -> None:
                      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
                      "max_position_embeddings": context}
     family.embed_std = 0.05
-    with tempfile.TemporaryDirectory(prefix="onyxia-llm-gemma270m-") as tmp:
+    export_cpu_fp32(family, dest / "gemma270m-shape-cpu-fp32", weight_scale=0.05)
+
+
+def export_cpu_fp32(family: Family, out: Path, weight_scale: float) -> None:
+    """`family`'s random checkpoint through the builder for cpu fp32 into `out` (replaced), its log
+    beside it in build.log."""
+    with tempfile.TemporaryDirectory(prefix=f"onyxia-llm-{family.name}-") as tmp:
         hf_dir = Path(tmp) / "hf"
-        make_checkpoint(family, hf_dir, weight_scale=0.05)
-        dest.mkdir(parents=True, exist_ok=True)
-        out = dest / "gemma270m-shape-cpu-fp32"
+        make_checkpoint(family, hf_dir, weight_scale=weight_scale)
+        out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(out, ignore_errors=True)
-        ok, why = genai_export(hf_dir, out, "cpu", "fp32", Path(tmp) / "cache", dest / "build.log")
+        ok, why = genai_export(hf_dir, out, "cpu", "fp32", Path(tmp) / "cache", out.parent / "build.log")
         print(f"{out}: {'ok' if ok else 'FAILED ' + why}", flush=True)
 
 
