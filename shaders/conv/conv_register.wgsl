@@ -7,8 +7,8 @@
 // as often as possible: per input channel and kernel row, an invocation loads the row's span
 // once (RP positions x KW taps, strided and dilated) and multiplies it into all RM channels for
 // every tap along the row (operators/conv/cpu.py generates that unrolled body, BODY, and the
-// named vec4 accumulators it uses, ACCS, with the stores, STORES: an indexed accumulator array
-// would spill).
+// named vec4 accumulators it uses, ACCS: an indexed accumulator array would spill). STORES
+// stages them in workgroup memory for one store loop (unrolled stores compile for seconds).
 // Pointwise convolutions come here as 1-D rows of P positions (the planner flattens the space).
 // Depthwise ones have RM = MG (1 per group): input reuse along a row is all there is to gain.
 // Trip counts are bounded by construction: an invocation walks at most CCHUNK input channels x
@@ -24,6 +24,10 @@
 
 const RM = #{RM}u;
 const RP = #{RP}u;
+const QUADS = RP / 4u;
+
+// Each lane's RM x QUADS accumulators, staged for the store loop (STORES writes them).
+var<workgroup> stage: array<vec4<f32>, 8u * RM * QUADS>;
 
 // Input element ix of the row starting at `row`, 0 in the padding (ix < 0 wraps to a huge u32).
 fn ld(row: u32, ix: i32, ok: bool) -> f32 {
@@ -113,7 +117,13 @@ fn main(wg: Grid) {
             }
         }
     }
+    let sb = wg.lid * RM * QUADS;
     #{STORES}
+    let nq = (count + 3u) / 4u;
+    let nr = min(RM, MG() - min(MG(), m0));
+    for (var i = 0u; i < nr * nq; i++) {
+        put(site, i / nq, i % nq, stage[sb + (i / nq) * QUADS + i % nq]);
+    }
 #ifdef EPILOGUE
     for (var r = 0u; r < RM && m0 + r < MG(); r++) {
         for (var j = 0u; j < count; j++) {
