@@ -71,6 +71,8 @@ class ExecutorStats:
     tuned: int = 0  # tuned Select steps chosen by timing
     tuning_s: float = 0.0  # seconds runs spent timing them (after the first run at a shape class)
     prebuilt: int = 0  # pipelines of alternatives not replayed yet, built ahead by later runs
+    ahead_s: float = 0.0  # seconds runs spent building those
+    run_s: float = 0.0  # seconds runs spent on their own work (not the first at new dims; no work ahead)
     load: LoadTimes = field(default_factory=LoadTimes)
 
 
@@ -144,6 +146,7 @@ class PlanReplay(DimensionUpdates):
         baking = {i for e in self._exprs for i in e.shaders}
         self._ahead = [i for i in sorted(self._layouts) if i not in self.programs and i not in baking]
         self._new_dims = False  # dims changed what a run replays since the last run
+        self._counted = False  # this run's time counts in stats.run_s (not a first run)
         load.total_s = time.perf_counter() - start
 
     # ---- setup --------------------------------------------------------------------------
@@ -338,6 +341,10 @@ class PlanReplay(DimensionUpdates):
         if self._new_dims or not self.stats.runs:
             self._new_dims = False
             return
+        self._counted = True
+        share = self.tuner.settings.share
+        if share is not None and self.stats.tuning_s + self.stats.ahead_s > share * self.stats.run_s:
+            return  # the runs since the last work ahead have not earned the next yet
         if self.tuner.pending:  # before the feeds land (timing writes outputs)
             ready = self.tuner.ready()
             if ready:
@@ -347,7 +354,8 @@ class PlanReplay(DimensionUpdates):
                 self.stats.tuning_s += time.perf_counter() - start
                 return
         if self._ahead:
-            deadline = time.perf_counter() + self.tuner.settings.slice_s
+            start = time.perf_counter()
+            deadline = start + self.tuner.settings.slice_s
             while self._ahead and (time.perf_counter() < deadline):
                 batch = [i for i in self._ahead[-_AHEAD_BATCH:] if i not in self.programs]
                 del self._ahead[-_AHEAD_BATCH:]
@@ -356,6 +364,7 @@ class PlanReplay(DimensionUpdates):
                 except Exception:  # noqa: BLE001 - work ahead: a run that needs one builds it and says why
                     continue
                 self.stats.prebuilt += len(batch)
+            self.stats.ahead_s += time.perf_counter() - start
 
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)
@@ -392,7 +401,9 @@ class PlanReplay(DimensionUpdates):
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
+        self._counted = False
         self._ahead_slice()
+        start = time.perf_counter()
 
         copies = []
         for name, feed in checked.items():
@@ -437,6 +448,8 @@ class PlanReplay(DimensionUpdates):
         for name in device_outputs:
             results[name] = self.device_tensor(name)
         self.stats.readback_bytes = total
+        if self._counted:
+            self.stats.run_s += time.perf_counter() - start
         return {n: results[n] for n in (*names, *[d for d in device_outputs if d not in names])}
 
     def _check_status(self, raw: bytes | memoryview) -> None:

@@ -12,7 +12,8 @@ the alternatives whose guards hold:
    to be timed. Never on the way to a first result: not at load, not at the first run of a new
    shape class (the heuristic's choice serves it). Each later `run()` spends a slice of up to
    TuneSettings.slice_s timing waiting steps that have served a run (at least one step, then
-   no new one past the slice); `PlanReplay.tune()` (`onyxia tune`, `onyxia bench`) times all
+   no new one past the slice), as long as such work has taken at most TuneSettings.share of
+   the time runs spent on their own (the first run at a class not counted); `PlanReplay.tune()` (`onyxia tune`, `onyxia bench`) times all
    of them at once. Timing a step: every eligible alternative, a warm-up, then
    TuneSettings.repeats repetitions each (GPU timestamps where the adapter has them, wall time
    otherwise), the median decides; the default goes first, and an alternative whose first
@@ -57,6 +58,12 @@ CACHE_VERSION = 1
 DEFAULT_BUDGET_S = 3.0
 # What a run after the first at a shape class may spend timing waiting steps (one step at least).
 DEFAULT_SLICE_S = 0.25
+# Work ahead of runs (timing, pipelines built ahead) starts only while it has taken at most this
+# share of the time runs spent on their own work: a timed alternative's first replay makes
+# lavapipe compile its kernel (0.3-1.5 s each), so one step can cost seconds, and a run that
+# paid for one leaves the next runs alone until they have earned it back. Measured before this
+# rule (mobilenet_v3_large, lavapipe): runs 2-13 took 0.8-5.0 s instead of ~0.3 s.
+DEFAULT_SHARE = 0.1
 DEFAULT_REPEATS = 5
 # An alternative whose replay takes this many times the best one's is not timed further.
 SLOWER_CUTOFF = 4.0
@@ -78,6 +85,7 @@ class TuneSettings:
     budget_s: float = DEFAULT_BUDGET_S
     repeats: int = DEFAULT_REPEATS
     slice_s: float = DEFAULT_SLICE_S
+    share: float | None = DEFAULT_SHARE  # None: a slice at every run after the first
 
     @staticmethod
     def from_env() -> TuneSettings:

@@ -139,7 +139,7 @@ def test_float16_storage(runtime, pattern):
 
 @pytest.mark.parametrize("pattern", ["bias_relu", "residual"])
 def test_tuned_and_heuristic_runs_match(runtime, tmp_path, pattern):
-    tuning = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2)
+    tuning = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2, share=None)
     exe = check_every_variant(runtime, weight_model(pattern), rows=[2, 70], tuning=tuning)
     assert exe.stats.tuning_timings > 0
 

@@ -33,7 +33,7 @@ def tunables(exe) -> list[SelectCommand]:
 def test_tuned_and_heuristic_runs_match_onnxruntime(runtime, tmp_path):
     model = mlp()
     compiled = compile_model(model, {"m": 70})
-    on = runtime.load_model(compiled, tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2))
+    on = runtime.load_model(compiled, tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2, share=None))
     off = runtime.load_model(compiled, tuning=TuneSettings(enabled=False, cache_dir=tmp_path / "cache"))
     assert on.stats.tuning_timings == 0  # nothing timed at load
     for m in (1, 5, 70, 1):
@@ -51,7 +51,7 @@ def test_tuned_and_heuristic_runs_match_onnxruntime(runtime, tmp_path):
 
 def test_second_load_times_nothing_and_a_deleted_cache_retunes(runtime, tmp_path):
     compiled = compile_model(mlp(), {"m": 1})
-    tuning = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2)
+    tuning = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2, share=None)
     feeds = {"a": RNG.standard_normal((1, K)).astype(np.float32)}
 
     def settled(exe):

@@ -26,7 +26,7 @@ def counts(exe) -> tuple[int, int, int]:
 
 def test_a_second_shape_builds_and_times_nothing_on_its_first_run(tmp_path):
     exe = null_executor(compile_model(two_matmuls(), {"m": 80}),
-                        tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache"))
+                        tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", share=None))
     feeds = {"a": np.zeros((80, K), np.float32)}
     loaded = counts(exe)
     assert loaded[1] == 0 and exe.stats.load.deferred > 0  # nothing timed at load

@@ -31,7 +31,9 @@ def compiled():
 
 
 def settings(tmp_path, **kw) -> TuneSettings:
-    return TuneSettings(enabled=True, cache_dir=tmp_path / "cache", **kw)
+    """Tuning on; by default a slice at every run after the first (share None): these tests
+    count what each run does, test_work_ahead_waits_until_runs_have_earned_it the share rule."""
+    return TuneSettings(enabled=True, cache_dir=tmp_path / "cache", **{"share": None, **kw})
 
 
 def running(exe) -> list[str]:
@@ -79,6 +81,24 @@ def test_a_run_times_one_step_at_least_and_none_past_its_slice(tmp_path):
     assert exe.stats.tuning_timings == 0 and len(exe.tuner.pending) == 2
     exe.run(feeds(1))  # a slice of 0 s: one step, the other waits for the next run
     assert exe.stats.tuned == 1 and len(exe.tuner.pending) == 1
+    exe.run(feeds(1))
+    assert exe.stats.tuned == 2 and not exe.tuner.pending
+
+
+def test_work_ahead_waits_until_runs_have_earned_it(tmp_path):
+    layers = [h.make_node("MatMul", ["a", "w0"], ["t"]), h.make_node("MatMul", ["t", "w1"], ["y"])]
+    model = make_model(layers, [("a", np.float32, ["m", K])], ["y"],
+                       {"w0": np.zeros((K, K), np.float32), "w1": np.zeros((K, N), np.float32)})
+    exe = null_executor(compile_model(model, {"m": 1}), tuning=settings(tmp_path, slice_s=0.0, share=0.5))
+    exe.run(feeds(1))
+    assert exe.stats.run_s == 0.0  # a first run at new dims: not counted (the driver compiles)
+    exe.run(feeds(1))  # nothing spent ahead yet: one step
+    assert exe.stats.tuned == 1 and len(exe.tuner.pending) == 1
+    # Say that step took a second while runs have taken 1.5 s: 1 > 0.5 x 1.5, the next run waits.
+    exe.stats.tuning_s, exe.stats.run_s = 1.0, 1.5
+    exe.run(feeds(1))
+    assert exe.stats.tuned == 1 and len(exe.tuner.pending) == 1 and exe.stats.run_s > 1.5
+    exe.stats.run_s = 2.0  # earned: 1 <= 0.5 x 2
     exe.run(feeds(1))
     assert exe.stats.tuned == 2 and not exe.tuner.pending
 
