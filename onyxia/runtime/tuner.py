@@ -11,15 +11,16 @@ the alternatives whose guards hold:
 2. otherwise the heuristic's choice (the guards' `prefer`), and, with tuning on, the step waits
    to be timed. Never on the way to a first result: not at load, not at the first run of a new
    shape class (the heuristic's choice serves it). Each later `run()` spends a slice of up to
-   TuneSettings.slice_s timing waiting steps that have served a run (at least one step, then
-   no new one past the slice), as long as such work has taken at most TuneSettings.share of
-   the time runs spent on their own (the first run at a class not counted); `PlanReplay.tune()` (`onyxia tune`, `onyxia bench`) times all
-   of them at once. Timing a step: every eligible alternative, a warm-up, then
-   TuneSettings.repeats repetitions each (GPU timestamps where the adapter has them, wall time
-   otherwise), the median decides; the default goes first, and an alternative whose first
-   replay takes SLOWER_CUTOFF times the best one's is not timed further. A step whose timing
-   passes TuneSettings.budget_s keeps the default, uncached, and is tried again at the next load
-   (not at every run of this one). A step with one eligible alternative is not timed.
+   TuneSettings.slice_s timing waiting steps that have served a run (at least one step, then no
+   new one past the slice), as long as such work has taken at most TuneSettings.share of the
+   time runs spent on their own (the first run at a class not counted); `PlanReplay.tune()`
+   (`onyxia tune`, `onyxia bench`) times all of them at once. Timing a step: every eligible
+   alternative, a warm-up, then TuneSettings.repeats repetitions each (GPU timestamps where the
+   adapter has them, wall time otherwise), the median decides; the default goes first, and an
+   alternative whose first replay takes SLOWER_CUTOFF times the best one's is not timed further.
+   A step whose timing passes TuneSettings.budget_s keeps the default, uncached, and is tried
+   again at the next load (not at every run of this one). A step with one eligible alternative
+   is not timed.
 
 Measured on lavapipe (2 cores, mobilenet_v3_large at 1x3x224x224): timing at load cost 2.4 s of
 a 5.5 s first result, and 3.6 s more at the first run of a new input shape; most of it is the

@@ -33,7 +33,8 @@ def tunables(exe) -> list[SelectCommand]:
 def test_tuned_and_heuristic_runs_match_onnxruntime(runtime, tmp_path):
     model = mlp()
     compiled = compile_model(model, {"m": 70})
-    on = runtime.load_model(compiled, tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2, share=None))
+    on = runtime.load_model(compiled, tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2,
+                                                          share=None))
     off = runtime.load_model(compiled, tuning=TuneSettings(enabled=False, cache_dir=tmp_path / "cache"))
     assert on.stats.tuning_timings == 0  # nothing timed at load
     for m in (1, 5, 70, 1):
