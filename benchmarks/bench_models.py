@@ -156,7 +156,13 @@ def bench_model(info: ModelInfo, args, runtime, peer: Peer | None, tmp: Path) ->
     import onyxia
 
     row = ModelRow(info.name)
-    cpu = ort.InferenceSession(str(info.path), providers=["CPUExecutionProvider"])
+    # onnxruntime's pool threads spin for a while after each run by default: on lavapipe (the
+    # same 2 cores) that took the CPU from the next engine's run (mobilenet_v3_large: onyxia
+    # 80 ms a call right after onnxruntime CPU, 5.5 ms alone).
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    cpu = ort.InferenceSession(str(info.path), options, providers=["CPUExecutionProvider"])
     sess = onyxia.InferenceSession(str(info.path), runtime=runtime)
     if peer is not None:
         try:

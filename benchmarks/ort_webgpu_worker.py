@@ -34,7 +34,11 @@ def main() -> None:
                 break
             if req["op"] == "load":
                 start = time.perf_counter()
-                sess = ort.InferenceSession(req["path"], providers=[req.get("provider", "WebGpuExecutionProvider")])
+                options = ort.SessionOptions()  # no spinning pool threads between calls (bench_models)
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+                sess = ort.InferenceSession(req["path"], options,
+                                            providers=[req.get("provider", "WebGpuExecutionProvider")])
                 reply = {"load_s": time.perf_counter() - start, "providers": sess.get_providers()}
             elif req["op"] == "run":
                 if req["feeds"] != feeds_path:  # the same feeds for every timed call of a size
