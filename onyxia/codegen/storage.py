@@ -8,7 +8,8 @@ buffer `x` the kernel gets:
 - `x_t`: the type the kernel computes in (f32 for every float dtype, i32/u32 for integers and
   bool; u32 storage codes for a `raw` buffer);
 - `x_load(i) -> x_t`: element i, decoded from its storage;
-- `x_load4(j) -> vec4<x_t>`: elements 4j .. 4j+3 (buffers declared `vector`);
+- `x_load4(j) -> vec4<x_t>`: elements 4j .. 4j+3 (buffers declared `vector`; 32-bit types
+  written there have `y_store4(j, v)` too);
 - `x_store(i, v)`: element i, rounded once to the storage type (round to nearest even;
   float8 saturates as Cast's default). Elements narrower than a word are merged into their
   word with atomicAnd/atomicOr, so invocations writing neighbouring elements never race;
@@ -227,6 +228,8 @@ def _word_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: b
     if b.vector:
         cast = "bitcast<vec4<u32>>" if b.raw else ""
         out += [f"fn {n}_load4(j: u32) -> vec4<{n}_t> {{ return {cast}({n}_buf[j]); }}"]
+        if not b.read_only and not b.raw:
+            out += [f"fn {n}_store4(j: u32, v: vec4<{n}_t>) {{ {n}_buf[j] = v; }}"]
     return out + _pairs(b)
 
 

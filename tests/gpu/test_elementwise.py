@@ -371,3 +371,40 @@ def test_variadic_and_where_property(runtime):
             arrays[0] = values(rng, BOOL, shapes[0])
         check(runtime, op, arrays)
     prop()
+
+
+# ---- four outputs a thread (map4.wgsl) --------------------------------------------------------
+
+def _templates_run(exe) -> list[str]:
+    return [exe.model.templates[exe.model.shaders[d.shader].template] for d in exe.dispatch_commands()
+            if all(d.workgroups)]
+
+
+def test_four_outputs_a_thread_where_the_inner_axis_allows_and_one_elsewhere(runtime):
+    """A squeeze-excite scale (softmax(x)[n, c, h, w] * s[n, c, 1, 1]) + a residual,
+    then a float16 operand cast up, fused into one map over symbolic h, w: h * w a multiple of 4
+    takes map4.wgsl (x and the residual as vec4s, the scale a scalar, the float16 operand four
+    loads), another size the one-output kernel, one plan for both, each against onnxruntime (after
+    a last softmax); the map writes in place of the first softmax's output (it dies there)."""
+    nodes = [h.make_node("Softmax", ["x"], ["sm"], axis=1),
+             h.make_node("Mul", ["sm", "s"], ["t"]),
+             h.make_node("Add", ["t", "r"], ["u"]), h.make_node("Cast", ["q"], ["qf"], to=onnx.TensorProto.FLOAT),
+             h.make_node("Relu", ["u"], ["v"]), h.make_node("Sub", ["v", "qf"], ["z"]),
+             h.make_node("Softmax", ["z"], ["y"], axis=1)]
+    spatial = ["n", 24, "h", "w"]
+    model = make_model(nodes, [("x", F32, spatial), ("s", F32, ["n", 24, 1, 1]), ("r", F32, spatial),
+                               ("q", F16, spatial)], ["y"])
+    compiled = compile_model(model, {"n": 2, "h": 6, "w": 10})
+    exe = runtime.load_model(compiled)
+    rng = np.random.default_rng(0)
+    for hw, quad in (((6, 10), True), ((5, 7), False), ((4, 4), True)):
+        shape = (2, 24, *hw)
+        feeds = {"x": values(rng, F32, shape), "s": values(rng, F32, (2, 24, 1, 1), -4, 4),
+                 "r": values(rng, F32, shape), "q": values(rng, F16, shape)}
+        exe.update_dimensions({"n": 2, "h": hw[0], "w": hw[1]})
+        [y] = exe.run(feeds).values()
+        assert_close(y, reference(model, feeds)[0], F32, f"{hw}")
+        templates = _templates_run(exe)
+        assert any("y_store4(u, out)" in t for t in templates) == quad, hw
+    assert exe.stats.recompiles == 0
+    assert compiled.metadata["memory"]["in_place"] >= 1

@@ -112,7 +112,7 @@ def test_custom_operator_compiles_on_top_of_the_core_registry():
     with pytest.raises(UnsupportedOperatorError, match="com.example::ScaledSquare"):
         CompilerPipeline(core_operator_registry()).compile(onyxia.load_model(model), {"batch": 2})
     compiled = CompilerPipeline(custom_registry()).compile(onyxia.load_model(model), {"batch": 2})
-    labels = [s.label for s in compiled.shaders]
+    labels = list(dict.fromkeys(s.label for s in compiled.shaders))  # map_Add: one and four outputs a thread
     assert labels == ["scaled_square", "map_Add"]
     spec = compiled.shaders[0]
     assert "v * v * ALPHA()" in compiled.templates[spec.template]

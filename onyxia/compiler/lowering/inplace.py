@@ -1,15 +1,17 @@
 """In-place elementwise writes: the planning step between operation ordering and memory planning.
 
-An elementwise map (shaders/elementwise/map.wgsl, the families and fused chains) whose input 0
-dies there — same dtype and shape as the output, an intermediate nothing reads afterwards —
-writes its output into that input's buffer. WebGPU forbids binding one buffer both read-only
-and read-write in a dispatch, so the rewrite drops the input's binding and the kernel loads x0
-from the output buffer (`y_load`): each invocation reads exactly the elements of the words it
-then stores (idx_x0 == i when shapes are equal), so no invocation reads what another wrote.
+An elementwise map (shaders/elementwise/map.wgsl or map4.wgsl, the families and fused chains, or
+a Select between the two) whose input 0 dies there — same dtype and shape as the output, an
+intermediate nothing reads afterwards — writes its output into that input's buffer. WebGPU
+forbids binding one buffer both read-only and read-write in a dispatch, so the rewrite drops the
+input's binding and the kernel loads x0 from the output buffer (`y_load`): each invocation reads
+exactly the elements of the words it then stores (idx_x0 == i when shapes are equal), so no
+invocation reads what another wrote.
 
 Rewrites, per candidate dispatch (every reason a candidate is left alone is counted):
-1. a new shader spec: the map's buffers without `in0`, LOADS reading x0 through `y_load`;
-2. the dispatch without binding 0;
+1. a new shader spec: the map's buffers without `in0`, its loads reading x0 through `y_load`
+   (`y_load4` for map4's vec4 reads; each of its invocations owns four whole outputs);
+2. the dispatch without binding 0 (each alternative of a Select);
 3. the output tensor becomes a view of the input's root buffer (and views of the output follow).
 Chained maps (Exp → Relu → ...) share one buffer: each output becomes the next input's root.
 """
@@ -23,6 +25,9 @@ from typing import Callable
 from onyxia.plan import REUSABLE_KINDS, Dispatch, PlannedOp, Select, ShaderSpec, Step, TensorInfo, walk_steps
 
 MAP_TEMPLATE = "elementwise/map.wgsl"
+QUAD_TEMPLATE = "elementwise/map4.wgsl"  # four outputs a thread: x0 read as y_load4 / y_load
+# Each map kernel's defs that load operands, and the accessor swaps that read x0 from y instead.
+LOAD_DEFS = {MAP_TEMPLATE: ("LOADS",), QUAD_TEMPLATE: ("VLOADS", "LANES")}
 
 
 def _last_uses(ops: list[PlannedOp], root: Callable[[str], str]) -> dict[str, int]:
@@ -53,24 +58,17 @@ def write_in_place(ops: list[PlannedOp], tensors: dict[str, TensorInfo], shaders
     out = list(ops)
     done = 0
     for i, op in enumerate(ops):
-        if len(op.steps) != 1 or not isinstance(op.steps[0], Dispatch):
+        maps = _maps(op.steps, shaders)
+        if not maps:
             continue
-        step = op.steps[0]
-        spec = shaders[step.shader]
-        if spec.template != MAP_TEMPLATE:
+        reasons = [_refuse(step, shaders[step.shader], tensors, root, last, pinned, i) for step in maps]
+        if any(reasons):
+            skipped[next(r for r in reasons if r)] += 1
             continue
-        reason = _refuse(step, spec, tensors, root, last, pinned, i)
-        if reason:
-            skipped[reason] += 1
-            continue
-        src, dst = step.bindings[0].tensor, _output(step, spec)
-        loads = dict(spec.defs)["LOADS"]
-        new_spec = replace(spec,
-                           defs=tuple((k, str(v).replace("in0_load(", "y_load(") if k == "LOADS" else v)
-                                      for k, v in spec.defs),
-                           buffers=spec.buffers[1:])
-        assert "in0_load(" in str(loads)
-        out[i] = replace(op, steps=(replace(step, shader=add_shader(new_spec), bindings=step.bindings[1:]),))
+        step = maps[0]
+        src, dst = step.bindings[0].tensor, _output(step, shaders[step.shader])
+        rewritten = {id(m): _in_place(m, shaders[m.shader], add_shader) for m in maps}
+        out[i] = replace(op, steps=tuple(_swap(s, rewritten) for s in op.steps))
         target = root(src)
         for name, t in list(tensors.items()):  # the output and its views now live in the input's buffer
             if name == dst or t.alias_of == dst:
@@ -78,6 +76,37 @@ def write_in_place(ops: list[PlannedOp], tensors: dict[str, TensorInfo], shaders
         last[target] = max(last.get(dst, i), i)  # the buffer now lives as long as the output
         done += 1
     return out, tensors, {"in_place": done, **({"left": dict(skipped)} if skipped else {})}
+
+
+def _maps(steps: tuple[Step, ...], shaders: list[ShaderSpec]) -> list[Dispatch]:
+    """The map dispatches of an operation that is one map, or a Select of one-map alternatives
+    (map4.wgsl where the axis is a multiple of 4, map.wgsl otherwise) over the same tensors."""
+    if len(steps) != 1:
+        return []
+    step = steps[0]
+    alts = [a.steps for a in step.alternatives] if isinstance(step, Select) else [steps]
+    if not all(len(a) == 1 and isinstance(a[0], Dispatch) and shaders[a[0].shader].template in LOAD_DEFS
+               for a in alts):
+        return []
+    maps = [a[0] for a in alts]
+    return maps if len({tuple(b.tensor for b in m.bindings) for m in maps}) == 1 else []
+
+
+def _in_place(step: Dispatch, spec: ShaderSpec, add_shader: Callable[[ShaderSpec], int]) -> Dispatch:
+    """The map reading x0 from its output's buffer, input 0's binding dropped."""
+    keys = LOAD_DEFS[spec.template]
+    defs = tuple((k, str(v).replace("in0_load4(", "y_load4(").replace("in0_load(", "y_load(") if k in keys else v)
+                 for k, v in spec.defs)
+    assert any("in0_load" in str(v) for k, v in spec.defs if k in keys)
+    return replace(step, shader=add_shader(replace(spec, defs=defs, buffers=spec.buffers[1:])),
+                   bindings=step.bindings[1:])
+
+
+def _swap(step: Step, rewritten: dict[int, Dispatch]) -> Step:
+    if isinstance(step, Select):
+        return replace(step, alternatives=tuple(replace(a, steps=(rewritten[id(a.steps[0])],))
+                                                for a in step.alternatives))
+    return rewritten[id(step)]
 
 
 def _output(step: Dispatch, spec: ShaderSpec) -> str:
@@ -88,7 +117,7 @@ def _output(step: Dispatch, spec: ShaderSpec) -> str:
 def _refuse(step: Dispatch, spec: ShaderSpec, tensors: dict[str, TensorInfo], root: Callable[[str], str],
             last: dict[str, int], pinned: set[str | None], index: int) -> str:
     """Why this map cannot write into its input 0's buffer ("" when it can)."""
-    if not spec.buffers or spec.buffers[0].name != "in0" or spec.buffers[0].vector:
+    if not spec.buffers or spec.buffers[0].name != "in0" or spec.buffers[0].vector != (spec.template == QUAD_TEMPLATE):
         return "input 0 is not a plain in0 binding"
     y = next((b for b in spec.buffers if b.name == "y"), None)
     if y is None or y.raw:

@@ -8,10 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from onyxia.ir.shapes import Shape, numel
+from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import Buf, PlanCtx
-from onyxia.operators.common import strided_index_params
-from onyxia.plan import Step
+from onyxia.operators.common import broadcast_strides, collapse_dims, strided_index_params
+from onyxia.plan import ALWAYS, Step, at_most
+
+WORD_STORAGE = ("f32", "i32", "u32")  # one element per 32-bit word: vec4 loads and stores apply
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,66 @@ def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output
     }
     if reports:
         defs["ONYXIA_CHECKED"] = True  # math.wgsl's checked helpers
-    return [ctx.dispatch("elementwise/map.wgsl", label=label or f"map_{ctx.node.op_type}", defs=defs,
-                         params={"N": n, **index_params, **(params or {})},
-                         reads={f"in{k}": o.buffer for k, o in enumerate(operands)},
-                         writes={"y": Buf(out, whole_words=True, raw=raw_output)},
-                         workgroups=ctx.unit_grid(n, out), reports=reports)]
+    label = label or f"map_{ctx.node.op_type}"
+    params = {"N": n, **index_params, **(params or {})}
+    scalar = [ctx.dispatch("elementwise/map.wgsl", label=label, defs=defs, params=params,
+                           reads={f"in{k}": o.buffer for k, o in enumerate(operands)},
+                           writes={"y": Buf(out, whole_words=True, raw=raw_output)},
+                           workgroups=ctx.unit_grid(n, out), reports=reports)]
+    modes = None if index or reports or raw_output else _quad_modes(ctx, out, out_shape, operands)
+    if modes is None:
+        return scalar
+    inner, modes = modes
+    quad = _quad_dispatch(ctx, label, expr, body, operands, modes, out, n, index_code, params)
+    if isinstance(inner, int):
+        return quad
+    return ctx.select(f"map4:{ctx.node.name}", [("quad", quad, at_most(inner % 4, 0), ALWAYS),
+                                                ("scalar", scalar, ALWAYS, ALWAYS)])
+
+
+def _quad_modes(ctx: PlanCtx, out: str, out_shape: Shape, operands: Sequence[Operand]) -> tuple[Dim, list[str]] | None:
+    """Whether map4.wgsl applies, and how it reads each operand ("vec4": contiguous along the
+    innermost broadcast axis, one aligned vec4; "splat": constant along it, one scalar; "lanes":
+    contiguous but not a word type, four scalars), with that axis' length (a multiple of 4
+    where static; a Select's guard checks a symbolic one). None: it does not apply (the output
+    is not a 32-bit type, or an operand steps along that axis other than by 1 or 0)."""
+    if ctx.tensor_dtype(out).storage not in WORD_STORAGE or not operands:
+        return None
+    strides = [broadcast_strides(o.shape, out_shape) for o in operands]
+    dims, merged = collapse_dims(out_shape, strides)
+    if not dims or (isinstance(dims[-1], int) and dims[-1] % 4):
+        return None
+    modes = []
+    for o, m in zip(operands, merged):
+        step = m[-1]
+        if isinstance(step, int) and step == 0:
+            modes.append("splat")
+        elif isinstance(step, int) and step == 1:
+            modes.append("vec4" if ctx.tensor_dtype(o.buffer).storage in WORD_STORAGE else "lanes")
+        else:
+            return None
+    return dims[-1], modes
+
+
+def _quad_dispatch(ctx: PlanCtx, label: str, expr: str, body: str, operands: Sequence[Operand], modes: list[str],
+                   out: str, n: Dim, index_code: str, params: Mapping[str, Any]) -> list[Step]:
+    loads, lanes = [], []
+    for k, (o, mode) in enumerate(zip(operands, modes)):
+        if mode == "vec4":  # idx_xk is a multiple of 4: the axis and every outer stride are
+            loads.append(f"let q{k} = in{k}_load4(idx_x{k} / 4u);")
+        elif mode == "splat":
+            loads.append(f"let s{k} = {o.compute}(in{k}_load(idx_x{k}));")
+    for lane in range(4):
+        lets = [f"let x{k} = " + (f"{o.compute}(q{k}[{lane}]);" if mode == "vec4" else f"s{k};" if mode == "splat"
+                                  else f"{o.compute}(in{k}_load(idx_x{k} + {lane}u));")
+                for k, (o, mode) in enumerate(zip(operands, modes))]
+        statements = [f"let i = 4u * u + {lane}u;", *lets, *([body] if body else []), f"out[{lane}] = y_t({expr});"]
+        lanes.append("{ " + " ".join(statements) + " }")
+    defs = {"INDEX": index_code, "VLOADS": "\n    ".join(loads), "LANES": "\n    ".join(lanes)}
+    return [ctx.dispatch("elementwise/map4.wgsl", label=label, defs=defs, params=params,
+                         reads={f"in{k}": Buf(o.buffer, vector=mode == "vec4")
+                                for k, (o, mode) in enumerate(zip(operands, modes))},
+                         writes={"y": Buf(out, vector=True)}, workgroups=ctx.grid((n + 3) // 4))]
 
 
 def plan_map(ctx: PlanCtx, expr: str, inputs: list[int], compute: list[str] | None = None,
