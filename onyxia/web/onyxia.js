@@ -301,7 +301,7 @@ export async function load(source, options = {}) {
 export class Session {
   constructor(manifest, device, facts, options) {
     this.manifest = manifest; this.plan = manifest.plan; this.device = device; this.adapter = facts; this.options = options;
-    this.stats = {pipelines: 0, bindGroups: 0, reallocs: 0, dispatches: 0, encodeMs: 0};
+    this.stats = {pipelines: 0, bindGroups: 0, reallocs: 0, dispatches: 0, encodeMs: 0, readbackBytes: 0};
     this.dims = {...this.plan.dims};
     this.tensors = new Map(this.plan.tensors.map((t) => [t.name, t]));
     this.inputNames = this.plan.inputs; this.outputNames = this.plan.outputs;
@@ -508,21 +508,25 @@ export class Session {
     this._commit(dims, evaluated);
   }
 
+  // Feeds: {data, dims} from the host, or {device: true} (the input's buffer as it is: a KV cache
+  // the plan writes in place) or {device: "tensor"} (a copy on the device from that tensor's buffer).
   async run(feeds, {outputs = this.outputNames} = {}) {
-    const device = this.device, dims = this.dims;
+    const device = this.device, dims = this.dims, onDevice = [];
     for (const name of Object.keys(feeds)) if (!this.inputNames.includes(name)) throw new InputError(`'${name}' is not an input (inputs: ${this.inputNames.join(", ")})`, {tensor: name});
     for (const name of this.inputNames) {
       const feed = feeds[name];
       if (!feed) throw new InputError(`input '${name}' is missing`, {tensor: name});
-      const want = this.shapeAt(name), got = feed.dims || [feed.data.length], t = this.tensors.get(name);
+      const want = this.shapeAt(name), t = this.tensors.get(name);
+      const got = feed.device === undefined ? feed.dims || [feed.data.length] : want;
       if (got.length !== want.length || got.some((d, i) => d !== want[i])) {
         throw new InputError(`input '${name}' has dims [${got}], expected [${want}] at dims ${JSON.stringify(dims)} (call updateDimensions to change them)`, {tensor: name});
       }
+      if (feed.device !== undefined) { onDevice.push([name, feed.device]); continue; }
       const bytes = encode(t.dtype, feed.data, want.reduce((a, b) => a * b, 1), `input '${name}'`);
       if (bytes.length) device.queue.writeBuffer(this.buffers.get(this.root(name)), 0, bytes);
     }
     const start = globalThis.performance.now();
-    const encoder = this.encode();
+    const encoder = this.encode(this._feedCopies(onDevice));
     this.stats.encodeMs = globalThis.performance.now() - start;
     const reads = outputs.map((name) => {
       if (!this.tensors.has(name)) throw new InputError(`'${name}' is not a tensor of the plan`, {tensor: name});
@@ -538,6 +542,7 @@ export class Session {
     try { await staging.mapAsync(1); } catch (err) { throw new DeviceError(`reading the outputs back failed (device lost?): ${err.message}`); }
     const bytes = new Uint8Array(staging.getMappedRange().slice(0));
     staging.unmap(); staging.destroy();
+    this.stats.readbackBytes = offset;
     const result = {};
     for (const r of reads) {
       if (r.status) {
@@ -552,9 +557,21 @@ export class Session {
     return result;
   }
 
-  // The chosen steps into a new command encoder: one compute pass spans each run of dispatches.
-  encode() {
+  // [[src root, dst root, bytes]] for inputs fed from other tensors' buffers on the device.
+  _feedCopies(onDevice) {
+    return onDevice.flatMap(([name, from]) => {
+      if (from === true) return [];
+      if (!this.tensors.has(from)) throw new InputError(`input '${name}' is fed from '${from}', not a tensor of the plan`, {tensor: name});
+      const nbytes = nbytesOf(this.tensors.get(name).dtype, this.shapeAt(name).reduce((a, b) => a * b, 1));
+      return this.root(from) === this.root(name) || !nbytes ? [] : [[this.root(from), this.root(name), nbytes]];
+    });
+  }
+
+  // The chosen steps into a new command encoder (after `copies`, [[src, dst, bytes]] between
+  // roots): one compute pass spans each run of dispatches.
+  encode(copies = []) {
     const encoder = this.device.createCommandEncoder();
+    for (const [src, dst, nbytes] of copies) encoder.copyBufferToBuffer(this.buffers.get(src), 0, this.buffers.get(dst), 0, nbytes);
     let pass = null;
     for (const c of this.commands) {
       const s = c.s;
