@@ -1,6 +1,7 @@
 """An LLM in JavaScript: `onyxia web FOLDER` and onyxia/web/llm.js, against `onyxia generate`.
 
-For onnxruntime-genai fixture folders (tests/data/llm/, fp32 and int4), the folder `onyxia web`
+For onnxruntime-genai fixture folders (tests/data/llm/, fp32 and int4; Node also an Optimum
+folder, a windowed cache and float16 I/O), the folder `onyxia web`
 writes generates 32 greedy tokens in Node (npm `webgpu`) and in headless Chromium (its page,
 index.html) equal to `onyxia generate FOLDER --prompt ... --max-new-tokens 32` (ids from
 LlmSession, which the command runs, and the text the command prints). Each decode step only
@@ -26,6 +27,9 @@ from tests.web.test_browser import _open_page, _serve
 
 pytestmark = pytest.mark.web
 FOLDERS = ["genai/llama-cpu-fp32", "genai/llama-cpu-int4"]
+# Node also runs: Optimum's growing cache (present copied back into past on the device), a
+# window-sized cache (Gemma-2's sliding layers), float16 I/O (SwiftShader: packed words).
+NODE_FOLDERS = FOLDERS + ["optimum/llama", "genai/gemma2-cpu-fp32", "genai/llama-webgpu-fp16"]
 TOKENS = 32
 STEP_READBACK = 8  # the next token id (int64 on the device: one 32-bit word) and the status word
 
@@ -66,7 +70,7 @@ def _check_run(run: dict, folder: str) -> None:
     assert stats["readbackBytesPerStep"] == [STEP_READBACK] * TOKENS
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", NODE_FOLDERS)
 def test_node_generates_what_onyxia_generate_does(folder: str, tmp_path: Path) -> None:
     out = _web_folder(folder, tmp_path / "site")
     report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": TOKENS,
