@@ -8,6 +8,11 @@ Both replays use the uniform parameter transport (browsers have no immediates) a
 "wide" reads (WebGPU has no shader-int64). Encode cost: building one run's command encoder
 without submitting (Python: PlanExecutor's backend.encode; JS: Session.encode), medians of
 --repeat, wall clock on the calling thread for both. Also the runtime's size.
+
+--llm FOLDER ...: greedy decode speed of an LLM folder, LlmSession (Python, its default
+transport) beside onyxia/web/llm.js in Node (`onyxia web FOLDER`), on the same adapter: median
+tokens/s over --llm-runs generations of 32 tokens after a first one (pipelines created), and
+whether the two generated the same ids.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import onyxia  # noqa: E402
 from onyxia.runtime import Runtime  # noqa: E402
 from onyxia.web.bundle import RUNTIME_FILE, write_bundle  # noqa: E402
 from tests.models import bert_encoder, bert_feeds, cnn_feeds, gpt2_block, gpt2_feeds, small_cnn  # noqa: E402
-from tests.web.harness import as_array, run_node  # noqa: E402
+from tests.web.harness import as_array, run_node, run_node_script  # noqa: E402
 
 CASES = {
     "small_cnn": (small_cnn, cnn_feeds, {"batch": 1, "height": 32, "width": 32}),
@@ -50,10 +55,44 @@ def python_side(runtime, compiled, feeds, repeat: int):
     return outputs, statistics.median(samples) * 1e3, dispatches
 
 
+def llm_side_by_side(folder: str, runtime, runs: int, tokens: int = 32) -> None:
+    from onyxia.llm.session import LlmSession
+    from onyxia.web.llm_bundle import write_llm_demo
+    from tests.llm_fixtures import PROMPT
+
+    session = LlmSession(folder, runtime=runtime)
+    prompt = session.encode(PROMPT)
+    py_ids, py_rates = [], []
+    for _ in range(runs + 1):
+        py_ids = session.generate(prompt, max_new_tokens=tokens)
+        py_rates.append(session.stats.decode_tokens_per_second)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = write_llm_demo(folder, Path(tmp) / "site", prompt=PROMPT, max_new_tokens=tokens)
+        report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": tokens,
+                                                 "repeats": runs + 1}, Path(tmp), timeout=600)
+    if not report["ok"]:
+        print(f"{folder}: node failed: {report['error']}")
+        return
+    js_rates = [1000 * r["stats"]["decodeTokens"] / r["stats"]["decodeMs"] for r in report["runs"]]
+    same = all(r["ids"] == py_ids for r in report["runs"])
+    last = report["runs"][-1]["stats"]
+    print(f"{Path(folder).name:<22} python {statistics.median(py_rates[1:]):7.1f} tok/s   "
+          f"js {statistics.median(js_rates[1:]):7.1f} tok/s   same ids {same}   "
+          f"({last['dispatchesPerStep']} dispatches a step in JS, {last['readbackBytesPerStep'][-1]} bytes read back)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=100)
+    parser.add_argument("--llm", nargs="*", default=[], metavar="FOLDER", help="LLM folders: decode speed, Python vs JS")
+    parser.add_argument("--llm-runs", type=int, default=3)
     args = parser.parse_args()
+    if args.llm:
+        runtime = Runtime()
+        print(f"python adapter: {runtime.info.summary}")
+        for folder in args.llm:
+            llm_side_by_side(folder, runtime, args.llm_runs)
+        return
     text = RUNTIME_FILE.read_text()
     print(f"runtime {RUNTIME_FILE.name}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
     runtime = Runtime(wide_reads=False)

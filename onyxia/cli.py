@@ -436,7 +436,11 @@ def cmd_web(args: argparse.Namespace) -> int:
                              max_length=args.max_length, decoder=args.decoder)
         print(f"web folder written to {out}: serve it over HTTP (python -m http.server -d {out}) and open index.html")
         return 0
-    _graph, compiled = _compile(args.model, _parse_dims(args.dim), args.static or ())
+    # A compiled plan (.onyxia) is rendered as it is (its dims: the ones it was compiled at).
+    _graph, compiled = _load_for_run(args.model, _parse_dims(args.dim), args.static or ())
+    if _graph is None and (args.dim or args.static):
+        raise CliError(f"{args.model} is a compiled plan: its dims are the ones it was compiled at (change them "
+                       "in the page with updateDimensions); --dim/--static apply to ONNX models")
     feeds = {name: np.load(path, allow_pickle=False) for name, _, path in (i.partition("=") for i in args.input or ())}
     out = write_demo(compiled, args.output, feeds or None)
     print(f"web folder written to {out}: serve it over HTTP (python -m http.server -d {out}) and open index.html")
@@ -501,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("web", help="write a folder that runs the model in a web page or Node: plan, weights, "
                        "onyxia.js, index.html and the sample inputs it runs (sample_inputs.npz); for an LLM "
                        "folder, a page that streams generated text")
-    model_args(p, plan_ok=False)
+    model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="sample input (default: random)")
     p.add_argument("--prompt", help="an LLM folder: the page's default prompt")

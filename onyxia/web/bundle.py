@@ -28,7 +28,7 @@ import numpy as np
 
 from onyxia.codegen.transport import UNIFORM
 from onyxia.codegen.wgsl import render
-from onyxia.errors import InputError, OnyxiaError
+from onyxia.errors import InputError, OnyxiaError, PlanError
 from onyxia.ir import dtypes
 from onyxia.plan import BranchStep, CompiledModel, LoopStep, ReadSymbol, plan_document, walk_steps
 
@@ -81,13 +81,27 @@ def rendered_shaders(model: CompiledModel) -> tuple[list[str], list[dict[str, in
     return texts, per_shader
 
 
+HOST_STEP_KINDS = {BranchStep: "branch", LoopStep: "loop", ReadSymbol: "read_symbol"}
+
+
+def host_steps(model: CompiledModel) -> list[tuple[str, str, str]]:
+    """(node, op type, step kind) of every step that needs the host between dispatches."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for op in model.operations:
+        for step in walk_steps(op.steps):
+            kind = HOST_STEP_KINDS.get(type(step))
+            if kind and op.name not in found:
+                found[op.name] = (op.name, op.op_type, kind)
+    return list(found.values())
+
+
 def write_bundle(model: CompiledModel, out_dir: str | Path, *, chunk_bytes: int = CHUNK_BYTES) -> Path:
     """Write model.json and the weight chunks into `out_dir` (created); returns the manifest."""
-    host = sorted({op.name for op in model.operations for step in walk_steps(op.steps)
-                   if isinstance(step, (BranchStep, LoopStep, ReadSymbol))})
+    host = host_steps(model)
     if host:  # the JS runtime would refuse the bundle at load; say so before writing it
-        raise OnyxiaError(f"nodes {host[:5]} need host control flow (If, Loop, Scan or a data-dependent shape), "
-                          "which the web runtime does not replay yet")
+        shown = ", ".join(f"'{node}' ({op_type}: a {kind} step)" for node, op_type, kind in host[:5])
+        raise PlanError(f"{len(host)} node(s) need host control flow, which the web runtime does not replay yet "
+                        f"(If/Loop/Scan branches and loops, counts read back from data): {shown}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     doc, _arrays = plan_document(model)

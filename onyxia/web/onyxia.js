@@ -536,12 +536,15 @@ export class Session {
     if (this.status) reads.push({name: "onyxia/status", nbytes: 4, status: true});
     let offset = 0;
     for (const r of reads) { r.offset = offset; offset += r.nbytes; }
-    const staging = device.createBuffer({size: Math.max(offset, 4), usage: 0x1 | 0x8});  // MAP_READ | COPY_DST
+    // One staging buffer, kept between runs (a decode step reads 8 bytes: creating a buffer each
+    // time would cost more than the copy); it grows when a run reads more.
+    if (!this.staging || this.staging.size < offset) { this.staging?.destroy(); this.staging = device.createBuffer({size: Math.max(offset, 256), usage: 0x1 | 0x8}); }  // MAP_READ | COPY_DST
+    const staging = this.staging;
     for (const r of reads) if (r.nbytes) encoder.copyBufferToBuffer(r.status ? this.status : this.buffers.get(this.root(r.name)), 0, staging, r.offset, r.nbytes);
     device.queue.submit([encoder.finish()]);
-    try { await staging.mapAsync(1); } catch (err) { throw new DeviceError(`reading the outputs back failed (device lost?): ${err.message}`); }
-    const bytes = new Uint8Array(staging.getMappedRange().slice(0));
-    staging.unmap(); staging.destroy();
+    try { await staging.mapAsync(1, 0, Math.max(offset, 4)); } catch (err) { throw new DeviceError(`reading the outputs back failed (device lost?): ${err.message}`); }
+    const bytes = new Uint8Array(staging.getMappedRange(0, Math.max(offset, 4)).slice(0));
+    staging.unmap();
     this.stats.readbackBytes = offset;
     const result = {};
     for (const r of reads) {
@@ -593,5 +596,5 @@ export class Session {
   // The alternative each Select replays at the current dims: {step index: label}.
   choices() { return Object.fromEntries(this.chosen); }
 
-  destroy() { for (const b of this.buffers.values()) b.destroy(); this.uniform.destroy(); }
+  destroy() { for (const b of this.buffers.values()) b.destroy(); this.uniform.destroy(); this.staging?.destroy(); }
 }

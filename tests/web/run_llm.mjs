@@ -1,6 +1,8 @@
 // Drives onyxia/web/llm.js in Node on Dawn (npm `webgpu`) for tests/web: loads an LLM web folder
 // (`onyxia web FOLDER`), generates greedily from a prompt and writes the ids, text and stats as JSON.
-//   node run_llm.mjs SPEC.json      SPEC: {"folder": DIR, "prompt": TEXT, "maxNewTokens": N, "out": FILE}
+//   node run_llm.mjs SPEC.json
+// SPEC: {"folder": DIR, "prompt": TEXT, "maxNewTokens": N, "repeats": N, "strict": bool, "out": FILE}
+// ("strict": safe WebGPU, as an ordinary page has it; see run_node.mjs)
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { create, globals } from "webgpu";
@@ -14,7 +16,7 @@ try {
   const manifest = json("model.json");
   const bundle = {manifest, chunks: manifest.chunks.map(([name]) => new Uint8Array(readFileSync(join(spec.folder, name))))};
   const llm = await loadLlm({bundle, llm: json("llm.json"), tokenizer: json("tokenizer.json")},
-                            {gpu: create(["enable-dawn-features=allow_unsafe_apis"])});
+                            {gpu: create(spec.strict ? [] : ["enable-dawn-features=allow_unsafe_apis"]), relaxUniformity: !spec.strict});
   report.adapter = llm.session.adapter.summary;
   const prompt = llm.encode(spec.prompt);
   report.promptIds = prompt;

@@ -73,8 +73,9 @@ def _check_run(run: dict, folder: str) -> None:
 @pytest.mark.parametrize("folder", NODE_FOLDERS)
 def test_node_generates_what_onyxia_generate_does(folder: str, tmp_path: Path) -> None:
     out = _web_folder(folder, tmp_path / "site")
+    # strict: safe WebGPU, as an ordinary page has it (every kernel passes Tint's uniformity analysis)
     report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": TOKENS,
-                                             "repeats": 2}, tmp_path)
+                                             "repeats": 2, "strict": True}, tmp_path)
     assert report["ok"], report.get("error")
     assert report["promptIds"] == list(_reference(folder)[0])
     for run in report["runs"]:
