@@ -11,8 +11,8 @@ without submitting (Python: PlanExecutor's backend.encode; JS: Session.encode), 
 
 --llm FOLDER ...: greedy decode speed of an LLM folder, LlmSession (Python, its default
 transport) beside onyxia/web/llm.js in Node (`onyxia web FOLDER`), on the same adapter: median
-tokens/s over --llm-runs generations of 32 tokens after a first one (pipelines created), and
-whether the two generated the same ids.
+tokens/s of 32-token generations in --llm-rounds alternating rounds (after a first generation
+that creates the pipelines), and whether the two generated the same ids.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
 import onyxia  # noqa: E402
 from onyxia.runtime import Runtime  # noqa: E402
-from onyxia.web.bundle import RUNTIME_FILE, write_bundle  # noqa: E402
+from onyxia.web.bundle import RUNTIME_FILE, RUNTIME_FILES, write_bundle  # noqa: E402
 from tests.models import bert_encoder, bert_feeds, cnn_feeds, gpt2_block, gpt2_feeds, small_cnn  # noqa: E402
 from tests.web.harness import as_array, run_node, run_node_script  # noqa: E402
 
@@ -55,46 +55,54 @@ def python_side(runtime, compiled, feeds, repeat: int):
     return outputs, statistics.median(samples) * 1e3, dispatches
 
 
-def llm_side_by_side(folder: str, runtime, runs: int, tokens: int = 32) -> None:
+def llm_side_by_side(folder: str, runtime, rounds: int, tokens: int = 32) -> None:
+    """Rounds alternate Python and JS (a loaded machine drifts): each round, three generations in
+    each after a warm one; the medians over all rounds."""
     from onyxia.llm.session import LlmSession
     from onyxia.web.llm_bundle import write_llm_demo
     from tests.llm_fixtures import PROMPT
 
     session = LlmSession(folder, runtime=runtime)
     prompt = session.encode(PROMPT)
-    py_ids, py_rates = [], []
-    for _ in range(runs + 1):
-        py_ids = session.generate(prompt, max_new_tokens=tokens)
-        py_rates.append(session.stats.decode_tokens_per_second)
+    py_ids = session.generate(prompt, max_new_tokens=tokens)
+    py_rates: list[float] = []
+    js_rates: list[float] = []
+    same = True
     with tempfile.TemporaryDirectory() as tmp:
         out = write_llm_demo(folder, Path(tmp) / "site", prompt=PROMPT, max_new_tokens=tokens)
-        report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": tokens,
-                                                 "repeats": runs + 1}, Path(tmp), timeout=600)
-    if not report["ok"]:
-        print(f"{folder}: node failed: {report['error']}")
-        return
-    js_rates = [1000 * r["stats"]["decodeTokens"] / r["stats"]["decodeMs"] for r in report["runs"]]
-    same = all(r["ids"] == py_ids for r in report["runs"])
+        for _ in range(rounds):
+            for _ in range(3):
+                same &= session.generate(prompt, max_new_tokens=tokens) == py_ids
+                py_rates.append(session.stats.decode_tokens_per_second)
+            report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": tokens,
+                                                     "repeats": 4}, Path(tmp), timeout=600)
+            if not report["ok"]:
+                print(f"{folder}: node failed: {report['error']}")
+                return
+            js_rates += [1000 * r["stats"]["decodeTokens"] / r["stats"]["decodeMs"] for r in report["runs"][1:]]
+            same &= all(r["ids"] == py_ids for r in report["runs"])
     last = report["runs"][-1]["stats"]
-    print(f"{Path(folder).name:<22} python {statistics.median(py_rates[1:]):7.1f} tok/s   "
-          f"js {statistics.median(js_rates[1:]):7.1f} tok/s   same ids {same}   "
-          f"({last['dispatchesPerStep']} dispatches a step in JS, {last['readbackBytesPerStep'][-1]} bytes read back)")
+    print(f"{Path(folder).name:<22} python {statistics.median(py_rates):7.1f} tok/s   "
+          f"js {statistics.median(js_rates):7.1f} tok/s   same ids {same}   "
+          f"({last['dispatchesPerStep']} dispatches a step in JS, {last['readbackBytesPerStep'][-1]} bytes read back; "
+          f"node: {report['adapter']})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=100)
     parser.add_argument("--llm", nargs="*", default=[], metavar="FOLDER", help="LLM folders: decode speed, Python vs JS")
-    parser.add_argument("--llm-runs", type=int, default=3)
+    parser.add_argument("--llm-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.llm:
         runtime = Runtime()
         print(f"python adapter: {runtime.info.summary}")
         for folder in args.llm:
-            llm_side_by_side(folder, runtime, args.llm_runs)
+            llm_side_by_side(folder, runtime, args.llm_rounds)
         return
-    text = RUNTIME_FILE.read_text()
-    print(f"runtime {RUNTIME_FILE.name}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
+    for name in (*RUNTIME_FILES, "llm.js", "tokenizer.js"):
+        text = RUNTIME_FILE.with_name(name).read_text()
+        print(f"{name}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
     runtime = Runtime(wide_reads=False)
     print(f"python adapter: {runtime.info.summary}")
     print(f"{'model':<14} {'dispatches py/js':>16} {'bitwise equal':>14} {'max |diff|':>11} "

@@ -158,7 +158,14 @@ def sample_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 RUNTIME_FILE = Path(__file__).with_name("onyxia.js")
+RUNTIME_FILES = ("onyxia.js", "data.js")  # the runtime's ES modules (onyxia.js imports data.js)
 DEMO_FILE = Path(__file__).with_name("index.html")
+
+
+def copy_runtime(out_dir: Path, names: tuple[str, ...] = RUNTIME_FILES) -> None:
+    """onyxia/web's JavaScript modules `names` into `out_dir`."""
+    for name in names:
+        (out_dir / name).write_text(RUNTIME_FILE.with_name(name).read_text())
 
 
 def write_demo(model: CompiledModel, out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None = None) -> Path:
@@ -170,6 +177,6 @@ def write_demo(model: CompiledModel, out_dir: str | Path, feeds: Mapping[str, np
     out = Path(out_dir)
     write_bundle(model, out)
     np.savez(out / "sample_inputs.npz", **{**sample_feeds(model), **dict(feeds or {})})
-    (out / "onyxia.js").write_text(RUNTIME_FILE.read_text())
+    copy_runtime(out)
     (out / "index.html").write_text(DEMO_FILE.read_text())
     return out

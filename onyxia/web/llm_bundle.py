@@ -10,7 +10,7 @@ device, the lm_head projects only the last row) and writes
                               cache layout, EOS ids, max_length and the prefill chunk, the default
                               prompt and token budget of the page
   tokenizer.json              the folder's, read by onyxia/web/tokenizer.js
-  onyxia.js, llm.js, tokenizer.js, index.html   the runtime and the streaming page
+  onyxia.js, data.js, llm.js, tokenizer.js, index.html   the runtime and the streaming page
 
 The KV cache is sized for max_length on load (the JS session never regrows it: a growth would
 need the cache read back and padded, as LlmSession._grow_cache does), so pick --max-length for
@@ -28,7 +28,7 @@ from onyxia.llm.compile import PREFILL_CHUNK, compile_decoder, max_length_for
 from onyxia.llm.config import TOKENIZER_FILE
 from onyxia.llm.hf_config import load_model_config
 from onyxia.llm.ops import LOGITS_GATE, NEXT_TOKEN
-from onyxia.web.bundle import RUNTIME_FILE, write_bundle
+from onyxia.web.bundle import RUNTIME_FILES, copy_runtime, write_bundle
 
 LLM_MANIFEST = "llm.json"
 LLM_FORMAT = "onyxia-web-llm"
@@ -74,8 +74,6 @@ def write_llm_demo(model_dir: str | Path, out_dir: str | Path, *, prompt: str | 
                             max_new_tokens=max_new_tokens)
     (out / LLM_MANIFEST).write_text(json.dumps(manifest, indent=1))
     shutil.copyfile(tokenizer, out / "tokenizer.json")
-    (out / "onyxia.js").write_text(RUNTIME_FILE.read_text())
-    for name in ("llm.js", "tokenizer.js"):
-        (out / name).write_text((WEB_DIR / name).read_text())
+    copy_runtime(out, (*RUNTIME_FILES, "llm.js", "tokenizer.js"))
     (out / "index.html").write_text((WEB_DIR / "llm.html").read_text())
     return out
