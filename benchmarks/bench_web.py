@@ -91,7 +91,8 @@ def llm_side_by_side(folder: str, runtime, rounds: int, tokens: int = 32) -> Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=100)
-    parser.add_argument("--llm", nargs="*", default=[], metavar="FOLDER", help="LLM folders: decode speed, Python vs JS")
+    parser.add_argument("--llm", nargs="*", default=[], metavar="FOLDER",
+                        help="LLM folders: decode speed, Python vs JS")
     parser.add_argument("--llm-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.llm:

@@ -509,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="sample input (default: random)")
     p.add_argument("--prompt", help="an LLM folder: the page's default prompt")
-    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="an LLM folder: tokens the page generates")
+    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N",
+                   help="an LLM folder: tokens the page generates")
     p.add_argument("--max-length", type=int, default=None, metavar="L", help="an LLM folder: prompt + generated "
                    "tokens at most, the KV cache rows allocated (default: the folder's max_length)")
     p.add_argument("--decoder", metavar="FILE|DTYPE", help="an LLM folder's ONNX file when it has several")

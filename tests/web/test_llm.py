@@ -139,7 +139,8 @@ def test_tokenizer_matches_tokenizers(tmp_path: Path) -> None:
     unsupported = tmp_path / "wordpiece.json"
     unsupported.write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {"a": 0}}}))
     script = tmp_path / "tok.mjs"
-    script.write_text(f"import {{Tokenizer}} from {json.dumps(str(WEB_TESTS.parents[1] / 'onyxia/web/tokenizer.js'))};\n"
+    module = json.dumps(str(WEB_TESTS.parents[1] / "onyxia" / "web" / "tokenizer.js"))
+    script.write_text(f"import {{Tokenizer}} from {module};\n"
                       "import {readFileSync} from 'node:fs';\n"
                       f"const texts = {json.dumps(texts)}, out = {{}};\n"
                       f"for (const f of {json.dumps([str(f) for f in [*files, unsupported]])}) {{\n"
