@@ -18,6 +18,7 @@ that creates the pipelines), and whether the two generated the same ids.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import tempfile
@@ -67,12 +68,17 @@ def llm_side_by_side(folder: str, runtime, rounds: int, tokens: int = 32) -> Non
     py_ids = session.generate(prompt, max_new_tokens=tokens)
     py_rates: list[float] = []
     js_rates: list[float] = []
+    py_cpu: list[float] = []  # CPU ms a generation, all threads (lavapipe's included): robust to a loaded machine
+    js_cpu: list[float] = []
     same = True
     with tempfile.TemporaryDirectory() as tmp:
         out = write_llm_demo(folder, Path(tmp) / "site", prompt=PROMPT, max_new_tokens=tokens)
         for _ in range(rounds):
             for _ in range(3):
+                before = resource.getrusage(resource.RUSAGE_SELF)
                 same &= session.generate(prompt, max_new_tokens=tokens) == py_ids
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                py_cpu.append(1000 * (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
                 py_rates.append(session.stats.decode_tokens_per_second)
             report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": tokens,
                                                      "repeats": 4}, Path(tmp), timeout=600)
@@ -80,10 +86,12 @@ def llm_side_by_side(folder: str, runtime, rounds: int, tokens: int = 32) -> Non
                 print(f"{folder}: node failed: {report['error']}")
                 return
             js_rates += [1000 * r["stats"]["decodeTokens"] / r["stats"]["decodeMs"] for r in report["runs"][1:]]
+            js_cpu += [r["cpuMs"] for r in report["runs"][1:]]
             same &= all(r["ids"] == py_ids for r in report["runs"])
     last = report["runs"][-1]["stats"]
     print(f"{Path(folder).name:<22} python {statistics.median(py_rates):7.1f} tok/s   "
-          f"js {statistics.median(js_rates):7.1f} tok/s   same ids {same}   "
+          f"js {statistics.median(js_rates):7.1f} tok/s   CPU ms a generation (all threads) python "
+          f"{statistics.median(py_cpu):.0f} js {statistics.median(js_cpu):.0f}   same ids {same}   "
           f"({last['dispatchesPerStep']} dispatches a step in JS, {last['readbackBytesPerStep'][-1]} bytes read back; "
           f"node: {report['adapter']})")
 

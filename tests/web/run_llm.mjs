@@ -22,9 +22,11 @@ try {
   report.promptIds = prompt;
   report.runs = [];
   for (let i = 0; i < (spec.repeats || 1); i++) {  // a second run meets only dims seen before
-    const ids = [], pieces = [];
+    const ids = [], pieces = [], cpu = process.cpuUsage();
     for await (const {id, text} of llm.stream(prompt, {maxNewTokens: spec.maxNewTokens})) { ids.push(id); pieces.push(text); }
-    report.runs.push({ids, text: pieces.join(""), decoded: llm.decode(ids), stats: llm.stats});
+    const used = process.cpuUsage(cpu);  // every thread of the process: a CPU adapter's work included
+    report.runs.push({ids, text: pieces.join(""), decoded: llm.decode(ids), stats: llm.stats,
+                      cpuMs: (used.user + used.system) / 1000});
   }
   report.ok = true;
 } catch (err) {
