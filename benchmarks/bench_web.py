@@ -8,11 +8,17 @@ Both replays use the uniform parameter transport (browsers have no immediates) a
 "wide" reads (WebGPU has no shader-int64). Encode cost: building one run's command encoder
 without submitting (Python: PlanExecutor's backend.encode; JS: Session.encode), medians of
 --repeat, wall clock on the calling thread for both. Also the runtime's size.
+
+--llm FOLDER ...: greedy decode speed of an LLM folder, LlmSession (Python, its default
+transport) beside onyxia/web/llm.js in Node (`onyxia web FOLDER`), on the same adapter: median
+tokens/s of 32-token generations in --llm-rounds alternating rounds (after a first generation
+that creates the pipelines), and whether the two generated the same ids.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import tempfile
@@ -25,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
 import onyxia  # noqa: E402
 from onyxia.runtime import Runtime  # noqa: E402
-from onyxia.web.bundle import RUNTIME_FILE, write_bundle  # noqa: E402
+from onyxia.web.bundle import RUNTIME_FILE, RUNTIME_FILES, write_bundle  # noqa: E402
 from tests.models import bert_encoder, bert_feeds, cnn_feeds, gpt2_block, gpt2_feeds, small_cnn  # noqa: E402
-from tests.web.harness import as_array, run_node  # noqa: E402
+from tests.web.harness import as_array, run_node, run_node_script  # noqa: E402
 
 CASES = {
     "small_cnn": (small_cnn, cnn_feeds, {"batch": 1, "height": 32, "width": 32}),
@@ -50,12 +56,62 @@ def python_side(runtime, compiled, feeds, repeat: int):
     return outputs, statistics.median(samples) * 1e3, dispatches
 
 
+def llm_side_by_side(folder: str, runtime, rounds: int, tokens: int = 32) -> None:
+    """Rounds alternate Python and JS (a loaded machine drifts): each round, three generations in
+    each after a warm one; the medians over all rounds."""
+    from onyxia.llm.session import LlmSession
+    from onyxia.web.llm_bundle import write_llm_demo
+    from tests.llm_fixtures import PROMPT
+
+    session = LlmSession(folder, runtime=runtime)
+    prompt = session.encode(PROMPT)
+    py_ids = session.generate(prompt, max_new_tokens=tokens)
+    py_rates: list[float] = []
+    js_rates: list[float] = []
+    py_cpu: list[float] = []  # CPU ms a generation, all threads (lavapipe's included): robust to a loaded machine
+    js_cpu: list[float] = []
+    same = True
+    with tempfile.TemporaryDirectory() as tmp:
+        out = write_llm_demo(folder, Path(tmp) / "site", prompt=PROMPT, max_new_tokens=tokens)
+        for _ in range(rounds):
+            for _ in range(3):
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                same &= session.generate(prompt, max_new_tokens=tokens) == py_ids
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                py_cpu.append(1000 * (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
+                py_rates.append(session.stats.decode_tokens_per_second)
+            report = run_node_script("run_llm.mjs", {"folder": str(out), "prompt": PROMPT, "maxNewTokens": tokens,
+                                                     "repeats": 4}, Path(tmp), timeout=600)
+            if not report["ok"]:
+                print(f"{folder}: node failed: {report['error']}")
+                return
+            js_rates += [1000 * r["stats"]["decodeTokens"] / r["stats"]["decodeMs"] for r in report["runs"][1:]]
+            js_cpu += [r["cpuMs"] for r in report["runs"][1:]]
+            same &= all(r["ids"] == py_ids for r in report["runs"])
+    last = report["runs"][-1]["stats"]
+    print(f"{Path(folder).name:<22} python {statistics.median(py_rates):7.1f} tok/s   "
+          f"js {statistics.median(js_rates):7.1f} tok/s   CPU ms a generation (all threads) python "
+          f"{statistics.median(py_cpu):.0f} js {statistics.median(js_cpu):.0f}   same ids {same}   "
+          f"({last['dispatchesPerStep']} dispatches a step in JS, {last['readbackBytesPerStep'][-1]} bytes read back; "
+          f"node: {report['adapter']})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=100)
+    parser.add_argument("--llm", nargs="*", default=[], metavar="FOLDER",
+                        help="LLM folders: decode speed, Python vs JS")
+    parser.add_argument("--llm-rounds", type=int, default=3)
     args = parser.parse_args()
-    text = RUNTIME_FILE.read_text()
-    print(f"runtime {RUNTIME_FILE.name}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
+    if args.llm:
+        runtime = Runtime()
+        print(f"python adapter: {runtime.info.summary}")
+        for folder in args.llm:
+            llm_side_by_side(folder, runtime, args.llm_rounds)
+        return
+    for name in (*RUNTIME_FILES, "llm.js", "tokenizer.js"):
+        text = RUNTIME_FILE.with_name(name).read_text()
+        print(f"{name}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
     runtime = Runtime(wide_reads=False)
     print(f"python adapter: {runtime.info.summary}")
     print(f"{'model':<14} {'dispatches py/js':>16} {'bitwise equal':>14} {'max |diff|':>11} "

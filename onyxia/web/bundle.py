@@ -28,7 +28,7 @@ import numpy as np
 
 from onyxia.codegen.transport import UNIFORM
 from onyxia.codegen.wgsl import render
-from onyxia.errors import InputError, OnyxiaError
+from onyxia.errors import InputError, OnyxiaError, PlanError
 from onyxia.ir import dtypes
 from onyxia.plan import BranchStep, CompiledModel, LoopStep, ReadSymbol, plan_document, walk_steps
 
@@ -81,13 +81,27 @@ def rendered_shaders(model: CompiledModel) -> tuple[list[str], list[dict[str, in
     return texts, per_shader
 
 
+HOST_STEP_KINDS = {BranchStep: "branch", LoopStep: "loop", ReadSymbol: "read_symbol"}
+
+
+def host_steps(model: CompiledModel) -> list[tuple[str, str, str]]:
+    """(node, op type, step kind) of every step that needs the host between dispatches."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for op in model.operations:
+        for step in walk_steps(op.steps):
+            kind = HOST_STEP_KINDS.get(type(step))
+            if kind and op.name not in found:
+                found[op.name] = (op.name, op.op_type, kind)
+    return list(found.values())
+
+
 def write_bundle(model: CompiledModel, out_dir: str | Path, *, chunk_bytes: int = CHUNK_BYTES) -> Path:
     """Write model.json and the weight chunks into `out_dir` (created); returns the manifest."""
-    host = sorted({op.name for op in model.operations for step in walk_steps(op.steps)
-                   if isinstance(step, (BranchStep, LoopStep, ReadSymbol))})
+    host = host_steps(model)
     if host:  # the JS runtime would refuse the bundle at load; say so before writing it
-        raise OnyxiaError(f"nodes {host[:5]} need host control flow (If, Loop, Scan or a data-dependent shape), "
-                          "which the web runtime does not replay yet")
+        shown = ", ".join(f"'{node}' ({op_type}: a {kind} step)" for node, op_type, kind in host[:5])
+        raise PlanError(f"{len(host)} node(s) need host control flow, which the web runtime does not replay yet "
+                        f"(If/Loop/Scan branches and loops, counts read back from data): {shown}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     doc, _arrays = plan_document(model)
@@ -144,7 +158,14 @@ def sample_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 RUNTIME_FILE = Path(__file__).with_name("onyxia.js")
+RUNTIME_FILES = ("onyxia.js", "data.js")  # the runtime's ES modules (onyxia.js imports data.js)
 DEMO_FILE = Path(__file__).with_name("index.html")
+
+
+def copy_runtime(out_dir: Path, names: tuple[str, ...] = RUNTIME_FILES) -> None:
+    """onyxia/web's JavaScript modules `names` into `out_dir`."""
+    for name in names:
+        (out_dir / name).write_text(RUNTIME_FILE.with_name(name).read_text())
 
 
 def write_demo(model: CompiledModel, out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None = None) -> Path:
@@ -156,6 +177,6 @@ def write_demo(model: CompiledModel, out_dir: str | Path, feeds: Mapping[str, np
     out = Path(out_dir)
     write_bundle(model, out)
     np.savez(out / "sample_inputs.npz", **{**sample_feeds(model), **dict(feeds or {})})
-    (out / "onyxia.js").write_text(RUNTIME_FILE.read_text())
+    copy_runtime(out)
     (out / "index.html").write_text(DEMO_FILE.read_text())
     return out

@@ -1,5 +1,5 @@
 // onyxia.js: replays onyxia plans (web bundles written by `onyxia web`) on WebGPU, in the
-// browser or in Node (npm `webgpu`). One ES module, no dependencies, no build step.
+// browser or in Node (npm `webgpu`). ES modules (this one and data.js), no dependencies, no build step.
 //
 //   import * as onyxia from "./onyxia.js";
 //   const s = await onyxia.load("model/", {device});          // or an ArrayBuffer of a zipped bundle
@@ -10,6 +10,10 @@
 // rendered with the uniform parameter transport, weights in device encoding). Setup happens
 // once: buffers, pipelines and bind groups; a run uploads feeds, encodes the chosen steps into
 // one command encoder (one compute pass between copies), submits once and reads the outputs.
+
+// Host values <-> device bytes and the zip/.npz/.npy containers: data.js (served beside this file).
+import {BITS, nbytesOf, encode, decode, readZip} from "./data.js";
+export {readZip, readNpy, readNpz} from "./data.js";
 
 export class OnyxiaError extends Error {
   constructor(message, where = {}) { super(message); this.name = new.target.name; Object.assign(this, where); }
@@ -101,134 +105,7 @@ function compileExpr(value) {
 // The value of expression TEXT at `dims` (for tests and callers that show sizes).
 export function evaluate(text, dims) { return compileExpr({sym: text})(dims); }
 
-// ---- dtypes: bits of device storage per element; how host arrays map to device bytes --------
-const BITS = {float32: 32, int32: 32, uint32: 32, int64: 32, uint64: 32, float16: 16, bfloat16: 16, int16: 16,
-  uint16: 16, int8: 8, uint8: 8, bool: 8, float8e4m3fn: 8, float8e4m3fnuz: 8, float8e5m2: 8, float8e5m2fnuz: 8,
-  float8e8m0: 8, int4: 4, uint4: 4, float4e2m1: 4, int2: 2, uint2: 2};
-const HOST = {float32: Float32Array, int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array,
-  uint64: BigUint64Array, float16: Uint16Array, bfloat16: Uint16Array, int16: Int16Array, uint16: Uint16Array,
-  int8: Int8Array, uint8: Uint8Array, bool: Uint8Array};
-const nbytesOf = (dtype, numel) => Math.ceil(numel * BITS[dtype] / 32) * 4;
 
-function f32ToF16(v) {  // round to nearest even, as numpy's astype(float16)
-  const f = new Float32Array([v]), x = new Uint32Array(f.buffer)[0];
-  const sign = (x >>> 16) & 0x8000, exp = (x >>> 23) & 0xff, man = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (man ? 0x200 : 0);
-  let e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    const m = man | 0x800000, shift = 14 - e, half = 1 << (shift - 1);
-    let r = m >>> shift; const rest = m & ((1 << shift) - 1);
-    if (rest > half || (rest === half && (r & 1))) r++;
-    return sign | r;
-  }
-  let r = (e << 10) | (man >>> 13); const rest = man & 0x1fff;
-  if (rest > 0x1000 || (rest === 0x1000 && (r & 1))) r++;
-  return sign | r;
-}
-function f16ToF32(h) {
-  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
-}
-
-// Host values → device bytes (a Uint8Array of nbytes). `data`: the dtype's typed array, or any
-// array of numbers (float16 from numbers is rounded; int64 from numbers or BigInts).
-function encode(dtype, data, numel, what) {
-  const out = new Uint8Array(nbytesOf(dtype, numel));
-  if (data.length !== numel) throw new InputError(`${what}: ${data.length} values, expected ${numel}`);
-  if (dtype === "int64" || dtype === "uint64") {
-    const words = new Int32Array(out.buffer);
-    const lo = dtype === "int64" ? -(2 ** 31) : 0, hi = dtype === "int64" ? 2 ** 31 - 1 : 2 ** 32 - 1;
-    for (let i = 0; i < numel; i++) {
-      const v = Number(data[i]);
-      if (!(v >= lo && v <= hi) || !Number.isInteger(v)) throw new InputError(`${what}: value ${data[i]} at ${i} is outside the 32-bit range the device computes ${dtype} in`);
-      words[i] = v | 0;
-    }
-    return out;
-  }
-  const Host = HOST[dtype];
-  if (!Host) throw new InputError(`${what}: ${dtype} feeds are not supported by the web runtime`);
-  let typed = data;
-  if (!(data instanceof Host)) {
-    typed = new Host(numel);
-    for (let i = 0; i < numel; i++) typed[i] = dtype === "float16" ? f32ToF16(data[i]) : Number(data[i]);
-  }
-  out.set(new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength));
-  return out;
-}
-
-// Device bytes → host values: float16 decoded to Float32Array, int64 widened to BigInt64Array.
-function decode(dtype, bytes, numel) {
-  if (dtype === "int64" || dtype === "uint64") {
-    const words = dtype === "int64" ? new Int32Array(bytes.buffer, bytes.byteOffset, numel) : new Uint32Array(bytes.buffer, bytes.byteOffset, numel);
-    const out = dtype === "int64" ? new BigInt64Array(numel) : new BigUint64Array(numel);
-    for (let i = 0; i < numel; i++) out[i] = BigInt(words[i]);
-    return out;
-  }
-  if (dtype === "float16") {
-    const bits = new Uint16Array(bytes.buffer, bytes.byteOffset, numel), out = new Float32Array(numel);
-    for (let i = 0; i < numel; i++) out[i] = f16ToF32(bits[i]);
-    return out;
-  }
-  const Host = HOST[dtype];
-  if (!Host) return bytes.slice(0, nbytesOf(dtype, numel));  // packed sub-byte codes, as stored
-  return new Host(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + numel * Host.BYTES_PER_ELEMENT));
-}
-
-// ---- containers: zip (a bundle as one ArrayBuffer, .npz sample inputs) and .npy ---------------
-export async function readZip(buffer) {
-  const bytes = new Uint8Array(buffer), view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let eocd = -1;
-  for (let p = bytes.length - 22; p >= Math.max(0, bytes.length - 65557); p--) if (view.getUint32(p, true) === 0x06054b50) { eocd = p; break; }
-  if (eocd < 0) throw new PlanError("not a zip archive (no end of central directory)");
-  const files = new Map();
-  let p = view.getUint32(eocd + 16, true);
-  for (let n = view.getUint16(eocd + 10, true); n > 0; n--) {
-    if (view.getUint32(p, true) !== 0x02014b50) throw new PlanError("damaged zip central directory");
-    const method = view.getUint16(p + 10, true), csize = view.getUint32(p + 20, true), size = view.getUint32(p + 24, true);
-    const nameLen = view.getUint16(p + 28, true), extra = view.getUint16(p + 30, true), comment = view.getUint16(p + 32, true);
-    const local = view.getUint32(p + 42, true), name = new TextDecoder().decode(bytes.subarray(p + 46, p + 46 + nameLen));
-    if (files.has(name)) throw new PlanError(`zip member '${name}' appears twice`);
-    const start = local + 30 + view.getUint16(local + 26, true) + view.getUint16(local + 28, true);
-    const raw = bytes.subarray(start, start + csize);
-    files.set(name, async () => {
-      if (method === 0) return raw;
-      if (method !== 8) throw new PlanError(`zip member '${name}': compression method ${method} is not supported`);
-      const stream = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
-      const out = new Uint8Array(await new Response(stream).arrayBuffer());
-      if (out.length !== size) throw new PlanError(`zip member '${name}' inflates to ${out.length} bytes, not ${size}`);
-      return out;
-    });
-    p += 46 + nameLen + extra + comment;
-  }
-  return files;
-}
-
-const NPY_DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<u4": "uint32", "<i8": "int64",
-  "<u8": "uint64", "<i2": "int16", "<u2": "uint16", "|i1": "int8", "|u1": "uint8", "|b1": "bool"};
-export function readNpy(bytes) {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (bytes[0] !== 0x93 || String.fromCharCode(...bytes.subarray(1, 6)) !== "NUMPY") throw new InputError("not an .npy array");
-  const major = bytes[6], hlen = major === 1 ? view.getUint16(8, true) : view.getUint32(8, true), hstart = major === 1 ? 10 : 12;
-  const header = new TextDecoder().decode(bytes.subarray(hstart, hstart + hlen));
-  const descr = /'descr':\s*'([^']+)'/.exec(header)[1], shape = /'shape':\s*\(([^)]*)\)/.exec(header)[1];
-  if (/'fortran_order':\s*True/.test(header)) throw new InputError(".npy in Fortran order is not supported");
-  const dtype = NPY_DTYPES[descr];
-  if (!dtype) throw new InputError(`.npy dtype ${descr} is not supported`);
-  const dims = shape.split(",").map((s) => s.trim()).filter(Boolean).map(Number);
-  const numel = dims.reduce((a, b) => a * b, 1), Host = dtype === "float16" ? Uint16Array : HOST[dtype];
-  const start = hstart + hlen, data = new Host(bytes.buffer.slice(bytes.byteOffset + start, bytes.byteOffset + start + numel * Host.BYTES_PER_ELEMENT));
-  return {dtype, dims, data};
-}
-
-export async function readNpz(buffer) {
-  const out = {};
-  for (const [name, read] of await readZip(buffer)) out[name.replace(/\.npy$/, "")] = readNpy(await read());
-  return out;
-}
 
 // ---- adapter facts (the Select guards' vocabulary, docs/plan-format.md §5) --------------------
 const CPU_ADAPTER = /swiftshader|llvmpipe|lavapipe|software|cpu|warp|basic render/i;
@@ -301,7 +178,7 @@ export async function load(source, options = {}) {
 export class Session {
   constructor(manifest, device, facts, options) {
     this.manifest = manifest; this.plan = manifest.plan; this.device = device; this.adapter = facts; this.options = options;
-    this.stats = {pipelines: 0, bindGroups: 0, reallocs: 0, dispatches: 0, encodeMs: 0};
+    this.stats = {pipelines: 0, bindGroups: 0, reallocs: 0, dispatches: 0, encodeMs: 0, readbackBytes: 0};
     this.dims = {...this.plan.dims};
     this.tensors = new Map(this.plan.tensors.map((t) => [t.name, t]));
     this.inputNames = this.plan.inputs; this.outputNames = this.plan.outputs;
@@ -508,21 +385,25 @@ export class Session {
     this._commit(dims, evaluated);
   }
 
+  // Feeds: {data, dims} from the host, or {device: true} (the input's buffer as it is: a KV cache
+  // the plan writes in place) or {device: "tensor"} (a copy on the device from that tensor's buffer).
   async run(feeds, {outputs = this.outputNames} = {}) {
-    const device = this.device, dims = this.dims;
+    const device = this.device, dims = this.dims, onDevice = [];
     for (const name of Object.keys(feeds)) if (!this.inputNames.includes(name)) throw new InputError(`'${name}' is not an input (inputs: ${this.inputNames.join(", ")})`, {tensor: name});
     for (const name of this.inputNames) {
       const feed = feeds[name];
       if (!feed) throw new InputError(`input '${name}' is missing`, {tensor: name});
-      const want = this.shapeAt(name), got = feed.dims || [feed.data.length], t = this.tensors.get(name);
+      const want = this.shapeAt(name), t = this.tensors.get(name);
+      const got = feed.device === undefined ? feed.dims || [feed.data.length] : want;
       if (got.length !== want.length || got.some((d, i) => d !== want[i])) {
         throw new InputError(`input '${name}' has dims [${got}], expected [${want}] at dims ${JSON.stringify(dims)} (call updateDimensions to change them)`, {tensor: name});
       }
+      if (feed.device !== undefined) { onDevice.push([name, feed.device]); continue; }
       const bytes = encode(t.dtype, feed.data, want.reduce((a, b) => a * b, 1), `input '${name}'`);
       if (bytes.length) device.queue.writeBuffer(this.buffers.get(this.root(name)), 0, bytes);
     }
     const start = globalThis.performance.now();
-    const encoder = this.encode();
+    const encoder = this.encode(this._feedCopies(onDevice));
     this.stats.encodeMs = globalThis.performance.now() - start;
     const reads = outputs.map((name) => {
       if (!this.tensors.has(name)) throw new InputError(`'${name}' is not a tensor of the plan`, {tensor: name});
@@ -532,12 +413,16 @@ export class Session {
     if (this.status) reads.push({name: "onyxia/status", nbytes: 4, status: true});
     let offset = 0;
     for (const r of reads) { r.offset = offset; offset += r.nbytes; }
-    const staging = device.createBuffer({size: Math.max(offset, 4), usage: 0x1 | 0x8});  // MAP_READ | COPY_DST
+    // One staging buffer, kept between runs (a decode step reads 8 bytes: creating a buffer each
+    // time would cost more than the copy); it grows when a run reads more.
+    if (!this.staging || this.staging.size < offset) { this.staging?.destroy(); this.staging = device.createBuffer({size: Math.max(offset, 256), usage: 0x1 | 0x8}); }  // MAP_READ | COPY_DST
+    const staging = this.staging;
     for (const r of reads) if (r.nbytes) encoder.copyBufferToBuffer(r.status ? this.status : this.buffers.get(this.root(r.name)), 0, staging, r.offset, r.nbytes);
     device.queue.submit([encoder.finish()]);
-    try { await staging.mapAsync(1); } catch (err) { throw new DeviceError(`reading the outputs back failed (device lost?): ${err.message}`); }
-    const bytes = new Uint8Array(staging.getMappedRange().slice(0));
-    staging.unmap(); staging.destroy();
+    try { await staging.mapAsync(1, 0, Math.max(offset, 4)); } catch (err) { throw new DeviceError(`reading the outputs back failed (device lost?): ${err.message}`); }
+    const bytes = new Uint8Array(staging.getMappedRange(0, Math.max(offset, 4)).slice(0));
+    staging.unmap();
+    this.stats.readbackBytes = offset;
     const result = {};
     for (const r of reads) {
       if (r.status) {
@@ -552,9 +437,21 @@ export class Session {
     return result;
   }
 
-  // The chosen steps into a new command encoder: one compute pass spans each run of dispatches.
-  encode() {
+  // [[src root, dst root, bytes]] for inputs fed from other tensors' buffers on the device.
+  _feedCopies(onDevice) {
+    return onDevice.flatMap(([name, from]) => {
+      if (from === true) return [];
+      if (!this.tensors.has(from)) throw new InputError(`input '${name}' is fed from '${from}', not a tensor of the plan`, {tensor: name});
+      const nbytes = nbytesOf(this.tensors.get(name).dtype, this.shapeAt(name).reduce((a, b) => a * b, 1));
+      return this.root(from) === this.root(name) || !nbytes ? [] : [[this.root(from), this.root(name), nbytes]];
+    });
+  }
+
+  // The chosen steps into a new command encoder (after `copies`, [[src, dst, bytes]] between
+  // roots): one compute pass spans each run of dispatches.
+  encode(copies = []) {
     const encoder = this.device.createCommandEncoder();
+    for (const [src, dst, nbytes] of copies) encoder.copyBufferToBuffer(this.buffers.get(src), 0, this.buffers.get(dst), 0, nbytes);
     let pass = null;
     for (const c of this.commands) {
       const s = c.s;
@@ -576,5 +473,5 @@ export class Session {
   // The alternative each Select replays at the current dims: {step index: label}.
   choices() { return Object.fromEntries(this.chosen); }
 
-  destroy() { for (const b of this.buffers.values()) b.destroy(); this.uniform.destroy(); }
+  destroy() { for (const b of this.buffers.values()) b.destroy(); this.uniform.destroy(); this.staging?.destroy(); }
 }

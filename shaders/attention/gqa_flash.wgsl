@@ -325,7 +325,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             dots = qk_shared(&q3, lane_chunks(3u, lane, keys, false), dots);
 #endif
             var p: vec4<f32>;
-            let alpha = softmax_step(&st, dots, keys.at >= vec4(mine.x) & keys.at < vec4(min(mine.y, last)), &p);
+            let alpha = softmax_step(&st, dots, (keys.at >= vec4(mine.x)) & (keys.at < vec4(min(mine.y, last))), &p);
             pv_shared(&acc0, lane_chunks(0u, lane, keys, true), alpha, p);
 #if CPL >= 2
             pv_shared(&acc1, lane_chunks(1u, lane, keys, true), alpha, p);
@@ -352,7 +352,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             dots = qk_plain(&q3, 3u, keys, dots);
 #endif
             var p: vec4<f32>;
-            let alpha = softmax_step(&st, dots, keys.at >= vec4(mine.x) & keys.at < vec4(min(mine.y, last)), &p);
+            let alpha = softmax_step(&st, dots, (keys.at >= vec4(mine.x)) & (keys.at < vec4(min(mine.y, last))), &p);
             pv_plain(&acc0, 0u, keys, alpha, p);
 #if CPL >= 2
             pv_plain(&acc1, 1u, keys, alpha, p);

@@ -49,19 +49,24 @@ def node_command(args: list[str], timeout: float = 60,
 
 def run_node(spec: dict[str, Any], tmp_path: Path, timeout: float = 180) -> dict[str, Any]:
     """tests/web/run_node.mjs on `spec`; its JSON report."""
-    if not (WEB_TESTS / "node_modules" / "webgpu" / "package.json").is_file():
-        pytest.fail(f"npm package webgpu is missing from tests/web/node_modules: {SETUP_HINT}")
-    spec = {**spec, "out": str(tmp_path / "node_report.json")}
-    spec_path = tmp_path / "node_spec.json"
-    spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, "VK_ICD_FILENAMES": _icd(), "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
-    proc = node_command([str(WEB_TESTS / "run_node.mjs"), str(spec_path)], timeout, env)
-    if not Path(spec["out"]).is_file():
-        pytest.fail(f"node wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(Path(spec["out"]).read_text())
+    return run_node_script("run_node.mjs", spec, tmp_path, timeout)
 
 
 def as_array(output: dict[str, Any]) -> np.ndarray:
     """An output of the JS runtime ({dims, dtype, data}) as numpy."""
     return np.asarray(output["data"], dtype=np.dtype(output["dtype"] if output["dtype"] != "bool" else np.bool_)
                       ).reshape(output["dims"])
+
+
+def run_node_script(script: str, spec: dict[str, Any], tmp_path: Path, timeout: float = 180) -> dict[str, Any]:
+    """tests/web/SCRIPT on `spec` (a JSON file; the script writes its report to spec["out"])."""
+    if not (WEB_TESTS / "node_modules" / "webgpu" / "package.json").is_file():
+        pytest.fail(f"npm package webgpu is missing from tests/web/node_modules: {SETUP_HINT}")
+    spec = {**spec, "out": str(tmp_path / f"{Path(script).stem}_report.json")}
+    spec_path = tmp_path / f"{Path(script).stem}_spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {**os.environ, "VK_ICD_FILENAMES": _icd(), "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
+    proc = node_command([str(WEB_TESTS / script), str(spec_path)], timeout, env)
+    if not Path(spec["out"]).is_file():
+        pytest.fail(f"node wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(Path(spec["out"]).read_text())

@@ -179,3 +179,44 @@ def test_expressions_evaluate_with_python_floor_semantics(tmp_path: Path) -> Non
     want = [int(parse_dim(text).evaluate(dims)) if hasattr(parse_dim(text), "evaluate") else int(parse_dim(text))
             for text in EXPRESSIONS]
     assert got == want
+
+
+def _nonzero_model() -> onnx.ModelProto:
+    """NonZero: its output count is read back from the data (a read_symbol host step)."""
+    return make_model([helper.make_node("NonZero", ["x"], ["nz"])], [("x", np.float32, ["n"])], ["nz"], {})
+
+
+def test_runtime_refuses_a_bundle_with_a_host_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle holding a host step (If/Loop branches, data-dependent counts), written past the
+    check `onyxia web` makes (tests/unit/test_web_bundle.py), is refused by onyxia.js at load with
+    a PlanError naming the step and the node."""
+    from onyxia.web import bundle
+
+    compiled = compile_model(_nonzero_model(), {"n": 6})
+    monkeypatch.setattr(bundle, "host_steps", lambda model: [])
+    write_bundle(compiled, tmp_path / "bundle")
+    np.savez(tmp_path / "x.npz", x=np.arange(6, dtype=np.float32))
+    report = run_node({"bundle": str(tmp_path / "bundle"), "runs": [{"dims": None, "inputs": str(tmp_path / "x.npz")}]},
+                      tmp_path)
+    assert not report["ok"]
+    assert report["error"].startswith("PlanError: ")
+    assert "'NonZero_0' (NonZero) is a 'read_symbol' step" in report["error"], report["error"]
+    assert report["errorFields"]["node"] == "NonZero_0" and report["errorFields"]["step"] is not None
+
+
+def test_web_folder_from_a_compiled_plan(tmp_path: Path) -> None:
+    """`onyxia web PLAN.onyxia`: the plan archive rendered into a bundle computes what the ONNX
+    model's bundle does (the JS runtime reads bundles; the archive's templates are rendered here)."""
+    from onyxia.cli import main as onyxia_main
+
+    case, model, compiled = _case("tiny_mlp")
+    compiled.save(tmp_path / "mlp.onyxia")
+    assert onyxia_main(["web", str(tmp_path / "mlp.onyxia"), "-o", str(tmp_path / "from_plan")]) == 0
+    write_bundle(compiled, tmp_path / "from_model")
+    runs, _ = _runs(case, tmp_path)
+    from_plan = run_node({"bundle": str(tmp_path / "from_plan"), "runs": runs[:2]}, tmp_path)
+    from_model = run_node({"bundle": str(tmp_path / "from_model"), "runs": runs[:2]}, tmp_path)
+    assert from_plan["ok"] and from_model["ok"], (from_plan.get("error"), from_model.get("error"))
+    assert [r["outputs"] for r in from_plan["runs"]] == [r["outputs"] for r in from_model["runs"]]
+    with pytest.raises(OnyxiaError, match="is a compiled plan: its dims are the ones it was compiled at"):
+        onyxia_main(["--debug", "web", str(tmp_path / "mlp.onyxia"), "-o", str(tmp_path / "x"), "--dim", "batch=3"])
