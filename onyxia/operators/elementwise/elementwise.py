@@ -10,10 +10,13 @@ propagating max, erf, C pow, ...) live in shaders/elementwise/math.wgsl.
 
 Device numerics (storage and compute types: ir/dtypes.py):
 - float16 and bfloat16 compute in f32 and are rounded once, when stored;
-- int64 computes in i32 (inputs are range-checked at upload); the ops whose result can leave
-  that range (a row's `int64` expression: Add, Sub, Mul, Div, Pow, Neg, Abs) check it and
-  report instead of wrapping, and the run raises a ComputeError naming the node; uint64
-  computes in u32 the same way (a row's `uint64` expression);
+- int64 computes in i32, ±(2^31 - 1) exactly, -2^31 marking a lost value (codegen/storage.py;
+  inputs are range-checked at upload); the ops whose result can leave that range (a row's `int64`
+  expression: Add, Sub, Mul, Div, Pow, Neg, Abs) carry a lost operand and lose (and note) an
+  out-of-range result instead of wrapping; the comparisons report a lost operand, the run raises a
+  ComputeError naming the node, as it does for a lost value reaching an output. Min, Max, Where
+  and data movement carry the mark as the number -2^31 (Max of it and a value drops it); uint64
+  computes in u32;
 - int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
   overflow wraps exactly as numpy and onnxruntime do;
 - integer Div/Mod by zero give WGSL's defined results, where ONNX leaves them undefined.
@@ -39,7 +42,9 @@ from onyxia.plan import Step
 FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
 NUMERIC = (FLOAT, INT, UINT)
 COMPUTE = {FLOAT: "f32", INT: "i32", UINT: "u32", BOOL: "u32"}  # the WGSL type each kind computes in
-INT64_OVERFLOW = "an int64 result is outside the int32 range the GPU computes int64 in"
+INT64_OVERFLOW = "an int64 result is outside ±(2^31 - 1), the range the GPU holds int64 in"
+INT64_READ = ("reads an int64 value lost upstream (outside ±(2^31 - 1), the range the GPU holds int64 in: "
+              "a Cast of NaN/±inf/|x| >= 2^31 or a result past that range)")
 _KIND_NAMES = {FLOAT: "floating-point", INT: "signed integer", UINT: "unsigned integer", BOOL: "bool"}
 REQUIRED = object()  # attribute default: the attribute must be given
 MAX_MAP_INPUTS = 7  # storage bindings per dispatch: WebGPU guarantees 8, one is the output
@@ -93,7 +98,7 @@ class Row:
     attrs: Mapping[str, Any] = field(default_factory=dict)  # ONNX attribute -> default (or REQUIRED)
     result: str = "same"  # output dtype: "same" as input 0, or "bool"
     exponent: bool = False  # input 1 has its own numeric dtype and computes in f32 (Pow's T1)
-    int64: str | None = None  # for int64 inputs: the expression checking the int32 range (reports)
+    int64: str | None = None  # for int64 inputs: the expression carrying/refusing lost values
 
 
 class _TableOp(Operator):
@@ -132,7 +137,7 @@ class _TableOp(Operator):
     def checked(self, dtype: DType, expr: str) -> tuple[str, str | None]:
         """(expression, report meaning): the row's int64 form for int64 inputs."""
         if dtype == dtypes.INT64 and self.row.int64:
-            return self.row.int64, INT64_OVERFLOW
+            return self.row.int64, INT64_READ if self.row.result == "bool" else INT64_OVERFLOW
         return expr, None
 
 
@@ -396,14 +401,19 @@ BINARY_OPS: dict[str, Row] = {
     "BitwiseXor": Row(integers("x0 ^ x1"), np.bitwise_xor, since=18),
 }
 
+# int64 comparisons refuse a lost operand (its order is unknown): onyxia_known reports.
+_KNOWN = "onyxia_known(x0) {op} onyxia_known(x1)"
 COMPARISON_OPS: dict[str, Row] = {
-    "Equal": Row(for_kinds((*NUMERIC, BOOL), "x0 == x1"), symbolic_compare(np.equal, lambda o: o == 0), result="bool"),
-    "Greater": Row(numeric("x0 > x1"), symbolic_compare(np.greater, lambda o: o > 0), result="bool"),
+    "Equal": Row(for_kinds((*NUMERIC, BOOL), "x0 == x1"), symbolic_compare(np.equal, lambda o: o == 0),
+                 result="bool", int64=_KNOWN.format(op="==")),
+    "Greater": Row(numeric("x0 > x1"), symbolic_compare(np.greater, lambda o: o > 0), result="bool",
+                   int64=_KNOWN.format(op=">")),
     "GreaterOrEqual": Row(numeric("x0 >= x1"), symbolic_compare(np.greater_equal, lambda o: o >= 0), since=12,
-                          result="bool"),
-    "Less": Row(numeric("x0 < x1"), symbolic_compare(np.less, lambda o: o < 0), result="bool"),
+                          result="bool", int64=_KNOWN.format(op=">=")),
+    "Less": Row(numeric("x0 < x1"), symbolic_compare(np.less, lambda o: o < 0), result="bool",
+                int64=_KNOWN.format(op="<")),
     "LessOrEqual": Row(numeric("x0 <= x1"), symbolic_compare(np.less_equal, lambda o: o <= 0), since=12,
-                       result="bool"),
+                       result="bool", int64=_KNOWN.format(op="<=")),
 }
 
 UNARY_OPS: dict[str, Row] = {
