@@ -99,6 +99,7 @@ class Row:
     result: str = "same"  # output dtype: "same" as input 0, or "bool"
     exponent: bool = False  # input 1 has its own numeric dtype and computes in f32 (Pow's T1)
     int64: str | None = None  # for int64 inputs: the expression carrying/refusing lost values
+    symbolic: bool = False  # the fold applies to symbolic dims (shape arithmetic)
 
 
 class _TableOp(Operator):
@@ -196,7 +197,7 @@ class UnaryElementwise(_TableOp):
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         attrs = self.attrs(ctx)
         with np.errstate(all="ignore"):
-            return ctx.unary_fold(lambda x: self.row.fold(widen(x), **attrs))
+            return ctx.unary_fold(lambda x: self.row.fold(widen(x), **attrs), symbolic=self.row.symbolic)
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         attrs, dtype = self.attrs(ctx), ctx.input_dtype(0)
@@ -418,7 +419,7 @@ COMPARISON_OPS: dict[str, Row] = {
 
 UNARY_OPS: dict[str, Row] = {
     "Abs": Row({FLOAT: "abs(x0)", INT: "abs(x0)", UINT: "x0"}, np.abs, int64="onyxia_checked_abs(x0)"),
-    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative, int64="onyxia_checked_neg(x0)"),
+    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative, int64="onyxia_checked_neg(x0)", symbolic=True),
     "Sign": Row({FLOAT: "onyxia_signf(x0)", INT: "sign(x0)", UINT: "select(0u, 1u, x0 > 0u)"}, np.sign, since=9),
     "Relu": Row({FLOAT: "select(x0, 0.0, x0 < 0.0)", INT: "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
     "Not": Row({BOOL: "x0 ^ 1u"}, np.logical_not),
