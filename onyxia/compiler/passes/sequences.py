@@ -49,8 +49,8 @@ class SequenceLoweringPass(Pass):
     2. SequenceAt and OptionalGetElement become Identity nodes of the element;
        ConcatFromSequence a Concat (Unsqueezes first for new_axis); SplitToSequence a Split;
     3. SequenceMap and a Loop that carries sequences, whose body needs its iteration number
-       as a value, or whose carried values change shape per iteration are unrolled (the body copied per iteration, with the iteration number a
-       constant); an If whose branches yield sequences is replaced by its taken branch;
+       as a value, or whose carried values change shape per iteration are unrolled (the body
+       copied per iteration, with the iteration number a constant); an If whose branches yield sequences is replaced by its taken branch;
     4. a position, trip count or condition that is not known raises ValueRequiredError for
        it, so InferenceSession specializes on the graph inputs it comes from;
     5. graph outputs that are sequences/optionals are replaced by their element tensors.
@@ -148,7 +148,8 @@ class _Lowering:
         tid = node.inputs[i] if i < len(node.inputs) else None
         value = self.graph.tensor(tid).value if tid else None
         if value is None or value.dtype == object:
-            raise ValueRequiredError(f"{what} ('{tid}') must be known at compile time, where sequences and unrolled Loops are resolved",
+            raise ValueRequiredError(f"{what} ('{tid}') must be known at compile time, where sequences and unrolled "
+                                     "Loops are resolved",
                                      node=node.name, op_type=node.op_type, input_index=i, tensor=tid or "")
         return value
 
