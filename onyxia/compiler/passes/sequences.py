@@ -50,7 +50,8 @@ class SequenceLoweringPass(Pass):
        ConcatFromSequence a Concat (Unsqueezes first for new_axis); SplitToSequence a Split;
     3. SequenceMap and a Loop that carries sequences, whose body needs its iteration number
        as a value, or whose carried values change shape per iteration are unrolled (the body
-       copied per iteration, with the iteration number a constant); an If whose branches yield sequences is replaced by its taken branch;
+       copied per iteration, with the iteration number a constant); an If whose branches
+       yield sequences is replaced by its taken branch;
     4. a position, trip count or condition that is not known raises ValueRequiredError for
        it, so InferenceSession specializes on the graph inputs it comes from;
     5. graph outputs that are sequences/optionals are replaced by their element tensors.

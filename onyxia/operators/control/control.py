@@ -222,8 +222,8 @@ class Loop(Operator):
             if ti != to or not ctx.same_shape(si, so):
                 raise CarriedShapeError(
                     f"loop-carried value {k} enters as {ti}{shape_str(si)} and leaves the body as "
-                    f"{to}{shape_str(so)}; onyxia keeps each in one buffer, or unrolls the Loop when its trip count and condition are known at "
-                    "compile time", node=ctx.node.name, op_type=ctx.node.op_type)
+                    f"{to}{shape_str(so)}; onyxia keeps each in one buffer, or unrolls the Loop when its trip "
+                    "count and condition are known at compile time", node=ctx.node.name, op_type=ctx.node.op_type)
         iterations = self._iterations(ctx, body)
         return [*types[1:1 + carried], *((t, (iterations, *s)) for t, s in types[1 + carried:])]
 
@@ -332,8 +332,9 @@ class Scan(Operator):
         for i, ((ti, si), (to, so)) in enumerate(zip(state, types[:n])):
             if ti != to or not ctx.same_shape(si, so):
                 raise ctx.fail(f"state {i} enters as {ti}{shape_str(si)} and leaves the body as "
-                               f"{to}{shape_str(so)}; onyxia keeps each state in one buffer, so it must keep its type and shape (a Loop with a "
-                               "constant trip count may grow its carried values: it is unrolled)")
+                               f"{to}{shape_str(so)}; onyxia keeps each state in one buffer, so it must keep its "
+                               "type and shape (a Loop with a constant trip count may grow its carried values: it is "
+                               "unrolled)")
         out_axes = _axes(ctx, "scan_output_axes", k, [len(s) + 1 for _, s in types[n:]])
         _flags(ctx, "scan_output_directions", k)
         stacked = [(t, (*s[:a], length, *s[a:])) for (t, s), a in zip(types[n:], out_axes)]
