@@ -386,6 +386,9 @@ fn onyxia_checked_mul(a: i32, b: i32) -> i32 {
     if ((a != 0i && r / a != b) || r == ONYXIA_LOST) { return onyxia_lost(); }
     return r;
 }
+fn onyxia_checked_max(a: i32, b: i32) -> i32 {
+    return select(max(a, b), ONYXIA_LOST, a == ONYXIA_LOST || b == ONYXIA_LOST);
+}
 fn onyxia_checked_div(a: i32, b: i32) -> i32 {
     if (a == ONYXIA_LOST || b == ONYXIA_LOST) { return ONYXIA_LOST; }
     return a / b;  // |a / b| <= |a|: always in range

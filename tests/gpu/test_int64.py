@@ -128,3 +128,14 @@ def test_minus_2_to_the_31_is_refused_at_upload(runtime):
     with pytest.raises(InputError, match="input 'a': int64 values must fit in int32 except -2\\^31"):
         exe.run({"a": np.array([-(2**31), 5], np.int64)})
     np.testing.assert_array_equal(exe.run({"a": np.array([-I32_MAX, 5], np.int64)})["y"], [I32_MAX, -5])
+
+
+def test_max_carries_a_lost_value_to_the_output(runtime):
+    """Max(lost, 0) would be 0 read as -2^31; it stays lost, so the output names the Cast."""
+    nodes = [LOST, h.make_node("Max", ["i", "zero"], ["y"], name="the_max")]
+    model = make_model(nodes, [("f", np.float32, [3])], ["y"], {"zero": np.array(0, np.int64)})
+    exe = runtime.load_model(compile_model(model))
+    ok = {"f": np.array([-4.0, 2.5, 9.0], np.float32)}
+    np.testing.assert_array_equal(exe.run(ok)["y"], run_ort(model, ok)[0])
+    with pytest.raises(ComputeError, match="output 'y'\\[1\\]: node 'lossy' \\(Cast\\) gave an int64 value outside"):
+        exe.run({"f": np.array([1.0, 3e9, 2.0], np.float32)})

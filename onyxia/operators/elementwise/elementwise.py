@@ -14,8 +14,8 @@ Device numerics (storage and compute types: ir/dtypes.py):
   inputs are range-checked at upload); the ops whose result can leave that range (a row's `int64`
   expression: Add, Sub, Mul, Div, Pow, Neg, Abs) carry a lost operand and lose (and note) an
   out-of-range result instead of wrapping; the comparisons report a lost operand, the run raises a
-  ComputeError naming the node, as it does for a lost value reaching an output. Min, Max, Where
-  and data movement carry the mark as the number -2^31 (Max of it and a value drops it); uint64
+  ComputeError naming the node, as it does for a lost value reaching an output. Max carries it,
+  Min, Where and data movement do as the number -2^31 (Clip and ReduceMax may drop it); uint64
   computes in u32;
 - int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
   overflow wraps exactly as numpy and onnxruntime do;
@@ -247,7 +247,7 @@ class VariadicElementwise(_TableOp):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         out_shape, out_dtype = ctx.output_shape(0), ctx.output_dtype(0)
-        combine = self.expr(ctx, {}, out_dtype)
+        combine, reports = self.checked(out_dtype, self.expr(ctx, {}, out_dtype))
         compute = COMPUTE[kind(out_dtype)]
         pending = [operand(ctx, i, compute) for i in range(ctx.num_inputs)]
         steps: list[Step] = []
@@ -258,12 +258,12 @@ class VariadicElementwise(_TableOp):
             expr = functools.reduce(lambda e, k: combine.format(a=e, b=f"x{k}"), range(1, len(chunk)), "x0")
             if pending:
                 target = ctx.scratch(numel(out_shape), out_dtype.name, "partial")
-                steps += map_dispatch(ctx, expr, chunk, output=target)
+                steps += map_dispatch(ctx, expr, chunk, output=target, reports=reports)
                 acc = Operand(target, out_shape, compute)
             else:
                 if self.row.mean:
                     expr = f"({expr}) / {float(ctx.num_inputs)}"
-                steps += map_dispatch(ctx, expr, chunk)
+                steps += map_dispatch(ctx, expr, chunk, reports=reports)
         return steps
 
 
@@ -480,7 +480,8 @@ _maximum = symbolic_compare(np.maximum, lambda o: o >= 0, choose=True)
 _minimum = symbolic_compare(np.minimum, lambda o: o <= 0, choose=True)
 
 VARIADIC_OPS: dict[str, VariadicRow] = {
-    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **integers("max({a}, {b})")}, _maximum),
+    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **integers("max({a}, {b})")}, _maximum,
+                       int64="onyxia_checked_max({a}, {b})"),  # a lost int64 stays lost
     "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **integers("min({a}, {b})")}, _minimum),
     "Sum": VariadicRow(floats("{a} + {b}"), np.add),
     "Mean": VariadicRow(floats("{a} + {b}"), np.add, mean=True),
