@@ -139,3 +139,16 @@ def test_max_carries_a_lost_value_to_the_output(runtime):
     np.testing.assert_array_equal(exe.run(ok)["y"], run_ort(model, ok)[0])
     with pytest.raises(ComputeError, match="output 'y'\\[1\\]: node 'lossy' \\(Cast\\) gave an int64 value outside"):
         exe.run({"f": np.array([1.0, 3e9, 2.0], np.float32)})
+
+
+def test_a_lost_value_read_back_as_a_size_names_the_tensor(runtime):
+    """TopK's k computed on the device is read back to size the outputs: a lost k is refused."""
+    nodes = [h.make_node("Cast", ["f"], ["k"], to=I64, name="k_cast"),
+             h.make_node("TopK", ["x", "k"], ["values", "indices"], name="the_topk")]
+    model = make_model(nodes, [("x", np.float32, [6]), ("f", np.float32, [1])], ["values", "indices"])
+    exe = runtime.load_model(compile_model(model))
+    feeds = {"x": np.arange(6, dtype=np.float32), "f": np.array([2.5], np.float32)}
+    for got, want in zip(exe.run(feeds).values(), run_ort(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ComputeError, match="tensor 'k' \\(it sizes '.*'\\) holds an int64 value lost upstream"):
+        exe.run({**feeds, "f": np.array([np.inf], np.float32)})
