@@ -478,8 +478,9 @@ class PlanReplay(DimensionUpdates):
         origin = (f"node '{noted[0]}' ({noted[1]}) gave an int64 value outside ±(2^31 - 1), the range the "
                   "GPU holds int64 in" if noted else "an int64 value is -2^31 or outside ±(2^31 - 1), the range "
                   "the GPU holds int64 in")
+        count = int(lost.sum())
         raise ComputeError(f"output '{name}'{list(map(int, where))}: {origin}; onyxia does not return it "
-                           f"({int(lost.sum())} such values)")
+                           f"({count} such value{'s' if count > 1 else ''})")
 
     # ---- device tensors -------------------------------------------------------------------
     def device_tensor(self, name: str) -> DeviceTensor:
