@@ -13,7 +13,7 @@ from onnx import TensorProto
 from onnx import helper as h
 
 from onyxia.errors import ComputeError, InputError
-from tests.helpers import compile_model, make_model, run_ort
+from tests.helpers import compile_model, live_dispatches, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
 
@@ -152,3 +152,23 @@ def test_a_lost_value_read_back_as_a_size_names_the_tensor(runtime):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ComputeError, match="tensor 'k' \\(it sizes '.*'\\) holds an int64 value lost upstream"):
         exe.run({**feeds, "f": np.array([np.inf], np.float32)})
+
+
+def test_four_elements_a_thread_carry_and_refuse_the_same(runtime):
+    """8 elements: the maps run map4.wgsl (four outputs a thread), lost values included."""
+    nodes = [LOST, h.make_node("Add", ["i", "one"], ["y"], name="plus"),
+             h.make_node("Less", ["i", "one"], ["lt"], name="the_less")]
+    model = make_model(nodes, [("f", np.float32, [8])], ["y"], {"one": np.array(1, np.int64)})
+    compiled = compile_model(model)
+    templates = [compiled.shaders[d.shader].template for d in live_dispatches(compiled, {})]
+    assert templates == ["elementwise/map4.wgsl"] * 2, templates
+    exe = runtime.load_model(compiled)
+    f = np.array([1, -2, 3.5, 4e8, -2e9, 6, 7, 8], np.float32)
+    np.testing.assert_array_equal(exe.run({"f": f})["y"], run_ort(model, {"f": f})[0])
+    f[6] = 5e9
+    with pytest.raises(ComputeError, match="output 'y'\\[6\\]: node 'lossy' \\(Cast\\)"):
+        exe.run({"f": f})
+    model = make_model(nodes, [("f", np.float32, [8])], ["lt"], {"one": np.array(1, np.int64)})
+    exe = runtime.load_model(compile_model(model))
+    with pytest.raises(ComputeError, match="node 'the_less' \\(Less\\): reads an int64 value lost"):
+        exe.run({"f": f})
