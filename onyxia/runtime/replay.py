@@ -27,14 +27,15 @@ import numpy as np
 import onyxia.runtime.control  # noqa: F401  (registers the host control-flow commands)
 from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transport
 from onyxia.codegen.wgsl import render
-from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
+from onyxia.errors import DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
-from onyxia.plan import STATUS_ERROR, STATUS_TENSOR, CompiledModel, Dispatch, Step
+from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.dimensions import DimensionUpdates
 from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, live_commands, walk_commands
+from onyxia.runtime.status import Site, read_status, refuse_lost
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
@@ -445,7 +446,7 @@ class PlanReplay(DimensionUpdates):
             count = math.prod(slot.shape)
             results[slot.name] = dtypes.from_device(raw, slot.dtype, count).reshape(slot.shape)
             if slot.dtype == dtypes.INT64 and count:
-                self._refuse_lost(slot.name, results[slot.name], noted)
+                refuse_lost(slot.name, results[slot.name], noted)
         for name in device_outputs:
             results[name] = self.device_tensor(name)
         self.stats.readback_bytes = total
@@ -453,34 +454,12 @@ class PlanReplay(DimensionUpdates):
             self.stats.run_s += time.perf_counter() - start
         return {n: results[n] for n in (*names, *[d for d in device_outputs if d not in names])}
 
-    def _check_status(self, raw: bytes | memoryview) -> tuple[str, str, str] | None:
-        """Raise the error a kernel reported in the status word; else the site that noted a lost
-        int64 value, if any (and clear the word for the next run)."""
+    def _check_status(self, raw: bytes | memoryview) -> Site | None:
+        """read_status of the word (runtime/status.py), cleared for the next run."""
         word = int(np.frombuffer(raw, dtype=np.uint32)[0])
-        if not word:
-            return None
-        self.backend.copyin(self.buffers[STATUS_TENSOR], np.zeros(1, np.uint32))
-        site, sites = word & ~STATUS_ERROR, self.model.sites
-        node, op_type, what = sites[site - 1] if 0 < site <= len(sites) else ("?", "?", f"report {site}")
-        if word & STATUS_ERROR:
-            raise ComputeError(f"node '{node}' ({op_type}): {what}; its results are wrong, so the run's outputs "
-                               "are not returned")
-        return node, op_type, what
-
-    @staticmethod
-    def _refuse_lost(name: str, values: np.ndarray, noted: tuple[str, str, str] | None) -> None:
-        """An int64 output holding the lost-value mark (-2^31, codegen/storage.py) is refused,
-        naming the node that lost it; lost values that no output holds are harmless."""
-        lost = values == dtypes.INT64_LOST
-        if not lost.any():
-            return
-        where = np.unravel_index(int(np.argmax(lost)), values.shape) if values.ndim else ()
-        origin = (f"node '{noted[0]}' ({noted[1]}) gave an int64 value outside ±(2^31 - 1), the range the "
-                  "GPU holds int64 in" if noted else "an int64 value is -2^31 or outside ±(2^31 - 1), the range "
-                  "the GPU holds int64 in")
-        count = int(lost.sum())
-        raise ComputeError(f"output '{name}'{list(map(int, where))}: {origin}; onyxia does not return it "
-                           f"({count} such value{'s' if count > 1 else ''})")
+        if word:
+            self.backend.copyin(self.buffers[STATUS_TENSOR], np.zeros(1, np.uint32))
+        return read_status(word, self.model.sites)
 
     # ---- device tensors -------------------------------------------------------------------
     def device_tensor(self, name: str) -> DeviceTensor:
