@@ -28,6 +28,12 @@ class ShapeInferenceError(OnyxiaError):
         self.input_index = input_index
 
 
+class CarriedShapeError(ShapeInferenceError):
+    """A Loop's carried value leaves the body in another shape than it entered (a tensor grown
+    by a Concat each iteration): SequenceLoweringPass unrolls such a Loop when its trip count and
+    condition are known at compile time."""
+
+
 class ValueRequiredError(ShapeInferenceError):
     """Inference needs the value of `tensor` (a shape, axes, pads...) and it is not a constant.
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from onyxia.ir.dtypes import WORD_STORAGE, DType, from_name
-from onyxia.plan import BufferDecl
+from onyxia.plan import STATUS_ERROR, BufferDecl
 
 STATUS_NAME = "onyxia_status"
 
@@ -350,46 +350,63 @@ def _packed_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads:
     return out
 
 
-# int64 values live in i32 on the device. Kernels computing int64 use these instead of the plain
-# operators: the same result when it fits, and a report (the run raises) when it does not.
-CHECKED_I32 = """fn onyxia_checked_add(a: i32, b: i32) -> i32 {
+# int64 values live in i32 on the device: every value in ±(2^31 - 1) exactly, and -2^31 marks a
+# value the GPU could not hold ("lost", as NaN marks a float: Cast of NaN/±inf/|x| >= 2^31, a sum
+# past the range). Kernels computing int64 use these instead of the plain operators: a lost
+# operand gives a lost result, a result out of range is lost and noted (onyxia_note: the site, not
+# an error). The run refuses a lost value only where it matters: an output (the executor names the
+# noted node), an index (onyxia_checked_index reports) or a read that would turn it into another
+# type or an order (onyxia_known reports). A lost value a Where discards is harmless (T5's
+# relative-position buckets cast log(0) = -inf to int64 and never use it).
+CHECKED_I32 = """const ONYXIA_LOST = -2147483647i - 1i;
+fn onyxia_lost() -> i32 {
+    onyxia_note();
+    return ONYXIA_LOST;
+}
+fn onyxia_known(a: i32) -> i32 {
+    if (a == ONYXIA_LOST) { onyxia_report(); }
+    return a;
+}
+fn onyxia_checked_add(a: i32, b: i32) -> i32 {
     let r = a + b;
-    if (((a ^ r) & (b ^ r)) < 0i) { onyxia_report(); }
+    if (a == ONYXIA_LOST || b == ONYXIA_LOST) { return ONYXIA_LOST; }
+    if (((a ^ r) & (b ^ r)) < 0i || r == ONYXIA_LOST) { return onyxia_lost(); }
     return r;
 }
 fn onyxia_checked_sub(a: i32, b: i32) -> i32 {
     let r = a - b;
-    if (((a ^ b) & (a ^ r)) < 0i) { onyxia_report(); }
+    if (a == ONYXIA_LOST || b == ONYXIA_LOST) { return ONYXIA_LOST; }
+    if (((a ^ b) & (a ^ r)) < 0i || r == ONYXIA_LOST) { return onyxia_lost(); }
     return r;
 }
 fn onyxia_checked_mul(a: i32, b: i32) -> i32 {
     let r = a * b;
-    // WGSL defines i32::MIN / -1 as i32::MIN, which the division test cannot tell from a fit.
-    if (a != 0i && (r / a != b || (a == -1i && b == (-2147483647i - 1i)))) { onyxia_report(); }
+    if (a == ONYXIA_LOST || b == ONYXIA_LOST) { return ONYXIA_LOST; }
+    // Neither operand is -2^31 here, so the division test is exact.
+    if ((a != 0i && r / a != b) || r == ONYXIA_LOST) { return onyxia_lost(); }
     return r;
 }
+fn onyxia_checked_max(a: i32, b: i32) -> i32 {
+    return select(max(a, b), ONYXIA_LOST, a == ONYXIA_LOST || b == ONYXIA_LOST);
+}
 fn onyxia_checked_div(a: i32, b: i32) -> i32 {
-    if (a == (-2147483647i - 1i) && b == -1i) { onyxia_report(); }
-    return a / b;
+    if (a == ONYXIA_LOST || b == ONYXIA_LOST) { return ONYXIA_LOST; }
+    return a / b;  // |a / b| <= |a|: always in range
 }
 fn onyxia_checked_neg(a: i32) -> i32 {
-    if (a == (-2147483647i - 1i)) { onyxia_report(); }
-    return -a;
+    return -a;  // -(-2^31) wraps to -2^31: lost stays lost
 }
 fn onyxia_checked_abs(a: i32) -> i32 {
-    if (a == (-2147483647i - 1i)) { onyxia_report(); }
-    return abs(a);
+    return select(abs(a), ONYXIA_LOST, a == ONYXIA_LOST);
 }
 fn onyxia_checked_f32_to_i32(v: f32) -> i32 {
-    // NaN and +-inf have no integer (ONNX leaves the Cast undefined; x86 gives its "indefinite"
-    // value, INT64_MIN): models compute them only to discard them (T5's position buckets take
-    // log(0) under a Where), so they give -2^31 without a report. Finite values out of range report.
-    if ((bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u) { return -2147483647i - 1i; }  // NaN, +-inf
-    if (v >= 2147483648.0 || v < -2147483648.0) { onyxia_report(); }
-    return i32(trunc(v));
+    // Exact for every finite value in range; NaN, ±inf and |v| >= 2^31 are lost (onnxruntime on
+    // x86 gives INT64_MIN for NaN/±inf, the exact value for a finite one in the int64 range).
+    if (v > -2147483648.0 && v < 2147483648.0) { return i32(trunc(v)); }
+    return onyxia_lost();
 }
 fn onyxia_checked_u32_to_i32(v: u32) -> i32 {
-    if (v > 0x7fffffffu) { onyxia_report(); }
+    if (v > 0x7fffffffu) { return onyxia_lost(); }
     return bitcast<i32>(v);
 }
 // An ONNX index (negative counts back from the end) as an offset in [0, dim), reporting one
@@ -437,8 +454,10 @@ def buffer_code(buffers: Sequence[BufferDecl], *, native_f16: bool, reports: boo
                       f"fn {b.name}_store_unit(u: u32, v: array<{b.name}_t, 1>) {{ {b.name}_store(u, v[0]); }}"]
     if reports:
         lines += [f"@group(0) @binding({len(buffers)}) var<storage, read_write> {STATUS_NAME}: array<atomic<u32>>;",
-                  # The highest site wins: any report names an op that went wrong.
-                  f"fn onyxia_report() {{ atomicMax(&{STATUS_NAME}[0], ONYXIA_SITE()); }}", CHECKED_I32]
+                  # The highest site wins: an error (top bit) names an op that went wrong, else a
+                  # note names one that lost an int64 value (plan-format.md §10).
+                  f"fn onyxia_report() {{ atomicMax(&{STATUS_NAME}[0], ONYXIA_SITE() | {STATUS_ERROR:#x}u); }}",
+                  f"fn onyxia_note() {{ atomicMax(&{STATUS_NAME}[0], ONYXIA_SITE()); }}", CHECKED_I32]
     return "\n".join(lines) + "\n"
 
 

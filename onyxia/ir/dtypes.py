@@ -17,8 +17,10 @@ scalar kernels compute in, through the accessors codegen/storage.py generates):
 Everything below 32 bits is packed little-endian into u32 words, so a tensor's device bytes are
 exactly its ONNX raw bytes (2 and 4-bit values low bits first), padded to a whole word: uploads
 and readbacks are byte copies. int64 and uint64 are the exception: they are stored as i32 / u32
-(range-checked at upload, widened at download); kernels report results that leave that range
-instead of wrapping (the device error word, operators/base.py). float64 and strings have no
+(range-checked at upload, widened at download). int64 holds ±(2^31 - 1) exactly and -2^31
+marks a value lost to that range (a Cast of NaN/±inf/|x| >= 2^31, a sum past it): kernels carry
+the mark instead of wrapping, and a run refuses it where it reaches an output, an index or a read
+(codegen/storage.py's CHECKED_I32 says which). float64 and strings have no
 device representation: a tensor of those types may still be folded on the host, but one that
 must live on the GPU raises UnsupportedDtypeError.
 """
@@ -146,6 +148,9 @@ _BY_NUMPY = {d.numpy: d for d in _TABLE if d.name != "string"}
 FLOAT32 = _BY_NAME["float32"]
 FLOAT16 = _BY_NAME["float16"]
 INT64 = _BY_NAME["int64"]
+# The int64 word that marks a value the GPU could not hold (codegen/storage.py): a valid int64
+# on the device lies in ±(2^31 - 1).
+INT64_LOST = -(2**31)
 UINT64 = _BY_NAME["uint64"]
 INT32 = _BY_NAME["int32"]
 UINT32 = _BY_NAME["uint32"]
@@ -193,8 +198,9 @@ def to_device(array: np.ndarray, dtype: DType, what: str) -> np.ndarray:
         if dtype.numpy.itemsize > 4 and array.size:  # int64 / uint64 in one 32-bit word
             lo, hi = int(array.min()), int(array.max())
             word = _WORD_RANGE[storage]
-            if lo < word.min or hi > word.max:
-                raise InputError(f"{what}: {dtype.name} values must fit in {word.dtype} on the GPU "
+            if lo < word.min + (storage == "i32") or hi > word.max:  # int64's -2^31 marks lost values
+                but = " except -2^31, which marks a lost value," if storage == "i32" else ""
+                raise InputError(f"{what}: {dtype.name} values must fit in {word.dtype}{but} on the GPU "
                                  f"(got range [{lo}, {hi}])")
         return np.ascontiguousarray(array, dtype=_WORD_NUMPY[storage]).reshape(-1)
     values = np.ascontiguousarray(array, dtype=dtype.numpy).reshape(-1)

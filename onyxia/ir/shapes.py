@@ -24,7 +24,7 @@ from typing import NamedTuple, TypeAlias
 
 from onyxia.errors import DimensionError
 
-__all__ = ["Dim", "Shape", "SymDim", "compile_dim", "dim_symbols", "evaluate_dim", "numel", "shape_str"]
+__all__ = ["Dim", "Shape", "SymDim", "compile_dim", "dim_symbols", "evaluate_dim", "nonnegative", "numel", "shape_str"]
 
 
 class _Quot(NamedTuple):
@@ -422,6 +422,14 @@ def _compile(expr: SymDim) -> Callable[[Mapping[str, int]], int]:
 
 def evaluate_dim(d: Dim, dims: Mapping[str, int]) -> int:
     return d if isinstance(d, int) else d.evaluate(dims)
+
+
+def nonnegative(d: Dim) -> bool:
+    """Provably >= 0: an int >= 0, or a polynomial in symbols (dims, so >= 0) whose coefficients
+    are all >= 0 (`//` and `%` atoms are not judged)."""
+    if isinstance(d, int):
+        return d >= 0
+    return all(c >= 0 and all(isinstance(atom, str) for atom, _ in mono) for mono, c in d._terms.items())
 
 
 def dim_symbols(d: Dim) -> frozenset[str]:

@@ -199,10 +199,15 @@ class FoldCtx(InferenceCtx):
                 return None
         return vals
 
-    def unary_fold(self, fn: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray | None] | None:
-        vals = self.numeric_values()
-        if vals is None:
+    def unary_fold(self, fn: Callable[[np.ndarray], np.ndarray],
+                   symbolic: bool = False) -> list[np.ndarray | None] | None:
+        """fn of input 0's value; of symbolic dims too where `symbolic` (Neg of a length: T5's
+        `-seq` Slice start)."""
+        vals = self.values()
+        if not vals or vals[0] is None:
             return None
+        if vals[0].dtype == object:
+            return [np.asarray(fn(vals[0]), dtype=object)] if symbolic else None
         return [self.cast_output(fn(vals[0]))]
 
     def binary_fold(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list[np.ndarray | None] | None:

@@ -16,6 +16,7 @@ from onyxia.plan.model import (
     PLAN_FORMAT,
     PLAN_VERSION,
     REUSABLE_KINDS,
+    STATUS_ERROR,
     STATUS_TENSOR,
     BufferDecl,
     CompiledModel,
@@ -65,7 +66,8 @@ from onyxia.plan.steps import (
 
 __all__ = [
     "ADAPTER_KINDS", "ALWAYS", "CLAUSE_OPS", "FEATURES", "LIMITS", "NEVER", "PLAN_FORMAT", "PLAN_VERSION",
-    "REUSABLE_KINDS", "STATUS_TENSOR", "AdapterFacts", "Alternative", "Binding", "BranchStep", "BufferDecl",
+    "REUSABLE_KINDS", "STATUS_ERROR", "STATUS_TENSOR", "AdapterFacts", "Alternative", "Binding", "BranchStep",
+    "BufferDecl",
     "Clause", "CompiledModel", "CopyBuffer", "Dispatch", "Expr", "Guard", "LoopStep", "PlannedOp", "ReadSymbol",
     "Scalar", "Select", "ShaderParam", "ShaderSpec", "SliceCopy", "Step", "SymbolicBinding", "TensorInfo",
     "WriteBuffer", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature",

@@ -32,15 +32,20 @@ from onyxia.plan.select import Select  # noqa: F401 - registers the "select" ste
 from onyxia.plan.steps import Expr, Scalar, Step, _dec, _enc, walk_steps
 
 PLAN_FORMAT = "onyxia-plan"
+# 7: the status word's top bit tells an error from a note (a site that lost an int64 value);
 # 6: Select steps (alternatives with guards over dims and adapter facts) replace Tunable steps
 # and the adapter symbol; 5: buffers read in pairs (BufferDecl.wide); 4: Tunable steps;
 # 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
-PLAN_VERSION = 6
+PLAN_VERSION = 7
 
 # The plan's status word: kernels that can detect a wrong result (an int64 value out of the
 # range the GPU computes it in) record a report site in it, and the runtime raises an error
 # naming the site's node when it reads outputs back. Bound after a reporting shader's buffers.
 STATUS_TENSOR = "onyxia/status"
+# A word with this bit set is an error at site (word & ~STATUS_ERROR); a nonzero word without it
+# is a note: that site lost an int64 value (outside ±(2^31 - 1)), an error only if the value
+# reaches an output (plan-format.md §10).
+STATUS_ERROR = 0x80000000
 
 @dataclass(frozen=True)
 class ShaderParam:

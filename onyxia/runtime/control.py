@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from onyxia.errors import InputError, OnyxiaError
+from onyxia.errors import ComputeError, InputError, OnyxiaError
 from onyxia.ir import dtypes
 from onyxia.plan import BranchStep, LoopStep, ReadSymbol
 from onyxia.runtime.commands import Command, replays, value
@@ -77,7 +77,11 @@ class ReadSymbolCommand(Command):
     def encode(self, backend: Backend) -> None:
         if self.resolved:
             return
-        self._set(_scalar(backend.sync_read(self.buffer, 4), self.dtype))
+        v = _scalar(backend.sync_read(self.buffer, 4), self.dtype)
+        if self.dtype == dtypes.INT64 and v == dtypes.INT64_LOST:  # the mark, not a number
+            raise ComputeError(f"tensor '{self.step.tensor}' (it sizes '{self.step.symbol}') holds an int64 value "
+                               "lost upstream: outside ±(2^31 - 1), the range the GPU holds int64 in")
+        self._set(v)
 
 
 @replays(BranchStep)

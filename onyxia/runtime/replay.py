@@ -27,7 +27,7 @@ import numpy as np
 import onyxia.runtime.control  # noqa: F401  (registers the host control-flow commands)
 from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transport
 from onyxia.codegen.wgsl import render
-from onyxia.errors import ComputeError, DeviceError, DimensionError, InputError
+from onyxia.errors import DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
 from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
@@ -35,6 +35,7 @@ from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.dimensions import DimensionUpdates
 from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, live_commands, walk_commands
+from onyxia.runtime.status import Site, read_status, refuse_lost
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
@@ -437,14 +438,15 @@ class PlanReplay(DimensionUpdates):
             raws = [self.backend.copyout(self.buffers[s.root], s.nbytes) if s.nbytes else b"" for s in slots]
             status_raw = self.backend.copyout(self.buffers[STATUS_TENSOR], 4) if status else None
         self.stats.runs += 1
-        if status_raw is not None:
-            self._check_status(status_raw)
+        noted = self._check_status(status_raw) if status_raw is not None else None
         results: dict[str, np.ndarray | DeviceTensor] = {}
         total = 0
         for slot, raw in zip(slots, raws):
             total += slot.nbytes
             count = math.prod(slot.shape)
             results[slot.name] = dtypes.from_device(raw, slot.dtype, count).reshape(slot.shape)
+            if slot.dtype == dtypes.INT64 and count:
+                refuse_lost(slot.name, results[slot.name], noted)
         for name in device_outputs:
             results[name] = self.device_tensor(name)
         self.stats.readback_bytes = total
@@ -452,16 +454,12 @@ class PlanReplay(DimensionUpdates):
             self.stats.run_s += time.perf_counter() - start
         return {n: results[n] for n in (*names, *[d for d in device_outputs if d not in names])}
 
-    def _check_status(self, raw: bytes | memoryview) -> None:
-        """Raise the error a kernel reported in the status word (and clear it for the next run)."""
-        site = int(np.frombuffer(raw, dtype=np.uint32)[0])
-        if not site:
-            return
-        self.backend.copyin(self.buffers[STATUS_TENSOR], np.zeros(1, np.uint32))
-        sites = self.model.sites
-        node, op_type, what = sites[site - 1] if site <= len(sites) else ("?", "?", f"report {site}")
-        raise ComputeError(f"node '{node}' ({op_type}): {what}; its results are wrong, so the run's outputs "
-                           "are not returned")
+    def _check_status(self, raw: bytes | memoryview) -> Site | None:
+        """read_status of the word (runtime/status.py), cleared for the next run."""
+        word = int(np.frombuffer(raw, dtype=np.uint32)[0])
+        if word:
+            self.backend.copyin(self.buffers[STATUS_TENSOR], np.zeros(1, np.uint32))
+        return read_status(word, self.model.sites)
 
     # ---- device tensors -------------------------------------------------------------------
     def device_tensor(self, name: str) -> DeviceTensor:

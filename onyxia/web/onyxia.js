@@ -168,7 +168,7 @@ export async function load(source, options = {}) {
   const {manifest} = bundle;
   if (manifest.format !== "onyxia-web") throw new PlanError("not an onyxia web bundle (model.json format)");
   if (manifest.version !== 1) throw new PlanError(`an onyxia web bundle of version ${manifest.version}; this runtime reads version 1: run \`onyxia web\` again`);
-  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 6) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 6`);
+  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 7) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 7`);
   const {device, adapter} = await openDevice(options);
   const session = new Session(manifest, device, adapterFacts(adapter, device), options);
   await session._setup(bundle.chunks);
@@ -424,15 +424,23 @@ export class Session {
     staging.unmap();
     this.stats.readbackBytes = offset;
     const result = {};
+    let noted = null;
     for (const r of reads) {
       if (r.status) {
-        const site = new Uint32Array(bytes.buffer, r.offset, 1)[0];
-        if (site) {
-          device.queue.writeBuffer(this.status, 0, new Uint32Array(1));
-          const [node, op, what] = this.plan.sites[site - 1] || ["?", "?", "?"];
+        const word = new Uint32Array(bytes.buffer, r.offset, 1)[0];
+        if (word) device.queue.writeBuffer(this.status, 0, new Uint32Array(1));
+        if (word >= 0x80000000) {  // an error; below the top bit: a note (a lost int64 value)
+          const [node, op, what] = this.plan.sites[(word & 0x7fffffff) - 1] || ["?", "?", "?"];
           throw new RunError(`node '${node}' (${op}): ${what}`, {node});
         }
+        noted = word ? (this.plan.sites[word - 1] || ["?", "?", "?"]) : null;
       } else result[r.name] = {dtype: r.dtype, dims: r.shape, data: decode(r.dtype, bytes.subarray(r.offset, r.offset + r.nbytes), r.numel)};
+    }
+    for (const [name, t] of Object.entries(result)) {  // -2^31 marks an int64 lost to the i32 words
+      if (t.dtype === "int64" && t.data.includes(-2147483648n)) {
+        const [node, op] = noted || ["?", "?"];
+        throw new RunError(`output '${name}': node '${node}' (${op}) gave an int64 value outside ±(2^31 - 1), the range the GPU holds int64 in`, {node});
+      }
     }
     return result;
   }

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from onyxia.errors import ShapeInferenceError
+from onyxia.errors import ShapeInferenceError, ValueRequiredError
 from onyxia.plan import BranchStep, LoopStep, ReadSymbol
 from tests.builders.control_flow import linear_attention_model
 from tests.control_models import counting_loop, fibonacci_loop, if_model, scan_model, vi
@@ -161,15 +161,66 @@ def test_loop_carried_values_that_swap(runtime):
     assert_close(run_onyxia(runtime, model, feeds), run_ort(model, feeds))
 
 
-def test_loop_carried_value_changing_shape_is_refused():
-    body = h.make_graph([h.make_node("Concat", ["v", "v"], ["v2"], axis=0), h.make_node("Identity", ["c"], ["c2"])],
-                        "grow", [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("v", shape=[2])],
-                        [vi("c2", TP.BOOL, []), vi("v2")])
-    model = make_model([h.make_node("Loop", ["M", "", "v0"], ["v"], body=body, name="grow")],
-                       [("v0", np.float32, [2])], ["v"], {"M": np.array(3, np.int64)})
-    with pytest.raises(ShapeInferenceError, match="node 'grow' \\(Loop\\): loop-carried value 0 enters as "
-                                                  "float32\\[2\\] and leaves the body as float32\\[4\\]"):
-        compile_model(model)
+def growing_loop(m: int | None, while_limit: float | None = None):
+    """v = Concat(v, v * 2) each iteration (the carried value doubles in length), a running total
+    of v as a scan output of one shape; M an initializer, or a fed input when `m` is None;
+    `while_limit`: the body's condition is sum(v) < limit (computed on the device)."""
+    nodes = [h.make_node("Mul", ["v", "two"], ["v2"]), h.make_node("Concat", ["v", "v2"], ["grown"], axis=0),
+             h.make_node("ReduceSum", ["grown"], ["total"], keepdims=0)]
+    if while_limit is None:
+        nodes.append(h.make_node("Identity", ["c"], ["c2"]))
+    else:
+        nodes.append(h.make_node("Less", ["total", "limit"], ["c2"]))
+    body = h.make_graph(nodes, "grow", [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("v", shape=["n"])],
+                        [vi("c2", TP.BOOL, []), vi("grown"), vi("total")],
+                        [h.make_tensor("two", TP.FLOAT, [], [2.0]),
+                         h.make_tensor("limit", TP.FLOAT, [], [while_limit or 0.0])])
+    inits = {} if m is None else {"M": np.array(m, np.int64)}
+    inputs = [("v0", np.float32, ["k"])] + ([("M", np.int64, [])] if m is None else [])
+    cond = ["cond"] if while_limit is not None else [""]
+    if while_limit is not None:
+        inits["cond"] = np.array(True)
+    return make_model([h.make_node("Loop", ["M", *cond, "v0"], ["v", "totals"], body=body, name="grow")],
+                      inputs, ["v", "totals"], inits)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_loop_carried_value_growing_each_iteration_is_unrolled(runtime, m):
+    """A constant trip count: the Loop is unrolled (each iteration its own shapes), at two input
+    lengths through one plan."""
+    model = growing_loop(m)
+    compiled = compile_model(model, {"k": 2})
+    assert not [s for s in compiled.steps if isinstance(s, LoopStep)]
+    exe = runtime.load_model(compiled)
+    for k in (2, 5):
+        exe.update_dimensions({"k": k})
+        feeds = {"v0": f32(k)}
+        out = exe.run(feeds)
+        assert_close([out["v"], out["totals"]], run_ort(model, feeds))
+        assert out["v"].shape == (k * 2**m,)
+
+
+def test_loop_growing_with_a_fed_trip_count_specializes_per_count(runtime):
+    import onyxia
+
+    model = growing_loop(None)
+    with pytest.raises(ValueRequiredError, match="node 'grow' \\(Loop\\) input 0: the trip count of a Loop that is "
+                                                 "unrolled \\(loop-carried value 0 enters as float32\\[k\\] and "
+                                                 "leaves the body as float32\\[2 \\* k\\]\\) \\('M'\\) must be "
+                                                 "known at compile time"):
+        compile_model(model, {"k": 2})
+    sess = onyxia.InferenceSession(model.SerializeToString(), runtime=runtime)
+    for m, k in [(2, 3), (2, 4), (4, 3)]:
+        feeds = {"v0": f32(k), "M": np.array(m, np.int64)}
+        assert_close(sess.run(None, feeds), run_ort(model, feeds))
+    # one plan per trip count, each following the input length
+    assert sess.stats.compiles == 2 and [r.symbol for r in sess.stats.recompiles] == ["M"]
+
+
+def test_loop_growing_until_a_device_condition_is_refused_naming_the_node():
+    with pytest.raises(ShapeInferenceError, match="node 'grow' \\(Loop\\): an unrolled Loop's condition must be "
+                                                  "known at compile time \\(loop-carried value 0 enters as"):
+        compile_model(growing_loop(6, while_limit=100.0), {"k": 2})
 
 
 # ---- Scan -------------------------------------------------------------------------------------
@@ -206,6 +257,16 @@ def test_scan_body_arity_errors_name_the_attribute():
     model = make_model([h.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, num_scan_inputs=1, name="sc")],
                        [("s0", np.float32, [4]), ("x", np.float32, [3, 4])], ["s"])
     with pytest.raises(ShapeInferenceError, match="node 'sc' \\(Scan\\): attribute 'body'"):
+        compile_model(model)
+
+
+def test_scan_state_growing_each_iteration_is_refused_naming_the_node():
+    body = h.make_graph([h.make_node("Concat", ["s", "xi"], ["s2"], axis=0)], "b",
+                        [vi("s", shape=[4]), vi("xi", shape=[4])], [vi("s2")])
+    model = make_model([h.make_node("Scan", ["s0", "x"], ["s"], body=body, num_scan_inputs=1, name="sc")],
+                       [("s0", np.float32, [4]), ("x", np.float32, [3, 4])], ["s"])
+    with pytest.raises(ShapeInferenceError, match="node 'sc' \\(Scan\\): state 0 enters as float32\\[4\\] and "
+                                                  "leaves the body as float32\\[8\\]; onyxia keeps each state"):
         compile_model(model)
 
 

@@ -144,6 +144,27 @@ def test_bad_feeds_and_dims_are_typed_errors(run: dict, fragment: str, field: st
     assert report["errorFields"][field] is not None
 
 
+def test_a_lost_int64_reaching_an_output_names_the_node(tmp_path: Path) -> None:
+    """The status word's note (plan-format.md §10): Cast(3e9) to int64 has no 32-bit value; the
+    output holding it fails the run naming the Cast; in range it is exact (onnxruntime)."""
+    from onnx import TensorProto
+
+    model = make_model([helper.make_node("Cast", ["f"], ["y"], to=TensorProto.INT64, name="to_int64")],
+                       [("f", np.float32, [4])], ["y"])
+    write_bundle(compile_model(model), tmp_path / "bundle")
+    good, bad = np.array([2147483520.0, -7.5, 3.0, 0.5], np.float32), np.array([1.0, 3e9, 2.0, 4.0], np.float32)
+    np.savez(tmp_path / "good.npz", f=good)
+    np.savez(tmp_path / "bad.npz", f=bad)
+    bundle = str(tmp_path / "bundle")
+    report = run_node({"bundle": bundle, "runs": [{"dims": {}, "inputs": str(tmp_path / "good.npz")}]}, tmp_path)
+    assert report["ok"], report.get("error")
+    np.testing.assert_array_equal(as_array(report["runs"][0]["outputs"]["y"]), run_ort(model, {"f": good})[0])
+    report = run_node({"bundle": bundle, "runs": [{"dims": {}, "inputs": str(tmp_path / "bad.npz")}]}, tmp_path)
+    assert not report["ok"]
+    assert report["error"].startswith("RunError: output 'y': node 'to_int64' (Cast) gave an int64 value outside"), \
+        report["error"]
+
+
 def test_weights_are_chunked_and_chunks_bounded(tmp_path: Path) -> None:
     """No chunk exceeds chunk_bytes; the chunked bundle computes what the one-chunk bundle does;
     a weight larger than a chunk is refused by name."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.compiler.passes.inference import infer_node
-from onyxia.errors import ShapeInferenceError, ValueRequiredError
+from onyxia.errors import CarriedShapeError, ShapeInferenceError, ValueRequiredError
 from onyxia.ir import dtypes
 from onyxia.ir.graph import IrGraph, Node, NodeId, TensorDef, TensorKind
 from onyxia.operators.registry import check_supported
@@ -48,9 +48,10 @@ class SequenceLoweringPass(Pass):
        SequenceLength and OptionalHasElement become constants;
     2. SequenceAt and OptionalGetElement become Identity nodes of the element;
        ConcatFromSequence a Concat (Unsqueezes first for new_axis); SplitToSequence a Split;
-    3. SequenceMap and a Loop that carries sequences or whose body needs its iteration number
-       as a value are unrolled (the body copied per iteration, with the iteration number a
-       constant); an If whose branches yield sequences is replaced by its taken branch;
+    3. SequenceMap and a Loop that carries sequences, whose body needs its iteration number
+       as a value, or whose carried values change shape per iteration are unrolled (the body
+       copied per iteration, with the iteration number a constant); an If whose branches
+       yield sequences is replaced by its taken branch;
     4. a position, trip count or condition that is not known raises ValueRequiredError for
        it, so InferenceSession specializes on the graph inputs it comes from;
     5. graph outputs that are sequences/optionals are replaced by their element tensors.
@@ -148,7 +149,8 @@ class _Lowering:
         tid = node.inputs[i] if i < len(node.inputs) else None
         value = self.graph.tensor(tid).value if tid else None
         if value is None or value.dtype == object:
-            raise ValueRequiredError(f"{what} ('{tid}') must be known at compile time: sequences are resolved there",
+            raise ValueRequiredError(f"{what} ('{tid}') must be known at compile time, where sequences and unrolled "
+                                     "Loops are resolved",
                                      node=node.name, op_type=node.op_type, input_index=i, tensor=tid or "")
         return value
 
@@ -335,6 +337,7 @@ class _Lowering:
         self._bind(node, [outs[t] for t in branch.outputs])
 
     def _Loop(self, node: Node) -> None:
+        why = ""
         if not self._involves_sequences(node):
             try:
                 infer_node(self.graph, self.ctx, node)
@@ -342,18 +345,21 @@ class _Lowering:
             except ValueRequiredError as exc:  # the body needs a value per iteration: unroll it
                 if not self._in_body(node, exc.tensor):
                     raise
-        self._unroll(node)
+            except CarriedShapeError as exc:  # a carried value changes shape per iteration: unroll it
+                why = f" ({str(exc).split(': ', 1)[-1].split(';')[0]})"
+        self._unroll(node, why)
 
     def _in_body(self, node: Node, tensor: str) -> bool:
         body = node.attributes["body"]
         return any(tensor in g.tensors for g in (body, *body.all_subgraphs()))
 
-    def _unroll(self, node: Node) -> None:
+    def _unroll(self, node: Node, why: str = "") -> None:
+        """`why`: the reason it is unrolled, for errors (a carried value changing shape)."""
         body = node.attributes["body"]
         carried = len(node.inputs) - 2
-        trip = int(np.asarray(self.value(node, 0, "the trip count of a Loop that is unrolled")).reshape(-1)[0]) \
+        trip = int(np.asarray(self.value(node, 0, f"the trip count of a Loop that is unrolled{why}")).reshape(-1)[0]) \
             if node.inputs[0] else MAX_UNROLL + 1
-        cond = bool(np.asarray(self.value(node, 1, "the condition of a Loop that is unrolled")).reshape(-1)[0]) \
+        cond = bool(np.asarray(self.value(node, 1, f"the condition of a Loop that is unrolled{why}")).reshape(-1)[0]) \
             if len(node.inputs) > 1 and node.inputs[1] else True
         state = list(node.inputs[2:])
         scans: list[list[str]] = [[] for _ in body.outputs[1 + carried:]]
@@ -368,7 +374,7 @@ class _Lowering:
             outs = self._inline(body, bound, f"{node.name}/iter{i}")
             cond_value = self.graph.tensor(outs[body.outputs[0]]).value
             if cond_value is None:
-                raise ShapeInferenceError("an unrolled Loop's condition must be known at compile time",
+                raise ShapeInferenceError(f"an unrolled Loop's condition must be known at compile time{why}",
                                           node=node.name, op_type=node.op_type)
             cond = bool(np.asarray(cond_value).reshape(-1)[0])
             state = [outs[t] for t in body.outputs[1:1 + carried]]

@@ -14,17 +14,22 @@ How each runs (the cost of each choice is in the README):
   condition that folds to true); a fed or computed M is read back once (ReadSymbol), a condition
   computed in the body once per iteration. Loop scan outputs are sized by the iterations run.
 
-Loop-carried values must keep their shape across iterations, since each is one buffer.
+Loop-carried values keep their shape across iterations here, since each is one buffer. A Loop
+whose carried value changes shape per iteration (a tensor grown by a Concat) raises
+CarriedShapeError, and SequenceLoweringPass unrolls it when its trip count and condition are
+known at compile time (InferenceSession specializes on a fed trip count); a Scan state must keep
+its shape.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from onyxia.errors import CarriedShapeError
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph
-from onyxia.ir.shapes import Dim, Shape, dim_symbols, numel
+from onyxia.ir.shapes import Dim, Shape, dim_symbols, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import contiguous_strides
 from onyxia.operators.indexing.indexing import plan_strided_copy
@@ -215,8 +220,10 @@ class Loop(Operator):
         types = ctx.infer_subgraph("body", [(dtypes.INT64, ()), (dtypes.BOOL, ()), *state])
         for k, ((ti, si), (to, so)) in enumerate(zip(state, types[1:1 + carried])):
             if ti != to or not ctx.same_shape(si, so):
-                raise ctx.fail(f"loop-carried value {k} enters as {ti}{list(si)} and leaves the body as "
-                               f"{to}{list(so)}; onyxia keeps each in one buffer, so it must keep its type and shape")
+                raise CarriedShapeError(
+                    f"loop-carried value {k} enters as {ti}{shape_str(si)} and leaves the body as "
+                    f"{to}{shape_str(so)}; onyxia keeps each in one buffer, or unrolls the Loop when its trip "
+                    "count and condition are known at compile time", node=ctx.node.name, op_type=ctx.node.op_type)
         iterations = self._iterations(ctx, body)
         return [*types[1:1 + carried], *((t, (iterations, *s)) for t, s in types[1 + carried:])]
 
@@ -324,7 +331,10 @@ class Scan(Operator):
         types = ctx.infer_subgraph("body", [*state, *slices])
         for i, ((ti, si), (to, so)) in enumerate(zip(state, types[:n])):
             if ti != to or not ctx.same_shape(si, so):
-                raise ctx.fail(f"state {i} enters as {ti}{list(si)} and leaves the body as {to}{list(so)}")
+                raise ctx.fail(f"state {i} enters as {ti}{shape_str(si)} and leaves the body as "
+                               f"{to}{shape_str(so)}; onyxia keeps each state in one buffer, so it must keep its "
+                               "type and shape (a Loop with a constant trip count may grow its carried values: it is "
+                               "unrolled)")
         out_axes = _axes(ctx, "scan_output_axes", k, [len(s) + 1 for _, s in types[n:]])
         _flags(ctx, "scan_output_directions", k)
         stacked = [(t, (*s[:a], length, *s[a:])) for (t, s), a in zip(types[n:], out_axes)]

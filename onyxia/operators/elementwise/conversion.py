@@ -5,7 +5,8 @@ uint8, bool → uint8, ...) is a view: no steps. Anything else is one elementwis
 is loaded in its source's compute type, converted as numpy's astype (ml_dtypes for the narrow
 float and integer types) converts it, and rounded once when stored in the target's storage
 (round to nearest even; float8 saturates unless `saturate` = 0; float8e8m0 rounds as
-`round_mode` says). Conversions to int64 check the int32 range the GPU computes int64 in.
+`round_mode` says). Conversions to int64 check the ±(2^31 - 1) range the GPU holds int64 in
+(a value outside it is lost, codegen/storage.py); conversions from int64 refuse a lost value.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Shape
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.elementwise.elementwise import INT64_OVERFLOW
+from onyxia.operators.elementwise.elementwise import INT64_OVERFLOW, INT64_READ
 from onyxia.operators.elementwise.map_kernel import plan_map
 from onyxia.plan import Step
 
@@ -62,6 +63,9 @@ def x86_float_to_int(value: np.ndarray, target: DType) -> np.ndarray:
 def convert_expr(src: DType, dst: DType, saturate: bool = True, round_mode: str = "up") -> tuple[str, bool, str | None]:
     """(WGSL converting x0 (in src's compute type) to dst, raw: the expression gives dst's
     storage code, what a report means (None: it never reports))."""
+    if src == dtypes.INT64 and dst != dtypes.INT64:  # a lost int64 (-2^31) has no value to convert
+        expr, raw, _ = convert_expr(dtypes.INT32, dst, saturate, round_mode)
+        return expr.replace("x0", "onyxia_known(x0)"), raw, INT64_READ
     zero = {"f32": "0.0", "i32": "0i", "u32": "0u"}[src.compute]
     if dst.is_bool:
         return f"select(0u, 1u, x0 != {zero})", False, None
@@ -101,8 +105,9 @@ def is_view_cast(src: DType, dst: DType) -> bool:
     if src.is_float or dst.is_float or dst.is_bool or src.bits != dst.bits:
         return False
     # Same width between integer types (and bool 0/1 codes): astype keeps the bits. uint32 →
-    # int64 is the exception: values above 2^31 do not fit the i32 the device keeps int64 in.
-    return not (dst == dtypes.INT64 and src.compute == "u32")
+    # int64 is the exception: values above 2^31 do not fit the i32 the device keeps int64 in;
+    # and int64 → 32 bits, whose -2^31 marks a lost value (checked by the kernel instead).
+    return not (dst == dtypes.INT64 and src.compute == "u32") and src != dtypes.INT64
 
 
 class Cast(Operator):

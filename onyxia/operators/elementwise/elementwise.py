@@ -10,10 +10,13 @@ propagating max, erf, C pow, ...) live in shaders/elementwise/math.wgsl.
 
 Device numerics (storage and compute types: ir/dtypes.py):
 - float16 and bfloat16 compute in f32 and are rounded once, when stored;
-- int64 computes in i32 (inputs are range-checked at upload); the ops whose result can leave
-  that range (a row's `int64` expression: Add, Sub, Mul, Div, Pow, Neg, Abs) check it and
-  report instead of wrapping, and the run raises a ComputeError naming the node; uint64
-  computes in u32 the same way (a row's `uint64` expression);
+- int64 computes in i32, ±(2^31 - 1) exactly, -2^31 marking a lost value (codegen/storage.py;
+  inputs are range-checked at upload); the ops whose result can leave that range (a row's `int64`
+  expression: Add, Sub, Mul, Div, Pow, Neg, Abs) carry a lost operand and lose (and note) an
+  out-of-range result instead of wrapping; the comparisons report a lost operand, the run raises a
+  ComputeError naming the node, as it does for a lost value reaching an output. Max carries it,
+  Min, Where and data movement do as the number -2^31 (Clip and ReduceMax may drop it); uint64
+  computes in u32;
 - int8/int16/uint8/uint16 compute in 32 bits and are wrapped to their width on store, so
   overflow wraps exactly as numpy and onnxruntime do;
 - integer Div/Mod by zero give WGSL's defined results, where ONNX leaves them undefined.
@@ -39,7 +42,9 @@ from onyxia.plan import Step
 FLOAT, INT, UINT, BOOL = "float", "int", "uint", "bool"
 NUMERIC = (FLOAT, INT, UINT)
 COMPUTE = {FLOAT: "f32", INT: "i32", UINT: "u32", BOOL: "u32"}  # the WGSL type each kind computes in
-INT64_OVERFLOW = "an int64 result is outside the int32 range the GPU computes int64 in"
+INT64_OVERFLOW = "an int64 result is outside ±(2^31 - 1), the range the GPU holds int64 in"
+INT64_READ = ("reads an int64 value lost upstream (outside ±(2^31 - 1), the range the GPU holds int64 in: "
+              "a Cast of NaN/±inf/|x| >= 2^31 or a result past that range)")
 _KIND_NAMES = {FLOAT: "floating-point", INT: "signed integer", UINT: "unsigned integer", BOOL: "bool"}
 REQUIRED = object()  # attribute default: the attribute must be given
 MAX_MAP_INPUTS = 7  # storage bindings per dispatch: WebGPU guarantees 8, one is the output
@@ -93,7 +98,8 @@ class Row:
     attrs: Mapping[str, Any] = field(default_factory=dict)  # ONNX attribute -> default (or REQUIRED)
     result: str = "same"  # output dtype: "same" as input 0, or "bool"
     exponent: bool = False  # input 1 has its own numeric dtype and computes in f32 (Pow's T1)
-    int64: str | None = None  # for int64 inputs: the expression checking the int32 range (reports)
+    int64: str | None = None  # for int64 inputs: the expression carrying/refusing lost values
+    symbolic: bool = False  # the fold applies to symbolic dims (shape arithmetic)
 
 
 class _TableOp(Operator):
@@ -132,7 +138,7 @@ class _TableOp(Operator):
     def checked(self, dtype: DType, expr: str) -> tuple[str, str | None]:
         """(expression, report meaning): the row's int64 form for int64 inputs."""
         if dtype == dtypes.INT64 and self.row.int64:
-            return self.row.int64, INT64_OVERFLOW
+            return self.row.int64, INT64_READ if self.row.result == "bool" else INT64_OVERFLOW
         return expr, None
 
 
@@ -191,7 +197,7 @@ class UnaryElementwise(_TableOp):
     def fold(self, ctx: FoldCtx) -> list[np.ndarray | None] | None:
         attrs = self.attrs(ctx)
         with np.errstate(all="ignore"):
-            return ctx.unary_fold(lambda x: self.row.fold(widen(x), **attrs))
+            return ctx.unary_fold(lambda x: self.row.fold(widen(x), **attrs), symbolic=self.row.symbolic)
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         attrs, dtype = self.attrs(ctx), ctx.input_dtype(0)
@@ -241,7 +247,7 @@ class VariadicElementwise(_TableOp):
 
     def plan(self, ctx: PlanCtx) -> list[Step]:
         out_shape, out_dtype = ctx.output_shape(0), ctx.output_dtype(0)
-        combine = self.expr(ctx, {}, out_dtype)
+        combine, reports = self.checked(out_dtype, self.expr(ctx, {}, out_dtype))
         compute = COMPUTE[kind(out_dtype)]
         pending = [operand(ctx, i, compute) for i in range(ctx.num_inputs)]
         steps: list[Step] = []
@@ -252,12 +258,12 @@ class VariadicElementwise(_TableOp):
             expr = functools.reduce(lambda e, k: combine.format(a=e, b=f"x{k}"), range(1, len(chunk)), "x0")
             if pending:
                 target = ctx.scratch(numel(out_shape), out_dtype.name, "partial")
-                steps += map_dispatch(ctx, expr, chunk, output=target)
+                steps += map_dispatch(ctx, expr, chunk, output=target, reports=reports)
                 acc = Operand(target, out_shape, compute)
             else:
                 if self.row.mean:
                     expr = f"({expr}) / {float(ctx.num_inputs)}"
-                steps += map_dispatch(ctx, expr, chunk)
+                steps += map_dispatch(ctx, expr, chunk, reports=reports)
         return steps
 
 
@@ -396,19 +402,24 @@ BINARY_OPS: dict[str, Row] = {
     "BitwiseXor": Row(integers("x0 ^ x1"), np.bitwise_xor, since=18),
 }
 
+# int64 comparisons refuse a lost operand (its order is unknown): onyxia_known reports.
+_KNOWN = "onyxia_known(x0) {op} onyxia_known(x1)"
 COMPARISON_OPS: dict[str, Row] = {
-    "Equal": Row(for_kinds((*NUMERIC, BOOL), "x0 == x1"), symbolic_compare(np.equal, lambda o: o == 0), result="bool"),
-    "Greater": Row(numeric("x0 > x1"), symbolic_compare(np.greater, lambda o: o > 0), result="bool"),
+    "Equal": Row(for_kinds((*NUMERIC, BOOL), "x0 == x1"), symbolic_compare(np.equal, lambda o: o == 0),
+                 result="bool", int64=_KNOWN.format(op="==")),
+    "Greater": Row(numeric("x0 > x1"), symbolic_compare(np.greater, lambda o: o > 0), result="bool",
+                   int64=_KNOWN.format(op=">")),
     "GreaterOrEqual": Row(numeric("x0 >= x1"), symbolic_compare(np.greater_equal, lambda o: o >= 0), since=12,
-                          result="bool"),
-    "Less": Row(numeric("x0 < x1"), symbolic_compare(np.less, lambda o: o < 0), result="bool"),
+                          result="bool", int64=_KNOWN.format(op=">=")),
+    "Less": Row(numeric("x0 < x1"), symbolic_compare(np.less, lambda o: o < 0), result="bool",
+                int64=_KNOWN.format(op="<")),
     "LessOrEqual": Row(numeric("x0 <= x1"), symbolic_compare(np.less_equal, lambda o: o <= 0), since=12,
-                       result="bool"),
+                       result="bool", int64=_KNOWN.format(op="<=")),
 }
 
 UNARY_OPS: dict[str, Row] = {
     "Abs": Row({FLOAT: "abs(x0)", INT: "abs(x0)", UINT: "x0"}, np.abs, int64="onyxia_checked_abs(x0)"),
-    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative, int64="onyxia_checked_neg(x0)"),
+    "Neg": Row({FLOAT: "-x0", INT: "-x0"}, np.negative, int64="onyxia_checked_neg(x0)", symbolic=True),
     "Sign": Row({FLOAT: "onyxia_signf(x0)", INT: "sign(x0)", UINT: "select(0u, 1u, x0 > 0u)"}, np.sign, since=9),
     "Relu": Row({FLOAT: "select(x0, 0.0, x0 < 0.0)", INT: "max(x0, 0i)"}, lambda x: np.maximum(x, 0)),
     "Not": Row({BOOL: "x0 ^ 1u"}, np.logical_not),
@@ -469,7 +480,8 @@ _maximum = symbolic_compare(np.maximum, lambda o: o >= 0, choose=True)
 _minimum = symbolic_compare(np.minimum, lambda o: o <= 0, choose=True)
 
 VARIADIC_OPS: dict[str, VariadicRow] = {
-    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **integers("max({a}, {b})")}, _maximum),
+    "Max": VariadicRow({FLOAT: "onyxia_maxf({a}, {b})", **integers("max({a}, {b})")}, _maximum,
+                       int64="onyxia_checked_max({a}, {b})"),  # a lost int64 stays lost
     "Min": VariadicRow({FLOAT: "onyxia_minf({a}, {b})", **integers("min({a}, {b})")}, _minimum),
     "Sum": VariadicRow(floats("{a} + {b}"), np.add),
     "Mean": VariadicRow(floats("{a} + {b}"), np.add, mean=True),

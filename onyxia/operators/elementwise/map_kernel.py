@@ -63,11 +63,11 @@ def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output
                            reads={f"in{k}": o.buffer for k, o in enumerate(operands)},
                            writes={"y": Buf(out, whole_words=True, raw=raw_output)},
                            workgroups=ctx.unit_grid(n, out), reports=reports)]
-    modes = None if index or reports or raw_output else _quad_modes(ctx, out, out_shape, operands)
+    modes = None if index or raw_output else _quad_modes(ctx, out, out_shape, operands)
     if modes is None:
         return scalar
     inner, modes = modes
-    quad = _quad_dispatch(ctx, label, expr, body, operands, modes, out, n, index_code, params)
+    quad = _quad_dispatch(ctx, label, expr, body, operands, modes, out, n, index_code, params, reports)
     if isinstance(inner, int):
         return quad
     return ctx.select(f"map4:{ctx.node.name}", [("quad", quad, at_most(inner % 4, 0), ALWAYS),
@@ -99,7 +99,8 @@ def _quad_modes(ctx: PlanCtx, out: str, out_shape: Shape, operands: Sequence[Ope
 
 
 def _quad_dispatch(ctx: PlanCtx, label: str, expr: str, body: str, operands: Sequence[Operand], modes: list[str],
-                   out: str, n: Dim, index_code: str, params: Mapping[str, Any]) -> list[Step]:
+                   out: str, n: Dim, index_code: str, params: Mapping[str, Any],
+                   reports: str | None = None) -> list[Step]:
     loads, lanes = [], []
     for k, (o, mode) in enumerate(zip(operands, modes)):
         if mode == "vec4":  # idx_xk is a multiple of 4: the axis and every outer stride are
@@ -113,10 +114,12 @@ def _quad_dispatch(ctx: PlanCtx, label: str, expr: str, body: str, operands: Seq
         statements = [f"let i = 4u * u + {lane}u;", *lets, *([body] if body else []), f"out[{lane}] = y_t({expr});"]
         lanes.append("{ " + " ".join(statements) + " }")
     defs = {"INDEX": index_code, "VLOADS": "\n    ".join(loads), "LANES": "\n    ".join(lanes)}
+    if reports:  # int64's checked helpers (codegen/storage.py), as map.wgsl takes them
+        defs["ONYXIA_CHECKED"] = True
     return [ctx.dispatch("elementwise/map4.wgsl", label=label, defs=defs, params=params,
                          reads={f"in{k}": Buf(o.buffer, vector=mode == "vec4")
                                 for k, (o, mode) in enumerate(zip(operands, modes))},
-                         writes={"y": Buf(out, vector=True)}, workgroups=ctx.grid((n + 3) // 4))]
+                         writes={"y": Buf(out, vector=True)}, workgroups=ctx.grid((n + 3) // 4), reports=reports)]
 
 
 def plan_map(ctx: PlanCtx, expr: str, inputs: list[int], compute: list[str] | None = None,

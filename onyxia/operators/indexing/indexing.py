@@ -20,7 +20,7 @@ import numpy as np
 
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import DType
-from onyxia.ir.shapes import Dim, Shape, SymDim, numel
+from onyxia.ir.shapes import Dim, Shape, SymDim, nonnegative, numel
 from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
 from onyxia.plan import Step
@@ -341,13 +341,21 @@ def _int_slice(d: int, start: int, end: int, step: int) -> tuple[int, int]:
     return start, max(0, -(-(start - end) // -step))
 
 
+_DIM_LIMIT = 2**31  # dims are below it: what the indicators ([x >= 0] = (x + 2**31) // 2**31) divide by
+
+
 def _sym_bound(v: Dim, d: Dim, step: int, is_end: bool) -> Dim:
     """A start/end against a symbolic dim: sentinels clamp, negatives count from the end.
 
     Without the dim's value we cannot clamp an in-between constant; the model promises it is
-    in range (as exporters' constant slices are).
+    in range (as exporters' constant slices are). A symbolic bound that is minus a length
+    (`x[:, -seq:]`, T5's position bias) counts from the end too, as dim arithmetic: the plan
+    follows every value of the length without a recompile.
     """
     if isinstance(v, SymDim):
+        if step > 0 and nonnegative(-v):  # -s for a length s: from the end unless s = 0, clamped at 0
+            x = v + d * ((-v + _DIM_LIMIT - 1) // _DIM_LIMIT)  # v + d * [s >= 1]
+            return x * ((x + _DIM_LIMIT) // _DIM_LIMIT)  # max(x, 0); x <= d already
         return v
     if v >= UNBOUNDED:
         return d if step > 0 else (-1 if is_end and v in END_OF_AXIS else d - 1)
@@ -365,9 +373,6 @@ def slice_dim(d: Dim, start: Dim, end: Dim, step: Dim) -> tuple[Dim, Dim]:
     first, last = _sym_bound(start, d, step, False), _sym_bound(end, d, step, True)
     length = (last - first + step - 1) // step if step > 0 else (first - last - step - 1) // -step
     return first, max(length, 0) if isinstance(length, int) else length
-
-
-_DIM_LIMIT = 2**31  # dims are below it: what the indicator in at_most divides by
 
 
 def at_most(d: Dim, c: int) -> Dim:
