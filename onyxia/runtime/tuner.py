@@ -198,6 +198,8 @@ class Tuner:
             self.cache = TuneCache(self.settings.cache_dir, self.adapter)
 
     def known(self, key: str, cls: str) -> str | None:
+        if not self.settings.enabled:  # off: the heuristic everywhere, not another process's timing
+            return None
         label = self.chosen.get((key, cls))
         if label is None and self.cache is not None:
             label = self.cache.get(key, cls)

@@ -126,6 +126,15 @@ def test_off_is_the_heuristic_and_times_nothing(compiled, tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_off_ignores_choices_cached_by_a_tuned_run(compiled, tmp_path):
+    """ONYXIA_TUNE=0 means the heuristic's kernels (reproducible: what the JS runtime replays),
+    not what another process timed and cached."""
+    tuned = at_decode(compiled, settings(tmp_path))
+    assert running(tuned) == ["gemm"] and (tmp_path / "cache").exists()
+    off = at_decode(compiled, replace(settings(tmp_path), enabled=False))
+    assert running(off) == ["gemv", "splitk"] and tunables(off)[0].source == "default"
+
+
 def test_the_fastest_is_chosen_cached_and_read_back(compiled, tmp_path):
     exe = at_decode(compiled, settings(tmp_path))
     [cmd] = tunables(exe)
