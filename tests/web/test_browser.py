@@ -18,12 +18,10 @@ import pytest
 
 from onyxia.cli import main as onyxia_main
 from tests.helpers import run_ort
-from tests.models import small_cnn
+from tests.web.cases import ATOL, EXAMPLE, TOLERANCE, WEB_MODELS, web_case
 from tests.web.harness import CHROMIUM, SETUP_HINT, as_array
 
 pytestmark = pytest.mark.web
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_mlp.onnx"
-RTOL = ATOL = 1e-4  # as tests/gpu/test_models.py
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu"]
 PAGE_TIMEOUT_MS = 120_000
 
@@ -62,16 +60,18 @@ def _open_page(url: str, screenshot: Path) -> tuple[dict, str]:
     return result, status
 
 
-@pytest.mark.parametrize("name", ["tiny_mlp", "small_cnn"])
+@pytest.mark.parametrize("name", WEB_MODELS)
 def test_web_folder_runs_in_headless_chromium(name: str, tmp_path: Path) -> None:
-    if name == "tiny_mlp":
-        model, path, dims = onnx.load(EXAMPLE), EXAMPLE, ["batch=2"]
-    else:
-        model, path, dims = small_cnn(), tmp_path / "cnn.onnx", ["batch=1", "height=12", "width=10"]
-        onnx.save(model, path)
+    case, model, _ = web_case(name)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    dims = [f"{k}={v}" for k, v in case.compile_dims.items()]
     out = tmp_path / "site"
     assert onyxia_main(["web", str(path), "-o", str(out), *[a for d in dims for a in ("--dim", d)]]) == 0
     assert {"model.json", "onyxia.js", "index.html", "sample_inputs.npz"} <= {p.name for p in out.iterdir()}
+    # The page runs what the folder's sample_inputs.npz holds: the case's own inputs (a BERT mask
+    # of zeros and ones, not the random integers `onyxia web` samples).
+    np.savez(out / "sample_inputs.npz", **case.feeds(case.compile_dims, 0))
     server = _serve(out)
     try:
         result, status = _open_page(f"http://127.0.0.1:{server.server_address[1]}/index.html", tmp_path / "page.png")
@@ -86,7 +86,9 @@ def test_web_folder_runs_in_headless_chromium(name: str, tmp_path: Path) -> None
     for output, ref in zip(model.graph.output, run_ort(model, feeds)):
         got = as_array(result["outputs"][output.name])
         assert got.shape == ref.shape
-        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=output.name)
+        tol = TOLERANCE.get(name, ATOL)
+        np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), rtol=tol, atol=tol,
+                                   err_msg=output.name)
 
 
 def test_web_page_reports_a_failure_in_the_contract(tmp_path: Path) -> None:

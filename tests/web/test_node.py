@@ -21,53 +21,12 @@ from onnx import helper
 from onyxia.errors import OnyxiaError
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.web.bundle import write_bundle
-from tests.builders.model_cases import CASES, _compiled, _model
 from tests.helpers import compile_model, make_model, run_ort
 from tests.models import ModelCase
+from tests.web.cases import ATOL, TOLERANCE, WEB_MODELS, mlp_feeds, web_case
 from tests.web.harness import as_array, run_node
 
 pytestmark = pytest.mark.web
-RTOL = ATOL = 1e-4  # as tests/gpu/test_models.py
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_mlp.onnx"
-
-
-def _mlp_feeds(dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {"features": rng.standard_normal((dims["batch"], 8, 8)).astype(np.float32)}
-
-
-MLP = ModelCase(lambda: onnx.load(EXAMPLE), _mlp_feeds, {"batch": 2},
-                ({"batch": 2}, {"batch": 1}, {"batch": 70}, {"batch": 3}))
-
-
-def _mlp_fp16() -> onnx.ModelProto:
-    """float16 end to end: SwiftShader has no shader-f16, so the packed-word accessors run."""
-    rng = np.random.default_rng(4)
-    inits = {"w1": (rng.standard_normal((16, 32)) * 0.3).astype(np.float16),
-             "b1": (rng.standard_normal(32) * 0.1).astype(np.float16),
-             "w2": (rng.standard_normal((32, 8)) * 0.3).astype(np.float16)}
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    return make_model(nodes, [("x", np.float16, ["batch", 16])], ["y"], inits)
-
-
-def _fp16_feeds(dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    return {"x": np.random.default_rng(seed).standard_normal((dims["batch"], 16)).astype(np.float16)}
-
-
-MLP_FP16 = ModelCase(_mlp_fp16, _fp16_feeds, {"batch": 2}, ({"batch": 2}, {"batch": 1}, {"batch": 9}))
-LOCAL = {"tiny_mlp": MLP, "mlp_fp16": MLP_FP16}
-TOLERANCE = {"mlp_fp16": 4e-3}  # as tests/gpu/test_matmul_epilogue.py's float16 products
-WEB_MODELS = ["tiny_mlp", "mlp_fp16", "small_cnn", "bert_encoder", "gpt2_range_opset18"]
-
-
-def _case(name: str):
-    if name in LOCAL:
-        model = LOCAL[name].build()
-        return LOCAL[name], model, compile_model(model, LOCAL[name].compile_dims)
-    if name not in CASES:
-        pytest.fail(f"{name} is not runnable by this registry")
-    return CASES[name], _model(name), _compiled(name)
 
 
 def _runs(case: ModelCase, tmp_path: Path) -> tuple[list[dict], list[dict[str, np.ndarray]]]:
@@ -83,7 +42,7 @@ def _runs(case: ModelCase, tmp_path: Path) -> tuple[list[dict], list[dict[str, n
 
 @pytest.mark.parametrize("name", WEB_MODELS)
 def test_node_matches_onnxruntime_across_dims_without_new_pipelines(name: str, tmp_path: Path) -> None:
-    case, model, compiled = _case(name)
+    case, model, compiled = web_case(name)
     write_bundle(compiled, tmp_path / "bundle")
     runs, feeds = _runs(case, tmp_path)
     # The schedule twice: the second pass meets only dims (and kernel choices) seen before.
@@ -115,7 +74,7 @@ def test_node_matches_onnxruntime_across_dims_without_new_pipelines(name: str, t
 def test_zipped_bundle_loads_from_one_arraybuffer(tmp_path: Path) -> None:
     """load(ArrayBuffer): the folder zipped (deflated, as a server might ship it) gives the
     same numbers as the folder."""
-    case, model, compiled = _case("tiny_mlp")
+    case, model, compiled = web_case("tiny_mlp")
     write_bundle(compiled, tmp_path / "bundle")
     archive = tmp_path / "bundle.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -134,9 +93,9 @@ def test_zipped_bundle_loads_from_one_arraybuffer(tmp_path: Path) -> None:
     ({"dims": {"batch": -1}}, "dimension 'batch' must be a non-negative integer", "symbol"),
 ])
 def test_bad_feeds_and_dims_are_typed_errors(run: dict, fragment: str, field: str, tmp_path: Path) -> None:
-    _case_, _model_, compiled = _case("tiny_mlp")
+    _case_, _model_, compiled = web_case("tiny_mlp")
     write_bundle(compiled, tmp_path / "bundle")
-    np.savez(tmp_path / "feed.npz", **_mlp_feeds({"batch": run.get("feed_batch", 2)}))
+    np.savez(tmp_path / "feed.npz", **mlp_feeds({"batch": run.get("feed_batch", 2)}))
     report = run_node({"bundle": str(tmp_path / "bundle"),
                        "runs": [{"dims": run["dims"], "inputs": str(tmp_path / "feed.npz")}]}, tmp_path)
     assert not report["ok"]
@@ -168,7 +127,7 @@ def test_a_lost_int64_reaching_an_output_names_the_node(tmp_path: Path) -> None:
 def test_weights_are_chunked_and_chunks_bounded(tmp_path: Path) -> None:
     """No chunk exceeds chunk_bytes; the chunked bundle computes what the one-chunk bundle does;
     a weight larger than a chunk is refused by name."""
-    case, _model_, compiled = _case("tiny_mlp")
+    case, _model_, compiled = web_case("tiny_mlp")
     manifest = json.loads(write_bundle(compiled, tmp_path / "small", chunk_bytes=33000).read_text())
     assert manifest["plan"]["templates"] == {}  # the WGSL comes rendered
     assert len(manifest["chunks"]) == 2 and all(size <= 33000 for _, size in manifest["chunks"])
@@ -230,7 +189,7 @@ def test_web_folder_from_a_compiled_plan(tmp_path: Path) -> None:
     model's bundle does (the JS runtime reads bundles; the archive's templates are rendered here)."""
     from onyxia.cli import main as onyxia_main
 
-    case, model, compiled = _case("tiny_mlp")
+    case, model, compiled = web_case("tiny_mlp")
     compiled.save(tmp_path / "mlp.onyxia")
     assert onyxia_main(["web", str(tmp_path / "mlp.onyxia"), "-o", str(tmp_path / "from_plan")]) == 0
     write_bundle(compiled, tmp_path / "from_model")
