@@ -426,27 +426,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_web(args: argparse.Namespace) -> int:
-    from onyxia.web.bundle import write_demo
-
-    if Path(args.model).is_dir():
-        from onyxia.web.llm_bundle import write_llm_demo
-
-        out = write_llm_demo(args.model, args.output, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
-                             max_length=args.max_length, decoder=args.decoder)
-        print(f"web folder written to {out}: serve it over HTTP (python -m http.server -d {out}) and open index.html")
-        return 0
-    # A compiled plan (.onyxia) is rendered as it is (its dims: the ones it was compiled at).
-    _graph, compiled = _load_for_run(args.model, _parse_dims(args.dim), args.static or ())
-    if _graph is None and (args.dim or args.static):
-        raise CliError(f"{args.model} is a compiled plan: its dims are the ones it was compiled at (change them "
-                       "in the page with updateDimensions); --dim/--static apply to ONNX models")
-    feeds = {name: np.load(path, allow_pickle=False) for name, _, path in (i.partition("=") for i in args.input or ())}
-    out = write_demo(compiled, args.output, feeds or None)
-    print(f"web folder written to {out}: serve it over HTTP (python -m http.server -d {out}) and open index.html")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onyxia", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -502,19 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter", help="adapter index or name substring")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("web", help="write a folder that runs the model in a web page or Node: plan, weights, "
-                       "onyxia.js, index.html and the sample inputs it runs (sample_inputs.npz); for an LLM "
-                       "folder, a page that streams generated text")
-    model_args(p)
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
-    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="sample input (default: random)")
-    p.add_argument("--prompt", help="an LLM folder: the page's default prompt")
-    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N",
-                   help="an LLM folder: tokens the page generates")
-    p.add_argument("--max-length", type=int, default=None, metavar="L", help="an LLM folder: prompt + generated "
-                   "tokens at most, the KV cache rows allocated (default: the folder's max_length)")
-    p.add_argument("--decoder", metavar="FILE|DTYPE", help="an LLM folder's ONNX file when it has several")
-    p.set_defaults(func=cmd_web)
+    from onyxia.web.cli import add_web_parser
+
+    add_web_parser(sub, model_args)
 
     try:
         from onyxia.llm.cli import add_generate_parser
