@@ -252,8 +252,7 @@ def edit_control(doc: dict, kind: str) -> None:
         doc["data_symbols"]["ghost"] = None
     elif kind == "status_bound_elsewhere":
         reporting = next(i for i, sh in enumerate(doc["shaders"]) if sh["reports"])
-        step = next(s for op in doc["operations"] for s in op["steps"]
-                    if s["t"] == "dispatch" and s["shader"] == reporting)
+        step = next(s for s in all_steps(doc) if s["t"] == "dispatch" and s["shader"] == reporting)
         step["bindings"][-1][0] = step["bindings"][-2][0]
     elif kind == "status_shape":
         tensor_entry(doc, "onyxia/status")["shape"] = [1 << 20]
@@ -289,8 +288,8 @@ CASES = {
     "float_workgroups": FIRST + r" workgroups\[0\]: must be an integer",
     "negative_workgroups": r"step 1 workgroups\[0\]: is -1",
     "two_workgroup_counts": FIRST + r"\.workgroups: must hold 3 counts",
-    "negative_shader": FIRST + r"\.shader: must be an index in \[0, 3\), got -1",
-    "shader_out_of_range": FIRST + r"\.shader: must be an index in \[0, 3\), got 3",
+    "negative_shader": FIRST + r"\.shader: must be an index in \[0, 4\), got -1",
+    "shader_out_of_range": FIRST + r"\.shader: must be an index in \[0, 4\), got 4",
     "bool_shader": FIRST + r"\.shader: must be an index",
     "binding_to_nowhere": FIRST + r"\.bindings\[0\]\[0\]: names tensor 'ghost'",
     "missing_bindings": r"operations\[0\]\.steps\[0\]: not a valid 'select' step: field 'bindings' is missing",
@@ -298,7 +297,7 @@ CASES = {
     "unknown_step": r"operations\[0\]\.steps\[0\]: .*unknown step kind 'teleport'",
     "unknown_symbol": r"uses symbol 'zz'",
     "hostile_expression": r"dimension expression .* nested more than",
-    "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 4\)",
+    "binding_target_out_of_range": r"symbolic_bindings\[0\]\[1\]: must be an integer in \[0, 6\)",
     "binding_kind_mismatch": r"symbolic_bindings\[0\]\[0\]: a binding of kind 'copy' cannot target step 0",
     "binding_index_out_of_range": r"symbolic_bindings\[0\]\[2\]: must be an integer in \[0, 6\), got 99",
     "unknown_dtype": r"tensors\[0\]\.dtype: unknown dtype 'float128'",
@@ -315,8 +314,8 @@ CASES = {
     "param_type": r"shaders\[0\]\.immediates\[0\]\[1\]: must be one of \['f32', 'i32', 'u32'\], got 'f64'",
     "entry_point": r"shaders\[0\]\.entry_point: must be an identifier",
     "dims_negative": r"dims\.n: must be an integer >= 0, got -2",
-    "copy_misaligned": r"step 4 copy: size 6 and offsets 0, 0 must be multiples of 4",
-    "copy_out_of_range": r"step 4 copy: bytes 0\.\.4096 of tensor 'x', which has 32",
+    "copy_misaligned": r"step 6 copy: size 6 and offsets 0, 0 must be multiples of 4",
+    "copy_out_of_range": r"step 6 copy: bytes 0\.\.4096 of tensor 'x', which has 32",
     "weight_wrong_shape": r"tensor 'w' data: is float32\[3, 4\], its TensorInfo says float32\[4, 3\]",
     "weight_wrong_dtype": r"member 'data_0\.npy': inflates to \d+ bytes, more than|tensor 'w' data: is float64",
     "pickled_weight": r"(Object arrays cannot be loaded|inflates to)",
@@ -351,14 +350,14 @@ CONTROL_CASES = {
     "nested_unknown_step": r"operations\[0\]\.steps\[2\]: not a valid 'loop' step: unknown step kind 'teleport'",
     "nested_huge_grid": r"step 3 workgroups: \[2147483648, 1, 1\] launch 2147483648 workgroups",
     "nested_binding_target": r"symbolic_bindings\[\d\]\[0\]: a binding of kind 'copy' cannot target step 3, "
-                             r"which has \['workgroups'\]",
+                             r"which has \['immediate', 'workgroups'\]",
     "loop_counter_unknown": r"operations\[0\]\.steps\[2\] \(tensor\): names tensor 'ghost'",
     "loop_sets_caller_dim": r"operations\[0\]\.steps\[2\]\.iterations: 'n' is not one of the plan's data symbols",
     "read_symbol_sets_caller_dim": r"operations\[0\]\.steps\[0\]\.symbol: 'n' is not one of the plan's data symbols",
     "slice_copy_out_of_range": r"step 2 slice copy 0: bytes 4096\.\.4108 of tensor 'sc', which has 12",
     "slice_stride_misaligned": r"step 2 slice copy 0: strides 0, 6 must be multiples of 4",
     "data_symbol_unknown": r"data_symbols\.ghost: is not one of the plan's dynamic dims",
-    "status_bound_elsewhere": r"bindings\[3\]\[0\]: tensor '.*' \(int64\) cannot bind to shader \d+'s "
+    "status_bound_elsewhere": r"bindings\[\d\]\[0\]: tensor '.*' \((int64|float32)\) cannot bind to shader \d+'s "
                               r"buffer 'the status word'",
     "status_shape": r"tensors\[\d+\]: the status word must be one uint32 of its own",
 }
