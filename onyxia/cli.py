@@ -483,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from onyxia.web.cli import add_web_parser
 
-    add_web_parser(sub, model_args)
+    add_web_parser(sub, model_args, lambda args: _load_for_run(args.model, _parse_dims(args.dim), args.static or ()))
 
     try:
         from onyxia.llm.cli import add_generate_parser
