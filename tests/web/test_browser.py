@@ -60,6 +60,20 @@ def _open_page(url: str, screenshot: Path) -> tuple[dict, str]:
     return result, status
 
 
+def open_folder(folder: Path, screenshot: Path) -> dict:
+    """window.onyxiaResult of `folder`'s index.html served over HTTP, after checking that the page
+    succeeded (its DOM says so), left a screenshot and ran on a real CPU-type adapter (SwiftShader)."""
+    server = _serve(folder)
+    try:
+        result, status = _open_page(f"http://127.0.0.1:{server.server_address[1]}/index.html", screenshot)
+    finally:
+        server.shutdown()
+    assert result["ok"], result.get("error")
+    assert status == "ok" and screenshot.stat().st_size > 1000
+    assert "(cpu)" in result["adapter"], result["adapter"]
+    return result
+
+
 @pytest.mark.parametrize("name", WEB_MODELS)
 def test_web_folder_runs_in_headless_chromium(name: str, tmp_path: Path) -> None:
     case, model, _ = web_case(name)
@@ -72,15 +86,7 @@ def test_web_folder_runs_in_headless_chromium(name: str, tmp_path: Path) -> None
     # The page runs what the folder's sample_inputs.npz holds: the case's own inputs (a BERT mask
     # of zeros and ones, not the random integers `onyxia web` samples).
     np.savez(out / "sample_inputs.npz", **case.feeds(case.compile_dims, 0))
-    server = _serve(out)
-    try:
-        result, status = _open_page(f"http://127.0.0.1:{server.server_address[1]}/index.html", tmp_path / "page.png")
-    finally:
-        server.shutdown()
-    assert result["ok"], result.get("error")
-    assert status == "ok"
-    assert (tmp_path / "page.png").stat().st_size > 1000
-    assert "(cpu)" in result["adapter"], result["adapter"]  # SwiftShader: a real adapter, CPU type
+    result = open_folder(out, tmp_path / "page.png")
     with np.load(out / "sample_inputs.npz") as npz:
         feeds = {k: npz[k] for k in npz.files}
     for output, ref in zip(model.graph.output, run_ort(model, feeds)):
