@@ -273,7 +273,7 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[St
         return plan_product(ctx, Product(
             ctx.input(0), ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
             gemm=has_bias, c=ctx.input(2) if has_bias else None, c_shape=(spec.maps,) if has_bias else (),
-            epilogue=epilogue))
+            epilogue=epilogue, few_weights=True))
     return plan_product(ctx, Product(
         ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         trans_a=spec.w_kmajor,
@@ -304,6 +304,8 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
     row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
     tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1], flat.strides[-1])
+    # the 8-wide segment with the fewest channel rows (8x8; 1x8 depthwise)
+    narrow = min(((rm, rp) for rm, rp, _, _ in tiles if rp == 8), default=None)
     for x4, rm, rp, lo, hi in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
         guard = row4 if x4 else ALWAYS
         if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:
@@ -312,12 +314,12 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
                                   eow=win.out[-1])
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
-            # a strided row read one element at a time takes 8x8 at any width (wav2vec2's
+            # a strided row read one element at a time takes `narrow` at any width (wav2vec2's
             # 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180 ms, 16x8 454 ms,
             # 8x16 473 ms)
             prefer = adapter("cpu")
             if not x4 and flat.strides[-1] > 1:
-                lo, hi = (None, None) if (rm, rp) == (8, 8) else (1, 0)
+                lo, hi = (None, None) if (rm, rp) == narrow else (1, 0)
             prefer &= at_least(flat.out[-1], lo) if lo is not None else ALWAYS
             prefer &= at_most(flat.out[-1], hi) if hi is not None else ALWAYS
             alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, prefer))
