@@ -1,7 +1,6 @@
-"""The heuristic's kernel on a CPU-type adapter (tuning off) for two cases measured on lavapipe
-where it had chosen badly: squeeze-excite's pooled 1x1 convs (small constant weights at M = 1)
-take the register matrix kernel, not the decode one; a strided depthwise conv whose rows are not
-read as vec4s takes its narrowest register tile, not the workgroup kernel."""
+"""The heuristic's kernel on a CPU-type adapter (tuning off) where it had chosen badly: a strided
+depthwise conv whose rows are not read as vec4s takes its narrowest register tile, not the
+workgroup kernel (a 5x5 s2 depthwise of mobilenet_v3_large on lavapipe: 1.46 vs 0.59 ms)."""
 
 from __future__ import annotations
 
@@ -21,20 +20,6 @@ def _choices(compiled, dims) -> dict[str, str]:
     env = {**compiled.dims, **dims}
     return {s.key: s.labels[s.choose(env, AdapterFacts("cpu"))] for op in compiled.operations
             for s in walk_steps(op.steps) if isinstance(s, Select)}
-
-
-def test_squeeze_excite_products_take_the_register_kernel():
-    rng = np.random.default_rng(0)
-    nodes = [h.make_node("GlobalAveragePool", ["x"], ["p"]), h.make_node("Conv", ["p", "w1", "b1"], ["q"]),
-             h.make_node("Relu", ["q"], ["r"]), h.make_node("Conv", ["r", "w2", "b2"], ["s"]),
-             h.make_node("Mul", ["x", "s"], ["y"])]
-    inits = {"w1": rng.standard_normal((32, 120, 1, 1)).astype(np.float32), "b1": np.zeros(32, np.float32),
-             "w2": rng.standard_normal((120, 32, 1, 1)).astype(np.float32), "b2": np.zeros(120, np.float32)}
-    model = make_model(nodes, [("x", np.float32, ["n", 120, "h", "w"])], ["y"], inits)
-    dims = {"n": 1, "h": 14, "w": 14}
-    choices = _choices(compile_model(model, dims), dims)
-    products = {key: label for key, label in choices.items() if key.startswith("matmul/f32/")}
-    assert len(products) == 2 and set(products.values()) == {"register"}, choices
 
 
 def test_a_strided_depthwise_conv_read_one_element_at_a_time_stays_on_a_register_tile():

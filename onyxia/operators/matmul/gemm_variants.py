@@ -42,7 +42,7 @@ from onyxia.operators.matmul.gemv import (
     Product,
     chunked_applies,
 )
-from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
+from onyxia.plan import ALWAYS, Step, adapter, at_most
 
 # Register micro-tiles (rows, columns per thread) of the shared-memory kernel, largest first:
 # 64x128 output tiles need the fewest loads per multiply-add; a small product takes a smaller
@@ -161,10 +161,6 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     guard = {"chunked": at_most(m, CHUNKED_MAX_M), "coalesced": at_most(m, small_m)}
     cpu = adapter("cpu")
     prefer = {"chunked": cpu, "coalesced": ALWAYS, "register": cpu, "shared": ALWAYS}
-    if p.few_weights:
-        # mobilenet_v3_large's squeeze-excite products at M = 1 (lavapipe, tuner's table): register
-        # 0.04-0.63 ms, chunked 0.25-3.71 ms (K x N from 24 x 72 to 240 x 960)
-        prefer.update(chunked=NEVER, coalesced=adapter("gpu"))
     alternatives = [(label, planners[label](), guard.get(label, ALWAYS), prefer[label])
                     for label in ORDER if applies[label] and not guard.get(label, ALWAYS).never]
     dims = "x".join(str(d) for d in (p.n, p.k) if isinstance(d, int))

@@ -81,9 +81,6 @@ class Product:
     beta: float = 1.0
     epilogue: Epilogue = Epilogue()  # fused elementwise ops after finish (f32 compute only)
     b_panels: bool = False  # B [K, N] stored in column panels (operators/matmul/panels.py), not row-major
-    # A small constant B read by few rows (squeeze-excite's pooled 1x1 convs): the register kernel
-    # is the CPU-type heuristic, not the decode kernel (gemm_variants.plan_alternatives).
-    few_weights: bool = False
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
