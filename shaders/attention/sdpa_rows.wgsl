@@ -1,25 +1,32 @@
 // FusedAttention, register kernel: softmax(scale * q k^T + mask) v with one invocation per four
 // query rows (and split of their keys), for CPU-type adapters where a workgroup's barriers cost
-// coroutine switches. The four rows ride in the lanes of vec4s: q as D4 mat4x4 (column r = row
-// r's vec4 of head elements), so one key row load serves four rows (k4 * qm[c] gives the four
-// partial dots), and the accumulators as DV4 mat4x4 likewise. Each row's online softmax (running
-// max m, denominator l, accumulators rescaled by exp(m_old - m_new)) is a lane of m and l: no
-// scores in memory, no barrier. Consecutive invocations are consecutive row quads of one
-// (batch, head, split) and read the same key and value rows. Keys go eight at a time, two blocks of four.
+// coroutine switches. The four rows ride in the lanes of vec4s: a key row's vec4 c times q's vec4 c
+// of the four rows (a mat4x4, column r = row r) gives four partial dots, so one key load serves
+// four rows. Each row's online softmax (running max m, denominator l, accumulators rescaled by
+// exp(m_old - m_new)) is a lane of m and l: no scores in memory, no barrier. Consecutive
+// invocations are consecutive row quads of one (batch, head, split) and read the same key and
+// value rows. Keys go eight at a time, two blocks of four.
+// Compile time: the head sizes are params, not constants, and nothing is indexed by a head
+// element in private memory: q is read from its buffer inside the dot loop and the accumulators
+// live in the scratch `acc` (f32 vec4s; lane l of a workgroup's element c at (c * WG + l), so
+// one workgroup's lanes touch neighbouring vec4s). Baked head sizes let the driver unroll those
+// loops and lavapipe lowers a private array indexed in a loop to branch ladders: the kernel took
+// 2.3 s to compile at head size 32, 4.6 s at 64 and 30 s at 512 (a VAE's mid-block attention),
+// and each head size was a kernel of its own.
 // A key whose float mask entry is -inf (or at most NEG, the float minimum torch's masks use) is
 // skipped for its row; a row without a live key outputs zeros. Rows past S are computed as dead.
 // SPLIT_KV (attention::split's layout, operators/attention/split_kv.py): the keys are split into
-// SPLITS runs of KPS, bounding an invocation's loop iterations (KPS / 8 * (D4 + DV4 + 12) stays
+// SPLITS runs of KPS, bounding an invocation's loop iterations (KPS / 8 * (D/4 + DV/4 + 12) stays
 // under the loop cap); with more than one each stores its rows' unnormalized states (m, l, DV
 // accumulators) and attention/combine.wgsl merges them.
-// Buffers: q, k, v (vec4), [mask], y, [partial]. Defs: D4, DV4, MASK_FLOAT, SPLIT_KV, KPS,
-// WG_SIZE. Params: N (B x H x SPLITS x ceil(S / 4)), H, S, T, SCALE, MT, element strides
-// QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS, [SPLITS, COLS].
+// Buffers: q, k, v (vec4), [mask], y, acc (vec4 scratch: N rounded up to WG_SIZE x DV f32 x 4),
+// [partial]. Defs: MASK_FLOAT, SPLIT_KV, WG_SIZE. Params: N (B x H x SPLITS x ceil(S / 4)), H, S,
+// T, D, DV, SCALE, MT, element strides QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS,
+// [SPLITS, COLS, KPS].
 #import common::grid
 
 const NEG = -3.0e38;
-const D4 = #{D4}u;
-const DV4 = #{DV4}u;
+const WG = #{WG_SIZE}u;
 
 // Four keys from j on (clamped below j1) and, per row e, which count (live[e] lane k) and the
 // mask's addition (bias column e).
@@ -70,8 +77,8 @@ fn main(wg: Grid) {
 #ifdef SPLIT_KV
     let split = (r / H()) % SPLITS();
     let b = r / (H() * SPLITS());
-    let j0 = min(split * #{KPS}u, T());
-    let j1 = min(T(), j0 + #{KPS}u);
+    let j0 = min(split * KPS(), T());
+    let j1 = min(T(), j0 + KPS());
 #else
     let b = r / H();
     let j0 = 0u;
@@ -81,32 +88,35 @@ fn main(wg: Grid) {
     let rows = min(vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(S() - 1u));
     let alive = vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(S());
     let qrow = (vec4<u32>(b * QB() + h * QH()) + rows * QS()) / 4u;
-    var qm: array<mat4x4<f32>, D4>;
-    for (var c = 0u; c < D4; c++) {
-        qm[c] = mat4x4<f32>(vec4<f32>(q_load4(qrow.x + c)), vec4<f32>(q_load4(qrow.y + c)),
-                            vec4<f32>(q_load4(qrow.z + c)), vec4<f32>(q_load4(qrow.w + c))) * SCALE();
+    let d4 = D() / 4u;
+    let dv4 = DV() / 4u;
+    // This invocation's accumulators: vec4 (c, e) at abase + (4 * c + e) * WG.
+    let abase = (i / WG) * dv4 * 4u * WG + i % WG;
+    for (var c = 0u; c < 4u * dv4; c++) {
+        acc_store4(abase + c * WG, vec4<f32>(0.0));
     }
     let kbase = b * KB() + h * KH();
     let vbase = b * VB() + h * VH();
     let mrow = vec4<u32>(b * MB() + h * MH()) + rows * MS();
-    var acc: array<mat4x4<f32>, DV4>;
     var m = vec4<f32>(NEG);
     var l = vec4<f32>(0.0);
-    // Keys eight at a time, as two blocks of four: the 4 x 4 scores of a block come from D4
-    // mat4x4 products, and q and the accumulators (private arrays live in memory on a CPU) are
-    // read and written once per eight keys.
+    // Keys eight at a time, as two blocks of four: the 4 x 4 scores of a block come from d4
+    // mat4x4 products, and q and the accumulators are read (and written) once per eight keys.
     for (var j = j0; j < j1; j += 8u) {
         let lo = key_block(j, j1, alive, mrow);
         let hi = key_block(j + 4u, j1, alive, mrow);
         let krow_lo = (vec4<u32>(kbase) + lo.keys * KS()) / 4u;
         let krow_hi = (vec4<u32>(kbase) + hi.keys * KS()) / 4u;
-        var s_lo = lo.bias;  // column r: row r's scores of the block's four keys
-        var s_hi = hi.bias;
-        for (var c = 0u; c < D4; c++) {
-            let q = qm[c];
-            s_lo += transpose(rows4(krow_lo, c)) * q;
-            s_hi += transpose(rows4(krow_hi, c)) * q;
+        var d_lo = mat4x4<f32>();  // column r: row r's dots with the block's four keys
+        var d_hi = mat4x4<f32>();
+        for (var c = 0u; c < d4; c++) {
+            let q = mat4x4<f32>(vec4<f32>(q_load4(qrow.x + c)), vec4<f32>(q_load4(qrow.y + c)),
+                                vec4<f32>(q_load4(qrow.z + c)), vec4<f32>(q_load4(qrow.w + c)));
+            d_lo += transpose(rows4(krow_lo, c)) * q;
+            d_hi += transpose(rows4(krow_hi, c)) * q;
         }
+        let s_lo = lo.bias + d_lo * SCALE();
+        let s_hi = hi.bias + d_hi * SCALE();
         var p_lo = mat4x4<f32>();
         var p_hi = mat4x4<f32>();
         var alpha = vec4<f32>(1.0);
@@ -123,10 +133,15 @@ fn main(wg: Grid) {
         }
         let vrow_lo = (vec4<u32>(vbase) + lo.keys * VS()) / 4u;
         let vrow_hi = (vec4<u32>(vbase) + hi.keys * VS()) / 4u;
-        for (var c = 0u; c < DV4; c++) {
-            let a = acc[c];
-            acc[c] = mat4x4<f32>(a[0] * alpha.x, a[1] * alpha.y, a[2] * alpha.z, a[3] * alpha.w)
+        for (var c = 0u; c < dv4; c++) {
+            let at = abase + 4u * c * WG;
+            let a = mat4x4<f32>(acc_load4(at) * alpha.x, acc_load4(at + WG) * alpha.y,
+                                acc_load4(at + 2u * WG) * alpha.z, acc_load4(at + 3u * WG) * alpha.w)
                 + values4(vrow_lo, c) * p_lo + values4(vrow_hi, c) * p_hi;
+            acc_store4(at, a[0]);
+            acc_store4(at + WG, a[1]);
+            acc_store4(at + 2u * WG, a[2]);
+            acc_store4(at + 3u * WG, a[3]);
         }
     }
     let inv = select(vec4<f32>(0.0), vec4<f32>(1.0) / l, l > vec4<f32>(0.0));
@@ -140,18 +155,20 @@ fn main(wg: Grid) {
             let out = (row * SPLITS() + split) * (COLS() + 2u);
             partial_store(out, m[e]);
             partial_store(out + 1u, l[e]);
-            for (var c = 0u; c < DV4; c++) {
+            for (var c = 0u; c < dv4; c++) {
+                let a = acc_load4(abase + (4u * c + e) * WG);
                 for (var x = 0u; x < 4u; x++) {
-                    partial_store(out + 2u + 4u * c + x, acc[c][e][x]);
+                    partial_store(out + 2u + 4u * c + x, a[x]);
                 }
             }
             continue;
         }
 #endif
         let yrow = b * YB() + h * YH() + rows[e] * YS();
-        for (var c = 0u; c < DV4; c++) {
+        for (var c = 0u; c < dv4; c++) {
+            let a = acc_load4(abase + (4u * c + e) * WG) * inv[e];
             for (var x = 0u; x < 4u; x++) {
-                y_store(yrow + 4u * c + x, y_t(acc[c][e][x] * inv[e]));
+                y_store(yrow + 4u * c + x, y_t(a[x]));
             }
         }
     }

@@ -25,6 +25,7 @@ from onyxia.operators.attention.split_kv import (
     split_keys,
 )
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
+from onyxia.operators.common import ceil_div
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.plan import ALWAYS, Step, adapter
 
@@ -156,11 +157,17 @@ class FusedAttention(Operator):
             vec = {"q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
                    "v": Buf(ctx.input(2), vector=True)}
             threads = b * h * ((s + 3) // 4) * (split.splits if split else 1)  # a thread per 4 rows
+            # the accumulators: 4 rows x DV floats per thread, whole workgroups
+            acc = ctx.scratch(ceil_div(threads, ROWS_WG) * ROWS_WG * 4 * dv, "float32", "accumulators")
+            split_defs, split_params = ({"SPLIT_KV": True}, {**split.params(), "KPS": split.kps}) if split else ({}, {})
+            # the head sizes are params (the module doc of the shader: compile time), not defs
+            rows_defs = {k: v for k, v in defs.items() if k != "DIM"}
             kernel = [ctx.dispatch(
                 "attention/sdpa_rows.wgsl", label="fused_attention_rows",
-                defs={**defs, "D4": d // 4, "DV4": dv // 4, "WG_SIZE": ROWS_WG, **(split.defs() if split else {})},
-                params={**params, "N": threads, **(split.params() if split else {})},
-                reads={**reads, **vec}, writes={"y": y, **({"partial": split.partial} if split else {})},
+                defs={**rows_defs, "WG_SIZE": ROWS_WG, **split_defs},
+                params={**params, "N": threads, **split_params},
+                reads={**reads, **vec}, writes={"y": y, "acc": Buf(acc, vector=True),
+                                                **({"partial": split.partial} if split else {})},
                 workgroups=ctx.grid(threads, ROWS_WG))]
             if split is not None:
                 kernel += combine_splits(ctx, split, y, b, h, s, y_strides)
