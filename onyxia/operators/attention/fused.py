@@ -160,7 +160,6 @@ class FusedAttention(Operator):
             # the accumulators: 4 rows x DV floats per thread, whole workgroups
             acc = ctx.scratch(ceil_div(threads, ROWS_WG) * ROWS_WG * 4 * dv, "float32", "accumulators")
             split_defs, split_params = ({"SPLIT_KV": True}, {**split.params(), "KPS": split.kps}) if split else ({}, {})
-            # the head sizes are params (the module doc of the shader: compile time), not defs
             rows_defs = {k: v for k, v in defs.items() if k != "DIM"}
             kernel = [ctx.dispatch(
                 "attention/sdpa_rows.wgsl", label="fused_attention_rows",
