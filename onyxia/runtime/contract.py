@@ -36,6 +36,9 @@ class Limits:
     wide_reads: bool = False  # shader-int64: `wide` buffers and raw weight codes read as 64-bit words
     subgroups: bool = False  # subgroup operations: shaders render with the ONYXIA_SUBGROUPS def
     cpu_adapter: bool = False  # a CPU-type adapter (lavapipe): the kind Select guards see
+    # The driver compiles a kernel at its first dispatch, not when its pipeline is made (lavapipe:
+    # llvmpipe generates the code at launch): a built pipeline is not yet warm (runtime/select.py).
+    compiles_at_dispatch: bool = False
     adapter: str = "null"  # vendor/device/driver/backend: whose timings the tuning cache holds
 
 

@@ -210,6 +210,8 @@ class DimensionUpdates:
                 cmd.set(kind, index, v)
         for cmd in dirty:
             cmd.settle(self)
+            if isinstance(cmd, SelectCommand):
+                self._prefer_warm(cmd)
         if params:
             self._scatter_params()
             self.backend.params_changed()

@@ -40,6 +40,7 @@ from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
 
 _AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
+_UPGRADE_KERNELS = 2  # cold kernels a run may switch to at once (warm first; runtime/select.py)
 
 
 @dataclass
@@ -72,7 +73,9 @@ class ExecutorStats:
     tuned: int = 0  # tuned Select steps chosen by timing
     tuning_s: float = 0.0  # seconds runs spent timing them (after the first run at a shape class)
     prebuilt: int = 0  # pipelines of alternatives not replayed yet, built ahead by later runs
-    ahead_s: float = 0.0  # seconds runs spent building those
+    warm_first: int = 0  # Selects that replayed a warm stand-in at new dims (runtime/select.py)
+    upgraded: int = 0  # of those, switched to the alternative they stood in for by a later run
+    ahead_s: float = 0.0  # seconds runs spent building those, or running with switched kernels
     run_s: float = 0.0  # seconds runs spent on their own work (not the first at new dims; no work ahead)
     load: LoadTimes = field(default_factory=LoadTimes)
 
@@ -136,6 +139,11 @@ class PlanReplay(DimensionUpdates):
         for name in (*model.inputs, *model.outputs):
             self._slot(name)
         self._live_commands = self._run_commands
+        # Programs a finished run has dispatched: lavapipe compiled them (runtime/select.py, warm first)
+        self._warm: set[int] = set()
+        self._unwarmed = True  # what a run encodes changed since the last run marked it warm
+        self._upgrades: dict[SelectCommand, None] = {}  # Selects replaying a warm stand-in, in order
+        self._upgrading = False  # this run switched some to the alternative they stood in for
         # Tuned Selects replay the cached choice or the heuristic's: nothing is timed at load.
         self._refresh_all()
         load = self.stats.load
@@ -258,6 +266,8 @@ class PlanReplay(DimensionUpdates):
         progress = self._progress
         done = None if progress is None else lambda n: progress(n, len(jobs))
         programs = self.backend.make_programs(jobs, done)
+        if not self.limits.compiles_at_dispatch:  # compiled already: warm (runtime/select.py)
+            self._warm.update(id(p) for p in programs)
         module_s = getattr(self.backend, "shader_module_s", 0.0) - modules
         load.shader_modules_s += module_s
         load.pipelines_s += time.perf_counter() - start - module_s  # wall time: they may build in parallel
@@ -307,6 +317,54 @@ class PlanReplay(DimensionUpdates):
         else:  # each dispatch a run encodes, loop bodies included (an empty grid: once it fills)
             self._live_commands = live_commands(self._run_commands)
             self.build_programs(walk_commands(self._live_commands))
+        self._unwarmed = True
+
+    # ---- warm first (runtime/select.py) -------------------------------------------------
+    def mark_warm(self, commands: Sequence[Command]) -> None:
+        """The programs of the dispatches in `commands` have run once: the driver compiled them."""
+        self._warm.update(id(c.program) for c in commands if isinstance(c, DispatchCommand) and c.program is not None)
+
+    def _cold(self, commands: Sequence[Command]) -> set[int]:
+        """Shaders of the dispatches in `commands` whose program no run has dispatched yet."""
+        warm = self._warm
+        return {c.shader for c in commands if isinstance(c, DispatchCommand) and all(c.workgroups)
+                and id(self.programs.get(c.shader)) not in warm}
+
+    def _prefer_warm(self, cmd: SelectCommand) -> None:
+        """At new dims after a first result: if `cmd`'s choice is cold, replay the first
+        eligible warm alternative until a later run switches (_upgrade)."""
+        if (not self.stats.runs or not self.tuner.settings.enabled
+                or not self._cold(cmd.replayed_by(cmd.chosen))):
+            return
+        for k, ok in enumerate(cmd.eligible):
+            if ok and k != cmd.chosen and not self._cold(cmd.replayed_by(k)):
+                cmd.wanted = (cmd.chosen, cmd.source)
+                cmd.chosen, cmd.source = k, "warm"
+                self._upgrades[cmd] = None
+                self.stats.warm_first += 1
+                return
+
+    def _upgrade(self) -> bool:
+        """Switch Selects replaying a warm stand-in to the alternative they stand in for, as many
+        as bring at most _UPGRADE_KERNELS cold kernels (at least one Select); this run pays for
+        compiling them. False when none was waiting."""
+        kernels: set[int] = set()
+        switched = False
+        for cmd in list(self._upgrades):
+            if cmd.source != "warm" or cmd.wanted is None or not cmd.eligible[cmd.wanted[0]]:
+                del self._upgrades[cmd]  # dims, timing or a forced choice moved it since
+                continue
+            cold = self._cold(cmd.replayed_by(cmd.wanted[0]))
+            if switched and len(kernels | cold) > _UPGRADE_KERNELS:
+                break
+            kernels |= cold
+            del self._upgrades[cmd]
+            (cmd.chosen, cmd.source), cmd.wanted = cmd.wanted, None
+            self.stats.upgraded += 1
+            switched = True
+        if switched:
+            self._refresh_live()
+        return switched
 
     def assume_adapter(self, kind: str) -> None:
         """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this
@@ -336,9 +394,10 @@ class PlanReplay(DimensionUpdates):
 
     def _ahead_slice(self) -> None:
         """Work a run after the first at these dims does before its own, up to a slice
-        (TuneSettings.slice_s): time the tuned Selects waiting (runtime/tuner.py), else build
-        pipelines ahead. A first result, at load or at dims that changed what a run replays,
-        waits for neither."""
+        (TuneSettings.slice_s): switch Selects replaying a warm stand-in to their choice (this
+        run compiles its kernels), else time the tuned Selects waiting (runtime/tuner.py), else
+        build pipelines ahead. A first result, at load or at dims that changed what a run
+        replays, waits for none of it."""
         if self._new_dims or not self.stats.runs:
             self._new_dims = False
             return
@@ -346,6 +405,9 @@ class PlanReplay(DimensionUpdates):
         share = self.tuner.settings.share
         if share is not None and self.stats.tuning_s + self.stats.ahead_s > share * self.stats.run_s:
             return  # the runs since the last work ahead have not earned the next yet
+        if self._upgrades and self._upgrade():  # the whole run counts as work ahead
+            self._counted, self._upgrading = False, True
+            return
         if self.tuner.pending:  # before the feeds land (timing writes outputs)
             ready = self.tuner.ready()
             if ready:
@@ -402,7 +464,7 @@ class PlanReplay(DimensionUpdates):
                 ([f"unknown inputs {unknown}"] if unknown else []) + ([f"missing inputs {missing}"] if missing else []))
                 + f" (the model's inputs: {', '.join(model.inputs)})")
         checked = {k: self._check_feed(k, v) for k, v in feeds.items()}
-        self._counted = False
+        self._counted = self._upgrading = False
         self._ahead_slice()
         start = time.perf_counter()
 
@@ -438,6 +500,9 @@ class PlanReplay(DimensionUpdates):
             raws = [self.backend.copyout(self.buffers[s.root], s.nbytes) if s.nbytes else b"" for s in slots]
             status_raw = self.backend.copyout(self.buffers[STATUS_TENSOR], 4) if status else None
         self.stats.runs += 1
+        if self._unwarmed:
+            self.mark_warm(walk_commands(live_commands(self._live_commands)))
+            self._unwarmed = False
         noted = self._check_status(status_raw) if status_raw is not None else None
         results: dict[str, np.ndarray | DeviceTensor] = {}
         total = 0
@@ -452,6 +517,8 @@ class PlanReplay(DimensionUpdates):
         self.stats.readback_bytes = total
         if self._counted:
             self.stats.run_s += time.perf_counter() - start
+        elif self._upgrading:
+            self.stats.ahead_s += time.perf_counter() - start
         return {n: results[n] for n in (*names, *[d for d in device_outputs if d not in names])}
 
     def _check_status(self, raw: bytes | memoryview) -> Site | None:

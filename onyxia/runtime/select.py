@@ -30,7 +30,7 @@ class SelectCommand(Command):
     """Replays the chosen alternative: the heuristic's, or for a tuned Select the Tuner's."""
 
     __slots__ = ("step", "key", "tuned", "tuner", "alternatives", "values", "symbolic", "eligible", "default",
-                 "shape_class", "chosen", "source", "timeable", "written", "facts", "evaluate")
+                 "shape_class", "chosen", "source", "timeable", "written", "facts", "evaluate", "wanted")
 
     def __init__(self, step: Select, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
@@ -47,7 +47,9 @@ class SelectCommand(Command):
         self.default = 0
         self.shape_class = ""
         self.chosen = 0
-        self.source = "guards"  # "guards" | "default" | "cache" | "timed" | "forced" (PlanReplay.choose)
+        # "guards" | "default" | "cache" | "timed" | "forced" (PlanReplay.choose) | "warm" (module doc)
+        self.source = "guards"
+        self.wanted: tuple[int, str] | None = None  # with source "warm": the choice it stands in for
         # Host control flow inside an alternative cannot be timed in isolation.
         self.timeable = not any(c.device_sync for alt in self.alternatives for c in walk_commands(alt))
         tensors = replay.model.tensors
@@ -64,6 +66,7 @@ class SelectCommand(Command):
         self.values[index] = value
 
     def settle(self, replay: Replay) -> None:
+        self.wanted = None
         if self.facts is not replay.adapter_facts:  # at load, and after assume_adapter
             self.facts, self.evaluate = replay.adapter_facts, self.step.evaluator(replay.adapter_facts)
         self.eligible, self.default = self.evaluate(self.values)
@@ -81,6 +84,10 @@ class SelectCommand(Command):
     def active(self) -> list[Command]:
         """The chosen alternative's commands (what a run replays in this one's place)."""
         return self.alternatives[self.chosen]
+
+    def replayed_by(self, k: int) -> list[Command]:
+        """What a run encodes when alternative `k` is chosen (nested Selects' choices now)."""
+        return walk_commands(live_commands(self.alternatives[k]))
 
     def commands_of(self, k: int) -> list[Command]:
         """Alternative `k`'s commands, nested ones included."""

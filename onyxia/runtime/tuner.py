@@ -274,6 +274,7 @@ class Tuner:
                     cutoff = SLOWER_CUTOFF * min(times.values()) if times else float("inf")
                     replay.build_programs(cmd.commands_of(k))  # pipelines are built at first need
                     samples = backend.time_commands(cmd.alternatives[k], self.settings.repeats, deadline, cutoff)
+                    replay.mark_warm(cmd.replayed_by(k))
                     times[cmd.step.labels[k]] = statistics.median(samples)
                     self.stats.tuning_timings += 1
             finally:
@@ -294,7 +295,7 @@ class Tuner:
 
     @staticmethod
     def _choose(cmd: Any, label: str) -> None:
-        cmd.chosen, cmd.source = cmd.step.labels.index(label), "timed"
+        cmd.chosen, cmd.source, cmd.wanted = cmd.step.labels.index(label), "timed", None
 
 
 __all__ = ["TuneCache", "TuneResult", "TuneSettings", "Tuner", "default_cache_dir", "kernels_digest", "shape_class"]

@@ -1,13 +1,18 @@
 """A new input shape's first result waits for no tuning and no pipeline build once the runs
 before it built ahead (runtime/replay.py _ahead_slice), and never recompiles: counted on the
-null backend, not timed (tests/gpu/test_load_latency.py runs a session on an adapter)."""
+null backend, not timed (tests/gpu/test_load_latency.py runs a session on an adapter). Where the
+driver compiles at first dispatch (lavapipe), new dims first replay kernels that ran already
+(runtime/select.py, warm first)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from onnx import helper as h
 
-from onyxia.runtime.null import null_executor
+from onyxia.runtime.null import NULL_LIMITS, null_executor
+from onyxia.runtime.select import SelectCommand
 from onyxia.runtime.tuner import TuneSettings
 from tests.helpers import compile_model, make_model
 
@@ -49,3 +54,56 @@ def test_tuning_off_still_builds_ahead(tmp_path):
     assert exe.stats.prebuilt == 0  # not before a first result
     exe.run(feeds)
     assert exe.stats.prebuilt > 0 and exe.stats.tuning_timings == 0
+
+
+LAZY = replace(NULL_LIMITS, compiles_at_dispatch=True)  # lavapipe's way: kernels compile at first dispatch
+
+
+def test_new_dims_replay_a_warm_stand_in_then_switch_as_work_ahead(tmp_path):
+    # m = 80 runs the register product; at m = 1 the heuristic wants the decode kernel (matmul/
+    # gemv and its split-K sum), which no run has dispatched: the first result at m = 1 replays
+    # the register product (eligible there too), and a later run switches.
+    exe = null_executor(compile_model(two_matmuls(), {"m": 80}), limits=LAZY,
+                        tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", share=None))
+    exe.run({"a": np.zeros((80, K), np.float32)})
+    at_80 = labels(exe)
+    exe.update_dimensions({"m": 1})
+    one = {"a": np.zeros((1, K), np.float32)}
+    exe.run(one)
+    assert labels(exe) == at_80 and exe.stats.warm_first == 2 and exe.stats.upgraded == 0
+    assert {c.source for c in selects(exe)} == {"warm"}
+    exe.run(one)  # switches one (this run compiles its two decode kernels: counted as work ahead)
+    assert labels(exe).count("matmul/gemv") == 1 and exe.stats.upgraded == 1 and exe.stats.ahead_s > 0
+    exe.run(one)  # and the other
+    assert labels(exe).count("matmul/gemv") == 2 and exe.stats.upgraded == 2
+    assert {c.source for c in selects(exe)} <= {"default", "guards"}
+    exe.update_dimensions({"m": 80})  # back: warm already, no stand-in
+    exe.run({"a": np.zeros((80, K), np.float32)})
+    assert labels(exe) == at_80 and exe.stats.warm_first == 2 and exe.stats.recompiles == 0
+
+
+def test_a_stand_in_waits_for_the_share_and_not_without_tuning(tmp_path):
+    model = compile_model(two_matmuls(), {"m": 80})
+    for enabled in (True, False):
+        exe = null_executor(model, limits=LAZY, tuning=TuneSettings(enabled=enabled, cache_dir=tmp_path / "c"))
+        exe.run({"a": np.zeros((80, K), np.float32)})
+        exe.update_dimensions({"m": 1})
+        exe.run({"a": np.zeros((1, K), np.float32)})
+        # tuning off: every choice is the heuristic's (the decode kernel), compiled or not
+        assert ("matmul/gemv" in labels(exe)) == (not enabled)
+    exe = null_executor(model, limits=LAZY, tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "d"))
+    exe.run({"a": np.zeros((80, K), np.float32)})
+    exe.stats.tuning_s = 1e6  # work ahead took far more than its share of the runs so far
+    exe.update_dimensions({"m": 1})
+    for _ in range(3):
+        exe.run({"a": np.zeros((1, K), np.float32)})
+    assert exe.stats.warm_first == 2 and exe.stats.upgraded == 0
+
+
+def labels(exe) -> list[str]:
+    return [exe.model.shaders[d.shader].label for d in exe.dispatch_commands() if all(d.workgroups)]
+
+
+def selects(exe) -> list[SelectCommand]:
+    """The products' kernel Selects (the split-K sums' own Selects aside)."""
+    return [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned]
