@@ -210,6 +210,7 @@ class DimensionUpdates:
                 cmd.set(kind, index, v)
         for cmd in dirty:
             cmd.settle(self)
+        for cmd in dirty:  # once every grid is settled: which dispatches a choice replays
             if isinstance(cmd, SelectCommand):
                 self._prefer_warm(cmd)
         if params:

@@ -29,6 +29,9 @@
 
 const ROWS = #{ROWS}u;
 const THREADS = 8u;  // one SIMD batch of lavapipe's 256-bit lanes; small groups balance its threads
+#if ROWS > 1
+var<workgroup> staged: array<vec4<f32>, ROWS * THREADS>;  // each invocation's rows, its own slots
+#endif
 
 struct Site {
     s: u32,  // K split
@@ -181,21 +184,26 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #endif
         }
     }
+    // Rows through workgroup memory into one store loop: a put() per row (32 at ROWS = 32, each
+    // with its guards and epilogue-free stores) made the kernel several times slower to compile.
     for (var r = 0u; r < 4u; r++) {
-        put(site, m0 + r, gg, acc0[r]);
+        staged[r * THREADS + lid] = acc0[r];
 #if ROWS >= 8
-        put(site, m0 + 4u + r, gg, acc1[r]);
+        staged[(4u + r) * THREADS + lid] = acc1[r];
 #endif
 #if ROWS >= 16
-        put(site, m0 + 8u + r, gg, acc2[r]);
-        put(site, m0 + 12u + r, gg, acc3[r]);
+        staged[(8u + r) * THREADS + lid] = acc2[r];
+        staged[(12u + r) * THREADS + lid] = acc3[r];
 #endif
 #if ROWS >= 32
-        put(site, m0 + 16u + r, gg, acc4[r]);
-        put(site, m0 + 20u + r, gg, acc5[r]);
-        put(site, m0 + 24u + r, gg, acc6[r]);
-        put(site, m0 + 28u + r, gg, acc7[r]);
+        staged[(16u + r) * THREADS + lid] = acc4[r];
+        staged[(20u + r) * THREADS + lid] = acc5[r];
+        staged[(24u + r) * THREADS + lid] = acc6[r];
+        staged[(28u + r) * THREADS + lid] = acc7[r];
 #endif
+    }
+    for (var r = 0u; r < ROWS; r++) {
+        put(site, m0 + r, gg, staged[r * THREADS + lid]);
     }
 #endif
 #ifdef EPILOGUE
