@@ -228,7 +228,9 @@ class PlanCtx(InferenceCtx):
         dimension changes) otherwise. A param may be `(value, "i32"|"u32"|"f32")` to force its
         type. `reports`: what the kernel's `onyxia_report()` calls mean ("int64 overflow", ...);
         the run that hits one raises an error naming this node. `immediates`: params that stay
-        immediates even when static, so that one shader serves several dispatches (passes).
+        immediates even when they are numbers, so that one shader serves several dispatches
+        (passes; products and convs of other sizes); a value over symbols compiled static is
+        still baked.
         """
         bound = {**{k: (v if isinstance(v, Buf) else Buf(v), True) for k, v in reads.items()},
                  **{k: (v if isinstance(v, Buf) else Buf(v), False) for k, v in writes.items()}}
@@ -246,7 +248,9 @@ class PlanCtx(InferenceCtx):
         dynamic: list[tuple[ShaderParam, Scalar]] = []
         for pname, raw in sorted((params or {}).items()):
             value, ptype = raw if isinstance(raw, tuple) else (raw, param_type(raw))
-            target = constants if self.is_static(value) and pname not in immediates else dynamic
+            # a forced immediate is a number; a size over symbols made static stays baked
+            forced = pname in immediates and isinstance(value, (int, float))
+            target = constants if self.is_static(value) and not forced else dynamic
             target.append((ShaderParam(pname, ptype), value))
         if reports:
             # The site travels as an immediate, so that one shader serves every node using it.

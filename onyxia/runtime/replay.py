@@ -31,6 +31,7 @@ from onyxia.errors import DeviceError, DimensionError, InputError
 from onyxia.ir import dtypes
 from onyxia.ir.shapes import SymDim, compile_dim, dim_symbols
 from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
+from onyxia.runtime.ahead import WorkAhead
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.dimensions import DimensionUpdates
@@ -38,9 +39,6 @@ from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, l
 from onyxia.runtime.status import Site, read_status, refuse_lost
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
-
-_AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
-_UPGRADE_KERNELS = 2  # cold kernels a run may switch to at once (warm first; runtime/select.py)
 
 
 @dataclass
@@ -80,7 +78,7 @@ class ExecutorStats:
     load: LoadTimes = field(default_factory=LoadTimes)
 
 
-class PlanReplay(DimensionUpdates):
+class PlanReplay(DimensionUpdates, WorkAhead):
     """A CompiledModel replayed on a Backend: `run`, `update_dimensions`, device tensors.
 
     The public surface of PlanExecutor (its wgpu subclass); on the NullBackend it replays a plan
@@ -319,53 +317,6 @@ class PlanReplay(DimensionUpdates):
             self.build_programs(walk_commands(self._live_commands))
         self._unwarmed = True
 
-    # ---- warm first (runtime/select.py) -------------------------------------------------
-    def mark_warm(self, commands: Sequence[Command]) -> None:
-        """The programs of the dispatches in `commands` have run once: the driver compiled them."""
-        self._warm.update(id(c.program) for c in commands if isinstance(c, DispatchCommand) and c.program is not None)
-
-    def _cold(self, commands: Sequence[Command]) -> set[int]:
-        """Shaders of the dispatches in `commands` whose program no run has dispatched yet."""
-        warm = self._warm
-        return {c.shader for c in commands if isinstance(c, DispatchCommand) and all(c.workgroups)
-                and id(self.programs.get(c.shader)) not in warm}
-
-    def _prefer_warm(self, cmd: SelectCommand) -> None:
-        """At new dims after a first result: if `cmd`'s choice is cold, replay the first
-        eligible warm alternative until a later run switches (_upgrade)."""
-        if (not self.stats.runs or not self.tuner.settings.enabled
-                or not self._cold(cmd.replayed_by(cmd.chosen))):
-            return
-        for k, ok in enumerate(cmd.eligible):
-            if ok and k != cmd.chosen and not self._cold(cmd.replayed_by(k)):
-                cmd.wanted = (cmd.chosen, cmd.source)
-                cmd.chosen, cmd.source = k, "warm"
-                self._upgrades[cmd] = None
-                self.stats.warm_first += 1
-                return
-
-    def _upgrade(self) -> bool:
-        """Switch Selects replaying a warm stand-in to the alternative they stand in for, as many
-        as bring at most _UPGRADE_KERNELS cold kernels (at least one Select); this run pays for
-        compiling them. False when none was waiting."""
-        kernels: set[int] = set()
-        switched = False
-        for cmd in list(self._upgrades):
-            if cmd.source != "warm" or cmd.wanted is None or not cmd.eligible[cmd.wanted[0]]:
-                del self._upgrades[cmd]  # dims, timing or a forced choice moved it since
-                continue
-            cold = self._cold(cmd.replayed_by(cmd.wanted[0]))
-            if switched and len(kernels | cold) > _UPGRADE_KERNELS:
-                break
-            kernels |= cold
-            del self._upgrades[cmd]
-            (cmd.chosen, cmd.source), cmd.wanted = cmd.wanted, None
-            self.stats.upgraded += 1
-            switched = True
-        if switched:
-            self._refresh_live()
-        return switched
-
     def assume_adapter(self, kind: str) -> None:
         """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this
         device then runs the other kind's kernels (tests check every variant on one adapter)."""
@@ -391,43 +342,6 @@ class PlanReplay(DimensionUpdates):
         results = self.tuner.tune(self, self.commands if force else list(self.tuner.pending), budget_s)
         self._refresh_live()
         return results
-
-    def _ahead_slice(self) -> None:
-        """Work a run after the first at these dims does before its own, up to a slice
-        (TuneSettings.slice_s): switch Selects replaying a warm stand-in to their choice (this
-        run compiles its kernels), else time the tuned Selects waiting (runtime/tuner.py), else
-        build pipelines ahead. A first result, at load or at dims that changed what a run
-        replays, waits for none of it."""
-        if self._new_dims or not self.stats.runs:
-            self._new_dims = False
-            return
-        self._counted = True
-        share = self.tuner.settings.share
-        if share is not None and self.stats.tuning_s + self.stats.ahead_s > share * self.stats.run_s:
-            return  # the runs since the last work ahead have not earned the next yet
-        if self._upgrades and self._upgrade():  # the whole run counts as work ahead
-            self._counted, self._upgrading = False, True
-            return
-        if self.tuner.pending:  # before the feeds land (timing writes outputs)
-            ready = self.tuner.ready()
-            if ready:
-                start = time.perf_counter()
-                self.tuner.tune(self, ready, slice_s=self.tuner.settings.slice_s)
-                self._refresh_live()
-                self.stats.tuning_s += time.perf_counter() - start
-                return
-        if self._ahead:
-            start = time.perf_counter()
-            deadline = start + self.tuner.settings.slice_s
-            while self._ahead and (time.perf_counter() < deadline):
-                batch = [i for i in self._ahead[-_AHEAD_BATCH:] if i not in self.programs]
-                del self._ahead[-_AHEAD_BATCH:]
-                try:
-                    self._build_many(batch)  # together: on threads where the backend can
-                except Exception:  # noqa: BLE001 - work ahead: a run that needs one builds it and says why
-                    continue
-                self.stats.prebuilt += len(batch)
-            self.stats.ahead_s += time.perf_counter() - start
 
     def _slot(self, name: str) -> TensorSlot:
         slot = self._slots.get(name)

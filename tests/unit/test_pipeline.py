@@ -402,9 +402,10 @@ def test_static_dims_become_shader_constants_and_dynamic_ones_immediates():
     model = shape_chain_model()
     dynamic = compile_model(model, {"batch": 2, "seq": 3})
     static = compile_model(model, {"batch": 2, "seq": 3}, static=["batch", "seq"])
-    # Fully static: nothing travels as an immediate and no binding patches one.
-    assert all(not s.immediates for s in static.shaders)
-    assert immediates_of(static) == []
+    # Fully static: no symbol travels as an immediate and no binding patches one (kernels shared
+    # by products of several sizes take their sizes as immediates, static numbers here).
+    assert not any(isinstance(v, SymDim) for v in immediates_of(static))
+    assert all(not s.immediates for s in static.shaders if s.label != "matmul/gemv_chunked")
     assert not [b for b in static.symbolic_bindings if b.kind == "immediate"]
     assert static.static_symbols == {"batch", "seq"}
     baked = [v for s in static.shaders for v in [*(v for _, v in s.defs), *(v for _, v in s.constants)]

@@ -128,7 +128,8 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
     if not split:
         kernel_defs, kernel_params, reads = p.epilogue.onto(kernel_defs, kernel_params, {**reads, **epilogue_reads})
         return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
-                             writes={"y": p.y}, workgroups=workgroups, reports=reports)]
+                             writes={"y": p.y}, workgroups=workgroups, reports=reports,
+                             immediates=tuple(kernel_params))]  # shared by sizes (gemv.py rows_class)
     total = nbatch * m * n
     partial = ctx.scratch(splits * nbatch * m * n, "float32", "splitk")
     kernel_defs.update(GEMM=False, HAS_C=False)
@@ -136,7 +137,8 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
     kernel_params["P"] = total
     return [
         ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
-                     writes={"partial": partial}, workgroups=workgroups, reports=reports),
+                     writes={"partial": partial}, workgroups=workgroups, reports=reports,
+                     immediates=tuple(kernel_params)),
         plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=n, params=params, defs=defs,
                     epilogue_reads=epilogue_reads, y=p.y, reports=reports, epilogue=p.epilogue),
     ]

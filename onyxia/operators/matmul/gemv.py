@@ -100,7 +100,11 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         return [ctx.dispatch(
             "matmul/gemv_chunked.wgsl", defs={**kernel_defs, "ROWS": rows},
             params={**base_params, "RBLOCKS": rblocks}, reads=reads, writes=writes, reports=reports,
-            workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits))]
+            workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits),
+            # Row classes past one take every param as an immediate, so products of other sizes
+            # share their kernel (one compile each on lavapipe; the register variant's is the
+            # same); one row (decode) keeps its sizes baked: fp32 decode ran ~10 % slower without.
+            immediates=(*base_params, "RBLOCKS") if rows > 1 else ())]
 
     if isinstance(m, int):
         steps = rows_class(next((r for r, first in reversed(CHUNK_ROWS) if m >= first), 1))

@@ -1,0 +1,119 @@
+"""Work ahead, the part of PlanReplay (runtime/replay.py) that runs do beyond their own work:
+before a run after the first at its dims, a slice (TuneSettings.slice_s, within
+TuneSettings.share of the runs' own time) that switches Selects back from warm stand-ins, times
+the tuned Selects waiting (runtime/tuner.py) or builds pipelines ahead.
+
+Warm first (runtime/select.py's module doc) keeps a new shape's first result from waiting for
+the driver.
+lavapipe compiles a kernel at its first dispatch (Limits.compiles_at_dispatch), so a program is
+"warm" once a finished run (or the tuner's timing) dispatched it; elsewhere once it is built.
+At new dims a Select whose choice is cold replays an eligible warm alternative (`_prefer_warm`,
+from DimensionUpdates._commit), and a later run's work ahead switches it back (`_upgrade`, from
+PlanReplay._ahead_slice), compiling a few kernels at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from onyxia.runtime.commands import Command, DispatchCommand
+from onyxia.runtime.select import SelectCommand
+
+_UPGRADE_KERNELS = 2  # cold kernels one run may switch to (its own compile time)
+_AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
+
+
+class WorkAhead:
+    """Mixin of PlanReplay: uses its programs, stats, tuner, _warm, _upgrades, _ahead, _new_dims,
+    _counted, _upgrading, _build_many and _refresh_live."""
+
+    programs: dict[int, Any]
+    stats: Any
+    tuner: Any
+    _warm: set[int]
+    _upgrades: dict[SelectCommand, None]
+
+    def mark_warm(self, commands: Sequence[Command]) -> None:
+        """The programs of the dispatches in `commands` have run once: the driver compiled them."""
+        self._warm.update(id(c.program) for c in commands if isinstance(c, DispatchCommand) and c.program is not None)
+
+    def _cold(self, commands: Sequence[Command]) -> set[int]:
+        """Shaders of the dispatches in `commands` whose program no run has dispatched yet."""
+        warm = self._warm
+        return {c.shader for c in commands if isinstance(c, DispatchCommand) and all(c.workgroups)
+                and id(self.programs.get(c.shader)) not in warm}
+
+    def _prefer_warm(self, cmd: SelectCommand) -> None:
+        """At new dims after a first result: if `cmd`'s choice is cold, replay the first
+        eligible warm alternative until a later run switches (_upgrade)."""
+        if (not self.stats.runs or not self.tuner.settings.enabled
+                or not self._cold(cmd.replayed_by(cmd.chosen))):
+            return
+        for k, ok in enumerate(cmd.eligible):
+            if ok and k != cmd.chosen and not self._cold(cmd.replayed_by(k)):
+                cmd.wanted = (cmd.chosen, cmd.source)
+                cmd.chosen, cmd.source = k, "warm"
+                self._upgrades[cmd] = None
+                self.stats.warm_first += 1
+                return
+
+    def _upgrade(self) -> bool:
+        """Switch Selects replaying a warm stand-in to the alternative they stand in for, as many
+        as bring at most _UPGRADE_KERNELS cold kernels (at least one Select); this run pays for
+        compiling them. False when none was waiting."""
+        kernels: set[int] = set()
+        switched = False
+        for cmd in list(self._upgrades):
+            if cmd.source != "warm" or cmd.wanted is None or not cmd.eligible[cmd.wanted[0]]:
+                del self._upgrades[cmd]  # dims, timing or a forced choice moved it since
+                continue
+            cold = self._cold(cmd.replayed_by(cmd.wanted[0]))
+            if switched and len(kernels | cold) > _UPGRADE_KERNELS:
+                break
+            kernels |= cold
+            del self._upgrades[cmd]
+            (cmd.chosen, cmd.source), cmd.wanted = cmd.wanted, None
+            self.stats.upgraded += 1
+            switched = True
+        if switched:
+            self._refresh_live()
+        return switched
+
+    def _ahead_slice(self) -> None:
+        """Work a run after the first at these dims does before its own, up to a slice
+        (TuneSettings.slice_s): switch Selects replaying a warm stand-in to their choice (this
+        run compiles its kernels), else time the tuned Selects waiting (runtime/tuner.py), else
+        build pipelines ahead. A first result, at load or at dims that changed what a run
+        replays, waits for none of it."""
+        if self._new_dims or not self.stats.runs:
+            self._new_dims = False
+            return
+        self._counted = True
+        share = self.tuner.settings.share
+        if share is not None and self.stats.tuning_s + self.stats.ahead_s > share * self.stats.run_s:
+            return  # the runs since the last work ahead have not earned the next yet
+        if self._upgrades and self._upgrade():  # the whole run counts as work ahead
+            self._counted, self._upgrading = False, True
+            return
+        if self.tuner.pending:  # before the feeds land (timing writes outputs)
+            ready = self.tuner.ready()
+            if ready:
+                start = time.perf_counter()
+                self.tuner.tune(self, ready, slice_s=self.tuner.settings.slice_s)
+                self._refresh_live()
+                self.stats.tuning_s += time.perf_counter() - start
+                return
+        if self._ahead:
+            start = time.perf_counter()
+            deadline = start + self.tuner.settings.slice_s
+            while self._ahead and (time.perf_counter() < deadline):
+                batch = [i for i in self._ahead[-_AHEAD_BATCH:] if i not in self.programs]
+                del self._ahead[-_AHEAD_BATCH:]
+                try:
+                    self._build_many(batch)  # together: on threads where the backend can
+                except Exception:  # noqa: BLE001 - work ahead: a run that needs one builds it and says why
+                    continue
+                self.stats.prebuilt += len(batch)
+            self.stats.ahead_s += time.perf_counter() - start
