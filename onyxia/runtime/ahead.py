@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onyxia.runtime.commands import Command, DispatchCommand
-from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.select import SelectCommand, walk_commands
 
 _UPGRADE_KERNELS = 2  # cold kernels one run may switch to (its own compile time)
 _AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
@@ -34,6 +34,7 @@ class WorkAhead:
     tuner: Any
     _warm: set[int]
     _upgrades: dict[SelectCommand, None]
+    _live_commands: list[Command]
 
     def mark_warm(self, commands: Sequence[Command]) -> None:
         """The programs of the dispatches in `commands` have run once: the driver compiled them."""
@@ -44,6 +45,11 @@ class WorkAhead:
         warm = self._warm
         return {c.shader for c in commands if isinstance(c, DispatchCommand) and all(c.workgroups)
                 and id(self.programs.get(c.shader)) not in warm}
+
+    def cold_kernels(self) -> int:
+        """Kernels the next run dispatches that no run has dispatched yet (on lavapipe, what it
+        will wait for the driver to compile)."""
+        return len(self._cold(walk_commands(self._live_commands)))
 
     def _prefer_warm(self, cmd: SelectCommand) -> None:
         """At new dims after a first result: if `cmd`'s choice is cold, replay the first
