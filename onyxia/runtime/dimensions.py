@@ -47,7 +47,7 @@ def _encoded(cmd: Command) -> object:
 class DimensionUpdates:
     """Mixin of PlanReplay: the expressions and the dimension updates (see the module doc).
     Uses the replay's model, dims, commands, programs, buffers, capacity, backend, limits,
-    stats, _slots, _layouts, _build and _refresh_all / _refresh_live."""
+    stats, _slots, _layouts, _build, _refresh_all / _refresh_live and _prefer_warm (WorkAhead)."""
 
     model: Any
     dims: dict[str, int]
@@ -210,8 +210,11 @@ class DimensionUpdates:
                 cmd.set(kind, index, v)
         for cmd in dirty:
             cmd.settle(self)
-        for cmd in dirty:  # once every grid is settled: which dispatches a choice replays
-            if isinstance(cmd, SelectCommand):
+        # Once every grid is settled: a Select that now chooses another alternative may have to
+        # replay a warm stand-in (WorkAhead._prefer_warm); an unchanged choice has run already,
+        # so a decode step's update does no more than before.
+        for cmd, was in dirty.items():
+            if isinstance(cmd, SelectCommand) and cmd.chosen != was:
                 self._prefer_warm(cmd)
         if params:
             self._scatter_params()

@@ -71,3 +71,35 @@ def test_family_matches_onnxruntime(runtime, name: str) -> None:
     assert sess.stats.compiles == plans, (
         f"{name}: {sess.stats.compiles} plans for sizes {info.sizes}, expected {plans}"
         + (f" ({RECOMPILES[name]})" if name in RECOMPILES else ": the second size should update dims in place"))
+
+
+
+def _at_second_size(runtime, tmp_path, name: str, warm_first: bool):
+    """A session run twice at the first size, its executor moved to the second; the autotuner
+    (and so warm first) on or off (the suite runs with it off)."""
+    from onyxia.runtime.tuner import TuneSettings
+
+    info = MODELS[name]
+    sess = onyxia.InferenceSession(str(info.path), runtime=runtime, plan_cache=False)
+    sess.run(None, info.feeds(info.sizes[0]))
+    sess.executor.tuner.settings = TuneSettings(enabled=warm_first, cache_dir=tmp_path / str(warm_first), share=None)
+    sess.run(None, info.feeds(info.sizes[0], seed=1))
+    sess.executor.update_dimensions(info.sizes[1])
+    return sess
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_large", "efficientnet_b0"])
+def test_second_size_first_replays_kernels_that_ran(runtime, tmp_path, name: str) -> None:
+    """lavapipe compiles a kernel at its first dispatch: at the second size the first result
+    replays kernels that ran at the first wherever an eligible one did (runtime/select.py, warm
+    first), so it waits for fewer compiles than the choices that size wants; later runs switch
+    to those, still matching onnxruntime."""
+    info, second = MODELS[name], MODELS[name].sizes[1]
+    wanted = _at_second_size(runtime, tmp_path, name, warm_first=False).executor.cold_kernels()
+    sess = _at_second_size(runtime, tmp_path, name, warm_first=True)
+    exe = sess.executor
+    assert exe.stats.warm_first > 0 and exe.cold_kernels() < wanted
+    for step in range(4):  # the first result, then runs that switch back (and time) as work ahead
+        feeds = info.feeds(second, seed=2 + step)
+        _assert_close(sess.run(None, feeds), _ort(name).run(None, feeds), info, second)
+    assert exe.stats.upgraded > 0 and exe.stats.recompiles == 0 and sess.stats.compiles == 1
