@@ -143,7 +143,7 @@ class PlanCache:
         if not path.is_file():
             return None
         try:
-            model = CompiledModel.load(path)
+            model = CompiledModel.load(path, trusted=True)  # its own file: no schema checks again
         except Exception:  # noqa: BLE001 - any damage is a miss; the compile rewrites the entry
             return None
         if model.metadata.get(_KEY) != key:

@@ -195,8 +195,9 @@ class CompiledModel:
         save_plan(self, path)
 
     @staticmethod
-    def load(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:
-        return load_plan(path, max_bytes=max_bytes)
+    def load(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES,
+             trusted: bool = False) -> CompiledModel:
+        return load_plan(path, max_bytes=max_bytes, trusted=trusted)
 
 
 # ---- save / load: one zip holding plan.json and one .npy per constant --------------------
@@ -251,10 +252,13 @@ def plan_document(model: CompiledModel) -> tuple[dict, dict[str, np.ndarray]]:
     return doc, arrays
 
 
-def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES) -> CompiledModel:
+def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLAN_BYTES,
+              trusted: bool = False) -> CompiledModel:
     """Read a plan file, validated before anything trusts it (onyxia/plan/archive.py: members;
     onyxia/plan/check.py: schema, indices, names; invariants.py: sizes, weights). `max_bytes` caps the
-    decompressed size."""
+    decompressed size. `trusted`: a file this onyxia wrote itself (the plan cache's, named by a key
+    that includes onyxia's fingerprint; zip's CRC-32s still catch damage) skips the schema and
+    invariant checks, 0.17 of mobilenet_v3_large's 0.24 s read."""
     try:
         with zipfile.ZipFile(path) as zf:
             members = plan_archive.check_members(zf, max_bytes)
@@ -265,12 +269,14 @@ def load_plan(path: str | Path, *, max_bytes: int = plan_archive.DEFAULT_MAX_PLA
             if doc.get("version") != PLAN_VERSION:
                 raise PlanError(f"'{path}' is an onyxia plan of version {doc.get('version')!r}; this onyxia "
                                 f"reads version {PLAN_VERSION} only: compile the model again")
-            plan_check.check_document(doc, lambda d: Step.kind(d["t"]).from_json(d))
+            if not trusted:
+                plan_check.check_document(doc, lambda d: Step.kind(d["t"]).from_json(d))
             arrays = {ref: np.load(io.BytesIO(plan_archive.read_member(zf, members[f"{ref}.npy"], limit)),
                                    allow_pickle=False)
                       for ref, limit in plan_archive.data_limits(doc, members).items()}
         model = _plan_from_json(doc, arrays)
-        plan_invariants.check_model(model)
+        if not trusted:
+            plan_invariants.check_model(model)
         return model
     except PlanError as exc:
         if str(path) in str(exc):

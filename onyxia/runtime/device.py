@@ -12,6 +12,7 @@ from onyxia.codegen.transport import IMMEDIATE, UNIFORM, Transport, get_transpor
 from onyxia.errors import DeviceError
 from onyxia.plan import CompiledModel
 from onyxia.runtime.executor import PlanExecutor
+from onyxia.runtime.ffi_types import install_for_wgpu
 from onyxia.runtime.tuner import TuneSettings
 
 # Features onyxia uses when the adapter has them.
@@ -55,6 +56,7 @@ def _spread_lavapipe_work() -> None:
 DRIVER_ENV_SET: dict[str, str] = {}
 
 _spread_lavapipe_work()
+install_for_wgpu()  # wgpu's descriptor types without a C parse each (ffi_types' doc)
 
 
 def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:

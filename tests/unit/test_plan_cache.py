@@ -66,7 +66,7 @@ def test_model_dims_static_and_version_changes_miss(tmp_path, model_file, monkey
     assert compile_file(model_file, {"seq": 3}, plan_cache=cache)[1].cache == "miss"
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "empty"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "empty", "flipped", "flipped weight"])
 def test_a_corrupt_or_foreign_entry_is_ignored_and_rewritten(tmp_path, model_file, damage):
     cache = PlanCache(tmp_path / "cache")
     plan, _ = compile_file(model_file, {"seq": 3}, plan_cache=cache)
@@ -77,6 +77,16 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_rewritten(tmp_path, model_fil
         entry.write_bytes(entry.read_bytes()[:100])
     elif damage == "empty":
         entry.write_bytes(b"")
+    elif damage.startswith("flipped"):  # one byte inside a member's data: the cache reads its own
+        # files without the schema checks (plan/model.py load_plan), so zip's CRC-32 must catch it
+        with zipfile.ZipFile(entry) as zf:
+            info = zf.getinfo("plan.json" if damage == "flipped" else
+                              next(n for n in zf.namelist() if n.endswith(".npy")))
+        data = bytearray(entry.read_bytes())
+        start = info.header_offset + 30 + len(info.filename.encode()) + int.from_bytes(
+            data[info.header_offset + 28:info.header_offset + 30], "little")
+        data[start + info.compress_size // 2] ^= 0x5A
+        entry.write_bytes(bytes(data))
     else:  # another key's (valid) plan under this name
         other = tmp_path / "other.onnx"
         other.write_bytes(_model(scale=3.0).SerializeToString())
