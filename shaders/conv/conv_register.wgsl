@@ -14,8 +14,10 @@
 // Trip counts are bounded by construction: an invocation walks at most CCHUNK input channels x
 // KD x KH kernel rows (<= operators/conv/cpu.py MAX_ROWS_PER_INVOCATION); more channels are
 // split (SPLIT: partial sums to `partial` [SPLITS, TOTAL] in y's layout, summed with the bias by
-// matmul/splitk.wgsl). The fused epilogue (EPILOGUE*, matmul::epilogue) runs over the stored
-// outputs, column n = ow (EOW: the output's last axis as the graph sees it).
+// matmul/splitk.wgsl). The fused epilogue (EPILOGUE*, matmul::epilogue) runs in the store loop
+// on each value as stored (column n = ow; EOW: the output's last axis as the graph sees it): a
+// pass over the stored outputs after it (load, ops, store) cost each output two more per-lane
+// memory accesses, the expensive kind on llvmpipe (a loop over the lanes per component).
 // Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: RM, RP, ACCS, BODY,
 // STORES, X4 (x read as vec4s: IW % 4 == 0), HAS_BIAS, SPLIT, EPILOGUE*. Params: NSEG (= N * OROWS * SEGS), SEGS (= ceil(OW / RP)),
 // OROWS (= OD * OH), RBLOCKS, CCHUNK, SPLITS, TOTAL (= N * M * P), EOW and conv::window's.
@@ -69,9 +71,15 @@ fn put(site: Site, r: u32, q: u32, v: vec4<f32>) {
             partial_store(site.s * TOTAL() + o, v[j]);
 #else
 #ifdef HAS_BIAS
-            y_store(o, y_t(v[j] + f32(bias_load(site.oc0 + r))));
+            let stored = y_t(v[j] + f32(bias_load(site.oc0 + r)));
 #else
-            y_store(o, y_t(v[j]));
+            let stored = y_t(v[j]);
+#endif
+#ifdef EPILOGUE
+            // the fused ops over the value as stored, as the unfused plan computes them
+            y_store(o, y_t(matmul_epilogue(f32(stored), o, (site.ow0 + pos) % EOW())));
+#else
+            y_store(o, stored);
 #endif
 #endif
         }
@@ -124,11 +132,4 @@ fn main(wg: Grid) {
     for (var i = 0u; i < nr * nq; i++) {
         put(site, i / nq, i % nq, stage[sb + (i / nq) * QUADS + i % nq]);
     }
-#ifdef EPILOGUE
-    for (var r = 0u; r < RM && m0 + r < MG(); r++) {
-        for (var j = 0u; j < count; j++) {
-            matmul_epilogue_at(site.y0 + r * P() + j, (ow0 + j) % EOW());
-        }
-    }
-#endif
 }
