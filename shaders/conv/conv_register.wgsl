@@ -15,7 +15,7 @@
 // KD x KH kernel rows (<= operators/conv/cpu.py MAX_ROWS_PER_INVOCATION); more channels are
 // split (SPLIT: partial sums to `partial` [SPLITS, TOTAL] in y's layout, summed with the bias by
 // matmul/splitk.wgsl). The fused epilogue (EPILOGUE*, matmul::epilogue) runs in the store loop
-// on each value as stored (column n = ow; EOW: the output's last axis as the graph sees it): a
+// on each value as stored where EPILOGUE_IN_STORE (f32 output; else over the stored outputs) (column n = ow; EOW: the output's last axis as the graph sees it): a
 // pass over the stored outputs after it (load, ops, store) cost each output two more per-lane
 // memory accesses, the expensive kind on llvmpipe (a loop over the lanes per component).
 // Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: RM, RP, ACCS, BODY,
@@ -75,7 +75,7 @@ fn put(site: Site, r: u32, q: u32, v: vec4<f32>) {
 #else
             let stored = y_t(v[j]);
 #endif
-#ifdef EPILOGUE
+#ifdef EPILOGUE_IN_STORE
             // the fused ops over the value as stored, as the unfused plan computes them
             y_store(o, y_t(matmul_epilogue(f32(stored), o, (site.ow0 + pos) % EOW())));
 #else
@@ -132,4 +132,14 @@ fn main(wg: Grid) {
     for (var i = 0u; i < nr * nq; i++) {
         put(site, i / nq, i % nq, stage[sb + (i / nq) * QUADS + i % nq]);
     }
+#ifdef EPILOGUE
+#ifndef EPILOGUE_IN_STORE
+    // where the ops cannot run in the store (float16 storage: matmul/epilogue.py in_store)
+    for (var r = 0u; r < RM && m0 + r < MG(); r++) {
+        for (var j = 0u; j < count; j++) {
+            matmul_epilogue_at(site.y0 + r * P() + j, (ow0 + j) % EOW());
+        }
+    }
+#endif
+#endif
 }

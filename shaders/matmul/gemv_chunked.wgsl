@@ -49,7 +49,14 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
 #ifdef SPLIT
         partial_store(site.s * P() + (site.i * M() + m) * N() + n, v[j]);
 #else
-        y_store((site.i * M() + m) * N() + n, y_t(matmul_finish(v[j], m, n)));
+        let o = (site.i * M() + m) * N() + n;
+#ifdef EPILOGUE_IN_STORE
+        // the fused ops on the value as stored (a pass over the stored outputs after the loop
+        // cost each output a load and a store more: per-lane accesses on llvmpipe)
+        y_store(o, y_t(matmul_epilogue(v[j], o, n)));
+#else
+        y_store(o, y_t(matmul_finish(v[j], m, n)));
+#endif
 #endif
     }
 }
@@ -207,12 +214,15 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
     }
 #endif
 #ifdef EPILOGUE
-    // The fused ops over this invocation's stored outputs: ROWS rows of its 4 columns.
+#ifndef EPILOGUE_IN_STORE
+    // The fused ops over this invocation's stored outputs, ROWS rows of its 4 columns, where
+    // they cannot run in the store (matmul::epilogue.py Epilogue.in_store).
     for (var r = 0u; r < ROWS && m0 + r < M(); r++) {
         for (var q = 0u; q < 4u && 4u * gg + q < N(); q++) {
             let n = 4u * gg + q;
             matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
         }
     }
+#endif
 #endif
 }

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.builders.conv_epilogue import PATHS, PATTERNS, conv_pattern_model
+from tests.gpu.test_matmul_epilogue import compile_unfused
 from tests.helpers import compile_with_default_passes, live_dispatches, make_model, run_ort
 
 pytestmark = pytest.mark.gpu
@@ -204,10 +205,15 @@ def test_float16_storage(runtime, path):
     feeds = {k: v.astype(np.float16) for k, v in _feeds(model, {"n": 2}).items()}
     ref = run_ort(model, feeds)[0].astype(np.float32)
     exe = runtime.load_model(compiled)
+    plain = runtime.load_model(compile_unfused(model, {"n": 2}))
     for kind in ("gpu", "cpu"):
         exe.assume_adapter(kind)
-        ours = exe.run(feeds)["y"].astype(np.float32)
+        plain.assume_adapter(kind)
+        got = exe.run(feeds)["y"]
+        ours = got.astype(np.float32)
         np.testing.assert_allclose(ours, ref, rtol=2e-3, atol=2e-3 * float(np.abs(ref).max()), err_msg=kind)
+        # the same kernels unfused: fusing changes no bit (the epilogue reads the f16-rounded value)
+        np.testing.assert_array_equal(got, plain.run(feeds)["y"], err_msg=kind)
 
 
 @pytest.mark.parametrize("path", ["direct", "gemm", "pointwise"])

@@ -202,6 +202,7 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     workgroups = (ceil_div(nseg, LANES), 1, group * rblocks * splits)
     if not split:
         defs, params, reads = epilogue.onto(defs, params, reads)
+        defs.update(epilogue.in_store(ctx, y, defs))
         return [ctx.dispatch("conv/conv_register.wgsl", defs=defs, params=params, reads=reads, writes={"y": y},
                              workgroups=workgroups, immediates=tuple(k for k in params if k not in BAKED))]
     partial = ctx.scratch(splits * total, "float32", "splitk")

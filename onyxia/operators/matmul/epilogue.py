@@ -39,6 +39,16 @@ class Epilogue:
     def __bool__(self) -> bool:
         return bool(self.defs)
 
+    def in_store(self, ctx: PlanCtx, y: str, defs: dict) -> dict[str, object]:
+        """EPILOGUE_IN_STORE where a kernel may apply the ops to each value as it stores it:
+        the output is float32 (its store rounds nothing, so the value is the stored one) and the
+        value is not Gemm's alpha * acc (+ beta * C), whose multiply the driver may contract with
+        the ops' first add (fma) where the unfused plan rounds in between. Else the kernel runs
+        the ops over its stored outputs (a load and a store more an output)."""
+        if self and ctx.tensor_dtype(y).name == "float32" and defs.get("T") == "f32" and not defs.get("GEMM"):
+            return {"EPILOGUE_IN_STORE": True}
+        return {}
+
     def onto(self, defs: dict, params: dict, reads: dict) -> tuple[dict, dict, dict]:
         """The defs, params and reads of the dispatch that stores the product (the kernel
         itself, or its split-K finish), with this epilogue's added."""

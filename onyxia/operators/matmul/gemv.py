@@ -92,6 +92,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         kernel_defs = {key: v for key, v in defs.items() if key not in ("GEMM", "HAS_C")}
     else:  # the epilogue runs here
         kernel_defs, base_params, reads = p.epilogue.onto(defs, base_params, {**reads, **epilogue_reads})
+        kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs))
         writes = {"y": p.y}
     kernel_defs["SPLIT"] = split
 
