@@ -66,6 +66,13 @@ CASES = {
     "depthwise": ([[2, 8, "h", "w"], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2], strides=[2, 2]),
                    [dict(h=9, w=10), dict(h=20, w=21), dict(h=9, w=16)]]),
     "depthwise_x2": ([[1, 4, 9, 8], [8, 1, 3, 3], dict(group=4), [{}]]),
+    # the row-tile kernel (conv/depthwise_rows): dilated rows, strided columns, uneven pads,
+    # heights that leave a partial tile of 4 and 2 rows, widths past one 8- and 16-wide segment
+    "depthwise_dilated": ([["n", 6, "h", "w"], [6, 1, 3, 3],
+                           dict(group=6, pads=[1, 2, 0, 1], strides=[1, 2], dilations=[2, 1]),
+                           [dict(n=2, h=7, w=36), dict(n=1, h=10, w=20), dict(n=1, h=5, w=9)]]),
+    "depthwise_7x7": ([[1, 4, "h", 24], [4, 1, 7, 7], dict(group=4, pads=[3, 3, 3, 3]),
+                       [dict(h=9), dict(h=4)]]),
     "conv1d": ([[2, 8, "L"], [12, 8, 3], dict(pads=[1, 2], dilations=[2]), [dict(L=13), dict(L=32)]]),
     "conv3d": ([[1, 4, 5, 6, 8], [8, 4, 3, 2, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1]), [{}]]),
     # static row widths, wide row segments (cpu.ROW_TILES): 56 -> 2 x 28 (batch and height
@@ -85,6 +92,8 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     assert "workgroup" in ran and any(label.startswith("register/") for label in ran), ran
     # rows a multiple of 4 wide: the vec4-input variants ran too (every case has such dims)
     assert any(label.startswith("register4/") for label in ran), ran
+    if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
+        assert {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
 
 
 def test_register_kernels_are_the_cpu_heuristic(runtime):

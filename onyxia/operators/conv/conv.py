@@ -39,6 +39,7 @@ from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.conv.cpu import KMAJOR_ATTR, from_kmajor, plan_register, register_applies, register_tiles
+from onyxia.operators.conv.depthwise import DW_TILES, PREFERRED_TAPS, depthwise_applies, plan_depthwise
 from onyxia.operators.conv.window import (
     MAX_SPATIAL,
     Window,
@@ -323,6 +324,19 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
             prefer &= at_least(flat.out[-1], lo) if lo is not None else ALWAYS
             prefer &= at_most(flat.out[-1], hi) if hi is not None else ALWAYS
             alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, prefer))
+    rows = []  # depthwise over row tiles (operators/conv/depthwise.py): first where it applies
+    for x4, (rh, rp) in [(x4, t) for x4 in (True, False) for t in DW_TILES]:
+        guard = row4 if x4 else ALWAYS
+        if not pointwise and not guard.never and depthwise_applies(compute, spec.transposed, spec.spatial, win,
+                                                                   spec.mg, spec.cg, spec.channels, rh, rp):
+            steps = plan_depthwise(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
+                                   channels=spec.channels, spatial=spec.spatial, win=win, rh=rh, rp=rp, x4=x4,
+                                   epilogue=epilogue)
+            # preferred for 3x3 over rows more than 8 wide (operators/conv/depthwise.py has the
+            # figures); the tuner may take it elsewhere
+            prefer = adapter("cpu") & at_least(win.out[-1], 9) if numel(win.kernel) <= PREFERRED_TAPS else NEVER
+            rows.append((f"rows{'4' if x4 else ''}/{rh}x{rp}", steps, guard, prefer))
+    alternatives = rows + alternatives
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))
