@@ -215,3 +215,15 @@ def test_float16_conv_on_every_alternative(runtime):
                 got = exe.run({"x": x16})["y"]
                 assert got.dtype == np.float16
                 np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2, err_msg=f"{kind} {label}")
+
+
+@pytest.mark.parametrize("width, label", [(56, "register4/16x16"), (28, "register4/16x16"), (14, "register/16x8")])
+def test_strided_pointwise_rows_take_16_wide_segments(width, label):
+    # ResNet's downsample: 1x1 stride 2, rows not flattened; 16 positions a segment over output
+    # rows past 8 wide, 8 over 7 (cpu.py STRIDED_POINT_TILES), static or symbolic width
+    for static in (True, False):
+        model = conv_model("Conv", [1, 64, 8, width if static else "w"], [128, 64, 1, 1], strides=[2, 2])
+        dims = {} if static else {"w": width}
+        select = next(s for op in compile_model(model, dims).operations for s in op.steps
+                      if getattr(s, "key", "").startswith("conv/"))
+        assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (width, static, select.labels)

@@ -315,11 +315,11 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
                                   eow=win.out[-1])
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
-            # a strided row read one element at a time takes `narrow` at any width (wav2vec2's
-            # 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180 ms, 16x8 454 ms,
-            # 8x16 473 ms)
+            # a strided row of several taps read one element at a time takes `narrow` at any
+            # width (wav2vec2's 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180
+            # ms, 16x8 454 ms, 8x16 473 ms); one tap: cpu.py STRIDED_POINT_TILES
             prefer = adapter("cpu")
-            if not x4 and flat.strides[-1] > 1:
+            if not x4 and flat.strides[-1] > 1 and flat.kernel[-1] > 1:
                 lo, hi = (None, None) if (rm, rp) == narrow else (1, 0)
             prefer &= at_least(flat.out[-1], lo) if lo is not None else ALWAYS
             prefer &= at_most(flat.out[-1], hi) if hi is not None else ALWAYS

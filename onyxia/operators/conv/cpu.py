@@ -67,6 +67,12 @@ ROW_TILES = ((8, 28, 17, None), (8, 16, 9, 16), (16, 8, None, None), (8, 8, None
 # 8x28 15.3 ms, 8x16 13.3)
 STRIDED_ROW_TILES = ((8, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
 DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
+# KW = 1, strided (ResNet's downsample convs: rows not flattened): 16-wide segments over rows more
+# than 8 wide (lavapipe, one process, the choices alternating, median ms: 64 -> 128 from 56x56
+# 16x16 1.09, 16x8 1.23, 8x8 1.57; 128 -> 256 from 28x28 1.33, 1.78, 2.41; 256 -> 512 from 14x14,
+# 7 wide: 3.13, 1.79, 2.38). The pointwise tiles' LONG_ROW and the strided-row rule below (8x8
+# for rows read one element at a time) had taken 16x8 or 8x8 for all three.
+STRIDED_POINT_TILES = ((16, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
 
 
 # The params baked into the kernel (the window's geometry, which the generated body follows);
@@ -102,7 +108,8 @@ def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1) -> list[tuple[
     wide with stride SW, each preferred for output rows lo to hi wide (a pointwise conv's row:
     its flattened P); no more channel rows than MG needs, and over a static row OW only the
     tiles preferred there and those preferred everywhere."""
-    tiles = DEPTHWISE_TILES if mg == 1 else TILES if kw == 1 else ROW_TILES if sw == 1 else STRIDED_ROW_TILES
+    tiles = (DEPTHWISE_TILES if mg == 1 else (TILES if sw == 1 else STRIDED_POINT_TILES) if kw == 1
+             else ROW_TILES if sw == 1 else STRIDED_ROW_TILES)
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
     if isinstance(ow, int):
         tiles = tuple(t for t in tiles if (t[2] is None or ow >= t[2]) and (t[3] is None or ow <= t[3])
