@@ -87,12 +87,20 @@ class WorkAhead:
             self._refresh_live()
         return switched
 
+    def hold_work_ahead(self) -> None:
+        """The next run does nothing ahead: it is the first result at a new input shape
+        (InferenceSession.run calls this when a feed's shape changes). Dims that change what a
+        run replays hold it anyway; this covers the rest: vae_decoder_small at 24x40 after
+        32x32 replays the same kernels, and its first call ran a slice timing the first size's
+        choices (+0.8 s). A decode step's update (the next length) does not call it."""
+        self._new_dims = True
+
     def _ahead_slice(self) -> None:
         """Work a run after the first at these dims does before its own, up to a slice
         (TuneSettings.slice_s): switch Selects replaying a warm stand-in to their choice (this
         run compiles its kernels), else time the tuned Selects waiting (runtime/tuner.py), else
-        build pipelines ahead. A first result, at load or at dims that changed what a run
-        replays, waits for none of it."""
+        build pipelines ahead. A first result, at load, at dims that changed what a run
+        replays or at a session's new input shape (hold_work_ahead), waits for none of it."""
         if self._new_dims or not self.stats.runs:
             self._new_dims = False
             return

@@ -16,7 +16,11 @@
 // computed in f32 and stored over the product: what the unfused plan computes, bit for bit
 // (float16 outputs included). Applying the ops to the accumulators instead, before the first
 // store, doubled the product's time on lavapipe (MLP 64x1024x1024 + bias + Relu: 17 -> 36 ms,
-// every variant): the ops' code after the K loop cost the loop its registers.
+// every variant): the ops' code after the K loop cost the loop its registers. Kernels that
+// store through a loop over staged values (conv_register, gemv_chunked, depthwise_rows) apply
+// matmul_epilogue in that store instead where EPILOGUE_IN_STORE (a float32 output, not Gemm's
+// alpha * acc: Epilogue.in_store): the value is then the stored one, and each output saves the
+// load and store of the pass after (per-lane accesses, the expensive kind on llvmpipe).
 
 fn matmul_add(a: #{T}, b: #{T}) -> #{T} {
 #ifdef CHECKED

@@ -59,6 +59,28 @@ def test_a_second_shape_recompiles_nothing_and_waits_for_no_tuning_or_pipeline(r
     assert sess.executor is exe and sess.stats.compiles == 1 and sess.stats.recompiles == []
 
 
+def test_a_new_shape_with_the_same_kernels_times_nothing_on_its_first_call(runtime, tmp_path):
+    # M = 70 then M = 72: the same choices (nothing a run replays changes), but the steps still
+    # waiting to be timed at M = 70 must wait for the call after the new shape's first result
+    # (InferenceSession.run holds work ahead when a feed's shape changes)
+    model = mlp()
+    sess = onyxia.InferenceSession(model, runtime=runtime, plan_cache=False)
+    sess.run(None, feeds(70))
+    exe = sess.executor
+    exe.tuner.settings = TuneSettings(enabled=True, cache_dir=tmp_path / "cache", repeats=2, share=None)
+    exe.tuner.cache = None  # no earlier test's timings (the suite's tuning cache)
+    exe.assume_adapter("cpu")  # settle the Selects again with tuning on: the tuned ones wait
+    sess.run(None, feeds(70))  # ... for a run at their shape class to have served a result
+    assert exe.tuner.pending and exe.tuner.ready(), "nothing waiting: the test would prove nothing"
+    replayed = running(exe)
+    timings = exe.stats.tuning_timings
+    [out] = sess.run(None, feeds(72))
+    np.testing.assert_allclose(out, run_ort(model, feeds(72))[0], rtol=1e-4, atol=1e-4)
+    assert running(exe) == replayed and exe.stats.tuning_timings == timings
+    sess.run(None, feeds(72))  # the next call at that shape does the waiting work
+    assert exe.stats.tuning_timings > timings
+
+
 _CHILD = """
 import json, sys
 import numpy as np
