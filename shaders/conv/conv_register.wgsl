@@ -23,6 +23,7 @@
 // OROWS (= OD * OH), RBLOCKS, CCHUNK, SPLITS, TOTAL (= N * M * P), EOW and conv::window's.
 #import common::grid
 #import matmul::epilogue
+#import conv::row_loads
 
 const RM = #{RM}u;
 const RP = #{RP}u;
@@ -30,25 +31,6 @@ const QUADS = RP / 4u;
 
 // Each lane's RM x QUADS accumulators, staged for the store loop (STORES writes them).
 var<workgroup> stage: array<vec4<f32>, 8u * RM * QUADS>;
-
-// Input element ix of the row starting at `row`, 0 in the padding (ix < 0 wraps to a huge u32).
-fn ld(row: u32, ix: i32, ok: bool) -> f32 {
-    let inside = ok && u32(ix) < IW();
-    return select(0.0, f32(x_load(row + min(u32(ix), IW() - 1u))), inside);
-}
-
-#ifdef X4
-// The aligned vec4 qi of the row starting at vec4 `row4` (IW % 4 == 0: a vec4 is all inside
-// the row or all padding).
-fn ld4(row4: u32, qi: i32, ok: bool) -> vec4<f32> {
-    let inside = ok && u32(qi) < IW() / 4u;
-    return select(vec4<f32>(), vec4<f32>(x_load4(row4 + min(u32(qi), IW() / 4u - 1u))), inside);
-}
-#endif
-
-fn wt(i: u32) -> f32 {
-    return f32(w_load(i));
-}
 
 struct Site {
     s: u32,  // K split

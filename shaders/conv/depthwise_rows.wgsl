@@ -18,27 +18,11 @@
 // SEGS (= ceil(OW / RP)), C, EOW and conv::window's (2-D).
 #import common::grid
 #import matmul::epilogue
+#import conv::row_loads
 
 const RH = #{RH}u;
 const RP = #{RP}u;
 const QUADS = RP / 4u;
-
-// Input element ix of the row starting at `row`, 0 in the padding (ix < 0 wraps to a huge u32).
-fn ld(row: u32, ix: i32, ok: bool) -> f32 {
-    let inside = ok && u32(ix) < IW();
-    return select(0.0, f32(x_load(row + min(u32(ix), IW() - 1u))), inside);
-}
-
-#ifdef X4
-fn ld4(row4: u32, qi: i32, ok: bool) -> vec4<f32> {
-    let inside = ok && u32(qi) < IW() / 4u;
-    return select(vec4<f32>(), vec4<f32>(x_load4(row4 + min(u32(qi), IW() / 4u - 1u))), inside);
-}
-#endif
-
-fn wt(i: u32) -> f32 {
-    return f32(w_load(i));
-}
 
 // Output (r, pos) of the tile: bias, the fused ops in the store where EPILOGUE_IN_STORE.
 fn put(y0: u32, r: u32, pos: u32, count: u32, ow0: u32, c: u32, v: f32) {
