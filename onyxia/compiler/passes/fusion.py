@@ -58,9 +58,9 @@ class ElementwiseFusionPass(Pass):
         fused: dict[str, list[str]] = {}
         self.declined: dict[str, str] = {}
         order = graph.topological_order()
-        # Members' order in a group from this one order (a group holds nodes of the graph as it
-        # was: a fused node is downstream of every root still to come): recomputing the whole
-        # graph's order for each group was 0.3 s of efficientnet_b0's compile.
+        # Members' order in a group from this one order (groups hold nodes of the graph as it
+        # was; _rewrite recomputes it for one that does not): recomputing the whole graph's
+        # order for each group was 0.3 s of efficientnet_b0's compile.
         self._rank = {n: i for i, n in enumerate(order)}
         for root in reversed(order):
             if root in absorbed or self._expression(graph, ctx, root) is None:
@@ -150,7 +150,10 @@ class ElementwiseFusionPass(Pass):
         return list(seen)
 
     def _rewrite(self, graph: IrGraph, ctx: CompileContext, root: NodeId, group: list[NodeId]) -> None:
-        order = sorted(group, key=self._rank.__getitem__)
+        if all(n in self._rank for n in group):
+            order = sorted(group, key=self._rank.__getitem__)
+        else:  # a node this pass made (none of the groups seen so far): the graph's order now
+            order = [n for n in graph.topological_order() if n in set(group)]
         inputs = self._external(graph, set(group))
         slot = {t: f"x{k}" for k, t in enumerate(inputs)}
         exprs, param_names, param_values, ops = [], [], [], []
