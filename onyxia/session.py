@@ -247,7 +247,7 @@ class InferenceSession:
             # Which executor and dims a call takes is a function of its feeds' shapes alone
             # unless input values or fed structures are baked into plans.
             self._last = None if self._value_inputs or self._containers else (shapes, executor, dims)
-            if last is not None and last[0] != shapes:  # a new input shape: its result first
+            if last is not None:  # the feeds' shapes changed since the last call: its result first
                 executor.hold_work_ahead()
         executor.update_dimensions(dims)
         names = list(output_names) if output_names else [a.name for a in self._outputs]
