@@ -170,7 +170,8 @@ def load_executor(source: str, dims: Mapping[str, int], static: Iterable[str] = 
     start = time.perf_counter()
     runtime = Runtime(adapter=adapter)
     report.device_s = time.perf_counter() - start
-    exe = runtime.load_model(compiled, progress=progress.stage("pipelines") if progress else None)
+    exe = runtime.load_model(compiled, progress=progress.stage("pipelines") if progress else None,
+                             compile_ahead=report.cache != "hit")  # a cached plan's kernels: in the driver's cache
     report.runtime = exe.stats.load
     if report.cache == "plan" and dims:
         exe.update_dimensions(dims)

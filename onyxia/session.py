@@ -332,8 +332,9 @@ class InferenceSession:
             self._runtime = Runtime()
             report.device_s = time.perf_counter() - start
         assert compiled is not None
+        # A plan from the cache ran in an earlier process: the driver's disk cache has its kernels.
         executor = self._runtime.load_model(compiled, transport=self._transport, progress=None if self._progress is None
-                                            else self._progress.stage("pipelines"))
+                                            else self._progress.stage("pipelines"), compile_ahead=report.cache != "hit")
         report.runtime = executor.stats.load
         self._first_run = True
         if len(self._executors) >= _MAX_SPECIALIZATIONS:

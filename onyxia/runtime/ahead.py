@@ -26,10 +26,12 @@ _AHEAD_BATCH = 4  # pipelines a run's slice builds ahead at once
 
 
 class WorkAhead:
-    """Mixin of PlanReplay: uses its programs, stats, tuner, _warm, _upgrades, _ahead, _new_dims,
+    """Mixin of PlanReplay: uses its programs, backend, limits, stats, tuner, _warm, _upgrades, _ahead, _new_dims,
     _counted, _upgrading, _build_many and _refresh_live."""
 
     programs: dict[int, Any]
+    backend: Any
+    limits: Any
     stats: Any
     tuner: Any
     _warm: set[int]
@@ -38,7 +40,20 @@ class WorkAhead:
 
     def mark_warm(self, commands: Sequence[Command]) -> None:
         """The programs of the dispatches in `commands` have run once: the driver compiled them."""
-        self._warm.update(id(c.program) for c in commands if isinstance(c, DispatchCommand) and c.program is not None)
+        programs = {id(c.program): c.program for c in commands
+                    if isinstance(c, DispatchCommand) and c.program is not None and id(c.program) not in self._warm}
+        self._warm.update(programs)
+        if programs:
+            self.stats.precompiled += self.backend.compiled(list(programs.values()))
+
+    def _compile_ahead(self, commands: Sequence[Command]) -> None:
+        """Where the driver compiles at first dispatch, hand the backend the programs the next
+        run (`commands`) dispatches cold, in replay order: helper devices may compile them first
+        (runtime/precompile.py)."""
+        if self.limits.compiles_at_dispatch:
+            self.backend.compile_ahead(list({
+                id(c.program): c.program for c in commands if isinstance(c, DispatchCommand)
+                and c.program is not None and all(c.workgroups) and id(c.program) not in self._warm}.values()))
 
     def _cold(self, commands: Sequence[Command]) -> set[int]:
         """Shaders of the dispatches in `commands` whose program no run has dispatched yet."""

@@ -143,12 +143,16 @@ class Runtime:
         return int(self.limits.get("max-immediate-size", 0)) if "immediates" in self.features else 0
 
     def load_model(self, model: CompiledModel, *, transport: str | Transport | None = None,
-                   tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None):
+                   tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None,
+                   compile_ahead: bool = True):
         """`tuning`: how kernel variants are chosen (runtime/tuner.py; default: the environment's
         ONYXIA_TUNE and ONYXIA_CACHE_DIR). `progress(done, total)`: called as pipelines are built.
-        The executor's `stats.load` (runtime/replay.py LoadTimes) splits the load's time."""
+        `compile_ahead=False`: no helper devices compile the runs' kernels ahead on a driver that
+        compiles at dispatch (runtime/precompile.py) — for a plan an earlier process ran, whose
+        kernels the driver's disk cache has. The executor's `stats.load` (runtime/replay.py
+        LoadTimes) splits the load's time."""
         return PlanExecutor(self, model, transport=get_transport(transport or self.transport), tuning=tuning,
-                            progress=progress)
+                            progress=progress, compile_ahead=compile_ahead)
 
     def describe(self) -> str:
         features = ", ".join(sorted(self.features)) or "none"

@@ -29,10 +29,12 @@ class PlanExecutor(PlanReplay):
     backend: WgpuBackend
 
     def __init__(self, runtime: Any, model: CompiledModel, *, transport: str | Transport = IMMEDIATE,
-                 tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None):
+                 tuning: TuneSettings | None = None, progress: Callable[[int, int], None] | None = None,
+                 compile_ahead: bool = True):
         self.runtime = runtime
         self.device: wgpu.GPUDevice = runtime.device
-        super().__init__(model, WgpuBackend(runtime), transport=transport, tuning=tuning, progress=progress)
+        super().__init__(model, WgpuBackend(runtime, compile_ahead=compile_ahead), transport=transport, tuning=tuning,
+                         progress=progress)
 
 
 __all__ = ["ExecutorStats", "PlanExecutor"]

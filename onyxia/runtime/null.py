@@ -129,6 +129,12 @@ class NullBackend:
                 done(len(out))
         return out
 
+    def compile_ahead(self, programs: Sequence[NullProgram]) -> None:
+        pass  # nothing compiles at dispatch here
+
+    def compiled(self, programs: Sequence[NullProgram]) -> int:
+        return 0
+
     def bind(self, layout: Any, buffers: Sequence[NullBuffer]) -> NullBindGroup:
         self.bind_groups += 1
         return NullBindGroup(tuple(buffers))

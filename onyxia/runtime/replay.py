@@ -71,6 +71,7 @@ class ExecutorStats:
     tuned: int = 0  # tuned Select steps chosen by timing
     tuning_s: float = 0.0  # seconds runs spent timing them (after the first run at a shape class)
     prebuilt: int = 0  # pipelines of alternatives not replayed yet, built ahead by later runs
+    precompiled: int = 0  # kernels runs dispatched that a helper device compiled too (runtime/precompile.py)
     warm_first: int = 0  # Selects that replayed a warm stand-in at new dims (runtime/select.py)
     upgraded: int = 0  # of those, switched to the alternative they stood in for by a later run
     ahead_s: float = 0.0  # seconds runs spent building those, or running with switched kernels
@@ -311,10 +312,12 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         readbacks may change grids and choices: keep all, and build every reachable program."""
         if self._device_syncs:
             self._live_commands = self._run_commands
-            self.build_programs(self.dispatch_commands())
+            needed = self.dispatch_commands()
         else:  # each dispatch a run encodes, loop bodies included (an empty grid: once it fills)
             self._live_commands = live_commands(self._run_commands)
-            self.build_programs(walk_commands(self._live_commands))
+            needed = walk_commands(self._live_commands)
+        self.build_programs(needed)
+        self._compile_ahead(needed)
         self._unwarmed = True
 
     def assume_adapter(self, kind: str) -> None:

@@ -28,6 +28,7 @@ from onyxia.errors import DeviceError, ShaderError
 from onyxia.plan import Binding, ShaderSpec
 from onyxia.runtime.commands import Command, CopyCommand, DispatchCommand
 from onyxia.runtime.contract import FeedCopy, Limits, Readback
+from onyxia.runtime.precompile import Kernel, for_device
 from onyxia.runtime.wgpu_readback import StagingReads
 
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -113,7 +114,7 @@ _PARAMS: dict[type[Transport], type[_ImmediateParams] | type[_UniformParams]] = 
 
 
 class WgpuBackend:
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Any, *, compile_ahead: bool = True) -> None:
         self.runtime = runtime
         self.device: wgpu.GPUDevice = runtime.device
         self.limits = Limits(
@@ -131,6 +132,11 @@ class WgpuBackend:
         self._encoder: wgpu.GPUCommandEncoder | None = None
         self._pass: wgpu.GPUComputePassEncoder | None = None
         self.shader_module_s = 0.0  # time in create_shader_module (the load report's split)
+        # Helper devices compiling the next run's kernels where the driver compiles at dispatch.
+        self._precompiler = for_device(runtime.adapter, self.device, self.limits.compiles_at_dispatch) \
+            if compile_ahead else None
+        self._kinds: dict[int, tuple[bool, ...]] = {}  # id(bind group layout) -> its bindings' read_only
+        self._kernel_of: dict[int, Kernel] = {}  # id(program) -> what a helper compiles for it
 
     def _params_for(self, transport: Transport) -> Any:
         kind = type(transport)
@@ -171,11 +177,13 @@ class WgpuBackend:
 
     # ---- programs -------------------------------------------------------------------------
     def layout(self, spec: ShaderSpec, bindings: Sequence[Binding]) -> wgpu.GPUBindGroupLayout:
-        return self.device.create_bind_group_layout(entries=[
+        layout = self.device.create_bind_group_layout(entries=[
             {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
              "buffer": {"type": wgpu.BufferBindingType.read_only_storage if b.read_only
                         else wgpu.BufferBindingType.storage}}
             for i, b in enumerate(bindings)])
+        self._kinds[id(layout)] = tuple(b.read_only for b in bindings)
+        return layout
 
     def program(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> wgpu.GPUComputePipeline:
         return self._pipeline(spec, *self._module(spec, code, layout, transport))
@@ -195,13 +203,34 @@ class WgpuBackend:
             out = [self._pipeline(spec, *p) for (spec, *_), p in zip(jobs, prepared)]
             if done is not None and out:
                 done(1)
-            return out
-        with ThreadPoolExecutor(max_workers=min(len(jobs), _PIPELINE_THREADS)) as pool:
-            futures = [pool.submit(self._pipeline, spec, *p) for (spec, *_), p in zip(jobs, prepared)]
-            for n, _ in enumerate(as_completed(futures)):
-                if done is not None:
-                    done(n + 1)
-            return [f.result() for f in futures]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(jobs), _PIPELINE_THREADS)) as pool:
+                futures = [pool.submit(self._pipeline, spec, *p) for (spec, *_), p in zip(jobs, prepared)]
+                for n, _ in enumerate(as_completed(futures)):
+                    if done is not None:
+                        done(n + 1)
+                out = [f.result() for f in futures]
+        if self._precompiler is not None:  # a helper builds the same kernel: one bind group, push constants
+            for (spec, code, layout, transport), program in zip(jobs, out):
+                if not spec.immediates or isinstance(transport, Immediates):
+                    self._kernel_of[id(program)] = Kernel(code, spec.entry_point, self._kinds[id(layout)],
+                                                          spec.immediate_bytes)
+        return out
+
+    def compile_ahead(self, programs: Sequence[wgpu.GPUComputePipeline]) -> None:
+        """`programs` (in replay order) are the next run's that no run dispatched yet: helper
+        devices compile them from the last while the run compiles from the first
+        (runtime/precompile.py; lavapipe only)."""
+        if self._precompiler is not None:
+            self._precompiler.want([k for p in programs if (k := self._kernel_of.get(id(p))) is not None])
+
+    def compiled(self, programs: Sequence[wgpu.GPUComputePipeline]) -> int:
+        """A run dispatched `programs`: the driver has them. How many of them a helper compiled."""
+        if self._precompiler is None:
+            return 0
+        kernels = [k for p in programs if (k := self._kernel_of.get(id(p))) is not None]
+        self._precompiler.done(kernels)
+        return sum(k in self._precompiler.compiled for k in kernels)
 
     def _module(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> tuple[Any, Any]:
         """The shader module and pipeline layout of a program."""
