@@ -57,6 +57,9 @@ def prelude(spec: ShaderSpec, dims: Mapping[str, int], transport: Transport) -> 
 
 
 SUBGROUPS_DEF = "ONYXIA_SUBGROUPS"  # defined at render where the device has subgroup operations
+# Also defined where its subgroups have at least 8 lanes (a workgroup of 8 invocations is one
+# subgroup, so subgroupBroadcast from lanes 0-7 reaches all of it): the probed size (Runtime).
+SUBGROUPS_OF_8_DEF = "ONYXIA_SUBGROUPS_OF_8"
 
 
 def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object]:
@@ -65,16 +68,19 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
 
 def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE, *,
            native_f16: bool = False, packed_f16_reads: bool = False, subgroups: bool = False,
-           wide_reads: bool = False) -> str:
+           subgroup_size: int = 0, wide_reads: bool = False) -> str:
     """Final WGSL text: the buffer bindings (codegen/storage.py; float16 as `f16` when
     `native_f16`, vec4 reads packed in words with `packed_f16_reads`, raw weight codes read as
     64-bit words with `wide_reads`), the param prelude, then
     `template` (the plan's entry for spec.template) preprocessed with the spec's defs, plus
-    ONYXIA_SUBGROUPS where the device has subgroup operations (`subgroups`): a plan stays the
-    same for every device; a template may use them under that def."""
+    ONYXIA_SUBGROUPS where the device has subgroup operations (`subgroups`), and
+    ONYXIA_SUBGROUPS_OF_8 where they are known to hold 8 lanes or more (`subgroup_size`, 0:
+    unknown): a plan stays the same for every device; a template may use them under those defs."""
     defs = resolved_defs(spec, dims)
     if subgroups:
         defs[SUBGROUPS_DEF] = True
+        if subgroup_size >= 8:
+            defs[SUBGROUPS_OF_8_DEF] = True
     body = preprocess(template, defs, filename=spec.label)
     bindings = buffer_code(spec.buffers, native_f16=native_f16, reports=spec.reports,
                            packed_f16_reads=packed_f16_reads, wide_reads=wide_reads)
@@ -92,5 +98,6 @@ def param_type(value: object) -> str:
     return "u32"
 
 
-__all__ = ["IMMEDIATE", "SUBGROUPS_DEF", "UNIFORM", "TRANSPORTS", "ShaderParam", "Transport", "literal",
+__all__ = ["IMMEDIATE", "SUBGROUPS_DEF", "SUBGROUPS_OF_8_DEF", "UNIFORM", "TRANSPORTS", "ShaderParam", "Transport",
+           "literal",
            "param_type", "prelude", "render"]

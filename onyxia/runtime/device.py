@@ -95,6 +95,37 @@ def select_adapter(choice: str | int | None = None) -> wgpu.GPUAdapter:
                                         _BACKEND_RANK.get(_info(a).backend, 1)))
 
 
+_SUBGROUP_PROBE = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(8)
+fn main(@builtin(subgroup_size) lanes: u32, @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) { out[0] = lanes; }
+}
+"""
+
+
+def _subgroup_size(device: wgpu.GPUDevice) -> int:
+    """The subgroup size a workgroup of 8 runs with (one dispatch, ~15 ms on lavapipe the first
+    time, then Mesa's disk cache), or 0 if the probe fails."""
+    try:
+        out = device.create_buffer(size=4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        pipeline = device.create_compute_pipeline(layout="auto", compute={
+            "module": device.create_shader_module(code=_SUBGROUP_PROBE), "entry_point": "main"})
+        encoder = device.create_command_encoder()
+        cpass = encoder.begin_compute_pass()
+        cpass.set_pipeline(pipeline)
+        cpass.set_bind_group(0, device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+            {"binding": 0, "resource": {"buffer": out}}]))
+        cpass.dispatch_workgroups(1, 1, 1)
+        cpass.end()
+        device.queue.submit([encoder.finish()])
+        size = int.from_bytes(bytes(device.queue.read_buffer(out, 0, 4)), "little")
+        out.destroy()
+        return size
+    except Exception:  # noqa: BLE001 - unknown: kernels take their plain paths
+        return 0
+
+
 class Runtime:
     """Owns the wgpu device; `load_model` turns a CompiledModel into a PlanExecutor."""
 
@@ -126,6 +157,11 @@ class Runtime:
         except Exception as exc:
             raise DeviceError(f"cannot open a device on {self.info.summary}: {exc}") from exc
         self.limits = dict(self.device.limits)
+        # Kernels for CPU-type adapters share loads across a workgroup of 8 with subgroupBroadcast
+        # where its subgroup holds all 8 (codegen/wgsl.py ONYXIA_SUBGROUPS_OF_8); the adapter's
+        # reported range does not say (lavapipe: 4-128, running 8 on AVX2), so it is measured.
+        self.subgroup_size = _subgroup_size(self.device) \
+            if "subgroup" in self.features and self.info.adapter_type == "CPU" else 0
         chosen = get_transport(transport) if transport is not None else None
         # Immediates (push constants) are the default where the device has them. Measured with
         # benchmarks/bench_replay.py on lavapipe (medians of 7 runs x 50): the host side of run()

@@ -122,7 +122,8 @@ class WgpuBackend:
             max_binding_bytes=int(runtime.limits.get("max-storage-buffer-binding-size", 1 << 27)),
             max_immediate_bytes=runtime.max_immediate_bytes,
             native_f16="shader-f16" in runtime.features, packed_f16_reads=runtime.packed_f16_reads,
-            subgroups="subgroup" in runtime.features, wide_reads=runtime.wide_reads,
+            subgroups="subgroup" in runtime.features, subgroup_size=runtime.subgroup_size,
+            wide_reads=runtime.wide_reads,
             cpu_adapter=runtime.info.adapter_type == "CPU", compiles_at_dispatch=runtime.info.adapter_type == "CPU",
             adapter=runtime.info.identity)
         self._params: dict[type[Transport], Any] = {}

@@ -2,8 +2,12 @@
 // barriers. An invocation computes RM output channels x RP consecutive output positions of one
 // output row; its 8-lane workgroup (one SIMD batch of llvmpipe's 256-bit lanes) takes 8
 // neighbouring row segments, and the workgroup's z index alone picks the channels: every weight
-// address is uniform across the lanes (llvmpipe loads it once for all of them), while each input
-// load is a per-lane access, the expensive kind on llvmpipe. So each loaded input value is used
+// address is uniform across the lanes. llvmpipe still loads it once per lane (Mesa 22.3 and 25
+// alike: 8 vec4 loads a lane cost the same uniform or not), so where the device's subgroups hold
+// the 8 lanes (ONYXIA_SUBGROUPS_OF_8) and the weights are k-major with KW > 1 (BODY_SG), each
+// lane loads one of a kernel row's KW x RM/4 weight vec4s and subgroupBroadcast hands them round
+// (3x3 64 -> 64 at 56x56, 8x28 tile: 10.0 -> 6.5 ms; 512 -> 512 at 7x7, 16x8: 15.5 -> 9.7 ms).
+// Every input load is a per-lane access, the expensive kind on llvmpipe. So each loaded input value is used
 // as often as possible: per input channel and kernel row, an invocation loads the row's span
 // once (RP positions x KW taps, strided and dilated) and multiplies it into all RM channels for
 // every tap along the row (operators/conv/cpu.py generates that unrolled body, BODY, and the
@@ -69,7 +73,13 @@ fn put(site: Site, r: u32, q: u32, v: vec4<f32>) {
 }
 
 @compute @workgroup_size(8)
-fn main(wg: Grid) {
+fn main(wg: Grid
+#ifdef ONYXIA_SUBGROUPS_OF_8
+#ifdef BODY_SG
+        , @builtin(subgroup_invocation_id) sg_id: u32
+#endif
+#endif
+        ) {
     let seg_id = grid_group(wg) * 8u + wg.lid;
     let seg = min(seg_id, NSEG() - 1u);
     let s = wg.wid.z % SPLITS();
@@ -96,6 +106,11 @@ fn main(wg: Grid) {
     // Weight rows of the block, clamped to the group's last (uniform: z and loop counters only).
     let wg_row = g * MG();
     #{ACCS}
+#ifdef ONYXIA_SUBGROUPS_OF_8
+#ifdef BODY_SG
+    #{ACCS_SG}  // each lane's weight vec4 of a kernel row (wo0, wo1, ..)
+#endif
+#endif
     for (var c = c_begin; c < c_end; c++) {
         let xc = xbase + c * ISP();
         let wc = c * KS();
@@ -103,7 +118,15 @@ fn main(wg: Grid) {
             let iz = iz0 + i32(kd * DD());
             let zok = u32(iz) < ID();
             for (var kh = 0u; kh < KH(); kh++) {
+#ifdef ONYXIA_SUBGROUPS_OF_8
+#ifdef BODY_SG
+                #{BODY_SG}  // the weights one vec4 a lane, subgroupBroadcast to all
+#else
+                #{BODY}
+#endif
+#else
                 #{BODY}  // from input row iy0 + kh * DH: its loads, then every tap along it
+#endif
             }
         }
     }

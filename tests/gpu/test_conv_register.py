@@ -23,9 +23,10 @@ def _shape(shape, dims):
     return [dims[d] if isinstance(d, str) else d for d in shape]
 
 
-def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compiled=None):
+def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compiled=None, codes=None):
     """Each dims in turn (one compile), each adapter kind, each eligible alternative of each
-    conv Select: the output matches onnxruntime's. Returns the labels that ran."""
+    conv Select: the output matches onnxruntime's. Returns the labels that ran; `codes` (a
+    list) receives the WGSL of each register-tiled kernel that ran."""
     compiled = compiled or compile_model(model, dims_list[0])
     exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
     ran = set()
@@ -44,6 +45,9 @@ def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compil
                         continue
                     exe.choose(c, i)
                     got = exe.run({"x": x})["y"]
+                    if codes is not None:
+                        codes += [exe._render(d.shader)[0][0] for d in exe.dispatch_commands()
+                                  if exe.model.shaders[d.shader].label == "conv/conv_register"]
                     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol, err_msg=f"{kind} {label} {dims}")
                     ran.add(label)
     assert exe.stats.recompiles == 0
@@ -88,12 +92,45 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_conv_alternative_matches_ort(runtime, name):
     x_shape, w_shape, attrs, dims_list = CASES[name]
-    ran = check_every_alternative(runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list)
+    codes: list[str] = []
+    ran = check_every_alternative(runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
+                                  codes=codes)
+    maps_per_group = w_shape[0] // attrs.get("group", 1)
+    if runtime.subgroup_size >= 8 and maps_per_group % 4 == 0 and w_shape[-1] > 1:
+        # k-major weights (output channels a multiple of 4 per group), kernel rows wider than 1:
+        # the weights broadcast over the subgroup
+        assert any("subgroupBroadcast" in code for code in codes), name
     assert "workgroup" in ran and any(label.startswith("register/") for label in ran), ran
     # rows a multiple of 4 wide: the vec4-input variants ran too (every case has such dims)
     assert any(label.startswith("register4/") for label in ran), ran
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
         assert {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
+
+
+@pytest.fixture(scope="module")
+def plain_runtime():
+    """The same adapter with its subgroup operations unused: the register kernel's plain body."""
+    from onyxia.runtime import Runtime
+
+    return Runtime(subgroups=False)
+
+
+@pytest.mark.parametrize("name", ["strided_dilated_asym", "stem", "groups", "fitted_rows", "conv3d"])
+def test_conv_alternatives_without_subgroups_match_ort(plain_runtime, name):
+    x_shape, w_shape, attrs, dims_list = CASES[name]
+    codes: list[str] = []
+    ran = check_every_alternative(plain_runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
+                                  codes=codes)
+    assert any(label.startswith("register") for label in ran), ran
+    assert codes and not any("subgroup" in code for code in codes)
+
+
+def test_the_subgroup_size_is_probed(runtime):
+    # lavapipe reports 4-128; a workgroup of 8 runs on one SIMD batch of its lanes (8 with AVX2)
+    if "subgroup" in runtime.features and runtime.info.adapter_type == "CPU":
+        assert runtime.subgroup_size in (4, 8, 16, 32, 64), runtime.subgroup_size
+    else:
+        assert runtime.subgroup_size == 0
 
 
 def test_register_kernels_are_the_cpu_heuristic(runtime):
@@ -118,24 +155,25 @@ def test_long_reduction_is_split(runtime):
 
 @pytest.mark.parametrize("width", [None, 56, 14, 7])
 def test_wide_row_segments_are_the_cpu_heuristic(width):
-    # 3x3: a row 56 wide in 2 segments of 28, 14 in one of 16, 7 in one of 8 (16 channels), the
-    # same whether the width is static or symbolic (the Select's prefer guards then decide)
+    # 3x3: a row 56 wide in 2 segments of 28; 14 and 7 in segments of 8 with 16 channels (cpu.py
+    # ROW_TILES), the same whether the width is static or symbolic (the Select's prefer guards)
     model = conv_model("Conv", [1, 32, 4, width or "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1])
     compiled = compile_model(model, {} if width else {"w": 56})
     select = next(s for op in compiled.operations for s in op.steps if getattr(s, "key", "").startswith("conv/"))
-    for w, label in ((56, "register4/8x28"), (14, "register/8x16"), (7, "register/16x8")):
+    for w, label in ((56, "register4/8x28"), (14, "register/16x8"), (7, "register/16x8")):
         if width in (None, w):
             dims = {"w": w} if width is None else {}
             assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (w, select.labels)
             assert select.labels[select.choose(dims, AdapterFacts("gpu"))] == "workgroup"
 
 
-def test_strided_rows_take_16_wide_segments():
-    # stride 2 reads a span twice as long: 16-wide segments over a row 28 wide (from 56)
+def test_strided_rows_take_16_channel_tiles():
+    # stride 2 reads a span twice as long: 8-wide segments of 16 channels over a row 28 wide (from
+    # 56), not 28-wide ones
     model = conv_model("Conv", [1, 32, 8, "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
     select = next(s for op in compile_model(model, {"w": 56}).operations for s in op.steps
                   if getattr(s, "key", "").startswith("conv/"))
-    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/8x16", select.labels
+    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/16x8", select.labels
     assert "register4/8x28" not in select.labels
 
 

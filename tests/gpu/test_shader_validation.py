@@ -24,8 +24,9 @@ from tests.builders.shader_table import BUILDERS, registered_ops
 _validated: set[str] = set()
 
 
-def _subgroup_renders(runtime) -> tuple[bool, ...]:
-    return (False, True) if "subgroup" in runtime.features else (False,)
+def _subgroup_renders(runtime) -> tuple[tuple[bool, int], ...]:
+    """(subgroups, subgroup size) renders: none; unknown size; subgroups of 8 (ONYXIA_SUBGROUPS_OF_8)."""
+    return ((False, 0), (True, 0), (True, 8)) if "subgroup" in runtime.features else ((False, 0),)
 
 
 def _wide_renders(runtime) -> tuple[bool, ...]:
@@ -51,16 +52,16 @@ def test_operator_shaders_validate(runtime, key):
                 # with and without ONYXIA_SUBGROUPS where the adapter has subgroups, and 64-bit
                 # reads where it has shader-int64 (identical text for a kernel that does not use
                 # them: validated once)
-                for transport, subgroups, wide in itertools.product(TRANSPORTS, _subgroup_renders(runtime),
-                                                                    _wide_renders(runtime)):
+                for transport, (subgroups, size), wide in itertools.product(TRANSPORTS, _subgroup_renders(runtime),
+                                                                            _wide_renders(runtime)):
                     code = render(spec, compiled.templates[spec.template], compiled.dims, transport,
-                                  subgroups=subgroups, wide_reads=wide)
+                                  subgroups=subgroups, subgroup_size=size, wide_reads=wide)
                     if code in _validated:
                         continue
                     try:
                         runtime.device.create_shader_module(label=spec.label, code=code)
                     except Exception as exc:  # noqa: BLE001 - naga's message says what is wrong
                         raise AssertionError(f"{where}: shader '{spec.label}' ({transport}, subgroups "
-                                             f"{subgroups}, wide reads {wide}) is invalid with defs "
+                                             f"{subgroups} of {size}, wide reads {wide}) is invalid with defs "
                                              f"{dict(spec.defs)}:\n{exc}") from exc
                     _validated.add(code)

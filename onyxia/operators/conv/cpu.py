@@ -3,8 +3,10 @@
 An invocation computes RM output channels x RP consecutive output positions of one output row,
 its 8-lane workgroup 8 neighbouring row segments; the workgroup's z index picks the group and
 channel block, so every weight address is uniform across the lanes and only the input's
-differ. Per input channel and kernel row the invocation loads the row's
-span once and reuses every value for each of its RM channels and every tap along the row:
+differ (llvmpipe loads a uniform address per lane all the same: on a device with subgroups of
+8 the weights of a kernel row are loaded one vec4 a lane and broadcast, BODY_SG). Per input
+channel and kernel row the invocation loads the row's span once and reuses every value for
+each of its RM channels and every tap along the row:
 the body is generated here, unrolled over (taps, positions, channels) with named accumulators.
 
 Shapes the variants take (all f32 compute, any float storage; not ConvTranspose):
@@ -62,10 +64,16 @@ MAX_BODY = 512
 # measurements): a row segment that covers a wide row in few segments first.
 LONG_ROW = 128  # a pointwise conv's flattened row at least this long prefers 16-wide segments
 TILES = ((16, 16, LONG_ROW, None), (16, 8, None, None), (8, 8, None, None))  # pointwise (KW = 1)
-ROW_TILES = ((8, 28, 17, None), (8, 16, 9, 16), (16, 8, None, None), (8, 8, None, None))  # KW > 1
+# KW > 1. With the weights broadcast over subgroups of 8 (BODY_SG) more channel rows pay where
+# the row is short or strided (lavapipe, Mesa 22.3, one process, alternating, median ms, x read
+# as vec4s: 3x3 256 -> 256 at 14x14 16x8 10.1, 8x16 11.9; 64 -> 64 at 56x56 8x28 6.5, 16x8 6.9;
+# 128 -> 128 at 28x28 8x28 7.3, 16x8 7.8; stride 2: 64 -> 128 from 56x56 16x8 4.6, 8x16 5.3;
+# 128 -> 256 from 28x28 4.8, 5.8; the 7x7 stem at 224x224 6.9, 8.3; without subgroups 64 -> 128
+# from 56x56 16x8 7.3, 8x16 8.0, 256 -> 256 at 14x14 15.5, 14.8).
+ROW_TILES = ((8, 28, 17, None), (16, 8, None, None), (8, 16, 9, 16), (8, 8, None, None))
 # KW > 1, strided: a 28-wide segment reads a span twice as long (3x3 64->128 from 56x56, stride 2:
 # 8x28 15.3 ms, 8x16 13.3)
-STRIDED_ROW_TILES = ((8, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
+STRIDED_ROW_TILES = ((16, 8, None, None), (8, 16, 9, None), (8, 8, None, None))
 DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
 # KW = 1, strided (ResNet's downsample convs: rows not flattened): 16-wide segments over rows more
 # than 8 wide (lavapipe, one process, the choices alternating, median ms: 64 -> 128 from 56x56
@@ -130,7 +138,9 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
     is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
     vec4, static since a row segment starts at a multiple of 4 positions), else one element a
-    load."""
+    load. With k-major weights and KW > 1, also ACCS_SG and BODY_SG: the body a device with
+    subgroups of 8 renders (the weights loaded once per lane and broadcast; 1x1 convs measured
+    no faster that way: 64 -> 64 over 56x56, 16x16 tile, 1.85 vs 2.00 ms)."""
     quads = rp // 4
     # the kernel row kh of input channel c: its input row and first weight
     body = ["let iy = iy0 + i32(kh * DH());", "let ok = zok && u32(iy) < IH();",
@@ -150,24 +160,40 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
         body.append("let row4 = row / 4u;")
         body += [f"let q{t} = ld4(row4, qx + {t}, ok);" for t in sorted({(x4 + i) // 4 for i in offsets})]
         body += [f"let s{i} = q{(x4 + i) // 4}[{(x4 + i) % 4}];" for i in offsets]
+    # With subgroups of 8 (ONYXIA_SUBGROUPS_OF_8, BODY_SG), the KW x RM/4 weight vec4s of a kernel
+    # row, the same for the 8 lanes, are loaded one per lane and handed round by subgroupBroadcast
+    # (lavapipe loads storage one lane at a time, a uniform address included).
+    rq = rm // 4
+    nw = kw * rq
+    sg = kmajor and kw > 1
+    accs_sg = [f"let wo{u} = (min(sg_id + {8 * u}u, {nw - 1}u) / {rq}u) * (MG() / 4u) + "
+               f"min(m0 / 4u + min(sg_id + {8 * u}u, {nw - 1}u) % {rq}u, MG() / 4u - 1u);"
+               for u in range(-(-nw // 8))] if sg else []
+    body_sg = list(body) + [f"let wl{u} = vec4<f32>(w_load4(wk + wo{u}));" for u in range(len(accs_sg))]
     for t in range(kw):
         for q in range(quads):
             lanes = ", ".join(f"s{(4 * q + j) * sw + t * dw}" for j in range(4))
             body.append(f"let v{t}_{q} = vec4<f32>({lanes});")
+            body_sg.append(body[-1])
         if kmajor:
-            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(wk + {t}u * (MG() / 4u) + mq{j}));"
-                     for j in range(rm // 4)]
+            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(wk + {t}u * (MG() / 4u) + mq{j}));" for j in range(rq)]
+            body_sg += [f"let wv{j}_{t} = subgroupBroadcast(wl{(t * rq + j) // 8}, {(t * rq + j) % 8}u);"
+                        for j in range(rq)]
         for r in range(rm):
-            body.append(f"let w{r}_{t} = wv{r // 4}_{t}[{r % 4}];" if kmajor
-                        else f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);")
-            body += [f"a{r}_{q} += w{r}_{t} * v{t}_{q};" for q in range(quads)]
+            tail = [f"let w{r}_{t} = wv{r // 4}_{t}[{r % 4}];" if kmajor else f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);"]
+            tail += [f"a{r}_{q} += w{r}_{t} * v{t}_{q};" for q in range(quads)]
+            body += tail
+            body_sg += tail
     # The accumulators go through workgroup memory (each lane its own slots, no barrier) to one
     # store loop: RM x RP/4 unrolled guarded stores made lavapipe compile a 16x16 tile for 11.6 s
     # (Mesa 25; 2.2 s on 22.3), staged 1.0 s (0.3 s); a private array indexed in the loop was
     # lowered to branch ladders by Mesa 22.3 (2.3 s).
     stores = [f"stage[sb + {r * quads + q}u] = a{r}_{q};" for r in range(rm) for q in range(quads)]
-    return {"ACCS": " ".join(accs), "BODY": " ".join(body),
-            "STORES": " ".join(stores), "X4": x4 is not None}
+    out: dict[str, object] = {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores),
+                              "X4": x4 is not None}
+    if sg:
+        out.update(ACCS_SG=" ".join(accs_sg), BODY_SG=" ".join(body_sg))
+    return out
 
 
 def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: int, kmajor: bool) -> bool:
