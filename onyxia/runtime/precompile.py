@@ -53,11 +53,16 @@ class Kernel:
 
 def mesa_disk_cache_enabled(env: dict[str, str] | os._Environ = os.environ) -> bool:
     """Mesa's own rule: MESA_SHADER_CACHE_DISABLE (formerly MESA_GLSL_CACHE_DISABLE) set to
-    anything but a false word turns its disk cache off."""
+    anything but a false word turns its disk cache off; and its folder (MESA_SHADER_CACHE_DIR,
+    else $XDG_CACHE_HOME or ~/.cache) must be one this process can write."""
     for name in ("MESA_SHADER_CACHE_DISABLE", "MESA_GLSL_CACHE_DISABLE"):
-        if name in env:
-            return env[name].strip().lower() in _OFF
-    return True
+        if name in env and env[name].strip().lower() not in _OFF:
+            return False
+    folder = env.get("MESA_SHADER_CACHE_DIR") or env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    path = os.path.abspath(folder)
+    while not os.path.exists(path) and os.path.dirname(path) != path:  # Mesa creates what is missing
+        path = os.path.dirname(path)
+    return os.access(path, os.W_OK)
 
 
 def helper_count(env: dict[str, str] | os._Environ = os.environ) -> int:

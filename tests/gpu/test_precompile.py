@@ -176,3 +176,16 @@ def test_the_process_exits_with_a_helper_mid_compile(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exiting" in done.stdout
+
+
+def test_mesa_cache_rules(tmp_path):
+    from onyxia.runtime.precompile import mesa_disk_cache_enabled
+
+    assert mesa_disk_cache_enabled({"MESA_SHADER_CACHE_DIR": str(tmp_path / "new" / "dir")})
+    assert mesa_disk_cache_enabled({"MESA_SHADER_CACHE_DISABLE": "false", "MESA_SHADER_CACHE_DIR": str(tmp_path)})
+    assert not mesa_disk_cache_enabled({"MESA_SHADER_CACHE_DISABLE": "1", "MESA_SHADER_CACHE_DIR": str(tmp_path)})
+    assert not mesa_disk_cache_enabled({"MESA_GLSL_CACHE_DISABLE": "true", "MESA_SHADER_CACHE_DIR": str(tmp_path)})
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root writes anywhere
+        assert not mesa_disk_cache_enabled({"MESA_SHADER_CACHE_DIR": str(locked / "cache")})
