@@ -45,7 +45,9 @@ struct Site {
     ow0: u32,  // first output column
 }
 
-fn put(site: Site, r: u32, q: u32, v: vec4<f32>) {
+// `b`: channel r's bias (HAS_BIAS), loaded once for its row of outputs: a load in here would be
+// one per output, per lane (llvmpipe does not merge the same address loaded again).
+fn put(site: Site, r: u32, q: u32, b: f32, v: vec4<f32>) {
     if (site.m0 + r >= MG()) {
         return;
     }
@@ -57,7 +59,7 @@ fn put(site: Site, r: u32, q: u32, v: vec4<f32>) {
             partial_store(site.s * TOTAL() + o, v[j]);
 #else
 #ifdef HAS_BIAS
-            let stored = y_t(v[j] + f32(bias_load(site.oc0 + r)));
+            let stored = y_t(v[j] + b);
 #else
             let stored = y_t(v[j]);
 #endif
@@ -134,8 +136,15 @@ fn main(wg: Grid
     #{STORES}
     let nq = (count + 3u) / 4u;
     let nr = min(RM, MG() - min(MG(), m0));
-    for (var i = 0u; i < nr * nq; i++) {
-        put(site, i / nq, i % nq, stage[sb + (i / nq) * QUADS + i % nq]);
+    for (var r = 0u; r < nr; r++) {
+#ifdef HAS_BIAS
+        let b = f32(bias_load(site.oc0 + r));
+#else
+        let b = 0.0;
+#endif
+        for (var q = 0u; q < nq; q++) {
+            put(site, r, q, b, stage[sb + r * QUADS + q]);
+        }
     }
 #ifdef EPILOGUE
 #ifndef EPILOGUE_IN_STORE

@@ -24,12 +24,15 @@ const RH = #{RH}u;
 const RP = #{RP}u;
 const QUADS = RP / 4u;
 
+// The channel's bias (HAS_BIAS), loaded once by main: a load in put() would be one per output.
+var<private> channel_bias: f32;
+
 // Output (r, pos) of the tile: bias, the fused ops in the store where EPILOGUE_IN_STORE.
 fn put(y0: u32, r: u32, pos: u32, count: u32, ow0: u32, c: u32, v: f32) {
     if (pos < count) {
         let o = y0 + r * OW() + pos;
 #ifdef HAS_BIAS
-        let stored = y_t(v + f32(bias_load(c)));
+        let stored = y_t(v + channel_bias);
 #else
         let stored = y_t(v);
 #endif
@@ -59,6 +62,9 @@ fn main(wg: Grid) {
     let xs = i32(ow0 * SW()) - PW();
     let xc = (n * C() + c) * IH() * IW();
     let wc = c * KH() * KW();
+#ifdef HAS_BIAS
+    channel_bias = f32(bias_load(c));
+#endif
     #{ACCS}
     #{BODY}
     let y0 = (n * C() + c) * OH() * OW() + oh0 * OW() + ow0;
