@@ -20,7 +20,8 @@
 // `partial` [SPLITS, P], P = batch * M * N, added by splitk.wgsl).
 //
 // Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT).
-// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, B_PANELS, EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
+// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, B_PANELS, TRANS_A (A stored [K, M]: a_quad),
+// EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
 // ALPHA, BETA, C_MS, C_NS.
 #import common::grid
@@ -61,12 +62,41 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
     }
 }
 
+// Where row m of A starts, from the batch's start `a_base` (a_start): row-major A in vec4s; with
+// TRANS_A (A stored [K, M], a pointwise conv's k-major weights) in elements, the row's k-th value
+// K rows of M apart.
+fn a_row(a_base: u32, m: u32) -> u32 {
+#ifdef TRANS_A
+    return a_base + m;
+#else
+    return a_base + m * (K() / 4u);
+#endif
+}
+
+fn a_start(batch: u32) -> u32 {
+#ifdef TRANS_A
+    return batch * A_BS();
+#else
+    return batch * A_BS() / 4u;  // vec4 indices
+#endif
+}
+
+// A's values of a row (a_row) at k = 4 * k4 .. 4 * k4 + 3: one vec4 load, or four M apart (on
+// llvmpipe a float costs the same loaded alone or in a vec4).
+fn a_quad(row: u32, k4: u32) -> vec4<f32> {
+#ifdef TRANS_A
+    let j = row + 4u * k4 * M();
+    return vec4<f32>(f32(a_load(j)), f32(a_load(j + M())), f32(a_load(j + 2u * M())), f32(a_load(j + 3u * M())));
+#else
+    return vec4<f32>(a_load4(row + k4));
+#endif
+}
+
 // Rows m .. m + 3 of A at k = 4 * k4 .. 4 * k4 + 3, a column per row (clamped to row M - 1).
 fn a_rows(a_base: u32, m: u32, k4: u32) -> mat4x4<f32> {
-    let k4s = K() / 4u;
     let last = M() - 1u;
-    return mat4x4<f32>(a_load4(a_base + min(m, last) * k4s + k4), a_load4(a_base + min(m + 1u, last) * k4s + k4),
-                       a_load4(a_base + min(m + 2u, last) * k4s + k4), a_load4(a_base + min(m + 3u, last) * k4s + k4));
+    return mat4x4<f32>(a_quad(a_row(a_base, min(m, last)), k4), a_quad(a_row(a_base, min(m + 1u, last)), k4),
+                       a_quad(a_row(a_base, min(m + 2u, last)), k4), a_quad(a_row(a_base, min(m + 3u, last)), k4));
 }
 
 // B's 4 x 4 block at rows 4 * k4 .. + 3, column group c: a column per k. Row-major, a row of B
@@ -98,16 +128,16 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
     let i = rest / RBLOCKS();
     let site = Site(s, i, (rest % RBLOCKS()) * ROWS, gg);
     #{INDEX}
-    let a_base = idx_x0 * A_BS() / 4u;  // vec4 indices
+    let a_base = a_start(idx_x0);
     let b_base = idx_x1 * B_BS() / 4u;
     let m0 = site.m0;
     let k_begin = s * KCHUNK() / 4u;
     let k_end = min(K(), (s + 1u) * KCHUNK()) / 4u;
 #if ROWS == 1
     var acc = vec4<f32>();
-    let a_row = a_base + m0 * (K() / 4u);
+    let row = a_row(a_base, m0);
     for (var k4 = k_begin; k4 < k_end; k4++) {
-        acc += b_block(b_base, k4, g0) * a_load4(a_row + k4);
+        acc += b_block(b_base, k4, g0) * a_quad(row, k4);
     }
     put(site, m0, gg, acc);
 #else
@@ -132,19 +162,18 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #endif
     if (lanes_share) {
 #ifdef ONYXIA_SUBGROUPS
-        let k4s = K() / 4u;
         let last = M() - 1u;
-        let r0 = a_base + min(m0 + sg_id, last) * k4s;
+        let r0 = a_row(a_base, min(m0 + sg_id, last));
 #if ROWS >= 16
-        let r1 = a_base + min(m0 + 8u + sg_id, last) * k4s;
+        let r1 = a_row(a_base, min(m0 + 8u + sg_id, last));
 #endif
 #if ROWS >= 32
-        let r2 = a_base + min(m0 + 16u + sg_id, last) * k4s;
-        let r3 = a_base + min(m0 + 24u + sg_id, last) * k4s;
+        let r2 = a_row(a_base, min(m0 + 16u + sg_id, last));
+        let r3 = a_row(a_base, min(m0 + 24u + sg_id, last));
 #endif
         for (var k4 = k_begin; k4 < k_end; k4++) {
             let b = b_block(b_base, k4, g0);
-            let v0 = a_load4(r0 + k4);
+            let v0 = a_quad(r0, k4);
             acc0 += b * mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
                                     subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u));
 #if ROWS >= 8
@@ -152,19 +181,19 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
                                     subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u));
 #endif
 #if ROWS >= 16
-            let v1 = a_load4(r1 + k4);
+            let v1 = a_quad(r1, k4);
             acc2 += b * mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
                                     subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u));
             acc3 += b * mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
                                     subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u));
 #endif
 #if ROWS >= 32
-            let v2 = a_load4(r2 + k4);
+            let v2 = a_quad(r2, k4);
             acc4 += b * mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
                                     subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u));
             acc5 += b * mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
                                     subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u));
-            let v3 = a_load4(r3 + k4);
+            let v3 = a_quad(r3, k4);
             acc6 += b * mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
                                     subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u));
             acc7 += b * mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),

@@ -29,6 +29,8 @@ def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compil
     list) receives the WGSL of each register-tiled kernel that ran."""
     compiled = compiled or compile_model(model, dims_list[0])
     exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
+    kernel = next(list(i.dims[2:]) for i in model.graph.initializer if i.name == "w")
+    static_pointwise = all(isinstance(d, int) for d in x_shape) and kernel == [1, 1] and np.prod(x_shape[2:]) % 4 == 0
     ran = set()
     for dims in dims_list:
         x = randn(*_shape(x_shape, dims))
@@ -45,6 +47,9 @@ def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compil
                         continue
                     exe.choose(c, i)
                     got = exe.run({"x": x})["y"]
+                    if label == "workgroup" and kind == "cpu" and static_pointwise:
+                        assert {exe.model.shaders[d.shader].label for d in exe.dispatch_commands()
+                                if all(d.workgroups)} == {"matmul/gemv_chunked"}, label
                     if codes is not None:
                         codes += [exe._render(d.shader)[0][0] for d in exe.dispatch_commands()
                                   if exe.model.shaders[d.shader].label == "conv/conv_register"]
@@ -59,6 +64,10 @@ CASES = {
     # pointwise, P = h * w symbolic and not a multiple of 4, batch 2 (then 1, other sizes)
     "pointwise": ([["n", 12, "h", "w"], [20, 12, 1, 1], {},
                    [dict(n=2, h=5, w=3), dict(n=1, h=7, w=9), dict(n=2, h=3, w=4)]]),
+    # static positions, a multiple of 4: "workgroup" is the matrix product with the k-major
+    # weights as A^T, on a CPU-type adapter the chunked (M <= 64) and register (M = 72) kernels
+    "pointwise_static": ([[1, 12, 6, 6], [20, 12, 1, 1], {}, [{}]]),
+    "pointwise_static_72": ([[2, 8, 4, 4], [72, 8, 1, 1], {}, [{}]]),
     # MG % 4: row-major W
     "pointwise_m6": ([["n", 8, "h", "w"], [6, 8, 1, 1], {}, [dict(n=2, h=3, w=3), dict(n=2, h=2, w=6)]]),
     "strided_dilated_asym": ([[2, 16, "h", "w"], [24, 16, 3, 3],

@@ -74,6 +74,21 @@ def test_chunked_kernel_without_subgroups(runtime_without_subgroups, k, n):
           lambda m: {"a": RNG.standard_normal((1, m, k)).astype(np.float32)}, rows, 1, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_transposed_a_every_row_class(runtime, runtime_without_subgroups, subgroups):
+    """Gemm with transA (A stored [K, M], as a pointwise conv's k-major weights are): the chunked
+    kernel's every row class and the register variant past 64 rows read A four values M apart,
+    sharing them through subgroups or not."""
+    k, n = 68, 40
+    b = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    c = RNG.standard_normal((n,)).astype(np.float32)
+    gemm = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1)], [("a", np.float32, [k, "m"])], ["y"],
+                      {"b": b, "c": c})
+    check(runtime if subgroups else runtime_without_subgroups, gemm, {"m": 100},
+          lambda m: {"a": RNG.standard_normal((k, m)).astype(np.float32)}, [1, 3, 5, 14, 17, 37, 64, 65, 100], 1,
+          rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("cpu", [1, 0])
 def test_k_past_the_loop_cap(runtime, cpu):
     # 70000 / 4 = 17500 iterations of one loop would pass 65535 only with several loops per

@@ -65,8 +65,10 @@ class Product(Protocol):
 
 
 def chunked_applies(p: Product) -> bool:
-    """f32 products of row-major operands whose K and N are static multiples of 4 (vec4 reads)."""
-    return (p.dtype == "f32" and not p.trans_a and not p.trans_b and isinstance(p.k, int) and isinstance(p.n, int)
+    """f32 products whose K and N are static multiples of 4 (vec4 reads), B row-major; A either
+    way (TRANS_A: a pointwise conv's k-major weights, read four values M apart, which costs
+    lavapipe what a vec4 load does)."""
+    return (p.dtype == "f32" and not p.trans_b and isinstance(p.k, int) and isinstance(p.n, int)
             and p.k % 4 == 0 and p.n % 4 == 0 and p.k > 0)
 
 
@@ -95,6 +97,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs))
         writes = {"y": p.y}
     kernel_defs["SPLIT"] = split
+    kernel_defs["TRANS_A"] = p.trans_a
 
     def rows_class(rows: int) -> list[Step]:
         rblocks = ceil_div(m, rows)
