@@ -23,12 +23,14 @@ condition between hand-offs, and stop at interpreter exit after the kernel in ha
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import wgpu
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _MIN_KERNELS = 3  # fewer cold kernels than this: the run compiles them itself
 _MAX_HELPERS = 4
+_HISTORY = 4096  # entries of `order` / `times` kept (a long-lived process loads many models)
 _OFF = ("0", "off", "false", "no", "n", "f")
 
 
@@ -49,6 +52,12 @@ class Kernel:
     entry_point: str
     read_only: tuple[bool, ...]  # per storage binding, in binding order
     immediate_bytes: int
+
+    @cached_property
+    def key(self) -> bytes:
+        """A digest of the kernel: what the Precompiler remembers, not the WGSL text."""
+        text = f"{self.entry_point}|{self.read_only}|{self.immediate_bytes}|{self.code}"
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def mesa_disk_cache_enabled(env: dict[str, str] | os._Environ = os.environ) -> bool:
@@ -81,8 +90,9 @@ class Precompiler:
 
     `want(kernels)` hands over the next run's cold kernels in replay order (replacing what was
     waiting); helpers take them from the end. `done(kernels)` says the plan's device compiled
-    those (a run dispatched them): they leave the list. `compiled` is what the helpers
-    compiled, `failed` the kernels a helper could not build (the run builds and reports them).
+    those (a run dispatched them): they leave the list. `compiled` holds the keys (Kernel.key)
+    of what the helpers compiled, `failed` of the kernels a helper could not build (the run
+    builds and reports them).
     """
 
     def __init__(self, adapter: wgpu.GPUAdapter, features: Sequence[str], limits: dict[str, Any], helpers: int):
@@ -93,15 +103,15 @@ class Precompiler:
         self._waiting: list[Kernel] = []
         self._busy: set[Kernel] = set()
         self._stop = False
-        self.compiled: set[Kernel] = set()
-        self.failed: set[Kernel] = set()
-        self._known: set[Kernel] = set()  # compiled by anyone (the plan's device or a helper)
-        self.order: list[Kernel] = []  # the helpers' compile order (tests read it)
+        self.compiled: set[bytes] = set()
+        self.failed: set[bytes] = set()
+        self._known: set[bytes] = set()  # compiled by anyone (the plan's device or a helper)
+        self.order: list[bytes] = []  # the helpers' latest compiles in order (tests read it)
         self.times: list[float] = []  # seconds each of `order` took
 
     def want(self, kernels: Sequence[Kernel]) -> None:
         with self._cond:
-            self._waiting = [k for k in dict.fromkeys(kernels) if k not in self._known and k not in self._busy]
+            self._waiting = [k for k in dict.fromkeys(kernels) if k.key not in self._known and k not in self._busy]
             if len(self._waiting) < _MIN_KERNELS:
                 self._waiting = []
                 return
@@ -114,9 +124,9 @@ class Precompiler:
 
     def done(self, kernels: Sequence[Kernel]) -> None:
         with self._cond:
-            self._known.update(kernels)
+            self._known.update(k.key for k in kernels)
             if self._waiting:
-                self._waiting = [k for k in self._waiting if k not in self._known]
+                self._waiting = [k for k in self._waiting if k.key not in self._known]
 
     def idle(self, timeout: float) -> bool:
         """Wait until no kernel waits or is being compiled (tests); False on timeout."""
@@ -166,10 +176,12 @@ class Precompiler:
                 ok = False
             with self._cond:
                 self._busy.discard(kernel)
-                (self.compiled if ok else self.failed).add(kernel)
-                self._known.add(kernel)
-                self.order.append(kernel)
+                (self.compiled if ok else self.failed).add(kernel.key)
+                self._known.add(kernel.key)
+                self.order.append(kernel.key)
                 self.times.append(time.perf_counter() - start)
+                if len(self.order) > _HISTORY:
+                    del self.order[:-_HISTORY], self.times[:-_HISTORY]
                 self._cond.notify_all()
 
 

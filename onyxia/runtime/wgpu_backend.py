@@ -231,7 +231,7 @@ class WgpuBackend:
             return 0
         kernels = [k for p in programs if (k := self._kernel_of.get(id(p))) is not None]
         self._precompiler.done(kernels)
-        return sum(k in self._precompiler.compiled for k in kernels)
+        return sum(k.key in self._precompiler.compiled for k in kernels)
 
     def _module(self, spec: ShaderSpec, code: str, layout: Any, transport: Transport) -> tuple[Any, Any]:
         """The shader module and pipeline layout of a program."""
