@@ -210,7 +210,7 @@ def _dispatch_empty(device: Any, kernel: Kernel, buffers: list[Any]) -> None:
         size=4, usage=wgpu.BufferUsage.COPY_SRC), 0, 4)  # waits for the queue: the compile done
 
 
-_BY_ADAPTER: dict[tuple[int, frozenset[str]], Precompiler] = {}
+_BY_ADAPTER: dict[tuple[str, str, frozenset[str]], Precompiler] = {}
 _LOCK = threading.Lock()
 
 
@@ -222,7 +222,9 @@ def for_device(adapter: wgpu.GPUAdapter, device: wgpu.GPUDevice, compiles_at_dis
     helpers = helper_count()
     if not helpers:
         return None
-    key = (id(adapter), frozenset(device.features))  # the Precompiler keeps the adapter alive
+    # One per physical adapter and feature set, whichever GPUAdapter object asks (each Runtime
+    # enumerates its own): its helpers' compiles serve every device of that driver alike.
+    key = (adapter.summary, str(adapter.info.get("description", "")), frozenset(device.features))
     with _LOCK:
         if key not in _BY_ADAPTER:
             _BY_ADAPTER[key] = Precompiler(adapter, device.features, dict(adapter.limits), helpers)

@@ -155,6 +155,16 @@ def test_switched_off_by_the_environment_or_a_disabled_mesa_cache(runtime, monke
     assert for_device(runtime.adapter, runtime.device, True) is not None
 
 
+def test_runtimes_of_one_adapter_share_the_helpers(runtime):
+    """Each Runtime (each session without one) enumerates its own adapter object: one set of
+    helper devices serves them all, not one per session."""
+    from onyxia.runtime import Runtime
+
+    other = Runtime()
+    assert other.adapter is not runtime.adapter
+    assert for_device(other.adapter, other.device, True) is for_device(runtime.adapter, runtime.device, True)
+
+
 def test_the_process_exits_with_a_helper_mid_compile(tmp_path):
     """Interpreter exit stops the helpers after the kernel in hand: no hang, no crash."""
     heavy = "\n".join(f"x = sin(x) * {k}.5 + cos(x * {k}.25);" for k in range(300))  # ~0.2 s a kernel
