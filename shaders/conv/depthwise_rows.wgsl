@@ -1,7 +1,8 @@
 // Depthwise 2-D convolution (one output channel per group) for CPU-type adapters (lavapipe): an
 // invocation computes RH output rows x RP consecutive positions of one channel, its 8-lane
 // workgroup 8 such tiles side by side; the workgroup's z index is the channel, so the KH x KW
-// weights are uniform across the lanes (loaded once for all) and live in registers. On llvmpipe
+// weights are uniform across the lanes, loaded once per invocation (llvmpipe still loads them
+// lane by lane) and kept in registers, as is the channel's bias. On llvmpipe
 // every per-lane memory access is a loop over the lanes per component, so the kernel's cost is
 // its loads and stores per output: each input row the tile needs ((RH - 1) * SH + (KH - 1) * DH
 // + 1 of them) is loaded once, as a span of RP positions x KW taps, and multiplied into every
