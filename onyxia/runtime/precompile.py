@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 _MIN_KERNELS = 3  # fewer cold kernels than this: the run compiles them itself
 _MAX_HELPERS = 4
-_HISTORY = 4096  # entries of `order` / `times` kept (a long-lived process loads many models)
+_HISTORY = 4096  # entries of `order` kept (a long-lived process loads many models)
 _OFF = ("0", "off", "false", "no", "n", "f")
 
 
@@ -107,7 +107,6 @@ class Precompiler:
         self.failed: set[bytes] = set()
         self._known: set[bytes] = set()  # compiled by anyone (the plan's device or a helper)
         self.order: list[bytes] = []  # the helpers' latest compiles in order (tests read it)
-        self.times: list[float] = []  # seconds each of `order` took
 
     def want(self, kernels: Sequence[Kernel]) -> None:
         with self._cond:
@@ -164,7 +163,6 @@ class Precompiler:
                     return
                 kernel = self._waiting.pop()
                 self._busy.add(kernel)
-            start = time.perf_counter()
             try:
                 while len(buffers) < len(kernel.read_only):  # empty grids read nothing: any size binds
                     buffers.append(device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE
@@ -179,9 +177,8 @@ class Precompiler:
                 (self.compiled if ok else self.failed).add(kernel.key)
                 self._known.add(kernel.key)
                 self.order.append(kernel.key)
-                self.times.append(time.perf_counter() - start)
                 if len(self.order) > _HISTORY:
-                    del self.order[:-_HISTORY], self.times[:-_HISTORY]
+                    del self.order[:-_HISTORY]
                 self._cond.notify_all()
 
 

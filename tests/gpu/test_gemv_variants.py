@@ -98,6 +98,11 @@ def test_k_past_the_loop_cap(runtime, cpu):
     model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, ["m", k])], ["y"], {"w": w})
     check(runtime, model, {"m": 3}, lambda m: {"a": RNG.standard_normal((m, k)).astype(np.float32)}, [1, 3], cpu,
           rtol=1e-4, atol=1e-4)
+    # A stored [K, M] (TRANS_A): the same split over its strided reads
+    gemm = make_model([h.make_node("Gemm", ["a", "w"], ["y"], transA=1)], [("a", np.float32, [k, "m"])], ["y"],
+                      {"w": w})
+    check(runtime, gemm, {"m": 3}, lambda m: {"a": RNG.standard_normal((k, m)).astype(np.float32)}, [1, 3], cpu,
+          rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cpu", [1, 0])
