@@ -228,7 +228,9 @@ def _word_buffer(b: BufferDecl, d: DType, index: int, access: str, wide_reads: b
     if b.vector:
         cast = "bitcast<vec4<u32>>" if b.raw else ""
         out += [f"fn {n}_load4(j: u32) -> vec4<{n}_t> {{ return {cast}({n}_buf[j]); }}"]
-        if not b.read_only and not b.raw:
+        if not b.read_only and b.raw:
+            out += [f"fn {n}_store4(j: u32, v: vec4<u32>) {{ {n}_buf[j] = bitcast<vec4<{t}>>(v); }}"]
+        elif not b.read_only:
             out += [f"fn {n}_store4(j: u32, v: vec4<{n}_t>) {{ {n}_buf[j] = v; }}"]
     return out + _pairs(b)
 

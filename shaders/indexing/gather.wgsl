@@ -4,6 +4,9 @@
 // INDEX code also computes `dst` and a thread moves y[dst] = x[src] (TensorScatter).
 // Buffers: x, [idx (the i32 indices INDEX may read)], [fill_value], y. x, y and fill_value move
 // storage codes (raw), so every dtype copies bit-exactly; y is written whole words at a time.
+// With QUADS (a copy of 32-bit elements whose innermost axis is contiguous on both sides, a
+// multiple of 4 long, at offsets and strides of whole quads) i, src and N() count quads: a
+// thread moves one vec4 (llvmpipe pays per access and lane, nearly whatever its width).
 // Defs: INDEX (WGSL computing `src` from i and, with MASKED, `inside`); MASKED (where `inside`
 // is false y takes the fill: the param FILL() (a storage code) or, with FILL_BUFFER,
 // fill_value[0]). Indices are u32 and wrap mod 2^32, so negative strides (reversed slices)
@@ -18,6 +21,14 @@ fn main(wg: Grid) {
     if (i >= N()) { return; }
     #{INDEX}
     y_store(dst, x_load(src));
+}
+#else ifdef QUADS
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(wg: Grid) {
+    let i = grid_thread(wg);
+    if (i >= N()) { return; }
+    #{INDEX}
+    y_store4(i, x_load4(src));
 }
 #else
 fn value(i: u32) -> y_t {

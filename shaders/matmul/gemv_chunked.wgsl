@@ -19,8 +19,10 @@
 // an invocation's loops after ~65k iterations); a longer K is split (SPLIT: partial sums to
 // `partial` [SPLITS, P], P = batch * M * N, added by splitk.wgsl).
 //
-// Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT).
+// Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT,
+// written as vec4s).
 // Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, B_PANELS, TRANS_A (A stored [K, M]: a_quad),
+// STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane),
 // EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
 // ALPHA, BETA, C_MS, C_NS.
@@ -45,22 +47,33 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
     if (m >= M() || c >= N() / 4u) {
         return;
     }
-    for (var j = 0u; j < 4u; j++) {
-        let n = 4u * c + j;
 #ifdef SPLIT
-        partial_store(site.s * P() + (site.i * M() + m) * N() + n, v[j]);
+    partial_store4((site.s * P() + (site.i * M() + m) * N()) / 4u + c, v);
 #else
-        let o = (site.i * M() + m) * N() + n;
-#ifdef EPILOGUE_IN_STORE
-        // the fused ops on the value as stored (a pass over the stored outputs after the loop
-        // cost each output a load and a store more: per-lane accesses on llvmpipe)
-        y_store(o, y_t(matmul_epilogue(v[j], o, n)));
+    let o = (site.i * M() + m) * N() + 4u * c;
+#ifdef STORE4
+    y_store4(o / 4u, vec4<f32>(finished(v.x, m, o, 4u * c), finished(v.y, m, o + 1u, 4u * c + 1u),
+                               finished(v.z, m, o + 2u, 4u * c + 2u), finished(v.w, m, o + 3u, 4u * c + 3u)));
 #else
-        y_store(o, y_t(matmul_finish(v[j], m, n)));
-#endif
-#endif
+    for (var j = 0u; j < 4u; j++) {
+        y_store(o + j, y_t(finished(v[j], m, o + j, 4u * c + j)));
     }
+#endif
+#endif
 }
+
+#ifndef SPLIT
+// Output (m, n), at y index o, of the product `v`: with the fused ops on the value as stored
+// where they run in the store (a pass over the stored outputs after the loop cost each output
+// a load and a store more: per-lane accesses on llvmpipe).
+fn finished(v: f32, m: u32, o: u32, n: u32) -> f32 {
+#ifdef EPILOGUE_IN_STORE
+    return matmul_epilogue(v, o, n);
+#else
+    return matmul_finish(v, m, n);
+#endif
+}
+#endif
 
 // Where row m of A starts, from the batch's start `a_base` (a_start): row-major A in vec4s; with
 // TRANS_A (A stored [K, M], a pointwise conv's k-major weights) in elements, the row's k-th value

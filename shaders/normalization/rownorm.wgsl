@@ -41,6 +41,21 @@ fn load(i: u32, j: u32) -> f32 {
     return v;
 }
 
+#ifdef QUADS
+// Elements j .. j + 3 of the row (x index i .. i + 3, i a multiple of 4) as load(i, j) reads them.
+fn load_quad(i: u32, j: u32) -> vec4<f32> {
+    var v = vec4<f32>(x_load4(i / 4u));
+#ifdef SKIP
+    v += vec4<f32>(f32(skip_load(i % SKIP_N())), f32(skip_load((i + 1u) % SKIP_N())),
+                   f32(skip_load((i + 2u) % SKIP_N())), f32(skip_load((i + 3u) % SKIP_N())));
+#endif
+#ifdef BIAS
+    v += vec4<f32>(f32(bias_load(j)), f32(bias_load(j + 1u)), f32(bias_load(j + 2u)), f32(bias_load(j + 3u)));
+#endif
+    return v;
+}
+#endif
+
 // online: (max, sum of exp(v - max)), rescaled when the max grows (one pass, no overflow).
 // moments: (sum, sum of squares) of d = v - c; c is the row's first element for LayerNorm so
 // that the variance stays accurate when |mean| >> std, 0 for RMSNorm.
@@ -162,6 +177,11 @@ fn main(wg: Grid) {
             st.y = square_add(v, st.y);
         }
     }
+#else ifdef QUADS
+    for (var j = 4u * ln.lane; j < walk; j += 4u * LANES) {
+        let v = load_quad(base + j, j);
+        st = accumulate(accumulate(accumulate(accumulate(st, v.x, c), v.y, c), v.z, c), v.w, c);
+    }
 #else
     for (var j = start + ln.lane; j < start + walk; j += LANES) {
         st = accumulate(st, load(index_of(base, j), j), c);
@@ -188,6 +208,28 @@ fn main(wg: Grid) {
 }
 
 #ifndef PARTIALS_OUT
+// Element j of the row, of value v, normalized by its row's statistics: the max `total.x` and
+// `inv` (1 / the sum of exps for softmax, its log for logsoftmax, 1 / the deviation for the
+// norms, after subtracting `mean` for LayerNorm), then scaled and shifted.
+fn normalized(v: f32, j: u32, total: vec2<f32>, mean: f32, inv: f32) -> f32 {
+#if OUT == softmax
+    var out = exp(v - total.x) * inv;
+#else if OUT == logsoftmax
+    var out = (v - total.x) - inv;
+#else if OUT == layernorm
+    var out = (v - mean) * inv;
+#else
+    var out = v * inv;
+#endif
+#ifdef SCALE
+    out *= f32(scale_load(j % SCALE_N()));
+#endif
+#ifdef BETA
+    out += f32(beta_load(j % BETA_N()));
+#endif
+    return out;
+}
+
 // Pass 2 of a row (or the only one): the outputs of elements start..start+walk from the row's
 // statistics `total`.
 fn finish(ln: Lane, row: u32, part: u32, start: u32, walk: u32, n: u32, base: u32, total: vec2<f32>, c: f32) {
@@ -199,32 +241,37 @@ fn finish(ln: Lane, row: u32, part: u32, start: u32, walk: u32, n: u32, base: u3
 #else if OUT == rmsnorm
     let mean = 0.0;  // SkipSimplifiedLayerNormalization's mean output is unused: zeros
     let inv = 1.0 / sqrt(total.y / count + EPS());
-#else if OUT == logsoftmax
-    let lse = log(total.y);
+#else if OUT == softmax
+    let mean = 0.0;
+    let inv = 1.0 / total.y;
+#else
+    let mean = 0.0;
+    let inv = log(total.y);  // logsoftmax
 #endif
+#ifdef QUADS
+    for (var j = 4u * ln.lane; j < walk; j += 4u * LANES) {
+        let v = load_quad(base + j, j);
+        y_store4((base + j) / 4u, vec4<f32>(normalized(v.x, j, total, mean, inv),
+                                            normalized(v.y, j + 1u, total, mean, inv),
+                                            normalized(v.z, j + 2u, total, mean, inv),
+                                            normalized(v.w, j + 3u, total, mean, inv)));
+#ifdef SUM_OUT
+        sum_out_store(base + j, sum_out_t(v.x));
+        sum_out_store(base + j + 1u, sum_out_t(v.y));
+        sum_out_store(base + j + 2u, sum_out_t(v.z));
+        sum_out_store(base + j + 3u, sum_out_t(v.w));
+#endif
+    }
+#else
     for (var j = start + ln.lane; j < start + walk; j += LANES) {
         let i = index_of(base, j);
         let v = load(i, j);
-#if OUT == softmax
-        var out = exp(v - total.x) / total.y;
-#else if OUT == logsoftmax
-        var out = (v - total.x) - lse;
-#else if OUT == layernorm
-        var out = (v - mean) * inv;
-#else
-        var out = v * inv;
-#endif
-#ifdef SCALE
-        out *= f32(scale_load(j % SCALE_N()));
-#endif
-#ifdef BETA
-        out += f32(beta_load(j % BETA_N()));
-#endif
-        y_store(i, y_t(out));
+        y_store(i, y_t(normalized(v, j, total, mean, inv)));
 #ifdef SUM_OUT
         sum_out_store(i, sum_out_t(v));
 #endif
     }
+#endif
 #ifdef MEAN_OUT
     if (ln.valid && ln.lane == 0u && part == 0u) {
         mean_out_store(row, mean_out_t(mean));

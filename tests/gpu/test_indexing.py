@@ -217,3 +217,23 @@ def test_folded_equals_gpu(runtime, case):
     (expected,) = run_ort(fed, {"a": a})
     np.testing.assert_array_equal(folded.tensors["y"].data, expected, err_msg="folded vs onnxruntime")
     np.testing.assert_array_equal(gpu.run({"a": a})["y"], folded.tensors["y"].data)
+
+
+# ---- copies by quads ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, perm, dtype, quads", [
+    ((2, 5, 3, 8), (0, 2, 1, 3), np.float32, True),   # heads split: the innermost axis moves whole
+    ((2, 5, 3, 8), (2, 0, 1, 3), np.int32, True),
+    ((2, 5, 3, 6), (0, 2, 1, 3), np.float32, False),  # 6 elements: not whole quads
+    ((2, 5, 3, 8), (0, 1, 3, 2), np.float32, False),  # the innermost axis strided in x
+    ((2, 5, 3, 8), (0, 2, 1, 3), np.int64, True),     # on the device one word an element too
+    ((2, 5, 3, 8), (0, 2, 1, 3), np.float16, False),  # half words
+])
+def test_transposes_move_whole_quads_where_they_can(runtime, shape, perm, dtype, quads):
+    """A copy whose innermost axis is contiguous, a multiple of 4 long, of 32-bit elements
+    moves vec4s (gather.wgsl QUADS); the others element by element. Both against onnxruntime."""
+    model = make_model([h.make_node("Transpose", ["x"], ["y"], perm=list(perm))], [("x", dtype, list(shape))], ["y"])
+    compiled = compile_model(model)
+    assert any(dict(s.defs).get("QUADS") for s in compiled.shaders) == quads
+    x = rand(*shape, dtype=dtype)
+    np.testing.assert_array_equal(runtime.load_model(compiled).run({"x": x})["y"], run_ort(model, {"x": x})[0])

@@ -261,3 +261,27 @@ def test_rms_norm_rows_with_an_infinite_square_match_onnxruntime(runtime):
     x = np.random.default_rng(5).standard_normal((4, k)).astype(np.float32)
     x[0, 3], x[1, 5], x[2, 7] = np.inf, 3e30, np.nan
     np.testing.assert_array_equal(run_onyxia(runtime, model, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("k, quads", [(1500, True), (1502, False)])
+def test_rows_of_whole_quads_read_and_write_vec4s(runtime, k, quads):
+    """Rows a multiple of 4 long (Whisper's 1500 keys) run rownorm.wgsl's QUADS form (x and y as
+    vec4s); the others element by element: the same results against onnxruntime."""
+    nodes = [h.make_node("Softmax", ["x"], ["p"], axis=-1), h.make_node("LogSoftmax", ["x"], ["q"], axis=-1),
+             h.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5)]
+    model = make_model(nodes, [("x", np.float32, ["rows", k]), ("gamma", np.float32, [k]), ("beta", np.float32, [k])],
+                       ["p", "q", "n"], opset=17)
+    compiled = compile_model(model, {"rows": 5})
+    assert {bool(dict(s.defs).get("QUADS")) for s in compiled.shaders if "rownorm" in s.label} == {quads}
+    exe = runtime.load_model(compiled)
+    for rows in (5, 2):
+        exe.update_dimensions({"rows": rows})
+        feeds = {"x": randn(rows, k, scale=4.0, offset=1.0), "gamma": randn(k), "beta": randn(k)}
+        feeds["x"][0, : k // 2] = -np.inf  # a half-masked row
+        ours = exe.run(feeds)
+        for name, ref in zip(["p", "q", "n"], run_ort(model, feeds)):
+            if name == "n":
+                ref, got = ref[1:], ours[name][1:]  # LayerNorm of a row with -inf is NaN in both
+            else:
+                got = ours[name]
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5, err_msg=f"{name}, {rows} rows")

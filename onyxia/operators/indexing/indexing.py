@@ -19,10 +19,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from onyxia.ir import dtypes
-from onyxia.ir.dtypes import DType
+from onyxia.ir.dtypes import WORD_STORAGE, DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, nonnegative, numel
 from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import collapse_dims, contiguous_strides, is_zero
+from onyxia.operators.common import collapse_dims, contiguous_strides, is_one, is_zero
 from onyxia.plan import Step
 
 GATHER = "indexing/gather.wgsl"
@@ -144,10 +144,28 @@ def dispatch_gather(ctx: PlanCtx, index: str, params: Mapping[str, object], *, x
 
 def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], src_offset: Dim = 0, *,
                       x: str | None = None, y: str | None = None) -> list[Step]:
-    """y (contiguous, `shape` as the iteration space) = x read through strides and an offset."""
+    """y (contiguous, `shape` as the iteration space) = x read through strides and an offset;
+    by quads (QUADS in gather.wgsl) where the elements are words and the innermost axis is
+    contiguous, a multiple of 4 long, at quad offsets and strides."""
+    x, y = x or ctx.input(0), y or ctx.output(0)
+    if (ctx.tensor_dtype(y).storage in WORD_STORAGE and len(shape) > 0 and _quads(shape[-1])
+            and is_one(src_strides[-1]) and all(_quads(d) for d in (*src_strides[:-1], src_offset))):
+        quads = (*shape[:-1], shape[-1] // 4)
+        params, code = strided_code(quads, {"src": ([s // 4 for s in src_strides[:-1]] + [1], src_offset // 4),
+                                            "dst": (contiguous_strides(quads), 0)})
+        count = numel(quads)
+        if is_zero(count):
+            return []
+        return [ctx.dispatch(GATHER, label="strided_copy", defs={"INDEX": code, "QUADS": True},
+                             params={"N": count, **params}, reads={"x": Buf(x, raw=True, vector=True)},
+                             writes={"y": Buf(y, raw=True, vector=True)}, workgroups=ctx.grid(count))]
     params, code = strided_code(shape, {"src": (src_strides, src_offset), "dst": (contiguous_strides(shape), 0)})
-    return dispatch_gather(ctx, code, params, x=x or ctx.input(0), y=y or ctx.output(0), count=numel(shape),
-                           label="strided_copy")
+    return dispatch_gather(ctx, code, params, x=x, y=y, count=numel(shape), label="strided_copy")
+
+
+def _quads(d: Dim) -> bool:
+    """A static multiple of 4 (0 included)."""
+    return isinstance(d, int) and d % 4 == 0
 
 
 def copy_elements(ctx: PlanCtx, src: str, dst: str, count: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> list[Step]:

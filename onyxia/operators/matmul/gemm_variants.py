@@ -42,6 +42,7 @@ from onyxia.operators.matmul.gemv import (
     MAX_KCHUNK,
     Product,
     chunked_applies,
+    stored,
 )
 from onyxia.plan import ALWAYS, Step, adapter, at_most
 
@@ -129,8 +130,9 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
     if not split:
         kernel_defs, kernel_params, reads = p.epilogue.onto(kernel_defs, kernel_params, {**reads, **epilogue_reads})
         kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs))
+        writes = stored(ctx, p.y, kernel_defs)
         return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
-                             writes={"y": p.y}, workgroups=workgroups, reports=reports,
+                             writes=writes, workgroups=workgroups, reports=reports,
                              immediates=tuple(kernel_params))]  # shared by sizes (gemv.py rows_class)
     total = nbatch * m * n
     partial = ctx.scratch(splits * nbatch * m * n, "float32", "splitk")
@@ -139,7 +141,7 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
     kernel_params["P"] = total
     return [
         ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
-                     writes={"partial": partial}, workgroups=workgroups, reports=reports,
+                     writes={"partial": Buf(partial, vector=True)}, workgroups=workgroups, reports=reports,
                      immediates=tuple(kernel_params)),
         plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=n, params=params, defs=defs,
                     epilogue_reads=epilogue_reads, y=p.y, reports=reports, epilogue=p.epilogue),

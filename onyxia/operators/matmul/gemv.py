@@ -72,6 +72,13 @@ def chunked_applies(p: Product) -> bool:
             and p.k % 4 == 0 and p.n % 4 == 0 and p.k > 0)
 
 
+def stored(ctx: PlanCtx, y: str, defs: dict) -> dict[str, str | Buf]:
+    """gemv_chunked.wgsl's `writes` storing `y` (unsplit), setting STORE4 in `defs` where y is
+    float32: a vec4 store per row of four columns."""
+    defs["STORE4"] = ctx.tensor_dtype(y).name == "float32"
+    return {"y": Buf(y, vector=defs["STORE4"])}
+
+
 def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict,
                  epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
     """The chunked variant, eligible up to CHUNKED_MAX_M rows: a dispatch of M's row class (a
@@ -90,12 +97,12 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         rows_cap = m if isinstance(m, int) else CHUNKED_MAX_M
         partial = ctx.scratch(splits * nbatch * rows_cap * n, "float32", "splitk")
         base_params["P"] = total
-        writes: dict[str, str | Buf] = {"partial": partial}
+        writes: dict[str, str | Buf] = {"partial": Buf(partial, vector=True)}
         kernel_defs = {key: v for key, v in defs.items() if key not in ("GEMM", "HAS_C")}
     else:  # the epilogue runs here
         kernel_defs, base_params, reads = p.epilogue.onto(defs, base_params, {**reads, **epilogue_reads})
         kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs))
-        writes = {"y": p.y}
+        writes = stored(ctx, p.y, kernel_defs)
     kernel_defs["SPLIT"] = split
     kernel_defs["TRANS_A"] = p.trans_a
 
@@ -128,4 +135,4 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "chunked_applies", "plan_chunked"]
+__all__ = ["CHUNKED_MAX_M", "chunked_applies", "plan_chunked", "stored"]

@@ -8,7 +8,8 @@ are merged, so per-invocation trip counts stay bounded by construction.
 from __future__ import annotations
 
 from onyxia.ir.shapes import Dim
-from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, PlanCtx
+from onyxia.ir.dtypes import FLOAT32
+from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, Buf, PlanCtx
 from onyxia.operators.reduction.reduction import bound_of, lanes_for
 from onyxia.plan import ALWAYS, Step, adapter, at_least
 
@@ -61,13 +62,22 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
     output_only = ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT", "SCALE_N", "BETA_N")
 
+    # Rows of whole quads in one part read x and write y as vec4s (QUADS in rownorm.wgsl).
+    quad_types = ctx.input_dtype(0) == FLOAT32 and "y" in writes and ctx.output_dtype(writes["y"]) == FLOAT32
+
     def variant(lanes: int, group: int) -> list[Step]:
         vdefs = {**defs, "LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})}
+        vreads: dict[str, str | Buf] = dict(read_names)
+        vwrites: dict[str, str | Buf] = dict(write_names)
+        if (quad_types and isinstance(k, int) and k % 4 == 0 and k <= lanes * MAX_TRIPS and not strided
+                and "ORT_RMS" not in defs):
+            vdefs["QUADS"] = True
+            vreads["x"], vwrites["y"] = Buf(read_names["x"], vector=True), Buf(write_names["y"], vector=True)
         stats = ({d: v for d, v in vdefs.items() if d not in output_only},
                  {p: v for p, v in params.items() if p not in output_only},
-                 {n: t for n, t in read_names.items() if n in ("x", "skip", "bias")})
+                 {n: t for n, t in vreads.items() if n in ("x", "skip", "bias")})
         return in_parts(ctx, "normalization/rownorm.wgsl", f"rownorm_{out}", rows, k, lanes, vdefs, params,
-                        read_names, write_names, stats, group=group)
+                        vreads, vwrites, stats, group=group)
 
     if not (isinstance(k, int) and k >= CPU_ROW_MIN):
         return variant(lanes, WORKGROUP_SIZE)
