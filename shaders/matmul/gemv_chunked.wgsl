@@ -22,7 +22,8 @@
 // Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT,
 // written as vec4s).
 // Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, B_PANELS, TRANS_A (A stored [K, M]: a_quad),
-// STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane),
+// STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane), TRANS_Y
+// (y stored [batch, N, M]: y_at; one pass, element stores),
 // EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
 // ALPHA, BETA, C_MS, C_NS.
@@ -50,15 +51,26 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
 #ifdef SPLIT
     partial_store4((site.s * P() + (site.i * M() + m) * N()) / 4u + c, v);
 #else
-    let o = (site.i * M() + m) * N() + 4u * c;
+    let o = y_at(site.i, m, 4u * c);
 #ifdef STORE4
     y_store4(o / 4u, vec4<f32>(finished(v.x, m, o, 4u * c), finished(v.y, m, o + 1u, 4u * c + 1u),
                                finished(v.z, m, o + 2u, 4u * c + 2u), finished(v.w, m, o + 3u, 4u * c + 3u)));
 #else
     for (var j = 0u; j < 4u; j++) {
-        y_store(o + j, y_t(finished(v[j], m, o + j, 4u * c + j)));
+        let at = y_at(site.i, m, 4u * c + j);
+        y_store(at, y_t(finished(v[j], m, at, 4u * c + j)));
     }
 #endif
+#endif
+}
+
+// y's index of output (m, n) of batch i: row-major, or with TRANS_Y column-major ([N, M] a
+// batch: a pointwise conv's NCHW output, M its positions, N its channels).
+fn y_at(i: u32, m: u32, n: u32) -> u32 {
+#ifdef TRANS_Y
+    return (i * N() + n) * M() + m;
+#else
+    return (i * M() + m) * N() + n;
 #endif
 }
 
@@ -262,7 +274,7 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
     for (var r = 0u; r < ROWS && m0 + r < M(); r++) {
         for (var q = 0u; q < 4u && 4u * gg + q < N(); q++) {
             let n = 4u * gg + q;
-            matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
+            matmul_epilogue_at(y_at(i, m0 + r, n), n);
         }
     }
 #endif

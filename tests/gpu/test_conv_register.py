@@ -112,6 +112,8 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     assert "workgroup" in ran and any(label.startswith("register/") for label in ran), ran
     # rows a multiple of 4 wide: the vec4-input variants ran too (every case has such dims)
     assert any(label.startswith("register4/") for label in ran), ran
+    if name.startswith("pointwise"):  # the transposed product where C and M are multiples of 4
+        assert ("product" in ran) == (w_shape[0] % 4 == 0 and w_shape[1] % 4 == 0), ran
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
         assert {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
 

@@ -51,6 +51,7 @@ from onyxia.operators.conv.window import (
 )
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
+from onyxia.operators.matmul.gemv import MAX_KCHUNK
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_least, at_most
 
@@ -282,6 +283,28 @@ def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[St
         c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else (), epilogue=epilogue))
 
 
+PRODUCT_MAX_P = 256  # the pointwise product's preferred reach (plan_conv)
+
+
+def _transposed_product_applies(spec: ConvSpec, compute: str) -> bool:
+    """The pointwise conv as Y^T = X^T @ W^T fits gemv_chunked.wgsl: k-major weights ([C, M],
+    row-major W^T), C and M static multiples of 4, C one pass long; P may be symbolic."""
+    return (compute == "f32" and spec.w_kmajor and all(_is_int(d) and d % 4 == 0 for d in (spec.channels, spec.maps))
+            and spec.channels <= MAX_KCHUNK)
+
+
+def _plan_transposed_product(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilogue) -> list[Step]:
+    """A pointwise conv over any P (image sizes are symbolic in exported models) as the chunked
+    product Y^T[n] = X^T[n] @ W^T: X [C, P] a batch is A stored k-major (TRANS_A), the k-major
+    weights are B [C, M] row-major, and the kernel stores Y [M, P] transposed (TRANS_Y); the
+    product's static N (the maps) is what its vec4 columns need, not P."""
+    has_bias = ctx.has_input(2)
+    return plan_product(ctx, Product(
+        ctx.input(0), ctx.input(1), ctx.output(0), compute, m=numel(spec.window.out), n=spec.maps, k=spec.channels,
+        trans_a=True, trans_y=True, batch_a=(spec.batch,), batch_b=(), batch=(spec.batch,), gemm=has_bias,
+        c=ctx.input(2) if has_bias else None, c_shape=(1, spec.maps) if has_bias else (), epilogue=epilogue))
+
+
 def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> list[Step]:
     """The conv's steps: one tuned Select of the register-tiled kernels (operators/conv/cpu.py,
     preferred on a CPU-type adapter) and the workgroup-tiled ones (GPU-type adapters), each
@@ -337,6 +360,12 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
             prefer = adapter("cpu") & at_least(win.out[-1], 9) if numel(win.kernel) <= PREFERRED_TAPS else NEVER
             rows.append((f"rows{'4' if x4 else ''}/{rh}x{rp}", steps, guard, prefer))
     alternatives = rows + alternatives
+    if pointwise and _transposed_product_applies(spec, compute):
+        # preferred on a CPU-type adapter up to PRODUCT_MAX_P positions (lavapipe, 1x1 convs of
+        # MobileNetV3: 960 -> 160 at 7x7 1.1 ms vs 2.4 for the best register tile, 480 -> 112 at
+        # 14x14 1.5 vs 2.2; at 28x28 about even; 16 -> 64 at 112x112 4.5 vs 2.5)
+        prefer = adapter("cpu") & at_most(p, PRODUCT_MAX_P)
+        alternatives.insert(0, ("product", _plan_transposed_product(ctx, spec, compute, epilogue), ALWAYS, prefer))
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))

@@ -62,6 +62,7 @@ class Product(Protocol):
     trans_b: bool
     epilogue: Epilogue
     b_panels: bool
+    trans_y: bool
 
 
 def chunked_applies(p: Product) -> bool:
@@ -74,8 +75,8 @@ def chunked_applies(p: Product) -> bool:
 
 def stored(ctx: PlanCtx, y: str, defs: dict) -> dict[str, str | Buf]:
     """gemv_chunked.wgsl's `writes` storing `y` (unsplit), setting STORE4 in `defs` where y is
-    float32: a vec4 store per row of four columns."""
-    defs["STORE4"] = ctx.tensor_dtype(y).name == "float32"
+    float32 and not transposed: a vec4 store per row of four columns."""
+    defs["STORE4"] = ctx.tensor_dtype(y).name == "float32" and not defs.get("TRANS_Y")
     return {"y": Buf(y, vector=defs["STORE4"])}
 
 
@@ -87,6 +88,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     splits = ceil_div(k, MAX_KCHUNK)
     chunk = 4 * ceil_div(ceil_div(k, splits), 4)
     split = splits > 1
+    assert not (split and p.trans_y), "a transposed y is stored by one pass"
     base_params = {key: v for key, v in params.items() if key not in _DROPPED_PARAMS}
     base_params.update(SPLITS=splits, KCHUNK=chunk)
     reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True, wide=True)}
@@ -101,7 +103,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         kernel_defs = {key: v for key, v in defs.items() if key not in ("GEMM", "HAS_C")}
     else:  # the epilogue runs here
         kernel_defs, base_params, reads = p.epilogue.onto(defs, base_params, {**reads, **epilogue_reads})
-        kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs))
+        kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs), TRANS_Y=p.trans_y)
         writes = stored(ctx, p.y, kernel_defs)
     kernel_defs["SPLIT"] = split
     kernel_defs["TRANS_A"] = p.trans_a

@@ -38,7 +38,7 @@ from onyxia.operators.elementwise.elementwise import INT64_OVERFLOW
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.matmul.epilogue import Epilogue, fused_epilogue
 from onyxia.operators.matmul.gemm_variants import plan_alternatives, plan_finish, plan_register, plan_shared
-from onyxia.operators.matmul.gemv import plan_chunked
+from onyxia.operators.matmul.gemv import MAX_KCHUNK, chunked_applies, plan_chunked
 from onyxia.operators.matmul.panels import PANEL_COLUMNS, PANELS_ATTR, from_panels
 from onyxia.plan import Step
 
@@ -54,7 +54,8 @@ _SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
 
 @dataclass(frozen=True)
 class Product:
-    """y[batch] = finish(op(A)[batch] @ op(B)[batch]) with y contiguous [*batch, M, N].
+    """y[batch] = finish(op(A)[batch] @ op(B)[batch]) with y contiguous [*batch, M, N] ([*batch, N,
+    M] when trans_y: only the chunked kernel, one pass, plans it).
 
     A is [*batch_a, M, K] ([*batch_a, K, M] when trans_a), B is [*batch_b, K, N] ([.., N, K]
     when trans_b); the batch dims broadcast NumPy-style to `batch`. `finish` is the identity
@@ -81,6 +82,7 @@ class Product:
     beta: float = 1.0
     epilogue: Epilogue = Epilogue()  # fused elementwise ops after finish (f32 compute only)
     b_panels: bool = False  # B [K, N] stored in column panels (operators/matmul/panels.py), not row-major
+    trans_y: bool = False  # y stored [*batch, N, M] (a pointwise conv's NCHW output: M its positions)
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
@@ -122,6 +124,9 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
+    if p.trans_y:  # only the chunked kernel stores y transposed
+        assert chunked_applies(p) and isinstance(p.k, int) and p.k <= MAX_KCHUNK, p
+        return plan_chunked(ctx, p, nbatch, params, defs, epilogue_reads, reports)
     # Every kernel variant that applies, as one Select (operators/matmul/gemm_variants.py): the runtime
     # replays the fastest on its adapter, or the heuristic's choice with tuning off.
     def planner(plan):
