@@ -40,6 +40,14 @@ from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.conv.cpu import KMAJOR_ATTR, from_kmajor, plan_register, register_applies, register_tiles
 from onyxia.operators.conv.depthwise import DW_TILES, PREFERRED_TAPS, depthwise_applies, plan_depthwise
+from onyxia.operators.conv.pointwise import (
+    PRODUCT_MAX_P,
+    WEIGHTS_KC_ATTR,
+    is_pointwise,
+    plan_pointwise,
+    plan_transposed_product,
+    transposed_product_applies,
+)
 from onyxia.operators.conv.window import (
     MAX_SPATIAL,
     Window,
@@ -51,8 +59,6 @@ from onyxia.operators.conv.window import (
 )
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import BK, SCRATCH_DTYPE, TILED_KCHUNK, k_splits, plan_finish
-from onyxia.operators.matmul.gemv import MAX_KCHUNK
-from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_least, at_most
 
 # Below these many output channels per group or products per output, a tile would be mostly
@@ -60,9 +66,6 @@ from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_least, at_most
 MIN_GEMM_ROWS = 8
 MIN_GEMM_K = 8
 SMALL_GRID = 32  # prefer a smaller column tile until there are this many workgroups
-# A 1x1 Conv over a 1x1 map (squeeze-excite) whose constant weights passes/pooled_conv.py stored
-# as [C, M, 1, ...] (W^T: the row-major B the few-rows product kernels read) carries this attribute.
-WEIGHTS_KC_ATTR = "onyxia_weights_kc"
 # The direct kernel walks all of K in one invocation (lavapipe stops an invocation's loops after
 # ~65,535 iterations): a longer reduction takes the GEMM kernel, which splits K.
 DIRECT_MAX_K = 16384
@@ -259,52 +262,6 @@ class ConvTranspose(Conv):
         return canvas[(slice(None), slice(None)) + crop]
 
 
-def _is_pointwise(spec: ConvSpec) -> bool:
-    win = spec.window
-    return (not spec.transposed and spec.group == 1 and all(k == 1 for k in win.kernel)
-            and all(s == 1 for s in win.strides) and all(_is_int(p) and p == 0 for p in win.begin + win.end))
-
-
-def _plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[Step]:
-    """A 1x1 convolution is a batched matrix product, Y[n] = W[M, C] @ X[n][C, P] (+ bias per
-    row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
-    squeeze-excite convolutions over a pooled 1x1 map)."""
-    has_bias = ctx.has_input(2)
-    compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
-    if ctx.attr(WEIGHTS_KC_ATTR, 0):  # P = 1: Y[N, M] = X[N, C] @ W^T[C, M] (+ bias per column)
-        return plan_product(ctx, Product(
-            ctx.input(0), ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
-            gemm=has_bias, c=ctx.input(2) if has_bias else None, c_shape=(spec.maps,) if has_bias else (),
-            epilogue=epilogue))
-    return plan_product(ctx, Product(
-        ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
-        trans_a=spec.w_kmajor,
-        batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
-        c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else (), epilogue=epilogue))
-
-
-PRODUCT_MAX_P = 256  # the pointwise product's preferred reach (plan_conv)
-
-
-def _transposed_product_applies(spec: ConvSpec, compute: str) -> bool:
-    """The pointwise conv as Y^T = X^T @ W^T fits gemv_chunked.wgsl: k-major weights ([C, M],
-    row-major W^T), C and M static multiples of 4, C one pass long; P may be symbolic."""
-    return (compute == "f32" and spec.w_kmajor and all(_is_int(d) and d % 4 == 0 for d in (spec.channels, spec.maps))
-            and spec.channels <= MAX_KCHUNK)
-
-
-def _plan_transposed_product(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilogue) -> list[Step]:
-    """A pointwise conv over any P (image sizes are symbolic in exported models) as the chunked
-    product Y^T[n] = X^T[n] @ W^T: X [C, P] a batch is A stored k-major (TRANS_A), the k-major
-    weights are B [C, M] row-major, and the kernel stores Y [M, P] transposed (TRANS_Y); the
-    product's static N (the maps) is what its vec4 columns need, not P."""
-    has_bias = ctx.has_input(2)
-    return plan_product(ctx, Product(
-        ctx.input(0), ctx.input(1), ctx.output(0), compute, m=numel(spec.window.out), n=spec.maps, k=spec.channels,
-        trans_a=True, trans_y=True, batch_a=(spec.batch,), batch_b=(), batch=(spec.batch,), gemm=has_bias,
-        c=ctx.input(2) if has_bias else None, c_shape=(1, spec.maps) if has_bias else (), epilogue=epilogue))
-
-
 def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> list[Step]:
     """The conv's steps: one tuned Select of the register-tiled kernels (operators/conv/cpu.py,
     preferred on a CPU-type adapter) and the workgroup-tiled ones (GPU-type adapters), each
@@ -321,7 +278,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     if ctx.attr(WEIGHTS_KC_ATTR, 0):  # a pooled map's W^T (passes/pooled_conv.py): a matrix product
         return workgroup
     bias = ctx.input(2) if ctx.has_input(2) else None
-    pointwise = _is_pointwise(spec)
+    pointwise = is_pointwise(spec)
     # A pointwise conv is one row of P positions: no padding lanes at a row's end.
     spatial, flat = ((p,), Window((1,), (1,), (1,), (0,), (0,), (p,))) if pointwise else (spec.spatial, win)
     alternatives = []
@@ -360,12 +317,12 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
             prefer = adapter("cpu") & at_least(win.out[-1], 9) if numel(win.kernel) <= PREFERRED_TAPS else NEVER
             rows.append((f"rows{'4' if x4 else ''}/{rh}x{rp}", steps, guard, prefer))
     alternatives = rows + alternatives
-    if pointwise and _transposed_product_applies(spec, compute):
+    if pointwise and transposed_product_applies(spec, compute):
         # preferred on a CPU-type adapter up to PRODUCT_MAX_P positions (lavapipe, 1x1 convs of
         # MobileNetV3: 960 -> 160 at 7x7 1.1 ms vs 2.4 for the best register tile, 480 -> 112 at
         # 14x14 1.5 vs 2.2; at 28x28 about even; 16 -> 64 at 112x112 4.5 vs 2.5)
         prefer = adapter("cpu") & at_most(p, PRODUCT_MAX_P)
-        alternatives.insert(0, ("product", _plan_transposed_product(ctx, spec, compute, epilogue), ALWAYS, prefer))
+        alternatives.insert(0, ("product", plan_transposed_product(ctx, spec, compute, epilogue), ALWAYS, prefer))
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))
@@ -381,8 +338,8 @@ def _plan_workgroup(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilog
     p = numel(win.out)
     ncols = spec.batch * p
     k = spec.cg * numel(win.kernel)
-    if _is_pointwise(spec):
-        return _plan_pointwise(ctx, spec, epilogue)
+    if is_pointwise(spec):
+        return plan_pointwise(ctx, spec, epilogue)
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols}
     has_bias = ctx.has_input(2)

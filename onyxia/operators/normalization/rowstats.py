@@ -7,8 +7,8 @@ are merged, so per-invocation trip counts stay bounded by construction.
 
 from __future__ import annotations
 
-from onyxia.ir.shapes import Dim
 from onyxia.ir.dtypes import FLOAT32
+from onyxia.ir.shapes import Dim
 from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, Buf, PlanCtx
 from onyxia.operators.reduction.reduction import bound_of, lanes_for
 from onyxia.plan import ALWAYS, Step, adapter, at_least
