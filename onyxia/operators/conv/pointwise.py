@@ -8,17 +8,27 @@ stored transposed).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from onyxia.ir.shapes import numel
+from onyxia.ir.shapes import Dim, numel
 from onyxia.operators.base import PlanCtx
+from onyxia.operators.conv.window import Window
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemv import MAX_KCHUNK
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.plan import Step
 
-if TYPE_CHECKING:
-    from onyxia.operators.conv.conv import ConvSpec
+
+class ConvSpec(Protocol):
+    """What these read of conv.py's ConvSpec (which imports this module)."""
+
+    batch: Dim
+    channels: int
+    maps: int
+    group: int
+    window: Window
+    transposed: bool
+    w_kmajor: bool
 
 # A 1x1 Conv over a 1x1 map (squeeze-excite) whose constant weights passes/pooled_conv.py stored
 # as [C, M, 1, ...] (W^T: the row-major B the few-rows product kernels read) carries this attribute.
