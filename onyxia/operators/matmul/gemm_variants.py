@@ -129,7 +129,8 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
     workgroups = (ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits)
     if not split:
         kernel_defs, kernel_params, reads = p.epilogue.onto(kernel_defs, kernel_params, {**reads, **epilogue_reads})
-        kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs))
+        # the defs plan_chunked gives its 32-row class: one shader for both
+        kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs), TRANS_Y=p.trans_y)
         writes = stored(ctx, p.y, kernel_defs)
         return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
                              writes=writes, workgroups=workgroups, reports=reports,
