@@ -80,3 +80,24 @@ def test_constant_normalizations_fold(runtime):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+
+
+@pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
+@pytest.mark.parametrize("op,params,attrs", [
+    ("InstanceNormalization", affine(), {}),
+    ("GroupNormalization", affine(), dict(num_groups=2)),
+    ("MeanVarianceNormalization", {}, dict(axes=[0, 2])),
+])
+def test_moments_kernels_of_both_adapter_kinds(runtime, cpu, op, params, attrs):
+    """Rows of 64+ or a symbolic count of elements run 8 threads a row on a CPU-type adapter
+    (one SIMD batch), 256 elsewhere (assume_adapter): both against onnxruntime, symbolic rows
+    short, long (70,000: three parts of the 8-thread rows' 32,768) and back."""
+    model = norm_model(op, ["n", C, "hw"], params, 21, **attrs)
+    exe = runtime.load_model(compile_model(model, {"n": 1, "hw": 100}))
+    exe.assume_adapter("cpu" if cpu else "gpu")
+    for dims in ({"n": 1, "hw": 100}, {"n": 2, "hw": 70_000}, {"n": 3, "hw": 9}):
+        exe.update_dimensions(dims)
+        x = randn(dims["n"], C, dims["hw"], scale=2.0, offset=5.0)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4,
+                                   err_msg=str(dims))
+    assert exe.stats.recompiles == 0
