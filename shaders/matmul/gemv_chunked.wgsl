@@ -11,7 +11,8 @@
 // of exactly the workgroup (ONYXIA_SUBGROUPS, a render-time def, and subgroup_size 8 at run
 // time), invocation l loads rows m0 + l, m0 + 8 + l, .. and subgroupBroadcast hands each row to
 // all, instead of every invocation loading every row (lavapipe loads storage one invocation at
-// a time). Measured on lavapipe (Mesa 22.3, K = 512, N = 1024 .. 1408): 14 rows ~13 -> ~23 GF/s,
+// a time); where the subgroups are known to hold the 8 lanes (ONYXIA_SUBGROUPS_OF_8) the plain
+// path is not compiled at all. Measured on lavapipe (Mesa 22.3, K = 512, N = 1024 .. 1408): 14 rows ~13 -> ~23 GF/s,
 // 64 rows (ROWS = 32) ~16 -> ~35 GF/s; one row streams B ~1.2 - 1.8x faster with one column
 // group per invocation than with two.
 // A row past M reads row M - 1 and a column group past N / 4 reads the last one; neither stores.
@@ -182,7 +183,9 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
     var acc7 = mat4x4<f32>();
 #endif
     var lanes_share = false;
-#ifdef ONYXIA_SUBGROUPS
+#ifdef ONYXIA_SUBGROUPS_OF_8
+    lanes_share = true;  // the workgroup's 8 lanes are one subgroup: they share A's rows
+#else ifdef ONYXIA_SUBGROUPS
     lanes_share = sg_size == THREADS;  // the workgroup is one subgroup: its lanes share A's rows
 #endif
     if (lanes_share) {
@@ -227,6 +230,8 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
         }
 #endif
     } else {
+#ifndef ONYXIA_SUBGROUPS_OF_8
+        // (not compiled where the subgroup path always runs: it doubled the kernel's compile)
         for (var k4 = k_begin; k4 < k_end; k4++) {
             let b = b_block(b_base, k4, g0);
             acc0 += b * a_rows(a_base, m0, k4);
@@ -244,6 +249,7 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
             acc7 += b * a_rows(a_base, m0 + 28u, k4);
 #endif
         }
+#endif
     }
     // Rows through workgroup memory into one store loop: a put() per row (32 at ROWS = 32, each
     // with its guards and four stores inlined) made the kernel about twice as slow to compile.
