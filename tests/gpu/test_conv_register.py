@@ -87,6 +87,9 @@ CASES = {
     "depthwise_7x7": ([[1, 4, "h", 24], [4, 1, 7, 7], dict(group=4, pads=[3, 3, 3, 3]),
                        [dict(h=9), dict(h=4)]]),
     "conv1d": ([[2, 8, "L"], [12, 8, 3], dict(pads=[1, 2], dilations=[2]), [dict(L=13), dict(L=32)]]),
+    # kernel rows too long for the usual tiles (wav2vec2's positional conv: 128 taps, 16 groups):
+    # the 4 x 4 tile (cpu.LONG_KERNEL_TILE), not the GPU-type kernels
+    "long_kernel": ([["n", 32, "L"], [32, 2, 128], dict(group=16, pads=[64, 64]), [dict(n=1, L=48), dict(n=2, L=30)]]),
     "conv3d": ([[1, 4, 5, 6, 8], [8, 4, 3, 2, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1]), [{}]]),
     # static row widths, wide row segments (cpu.ROW_TILES): 56 -> 2 x 28 (batch and height
     # symbolic), 30 -> 28 + 2 (stride 2), 14 -> 16, depthwise 44 -> 2 x 28 (the last 16 idle)
@@ -176,6 +179,18 @@ def test_wide_row_segments_are_the_cpu_heuristic(width):
             dims = {"w": w} if width is None else {}
             assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (w, select.labels)
             assert select.labels[select.choose(dims, AdapterFacts("gpu"))] == "workgroup"
+
+
+def test_long_kernel_rows_take_the_last_resort_tile():
+    # wav2vec2's positional conv (256 channels in 16 groups, 128 taps, 49 frames): no usual tile's
+    # unrolled body fits, so the 4 x 4 one is offered and a CPU-type adapter takes it (the
+    # workgroup kernel took 200 ms there on lavapipe, the tile 12 ms)
+    model = conv_model("Conv", [1, 256, "L"], [256, 16, 128], group=16, pads=[64, 64])
+    select = next(s for op in compile_model(model, {"L": 49}).operations for s in op.steps
+                  if getattr(s, "key", "").startswith("conv/"))
+    assert select.labels[select.choose({"L": 49}, AdapterFacts("cpu"))] == "register/4x4", select.labels
+    assert select.labels[select.choose({"L": 48}, AdapterFacts("cpu"))] == "register4/4x4", select.labels
+    assert select.labels[select.choose({"L": 49}, AdapterFacts("gpu"))] == "workgroup"
 
 
 def test_strided_rows_take_16_channel_tiles():

@@ -81,6 +81,7 @@ DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
 # 7 wide: 3.13, 1.79, 2.38). The pointwise tiles' LONG_ROW and the strided-row rule below (8x8
 # for rows read one element at a time) had taken 16x8 or 8x8 for all three.
 STRIDED_POINT_TILES = ((16, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
+LONG_KERNEL_TILE = (4, 4)  # register_tiles' last resort: RM x RP x KW up to MAX_BODY at 128 taps
 
 
 # The params baked into the kernel (the window's geometry, which the generated body follows);
@@ -125,6 +126,10 @@ def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1) -> list[tuple[
     kept: dict[tuple[int, int], tuple[int | None, int | None]] = {}
     for rm, rp, lo, hi in tiles:
         kept.setdefault((min(rm, cap), rp), (lo, hi))
+    if all(rm * (rp // 4) * kw > MAX_BODY for rm, rp in kept):
+        # Kernel rows too long for every tile's unrolled body (wav2vec2's positional Conv1d, 128
+        # taps): the smallest tile, whose body still fits, rather than the GPU-type kernels.
+        kept = {(min(LONG_KERNEL_TILE[0], cap), LONG_KERNEL_TILE[1]): (None, None)}
     return [(rm, rp, lo, hi) for (rm, rp), (lo, hi) in kept.items()]
 
 
