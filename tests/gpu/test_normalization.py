@@ -194,10 +194,12 @@ def test_random_layernorm_matches_ort(runtime, case):
 
 
 @pytest.mark.parametrize("cpu", [0, 1], ids=["gpu-kernel", "cpu-kernel"])
-@pytest.mark.parametrize("k", [512, 70_000])  # 70,000: three parts of the 8-thread rows (8 x 4,096 each)
+# 40: a thread a row on a CPU-type adapter; 70,000: three parts of the 8-thread rows (8 x 4,096 each)
+@pytest.mark.parametrize("k", [6, 40, 512, 70_000])
 def test_row_kernels_of_both_adapter_kinds(runtime, cpu, k):
-    """Rows of 64+ elements run 8 threads per row on a CPU-type adapter, 256 elsewhere
-    (assume_adapter): each variant against onnxruntime, whatever this adapter is."""
+    """Rows of 64+ elements run 8 threads per row on a CPU-type adapter, shorter ones a thread
+    each, 256-thread workgroups elsewhere (assume_adapter): each variant against onnxruntime,
+    whatever this adapter is."""
 
     nodes = [h.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "mean", "inv", "sum"],
                          domain="com.microsoft", epsilon=1e-5),

@@ -206,6 +206,6 @@ def test_layer_norm_stash_type_is_honoured(runtime):
 def test_layer_norm_stash_type_1_uses_the_kernel(runtime):
     node = h.make_node("LayerNormalization", ["x", "s"], ["y"], stash_type=1)
     model = make_model([node], [("x", np.float32, ["n", 8])], ["y"], {"s": np.ones(8, np.float32)}, opset=17)
-    assert [s.label for s in compile_model(model, {"n": 2}).shaders] == ["rownorm_layernorm"]
+    assert {s.label for s in compile_model(model, {"n": 2}).shaders} == {"rownorm_layernorm"}  # each adapter kind's
 
 
