@@ -51,9 +51,8 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
     }
 #ifdef SPLIT
     partial_store4((site.s * P() + (site.i * M() + m) * N()) / 4u + c, v);
-#else
+#else ifdef STORE4
     let o = y_at(site.i, m, 4u * c);
-#ifdef STORE4
     y_store4(o / 4u, vec4<f32>(finished(v.x, m, o, 4u * c), finished(v.y, m, o + 1u, 4u * c + 1u),
                                finished(v.z, m, o + 2u, 4u * c + 2u), finished(v.w, m, o + 3u, 4u * c + 3u)));
 #else
@@ -61,7 +60,6 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>) {
         let at = y_at(site.i, m, 4u * c + j);
         y_store(at, y_t(finished(v[j], m, at, 4u * c + j)));
     }
-#endif
 #endif
 }
 

@@ -21,9 +21,9 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import Node
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import WORKGROUP_SIZE, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.normalization.rowstats import CPU_LANES, CPU_ROW_MIN, in_parts, plan_rows
+from onyxia.operators.normalization.rowstats import CPU_LANES, CPU_ROW_MIN, by_adapter, in_parts, lane_defs, plan_rows
 from onyxia.operators.reduction.reduction import lanes_for, split_axes, walk_code
-from onyxia.plan import ALWAYS, Step, adapter
+from onyxia.plan import Step
 
 # ---- Softmax / LogSoftmax -----------------------------------------------------------------
 
@@ -301,19 +301,16 @@ def plan_moments(ctx: PlanCtx, mo: Moments, scale: int | None = None, bias: int 
         params.update(CH_INNER=mo.channel_inner, CH_COUNT=mo.channel_count)
 
     def variant(lanes: int, group: int) -> list[Step]:
-        vdefs = {**defs, "LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})}
-        vstats = ({**stats[0], "LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})},
-                  stats[1], stats[2])
-        return in_parts(ctx, "normalization/moments.wgsl", f"moments_{mo.out}", rows, k, lanes, vdefs, params, reads,
-                        {"y": ctx.output(0)}, vstats, group=group)
+        return in_parts(ctx, "normalization/moments.wgsl", f"moments_{mo.out}", rows, k, lanes,
+                        {**defs, **lane_defs(lanes, group)}, params, reads, {"y": ctx.output(0)},
+                        ({**stats[0], **lane_defs(lanes, group)}, stats[1], stats[2]), group=group)
 
     if isinstance(k, int) and k < CPU_ROW_MIN:
         return variant(lanes, WORKGROUP_SIZE)
     # As rownorm's rows (rowstats.plan_rows): on a CPU-type adapter a row takes one SIMD batch of
     # CPU_LANES threads, whose barriers switch nothing (lavapipe, a VAE decoder's GroupNorms,
     # 18 of them at 32x32 latents: ~95 -> ~65 ms).
-    return ctx.select(f"moments_{mo.out}", [("cpu", variant(CPU_LANES, CPU_LANES), ALWAYS, adapter("cpu")),
-                                            ("gpu", variant(lanes, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
+    return by_adapter(ctx, f"moments_{mo.out}", variant, (CPU_LANES, CPU_LANES), lanes)
 
 
 def _normalize(x: np.ndarray, axes: tuple[int, ...], eps: float, eps_outside: bool = False) -> np.ndarray:

@@ -7,6 +7,8 @@ are merged, so per-invocation trip counts stay bounded by construction.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from onyxia.ir.dtypes import FLOAT32
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import MAX_TRIPS, WORKGROUP_SIZE, Buf, PlanCtx
@@ -66,7 +68,7 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     quad_types = ctx.input_dtype(0) == FLOAT32 and "y" in writes and ctx.output_dtype(writes["y"]) == FLOAT32
 
     def variant(lanes: int, group: int) -> list[Step]:
-        vdefs = {**defs, "LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})}
+        vdefs = {**defs, **lane_defs(lanes, group)}
         vreads: dict[str, str | Buf] = dict(read_names)
         vwrites: dict[str, str | Buf] = dict(write_names)
         if (quad_types and isinstance(k, int) and k % 4 == 0 and k <= lanes * MAX_TRIPS and not strided
@@ -81,16 +83,26 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
 
     if not isinstance(k, int) or (k < CPU_ROW_MIN and "ORT_RMS" in defs):  # ORT_RMS sums over 8 lanes
         return variant(lanes, WORKGROUP_SIZE)
-    if k < CPU_ROW_MIN:
-        # Short rows on a CPU-type adapter: a thread per row, no barrier at all (lavapipe,
-        # ConvNeXt's channel LayerNorms, 3136 rows of 40: ~10.8 ms with 64 lanes a row)
-        return ctx.select(f"rownorm_{out}", [("cpu", variant(1, WORKGROUP_SIZE), ALWAYS, adapter("cpu")),
-                                             ("gpu", variant(lanes, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
     # A CPU-type adapter (lavapipe) runs a workgroup as SIMD batches of 8 threads and switches
     # between the batches at every barrier: a row per workgroup of one batch has no switches
-    # (decode RMSNorm over 512 elements: ~66 -> ~15 us). GPUs keep the 256-thread rows.
-    return ctx.select(f"rownorm_{out}", [("cpu", variant(CPU_LANES, CPU_LANES), ALWAYS, adapter("cpu")),
-                                         ("gpu", variant(lanes, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
+    # (decode RMSNorm over 512 elements: ~66 -> ~15 us), a short row a thread and no barrier at
+    # all (ConvNeXt's channel LayerNorms, 3136 rows of 40: ~10.8 ms with 64 lanes a row). GPUs
+    # keep the 256-thread rows.
+    cpu = (1, WORKGROUP_SIZE) if k < CPU_ROW_MIN else (CPU_LANES, CPU_LANES)
+    return by_adapter(ctx, f"rownorm_{out}", variant, cpu, lanes)
+
+
+def lane_defs(lanes: int, group: int) -> dict[str, object]:
+    """The LANES def, and WG_SIZE where the workgroup is not the default size."""
+    return {"LANES": lanes, **({"WG_SIZE": group} if group != WORKGROUP_SIZE else {})}
+
+
+def by_adapter(ctx: PlanCtx, key: str, variant: Callable[[int, int], list[Step]], cpu: tuple[int, int],
+               lanes: int) -> list[Step]:
+    """A Select of a row kernel's variant(lanes, group) for each adapter kind: `cpu` (lanes,
+    group) where the adapter is a CPU, `lanes` in default workgroups elsewhere."""
+    return ctx.select(key, [("cpu", variant(*cpu), ALWAYS, adapter("cpu")),
+                            ("gpu", variant(lanes, WORKGROUP_SIZE), ALWAYS, ALWAYS)])
 
 
 def in_parts(ctx: PlanCtx, shader: str, label: str, rows: Dim, k: Dim, lanes: int, defs: dict[str, object],
