@@ -12,7 +12,7 @@ from onyxia.operators.attention import fused as fused_attention
 from onyxia.operators.attention import gqa, onnx_attention, rotary
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.control import control as control_ops
-from onyxia.operators.conv import col2im, deform
+from onyxia.operators.conv import col2im, deform, phases
 from onyxia.operators.conv import conv as conv_ops
 from onyxia.operators.conv import fused as conv_fused
 from onyxia.operators.elementwise import conversion, fused
@@ -51,7 +51,7 @@ CATEGORY_MODULES = (
     normalization_ops, lrn,  # normalization/
     gqa, rotary, onnx_attention, fused_attention,  # attention/
     quantized_ops, qlinear, quantize_linear, matmul_bnb4, dynamic_matmul,  # quantized/
-    conv_ops, conv_fused, deform, col2im,  # conv/
+    conv_ops, conv_fused, deform, col2im, phases,  # conv/
     pooling_ops,  # pooling/
     resize, image_ops, roi,  # image/
     selection_ops, datadep, unique_nms,  # selection/

@@ -36,6 +36,7 @@ from tests.builders import (
     small_ops,
     spectral,
     storage,
+    upsample_conv,
 )
 from tests.builders.shader_cases import (
     BOOL,
@@ -223,6 +224,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("onyxia", "GemmEpilogue"): _from(matmul_epilogue, "Gemm"),
     ("onyxia", "ConvEpilogue"): _from(conv_epilogue, "Conv"),
     ("onyxia", "ConvTransposeEpilogue"): _from(conv_epilogue, "ConvTranspose"),
+    ("onyxia", "PhaseInterleave"): _from(upsample_conv),  # made by UpsampleConvPass
     ("", "Attention"): _from(onnx_attention),
     ("", "TopK"): _from(selection, "TopK"),
     ("", "Hardmax"): _from(selection, "Hardmax"),

@@ -20,13 +20,14 @@ from onyxia.compiler.passes.resolution import SymbolicResolutionPass
 from onyxia.compiler.passes.rms_norm_fusion import RmsNormFusionPass
 from onyxia.compiler.passes.sequences import SequenceLoweringPass
 from onyxia.compiler.passes.split_large import SplitLargeTensorsPass
+from onyxia.compiler.passes.upsample_conv import UpsampleConvPass
 from onyxia.compiler.passes.weight_panels import WeightPanelsPass
 
 
 def default_optimization_passes() -> list:
     """The passes CompilerPipeline adds unless optimize=False: Optimization-stage ones, and
     DynamicQuantFusionPass, which must see its chain before function expansion decomposes it."""
-    return [DynamicQuantFusionPass(), ConvBatchNormPass(), DivMulFusionPass(), RmsNormFusionPass(),
+    return [DynamicQuantFusionPass(), ConvBatchNormPass(), UpsampleConvPass(), DivMulFusionPass(), RmsNormFusionPass(),
             AttentionFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(), SharedQuantizationPass(),
             ElementwiseFusionPass(), EpilogueFusionPass(), PooledConvWeightsPass(), WeightPanelsPass(),
             ConvWeightsPass(), NBitsTilesPass()]
@@ -37,5 +38,6 @@ __all__ = ["AttentionFusionPass", "ConstantFoldingPass", "ConvBatchNormPass", "C
            "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass",
            "NBitsTilesPass", "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass",
            "SharedQuantizationPass",
-           "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "WeightPanelsPass",
+           "ShapeInferencePass", "SplitLargeTensorsPass", "SymbolicResolutionPass", "UpsampleConvPass",
+           "WeightPanelsPass",
            "default_optimization_passes"]
