@@ -95,6 +95,11 @@ CASES = {
     # symbolic), 30 -> 28 + 2 (stride 2), 14 -> 16, depthwise 44 -> 2 x 28 (the last 16 idle)
     "fitted_rows": ([["n", 8, "h", 56], [12, 8, 3, 3], dict(pads=[1, 1, 1, 1]),
                      [dict(n=2, h=5), dict(n=1, h=3)]]),
+    # 32 channel rows (cpu.ROW_TILES_2D): 40 maps, one full block and one of 8
+    "rows_of_32": ([["n", 8, "h", "w"], [40, 8, 3, 3], dict(pads=[1, 1, 1, 1]),
+                    [dict(n=2, h=5, w=12), dict(n=1, h=4, w=9)]]),
+    "rows_of_32_strided": ([[1, 8, "h", "w"], [40, 8, 3, 3], dict(pads=[1, 0, 1, 1], strides=[2, 2]),
+                            [dict(h=9, w=20), dict(h=6, w=11)]]),
     "fitted_odd_segments": ([[1, 8, 5, 60], [8, 8, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]), [{}]]),
     "fitted_16": ([[1, 8, 3, 16], [8, 8, 3, 3], dict(pads=[1, 0, 1, 0]), [{}]]),
     "fitted_depthwise": ([[2, 8, 6, 44], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2]), [{}]]),
@@ -167,18 +172,39 @@ def test_long_reduction_is_split(runtime):
     assert any(label.startswith("register/") for label in ran)
 
 
+def _conv_select(model, dims):
+    return next(s for op in compile_model(model, dims).operations for s in op.steps
+                if getattr(s, "key", "").startswith("conv/"))
+
+
 @pytest.mark.parametrize("width", [None, 56, 14, 7])
-def test_wide_row_segments_are_the_cpu_heuristic(width):
-    # 3x3: a row 56 wide in 2 segments of 28; 14 and 7 in segments of 8 with 16 channels (cpu.py
-    # ROW_TILES), the same whether the width is static or symbolic (the Select's prefer guards)
+def test_2d_rows_take_32_channel_rows(width):
+    # 3x3 over 2-D rows: 32 channels x 8 positions (cpu.py ROW_TILES_2D) at any row width, static
+    # or symbolic (the Select's prefer guards), vec4 input reads where the row allows them
     model = conv_model("Conv", [1, 32, 4, width or "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1])
-    compiled = compile_model(model, {} if width else {"w": 56})
-    select = next(s for op in compiled.operations for s in op.steps if getattr(s, "key", "").startswith("conv/"))
-    for w, label in ((56, "register4/8x28"), (14, "register/16x8"), (7, "register/16x8")):
+    select = _conv_select(model, {} if width else {"w": 56})
+    for w in (56, 14, 7):
         if width in (None, w):
             dims = {"w": w} if width is None else {}
+            label = "register4/32x8" if w % 4 == 0 else "register/32x8"
             assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (w, select.labels)
             assert select.labels[select.choose(dims, AdapterFacts("gpu"))] == "workgroup"
+
+
+def test_tile_preferences_by_kernel_and_rank():
+    cpu = AdapterFacts("cpu")
+    # rows of more than 4 taps keep 16 channel rows (a 32-row body of 7 taps compiles 3x slower)
+    select = _conv_select(conv_model("Conv", [1, 3, "h", "w"], [64, 3, 7, 7], pads=[3] * 4, strides=[2, 2]),
+                          {"h": 224, "w": 224})
+    assert select.labels[select.choose({"h": 224, "w": 224}, cpu)] == "register4/16x8", select.labels
+    # 1-D rows: 8 x 8, strided or not
+    for strides, length in (([1], 1500), ([2], 3199)):
+        select = _conv_select(conv_model("Conv", [1, 32, "L"], [32, 32, 3], pads=[1, 1], strides=strides),
+                              {"L": length})
+        assert select.labels[select.choose({"L": length}, cpu)].endswith("/8x8"), (strides, select.labels)
+    # fewer output channels than 32: the tile's rows shrink to the next power of two
+    select = _conv_select(conv_model("Conv", [1, 8, 6, "w"], [12, 8, 3, 3], pads=[1, 1, 1, 1]), {"w": 16})
+    assert select.labels[select.choose({"w": 16}, cpu)] == "register4/16x8", select.labels
 
 
 def test_long_kernel_rows_take_the_last_resort_tile():
@@ -193,14 +219,13 @@ def test_long_kernel_rows_take_the_last_resort_tile():
     assert select.labels[select.choose({"L": 49}, AdapterFacts("gpu"))] == "workgroup"
 
 
-def test_strided_rows_take_16_channel_tiles():
-    # stride 2 reads a span twice as long: 8-wide segments of 16 channels over a row 28 wide (from
-    # 56), not 28-wide ones
+def test_strided_2d_rows_take_32_channel_rows():
+    # stride 2 over 2-D rows: 8-wide segments of 32 channels, whether the input row reads as vec4s
+    # or (55 wide) one element at a time (lavapipe, 64 -> 128 from 55x55: 32x8 7.0 ms, 8x8 11.1)
     model = conv_model("Conv", [1, 32, 8, "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
-    select = next(s for op in compile_model(model, {"w": 56}).operations for s in op.steps
-                  if getattr(s, "key", "").startswith("conv/"))
-    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/16x8", select.labels
-    assert "register4/8x28" not in select.labels
+    select = _conv_select(model, {"w": 56})
+    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/32x8", select.labels
+    assert select.labels[select.choose({"w": 55}, AdapterFacts("cpu"))] == "register/32x8", select.labels
 
 
 def test_long_reduction_fitted_rows(runtime):

@@ -284,7 +284,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     alternatives = []
     # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
     row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
-    tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1], flat.strides[-1])
+    tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1], flat.strides[-1], len(spatial))
     # the 8-wide segment with the fewest channel rows (8x8; 1x8 depthwise)
     narrow = min(((rm, rp) for rm, rp, _, _ in tiles if rp == 8), default=None)
     for x4, rm, rp, lo, hi in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
@@ -295,11 +295,12 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
                                   eow=win.out[-1])
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
-            # a strided row of several taps read one element at a time takes `narrow` at any
+            # a strided 1-D row of several taps read one element at a time takes `narrow` at any
             # width (wav2vec2's 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180
-            # ms, 16x8 454 ms, 8x16 473 ms); one tap: cpu.py STRIDED_POINT_TILES
+            # ms, 16x8 454 ms, 8x16 473 ms; a 2-D one keeps 32x8: 256 -> 512 s2 from 14x14
+            # 10.8 ms, 8x8 16.2); one tap: cpu.py STRIDED_POINT_TILES
             prefer = adapter("cpu")
-            if not x4 and flat.strides[-1] > 1 and flat.kernel[-1] > 1:
+            if not x4 and flat.strides[-1] > 1 and flat.kernel[-1] > 1 and len(spatial) == 1:
                 lo, hi = (None, None) if (rm, rp) == narrow else (1, 0)
             prefer &= at_least(flat.out[-1], lo) if lo is not None else ALWAYS
             prefer &= at_most(flat.out[-1], hi) if hi is not None else ALWAYS

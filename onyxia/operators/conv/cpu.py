@@ -15,8 +15,10 @@ Shapes the variants take (all f32 compute, any float storage; not ConvTranspose)
 - general: any kernel, stride, dilation, pads, groups, 1-D to 3-D (conv::window's 3-D params);
 - depthwise (one output channel per group): RM = 1, input reuse along the row only.
 
-Tiles (TILES, ROW_TILES, STRIDED_ROW_TILES, DEPTHWISE_TILES), each preferred for a range of
-output row widths, static or symbolic (a model's usually are). Measured on lavapipe (Mesa 22.3,
+Tiles (TILES, ROW_TILES_2D, WIDE_KERNEL_TILES_2D, ROW_TILES_1D, STRIDED_ROW_TILES,
+DEPTHWISE_TILES, STRIDED_POINT_TILES), each preferred for a range of output row widths, static or
+symbolic (a model's usually are); the 2-D ones' figures are with them. Earlier (a tap-outer body,
+in which 32 channel rows spilled once per tap), measured on lavapipe (Mesa 22.3,
 2 cores shared with a load average of 7-17) in process CPU time, which a loaded machine barely
 moves (wall-clock medians of one kernel varied 2-3x between runs; the FMA-peak kernel of
 runtime/peaks.py runs at 26 GF/s per CPU second there), symbolic dims, ms per conv:
@@ -30,7 +32,7 @@ from 28x28 8x16 15.6, 8x8 18.6, 8x28 28.7; the 7x7 stem at 224x224 8x16 22.0, 8x
 across the lanes, but inside the channel loop) then serves more positions. Not faster: more
 channel rows (32x8, 16x28), the lanes over 8 channel blocks of one segment instead of 8
 segments (input loads uniform, weight loads per lane: 8x28 20.9 vs 20.8), fma() for the
-multiply-adds. (Wall-clock figures had put 3x3 at a third of 1x3's rate per flop; in CPU time
+multiply-adds. With the tap-innermost body, 32 channel rows are the fastest 2-D tile. (Wall-clock figures had put 3x3 at a third of 1x3's rate per flop; in CPU time
 it is not slower per flop than 1x3 or 1x1.) Each conv's Select offers those tiles, vec4-input
 forms first where rows are a multiple of 4 wide (8x28 at 56x56: 17.5 ms vs 27.2 scalar), and
 the tuner chooses among them.
@@ -64,15 +66,27 @@ MAX_BODY = 512
 # measurements): a row segment that covers a wide row in few segments first.
 LONG_ROW = 128  # a pointwise conv's flattened row at least this long prefers 16-wide segments
 TILES = ((16, 16, LONG_ROW, None), (16, 8, None, None), (8, 8, None, None))  # pointwise (KW = 1)
-# KW > 1. With the weights broadcast over subgroups of 8 (BODY_SG) more channel rows pay where
-# the row is short or strided (lavapipe, Mesa 22.3, one process, alternating, median ms, x read
-# as vec4s: 3x3 256 -> 256 at 14x14 16x8 10.1, 8x16 11.9; 64 -> 64 at 56x56 8x28 6.5, 16x8 6.9;
-# 128 -> 128 at 28x28 8x28 7.3, 16x8 7.8; stride 2: 64 -> 128 from 56x56 16x8 4.6, 8x16 5.3;
-# 128 -> 256 from 28x28 4.8, 5.8; the 7x7 stem at 224x224 6.9, 8.3; without subgroups 64 -> 128
-# from 56x56 16x8 7.3, 8x16 8.0, 256 -> 256 at 14x14 15.5, 14.8).
-ROW_TILES = ((8, 28, 17, None), (16, 8, None, None), (8, 16, 9, 16), (8, 8, None, None))
-# KW > 1, strided: a 28-wide segment reads a span twice as long (3x3 64->128 from 56x56, stride 2:
-# 8x28 15.3 ms, 8x16 13.3)
+# KW > 1 over 2-D (and 3-D) rows: 32 channel rows x 8 positions, the body ordered tap-innermost
+# (generated): each input value loaded per lane serves 32 channels. lavapipe (Mesa 22.3, a 2-core
+# EPYC, one process, executors alternating, median ms of a whole 1-conv model, symbolic dims, x
+# read as vec4s): 3x3 64 -> 64 at 56x56 32x8 6.1, 16x8 8.7, 8x28 7.6 with the
+# old tap-outer body (32x8 there 13.8: 128 accumulators spilled once per tap), 10.6 / 12.8 /
+# 12.4 with the new body at a busier moment; 128 -> 128 at 28x28 11.5 / 13.3 / 13.2; 256 -> 256
+# at 14x14 15.7 / 19.4 / 39.1; 512 -> 512 at 7x7 17.7 / 20.4 / 73.4; stride 2, 64 -> 128 from
+# 56x56 4.1 / 5.4 (old body, the old heuristic's 16x8); 128 -> 128 at 128x128 118 / 149 / 172;
+# 32 -> 32 at 64x64 2.4 / 2.9 / 3.3; 64x8, 32x16 and 32x12 about as fast as 32x8, 48x8 and 32x4
+# slower. Kernel rows wider than 4 taps keep 16 channel rows: the 7x7 stem's 32x8 body compiled
+# in 0.40 s against 0.13 s for 16x8 (Mesa 22.3, first dispatch) to run 4 % faster.
+ROW_TILES_2D = ((32, 8, None, None), (16, 8, None, None), (8, 28, 17, None), (8, 8, None, None))
+WIDE_KERNEL_TILES_2D = ((16, 8, None, None), (32, 8, None, None), (8, 28, 17, None), (8, 8, None, None))
+WIDE_KERNEL = 4  # taps along a row past which the 2-D convs prefer 16 channel rows
+# KW > 1 over 1-D rows (Whisper's and wav2vec2's Conv1d): 8x8 (the same probe, new body: 384 ->
+# 384, k3, 1500 frames 8x8 50 / 86 (batch 2), 32x8 56 / 97, 8x28 68 / 120, 16x8 70 / 119; 80 ->
+# 384 over 3000 frames 28.2, 28.3, 34.3, 33.2).
+ROW_TILES_1D = ((8, 8, None, None), (32, 8, None, None), (8, 28, 17, None), (16, 8, None, None))
+# KW > 1, 1-D, strided: a 28-wide segment reads a span twice as long (wav2vec2's 512 -> 512 k3
+# s2: 8x8 169 ms, 32x8 161, 16x8 224, 8x28 1200 with the new body; plan_conv prefers the 8-wide
+# segment with the fewest channel rows where the row is read one element at a time)
 STRIDED_ROW_TILES = ((16, 8, None, None), (8, 16, 9, None), (8, 8, None, None))
 DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
 # KW = 1, strided (ResNet's downsample convs: rows not flattened): 16-wide segments over rows more
@@ -112,13 +126,20 @@ def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
     return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
 
 
-def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1) -> list[tuple[int, int, int | None, int | None]]:
+def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1,
+                   rank: int = 2) -> list[tuple[int, int, int | None, int | None]]:
     """The (RM, RP, lo, hi) tiles offered for MG output channels per group and kernel rows KW
-    wide with stride SW, each preferred for output rows lo to hi wide (a pointwise conv's row:
-    its flattened P); no more channel rows than MG needs, and over a static row OW only the
-    tiles preferred there and those preferred everywhere."""
-    tiles = (DEPTHWISE_TILES if mg == 1 else (TILES if sw == 1 else STRIDED_POINT_TILES) if kw == 1
-             else ROW_TILES if sw == 1 else STRIDED_ROW_TILES)
+    wide with stride SW over `rank` spatial axes, each preferred for output rows lo to hi wide (a
+    pointwise conv's row: its flattened P); no more channel rows than MG needs, and over a static
+    row OW only the tiles preferred there and those preferred everywhere."""
+    if mg == 1:
+        tiles = DEPTHWISE_TILES
+    elif kw == 1:
+        tiles = TILES if sw == 1 else STRIDED_POINT_TILES
+    elif rank >= 2:
+        tiles = ROW_TILES_2D if kw <= WIDE_KERNEL else WIDE_KERNEL_TILES_2D
+    else:
+        tiles = ROW_TILES_1D if sw == 1 else STRIDED_ROW_TILES
     cap = 1 << (mg - 1).bit_length()  # MG rounded up to a power of two
     if isinstance(ow, int):
         tiles = tuple(t for t in tiles if (t[2] is None or ow >= t[2]) and (t[3] is None or ow <= t[3])
@@ -175,6 +196,10 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
                f"min(m0 / 4u + min(sg_id + {8 * u}u, {nw - 1}u) % {rq}u, MG() / 4u - 1u);"
                for u in range(-(-nw // 8))] if sg else []
     body_sg = list(body) + [f"let wl{u} = vec4<f32>(w_load4(wk + wo{u}));" for u in range(len(accs_sg))]
+    # k-major weights: tap-innermost, `a += w0 * v0 + w1 * v1 + w2 * v2` per accumulator, so that
+    # one that spilled (a tile's RM x RP outputs far outnumber x86's 16 vector registers) is
+    # reloaded and stored once per kernel row, not once per tap (ROW_TILES_2D: 3x3 64 -> 64 at
+    # 56x56, same 8x28 tile, 13.6 -> 12.5 ms; 32 channel rows pay only this way).
     for t in range(kw):
         for q in range(quads):
             lanes = ", ".join(f"s{(4 * q + j) * sw + t * dw}" for j in range(4))
@@ -184,11 +209,13 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
             body += [f"let wv{j}_{t} = vec4<f32>(w_load4(wk + {t}u * (MG() / 4u) + mq{j}));" for j in range(rq)]
             body_sg += [f"let wv{j}_{t} = subgroupBroadcast(wl{(t * rq + j) // 8}, {(t * rq + j) % 8}u);"
                         for j in range(rq)]
-        for r in range(rm):
-            tail = [f"let w{r}_{t} = wv{r // 4}_{t}[{r % 4}];" if kmajor else f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);"]
-            tail += [f"a{r}_{q} += w{r}_{t} * v{t}_{q};" for q in range(quads)]
-            body += tail
-            body_sg += tail
+        else:
+            body += [f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);" for r in range(rm)]
+    for r in range(rm):
+        for q in range(quads):
+            terms = (f"wv{r // 4}_{t}[{r % 4}] * v{t}_{q}" if kmajor else f"w{r}_{t} * v{t}_{q}" for t in range(kw))
+            body.append(f"a{r}_{q} += {' + '.join(terms)};")
+            body_sg.append(body[-1])
     # The accumulators go through workgroup memory (each lane its own slots, no barrier) to one
     # store loop: RM x RP/4 unrolled guarded stores made lavapipe compile a 16x16 tile for 11.6 s
     # (Mesa 25; 2.2 s on 22.3), staged 1.0 s (0.3 s); a private array indexed in the loop was
