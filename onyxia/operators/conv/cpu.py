@@ -32,7 +32,8 @@ from 28x28 8x16 15.6, 8x8 18.6, 8x28 28.7; the 7x7 stem at 224x224 8x16 22.0, 8x
 across the lanes, but inside the channel loop) then serves more positions. Not faster: more
 channel rows (32x8, 16x28), the lanes over 8 channel blocks of one segment instead of 8
 segments (input loads uniform, weight loads per lane: 8x28 20.9 vs 20.8), fma() for the
-multiply-adds. With the tap-innermost body, 32 channel rows are the fastest 2-D tile. (Wall-clock figures had put 3x3 at a third of 1x3's rate per flop; in CPU time
+multiply-adds. With the tap-innermost body, 32 channel rows are the fastest 2-D tile.
+(Wall-clock figures had put 3x3 at a third of 1x3's rate per flop; in CPU time
 it is not slower per flop than 1x3 or 1x1.) Each conv's Select offers those tiles, vec4-input
 forms first where rows are a multiple of 4 wide (8x28 at 56x56: 17.5 ms vs 27.2 scalar), and
 the tuner chooses among them.
