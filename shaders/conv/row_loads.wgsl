@@ -18,6 +18,14 @@ fn ld4(row4: u32, qi: i32, ok: bool) -> vec4<f32> {
 }
 #endif
 
+#ifdef XA
+// The vec4 qi of the whole input (its element count a multiple of 4), clamped into it: a span
+// at the input's first or last element reads a neighbouring vec4, masked by the caller.
+fn ldq(qi: i32) -> vec4<f32> {
+    return vec4<f32>(x_load4(u32(clamp(qi, 0, i32(XQ()) - 1))));
+}
+#endif
+
 fn wt(i: u32) -> f32 {
     return f32(w_load(i));
 }

@@ -117,7 +117,10 @@ def test_every_conv_alternative_matches_ort(runtime, name):
         # k-major weights (output channels a multiple of 4 per group), kernel rows wider than 1:
         # the weights broadcast over the subgroup
         assert any("subgroupBroadcast" in code for code in codes), name
-    assert "workgroup" in ran and any(label.startswith("register/") for label in ran), ran
+    assert "workgroup" in ran and any(label.startswith(("register/", "registerq/")) for label in ran), ran
+    # rows of any width read as vec4s (picked out by offset) exactly where the input's element
+    # count is a multiple of 4 (its channels are), one element at a time elsewhere
+    assert any(label.startswith("registerq/") for label in ran) == (x_shape[1] % 4 == 0), ran
     # rows a multiple of 4 wide: the vec4-input variants ran too (every case has such dims)
     assert any(label.startswith("register4/") for label in ran), ran
     if name.startswith("pointwise"):  # the transposed product where C and M are multiples of 4
@@ -169,7 +172,7 @@ def test_long_reduction_is_split(runtime):
     assert labels == ["conv/conv_register", "matmul/splitk"], labels
     ran = check_every_alternative(runtime, model, [1, 24576, "h", "w"], [dict(h=2, w=3)], tol=2e-3,
                                   compiled=compiled)
-    assert any(label.startswith("register/") for label in ran)
+    assert any(label.startswith("registerq/") for label in ran)
 
 
 def _conv_select(model, dims):
@@ -186,7 +189,7 @@ def test_2d_rows_take_32_channel_rows(width):
     for w in (56, 14, 7):
         if width in (None, w):
             dims = {"w": w} if width is None else {}
-            label = "register4/32x8" if w % 4 == 0 else "register/32x8"
+            label = "register4/32x8" if w % 4 == 0 else "registerq/32x8"
             assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (w, select.labels)
             assert select.labels[select.choose(dims, AdapterFacts("gpu"))] == "workgroup"
 
@@ -214,7 +217,7 @@ def test_long_kernel_rows_take_the_last_resort_tile():
     model = conv_model("Conv", [1, 256, "L"], [256, 16, 128], group=16, pads=[64, 64])
     select = next(s for op in compile_model(model, {"L": 49}).operations for s in op.steps
                   if getattr(s, "key", "").startswith("conv/"))
-    assert select.labels[select.choose({"L": 49}, AdapterFacts("cpu"))] == "register/4x4", select.labels
+    assert select.labels[select.choose({"L": 49}, AdapterFacts("cpu"))] == "registerq/4x4", select.labels
     assert select.labels[select.choose({"L": 48}, AdapterFacts("cpu"))] == "register4/4x4", select.labels
     assert select.labels[select.choose({"L": 49}, AdapterFacts("gpu"))] == "workgroup"
 
@@ -225,7 +228,7 @@ def test_strided_2d_rows_take_32_channel_rows():
     model = conv_model("Conv", [1, 32, 8, "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
     select = _conv_select(model, {"w": 56})
     assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/32x8", select.labels
-    assert select.labels[select.choose({"w": 55}, AdapterFacts("cpu"))] == "register/32x8", select.labels
+    assert select.labels[select.choose({"w": 55}, AdapterFacts("cpu"))] == "registerq/32x8", select.labels
 
 
 def test_long_reduction_fitted_rows(runtime):
@@ -306,7 +309,7 @@ def test_float16_conv_on_every_alternative(runtime):
                 np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2, err_msg=f"{kind} {label}")
 
 
-@pytest.mark.parametrize("width, label", [(56, "register4/16x16"), (28, "register4/16x16"), (14, "register/16x8")])
+@pytest.mark.parametrize("width, label", [(56, "register4/16x16"), (28, "register4/16x16"), (14, "registerq/16x8")])
 def test_strided_pointwise_rows_take_16_wide_segments(width, label):
     # ResNet's downsample: 1x1 stride 2, rows not flattened; 16 positions a segment over output
     # rows past 8 wide, 8 over 7 (cpu.py STRIDED_POINT_TILES), static or symbolic width

@@ -287,13 +287,19 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1], flat.strides[-1], len(spatial))
     # the 8-wide segment with the fewest channel rows (8x8; 1x8 depthwise)
     narrow = min(((rm, rp) for rm, rp, _, _ in tiles if rp == 8), default=None)
-    for x4, rm, rp, lo, hi in [(True, *t) for t in tiles] + [(False, *t) for t in tiles]:
+    # Other rows are read as vec4s too where the input's element count is a multiple of 4 (the
+    # kernel picks each element out of the vec4s that cover its span: "q"), else one element at
+    # a time (lavapipe, 32x8 tile: 256 -> 256 at 14x14 12.4 -> 11.9 ms, stride 2 from 14x14 6.8
+    # -> 5.9; wav2vec2's 512 -> 512 k3 s2 Conv1d over 3199 frames, 8x8, 166 -> 127 ms).
+    other = "q" if spec.channels % 4 == 0 else ""
+    for mode, rm, rp, lo, hi in [("4", *t) for t in tiles] + [(other, *t) for t in tiles]:
+        x4 = mode == "4"
         guard = row4 if x4 else ALWAYS
         if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:
             steps = plan_register(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
                                   channels=spec.channels, maps=spec.maps, group=spec.group, spatial=spatial,
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
-                                  eow=win.out[-1])
+                                  eow=win.out[-1], xa=mode == "q")
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
             # a strided 1-D row of several taps read one element at a time takes `narrow` at any
             # width (wav2vec2's 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180
@@ -304,7 +310,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                 lo, hi = (None, None) if (rm, rp) == narrow else (1, 0)
             prefer &= at_least(flat.out[-1], lo) if lo is not None else ALWAYS
             prefer &= at_most(flat.out[-1], hi) if hi is not None else ALWAYS
-            alternatives.append((f"register{'4' if x4 else ''}/{rm}x{rp}", steps, guard, prefer))
+            alternatives.append((f"register{mode}/{rm}x{rp}", steps, guard, prefer))
     rows = []  # depthwise over row tiles (operators/conv/depthwise.py): first where it applies
     for x4, (rh, rp) in [(x4, t) for x4 in (True, False) for t in DW_TILES]:
         guard = row4 if x4 else ALWAYS

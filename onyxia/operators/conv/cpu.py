@@ -160,7 +160,8 @@ def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
     return sorted({j * sw + t * dw for j in range(rp) for t in range(kw)})
 
 
-def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None) -> dict[str, object]:
+def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None,
+              xa: bool = False) -> dict[str, object]:
     """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
     k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
     is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
@@ -180,7 +181,19 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
         accs = [f"let wr{r} = (wg_row + min(m0 + {r}u, MG() - 1u)) * K();" for r in range(rm)]
     accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rm) for q in range(quads)]
     offsets = span_loads(rp, kw, sw, dw)
-    if x4 is None:
+    if xa:
+        # any row width: the aligned vec4s of x that cover the span, each element picked by the
+        # span's offset in its first vec4 (three selects, the same ops for all 8 lanes) and
+        # masked in the padding, instead of a per-lane load each
+        quads_read = (offsets[-1] + 3) // 4 + 1
+        body += ["let fa = i32(row) + xs;", "let qa = fa >> 2u;", "let oa = u32(fa & 3);",
+                 "let o1 = oa == 1u;", "let o2 = oa >= 2u;", "let o3 = oa == 3u;"]
+        body += [f"let Q{k} = ldq(qa + {k});" for k in range(quads_read)]
+        for i in offsets:
+            c = [f"Q{(i + o) // 4}[{(i + o) % 4}]" for o in range(4)]
+            body.append(f"let s{i} = select(0.0, select(select({c[0]}, {c[1]}, o1), select({c[2]}, {c[3]}, o3), o2), "
+                        f"ok && u32(xs + {i}) < IW());")
+    elif x4 is None:
         body += [f"let s{i} = ld(row, xs + {i}, ok);" for i in offsets]
     else:
         accs.append(f"let qx = (xs - {x4}) / 4;")
@@ -223,7 +236,7 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     # lowered to branch ladders by Mesa 22.3 (2.3 s).
     stores = [f"stage[sb + {r * quads + q}u] = a{r}_{q};" for r in range(rm) for q in range(quads)]
     out: dict[str, object] = {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores),
-                              "X4": x4 is not None}
+                              "X4": x4 is not None, "XA": xa}
     if sg:
         out.update(ACCS_SG=" ".join(accs_sg), BODY_SG=" ".join(body_sg))
     return out
@@ -237,12 +250,14 @@ def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: i
 
 def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, batch: Dim, channels: int, maps: int,
                   group: int, spatial: tuple[Dim, ...], win: Window, rm: int, rp: int,
-                  kmajor: bool, x4: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None) -> list[Step]:
+                  kmajor: bool, x4: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None,
+                  xa: bool = False) -> list[Step]:
     """conv_register.wgsl over an RM x RP tile (+ the split-K finish when the input channels
     are many). `spatial`/`win` may be the flattened 1-D form of a pointwise conv; `eow` is then
     the real output's last axis (the epilogue's column). `x4`: the input is read as vec4s,
     correct only where its rows' width is a multiple of 4 (the caller's guard) and the leading
-    pad is static."""
+    pad is static. `xa`: read as vec4s at any row width and pad (the input's element count a
+    multiple of 4: the caller's check)."""
     cg, mg = channels // group, maps // group
     params = window_params(spatial, win)
     p = params["P"]
@@ -262,8 +277,11 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
                   RBLOCKS=rblocks, CCHUNK=cchunk, SPLITS=splits, TOTAL=total, EOW=ow if eow is None else eow)
     del oh
     defs: dict[str, object] = {"RM": rm, "RP": rp, "HAS_BIAS": bias is not None and not split, "SPLIT": split,
-                               "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor, -win.begin[-1] % 4 if x4 else None)}
-    reads: dict[str, str | Buf] = {"x": Buf(x, vector=x4), "w": Buf(w, vector=kmajor),
+                               "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor, -win.begin[-1] % 4 if x4 else None,
+                                                       xa)}
+    if xa:
+        params["XQ"] = batch * (channels // 4) * params["ISP"]
+    reads: dict[str, str | Buf] = {"x": Buf(x, vector=x4 or xa), "w": Buf(w, vector=kmajor),
                                    **({"bias": bias} if bias is not None and not split else {})}
     workgroups = (ceil_div(nseg, LANES), 1, group * rblocks * splits)
     if not split:
