@@ -119,10 +119,12 @@ def test_every_conv_alternative_matches_ort(runtime, name):
         assert any("subgroupBroadcast" in code for code in codes), name
     assert "workgroup" in ran and any(label.startswith(("register/", "registerq/")) for label in ran), ran
     # rows of any width read as vec4s (picked out by offset) exactly where the input's element
-    # count is a multiple of 4 (its channels are), one element at a time elsewhere
+    # count is a multiple of 4 (its channels are), else as aligned vec4s or one element at a time
     assert any(label.startswith("registerq/") for label in ran) == (x_shape[1] % 4 == 0), ran
-    # rows a multiple of 4 wide: the vec4-input variants ran too (every case has such dims)
-    assert any(label.startswith("register4/") for label in ran), ran
+    assert any(label.startswith("register/") for label in ran) == (x_shape[1] % 4 != 0), ran
+    # channels not a multiple of 4: rows a multiple of 4 wide ran the aligned vec4-input variants
+    # too (every case has such dims)
+    assert any(label.startswith("register4/") for label in ran) == (x_shape[1] % 4 != 0), ran
     if name.startswith("pointwise"):  # the transposed product where C and M are multiples of 4
         assert ("product" in ran) == (w_shape[0] % 4 == 0 and w_shape[1] % 4 == 0), ran
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
@@ -189,7 +191,7 @@ def test_2d_rows_take_32_channel_rows(width):
     for w in (56, 14, 7):
         if width in (None, w):
             dims = {"w": w} if width is None else {}
-            label = "register4/32x8" if w % 4 == 0 else "registerq/32x8"
+            label = "registerq/32x8"
             assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (w, select.labels)
             assert select.labels[select.choose(dims, AdapterFacts("gpu"))] == "workgroup"
 
@@ -207,7 +209,7 @@ def test_tile_preferences_by_kernel_and_rank():
         assert select.labels[select.choose({"L": length}, cpu)].endswith("/8x8"), (strides, select.labels)
     # fewer output channels than 32: the tile's rows shrink to the next power of two
     select = _conv_select(conv_model("Conv", [1, 8, 6, "w"], [12, 8, 3, 3], pads=[1, 1, 1, 1]), {"w": 16})
-    assert select.labels[select.choose({"w": 16}, cpu)] == "register4/16x8", select.labels
+    assert select.labels[select.choose({"w": 16}, cpu)] == "registerq/16x8", select.labels
 
 
 def test_long_kernel_rows_take_the_last_resort_tile():
@@ -218,16 +220,16 @@ def test_long_kernel_rows_take_the_last_resort_tile():
     select = next(s for op in compile_model(model, {"L": 49}).operations for s in op.steps
                   if getattr(s, "key", "").startswith("conv/"))
     assert select.labels[select.choose({"L": 49}, AdapterFacts("cpu"))] == "registerq/4x4", select.labels
-    assert select.labels[select.choose({"L": 48}, AdapterFacts("cpu"))] == "register4/4x4", select.labels
+    assert select.labels[select.choose({"L": 48}, AdapterFacts("cpu"))] == "registerq/4x4", select.labels
     assert select.labels[select.choose({"L": 49}, AdapterFacts("gpu"))] == "workgroup"
 
 
 def test_strided_2d_rows_take_32_channel_rows():
-    # stride 2 over 2-D rows: 8-wide segments of 32 channels, whether the input row reads as vec4s
-    # or (55 wide) one element at a time (lavapipe, 64 -> 128 from 55x55: 32x8 7.0 ms, 8x8 11.1)
+    # stride 2 over 2-D rows: 8-wide segments of 32 channels at any row width, rows read as vec4s
+    # (lavapipe, 64 -> 128 from 55x55: 32x8 7.0 ms, 8x8 11.1)
     model = conv_model("Conv", [1, 32, 8, "w"], [32, 32, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
     select = _conv_select(model, {"w": 56})
-    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "register4/32x8", select.labels
+    assert select.labels[select.choose({"w": 56}, AdapterFacts("cpu"))] == "registerq/32x8", select.labels
     assert select.labels[select.choose({"w": 55}, AdapterFacts("cpu"))] == "registerq/32x8", select.labels
 
 
@@ -239,7 +241,7 @@ def test_long_reduction_fitted_rows(runtime):
     labels = [compiled.shaders[d.shader].label for d in live_dispatches(compiled, {}, "cpu")]
     assert labels == ["conv/conv_register", "matmul/splitk"], labels
     ran = check_every_alternative(runtime, model, [1, 6000, 3, 20], [{}], tol=2e-3, compiled=compiled)
-    assert "register4/4x28" in ran, ran
+    assert "registerq/4x28" in ran, ran
 
 
 def _with_epilogue(model, exprs, inputs, extra_inputs=()):
@@ -309,7 +311,7 @@ def test_float16_conv_on_every_alternative(runtime):
                 np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2, err_msg=f"{kind} {label}")
 
 
-@pytest.mark.parametrize("width, label", [(56, "register4/16x16"), (28, "register4/16x16"), (14, "registerq/16x8")])
+@pytest.mark.parametrize("width, label", [(56, "registerq/16x16"), (28, "registerq/16x16"), (14, "registerq/16x8")])
 def test_strided_pointwise_rows_take_16_wide_segments(width, label):
     # ResNet's downsample: 1x1 stride 2, rows not flattened; 16 positions a segment over output
     # rows past 8 wide, 8 over 7 (cpu.py STRIDED_POINT_TILES), static or symbolic width

@@ -282,17 +282,24 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     # A pointwise conv is one row of P positions: no padding lanes at a row's end.
     spatial, flat = ((p,), Window((1,), (1,), (1,), (0,), (0,), (p,))) if pointwise else (spec.spatial, win)
     alternatives = []
-    # Input rows a multiple of 4 wide (and a static leading pad) are read as aligned vec4s.
     row4 = at_most(spatial[-1] % 4, 0) if _is_int(flat.begin[-1]) else NEVER
     tiles = register_tiles(spec.mg, flat.kernel[-1], flat.out[-1], flat.strides[-1], len(spatial))
     # the 8-wide segment with the fewest channel rows (8x8; 1x8 depthwise)
     narrow = min(((rm, rp) for rm, rp, _, _ in tiles if rp == 8), default=None)
-    # Other rows are read as vec4s too where the input's element count is a multiple of 4 (the
-    # kernel picks each element out of the vec4s that cover its span: "q"), else one element at
-    # a time (lavapipe, 32x8 tile: 256 -> 256 at 14x14 12.4 -> 11.9 ms, stride 2 from 14x14 6.8
-    # -> 5.9; wav2vec2's 512 -> 512 k3 s2 Conv1d over 3199 frames, 8x8, 166 -> 127 ms).
-    other = "q" if spec.channels % 4 == 0 else ""
-    for mode, rm, rp, lo, hi in [("4", *t) for t in tiles] + [(other, *t) for t in tiles]:
+    # Where the input's element count is a multiple of 4 (its channels are), rows of any width
+    # and pad are read as vec4s ("q": the kernel picks each element out of the vec4s that cover
+    # its span), as fast as the aligned form where that applies (lavapipe, 3x3 at 56x56 and
+    # 28x28, pointwise at 112x112: within 2 %) and faster than one element a load elsewhere (32x8
+    # tile: 256 -> 256 at 14x14 12.4 -> 11.9 ms, stride 2 from 14x14 6.8 -> 5.9; wav2vec2's 512
+    # -> 512 k3 s2 Conv1d over 3199 frames, 8x8, 166 -> 127 ms); one kernel at every row width,
+    # so a new input size needs no kernel the first size did not run (yolo_style 320x320 ->
+    # 256x416 waited 440 ms for two). Else aligned vec4s where rows are a multiple of 4 wide (and
+    # the leading pad static), one element a load otherwise.
+    if spec.channels % 4 == 0:
+        modes = [("q", *t) for t in tiles]
+    else:
+        modes = [("4", *t) for t in tiles] + [("", *t) for t in tiles]
+    for mode, rm, rp, lo, hi in modes:
         x4 = mode == "4"
         guard = row4 if x4 else ALWAYS
         if register_applies(compute, spec.transposed, flat, rm, rp, spec.w_kmajor) and not guard.never:
@@ -301,7 +308,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
                                   eow=win.out[-1], xa=mode == "q")
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
-            # a strided 1-D row of several taps read one element at a time takes `narrow` at any
+            # a strided 1-D row of several taps not read as aligned vec4s takes `narrow` at any
             # width (wav2vec2's 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180
             # ms, 16x8 454 ms, 8x16 473 ms; a 2-D one keeps 32x8: 256 -> 512 s2 from 14x14
             # 10.8 ms, 8x8 16.2); one tap: cpu.py STRIDED_POINT_TILES
