@@ -18,7 +18,7 @@ from tests.builders.encoder_attention import MASKS, SPELLINGS, attention_block, 
 from tests.helpers import compile_model
 
 ENCODERS = Path(__file__).resolve().parent.parent / "data" / "exported" / "encoders"
-KERNELS = ("rows", "workgroup8", "workgroup64")
+KERNELS = ("flash", "rows", "workgroup8", "workgroup64")
 
 
 def _ort(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
@@ -31,15 +31,21 @@ def _kernels(exe) -> list[SelectCommand]:
     return found
 
 
-def _run_each_kernel(exe, model, feeds, out: str = "y", atol: float = 1e-4) -> None:
+def _run_each_kernel(exe, model, feeds, out: str = "y", atol: float = 1e-4, kernels=KERNELS) -> list[str]:
+    """Every kernel eligible at these dims against onnxruntime; the labels that ran."""
     want = _ort(model, feeds)[0]
     for c in _kernels(exe):
-        assert list(c.step.labels) == list(KERNELS)
-    for k, label in enumerate(KERNELS):
+        assert list(c.step.labels) == list(kernels)
+    ran = []
+    for k, label in enumerate(kernels):
+        if not all(c.eligible[k] for c in _kernels(exe)):
+            continue  # the flash kernel past its key bound
         for c in _kernels(exe):
             exe.choose(c, k)
         got = exe.run(feeds)[out]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=f"kernel {label}")
+        ran.append(label)
+    return ran
 
 
 @pytest.mark.parametrize("mask", MASKS)
@@ -91,7 +97,43 @@ def test_keys_past_the_loop_cap_are_split(runtime, masked):
         feeds["mask"][..., -1] = 0.0  # the last key (past every unsplit loop) stays live
     # a strong last key: a kernel that stopped early would miss it
     feeds["k"][:, :, -1, :] = feeds["q"][:, :, 0, :] * 4
-    _run_each_kernel(exe, model, feeds, atol=1e-5)
+    # the flash kernel walks at most fused.FLASH_MAX_KEYS keys (no split): not eligible here
+    assert _run_each_kernel(exe, model, feeds, atol=1e-5) == list(KERNELS[1:])
+
+
+@pytest.fixture(scope="module")
+def plain_runtime():
+    """The same adapter with its subgroup operations unused: the flash kernel's per-lane loads."""
+    from onyxia.runtime import Runtime
+
+    return Runtime(subgroups=False)
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("head", [8, 40, 64, 128])
+@pytest.mark.parametrize("masked", [False, True])
+def test_flash_kernel_head_sizes(runtime, plain_runtime, subgroups, head, masked):
+    """sdpa_flash.wgsl over every slice count (head sizes up to 32, 64, 128; 40: a second slice
+    mostly past the head), rows not a multiple of its 8 (S = 13), keys not a multiple of its 4
+    (T = 30 and 1502), with and without a key mask (-inf on ~30 % of the keys; per-row masks are
+    the spelling and encoder tests'), with the lanes sharing K/V rows through subgroup
+    broadcasts and without, against onnxruntime."""
+    model = _cross_attention(head, masked)
+    compiled = compile_model(model, {"S": 13, "T": 30})
+    exe = (runtime if subgroups else plain_runtime).load_model(compiled)
+    rng = np.random.default_rng(head)
+    for keys in (30, 1502):
+        exe.update_dimensions({"S": 13, "T": keys})
+        feeds = {"q": rng.standard_normal((1, 2, 13, head)).astype(np.float32),
+                 "k": rng.standard_normal((1, 2, keys, head)).astype(np.float32),
+                 "v": rng.standard_normal((1, 2, keys, head)).astype(np.float32)}
+        if masked:
+            feeds["mask"] = np.where(rng.random((1, 1, 1, keys)) < 0.3, -np.inf, 0.0).astype(np.float32)
+        for c in _kernels(exe):
+            exe.choose(c, KERNELS.index("flash"))
+        got = exe.run(feeds)["y"]
+        np.testing.assert_allclose(got, _ort(model, feeds)[0], rtol=1e-4, atol=1e-5, err_msg=f"{keys} keys")
+    assert exe.stats.recompiles == 0
 
 
 def _encoder_feeds(name: str, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from onyxia.compiler.pass_api import CompileContext, Pass, Stage
 from onyxia.compiler.passes.head_views import SWAP, constant, head_view, scalar_factor
 from onyxia.ir.graph import IrGraph, Node
-from onyxia.operators.attention.fused import View
+from onyxia.operators.attention.fused import FLASH_MAX_KEYS, View
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 
 
@@ -50,10 +50,11 @@ class AttentionFusionPass(Pass):
     name = "attention-fusion"
     stage = Stage.OPTIMIZATION
     after = ("div-mul-fusion",)
-    # Attention over more keys than this, known at compile time, stays spelled out: on lavapipe
-    # the matmul kernels beat the fused ones there (Whisper's encoder, 1500 keys: 0.85x fused,
-    # while BERT at 12 keys runs 5x faster fused). A symbolic key count is fused.
-    max_static_keys = 1024
+    # Attention over more keys than this, known at compile time, stays spelled out: the fused
+    # kernels that split long key rows (all but the flash kernel, which walks up to this many)
+    # lost to the matmul kernels on lavapipe (Whisper's encoder, 1500 keys: 0.85x fused), the
+    # flash kernel wins (1472 -> 1201 ms). A symbolic key count is fused.
+    max_static_keys = FLASH_MAX_KEYS
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> bool:
         report = AttentionReport()

@@ -27,9 +27,12 @@ from onyxia.operators.attention.split_kv import (
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
-from onyxia.plan import ALWAYS, Step, adapter
+from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
 
 ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
+FLASH_MAX_HEAD = 128  # head sizes the flash kernel takes (four slices of 8 vec4s)
+# keys it walks, 4 a loop trip; its other loops take a few hundred (as gqa.py's flash kernel)
+FLASH_MAX_KEYS = 4 * (SPLIT_TRIPS - 1024)
 _OPERANDS = ("q", "k", "v", "y")
 
 
@@ -148,6 +151,24 @@ class FusedAttention(Operator):
         rows = b * h * s
         y_strides = (params["YB"], params["YH"], params["YS"])
         variants = []
+        if d == dv and d % 4 == 0 and d <= FLASH_MAX_HEAD:
+            # Flash-style (shaders/attention/sdpa_flash.wgsl): 8 query rows of one head per
+            # workgroup walk the keys once, K and V rows loaded once per workgroup where it is
+            # one subgroup; preferred on a CPU-type adapter for heads of 16 or more (it computes
+            # 32 columns a slice: `onyxia tune` on diffusers' UNet, heads of 8 over 1024 keys 41.1
+            # ms vs 33.8 for the register kernel, heads of 16 over 256 keys 2.3 vs 4.6). One
+            # trip per 4 keys: the guard bounds the keys (longer rows take the kernels below,
+            # which split them). lavapipe (Mesa 22.3; whole models, alternating): Whisper's
+            # encoder (6 heads of 64, 1500 keys, fused now) 1472 -> 1201 ms, vae_decoder_small
+            # at 32x32 (1024 keys, a head of 128) ~780 -> ~650 ms, vit_tiny ~110 -> ~85 ms.
+            flash = [ctx.dispatch(
+                "attention/sdpa_flash.wgsl", label="fused_attention_flash",
+                defs={**defs, "CPL": math.ceil(d / 32)},
+                params={k: v for k, v in params.items() if k not in ("D", "DV", "GROUP", "P")},
+                reads={**reads, "q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
+                       "v": Buf(ctx.input(2), vector=True)},
+                writes={"y": y}, workgroups=(h, ceil_div(s, 8), b))]
+            variants.append(("flash", flash, at_most(t, FLASH_MAX_KEYS), adapter("cpu") if d >= 16 else NEVER))
         # The register kernel (shaders/attention/sdpa_rows.wgsl): four query rows per invocation,
         # q and the accumulators in registers, for head sizes that are multiples of 4 (every
         # stride is a multiple of the head size, the views' last axis: rows start on a vec4).
