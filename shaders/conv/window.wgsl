@@ -83,8 +83,9 @@ fn conv_weight(g: u32, m: u32, k: u32) -> #{T} {
     // W is [C, MG, *kernel]
     return #{T}(w_load(((g * CG() + k / KS()) * MG() + m) * KS() + k % KS()));
 #else ifdef W_KMAJOR
-    // W stored k-major (operators/conv/cpu.py to_kmajor): [group, K, MG]
-    return #{T}(w_load((g * K() + k) * MG() + m));
+    // W stored k-major in strips of WSTRIP channels (operators/conv/cpu.py to_kmajor):
+    // [group, MG / WSTRIP, K, WSTRIP]
+    return #{T}(w_load(((g * (MG() / WSTRIP()) + m / WSTRIP()) * K() + k) * WSTRIP() + m % WSTRIP()));
 #else
     // W is [M, CG, *kernel]: row g * MG + m of a [M, K] matrix
     return #{T}(w_load((g * MG() + m) * K() + k));

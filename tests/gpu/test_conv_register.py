@@ -98,6 +98,10 @@ CASES = {
     # 32 channel rows (cpu.ROW_TILES_2D): 40 maps, one full block and one of 8
     "rows_of_32": ([["n", 8, "h", "w"], [40, 8, 3, 3], dict(pads=[1, 1, 1, 1]),
                     [dict(n=2, h=5, w=12), dict(n=1, h=4, w=9)]]),
+    # k-major weights in strips (cpu.kmajor_strip): 96 maps, three strips of 32; 2 groups of 24
+    # maps, strips of 8, a 32-row tile's block spanning three of them
+    "strips": ([[1, 4, "h", "w"], [96, 4, 3, 3], dict(pads=[1, 1, 1, 1], group=1), [dict(h=5, w=7)]]),
+    "strips_grouped": ([[1, 8, "h", "w"], [48, 4, 3, 3], dict(pads=[1, 1, 1, 1], group=2), [dict(h=4, w=9)]]),
     "rows_of_32_strided": ([[1, 8, "h", "w"], [40, 8, 3, 3], dict(pads=[1, 0, 1, 1], strides=[2, 2]),
                             [dict(h=9, w=20), dict(h=6, w=11)]]),
     "fitted_odd_segments": ([[1, 8, 5, 60], [8, 8, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]), [{}]]),

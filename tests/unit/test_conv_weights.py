@@ -11,7 +11,7 @@ from onnx import helper as h
 import onyxia
 from onyxia.compiler import CompilerPipeline
 from onyxia.operators import core_operator_registry
-from onyxia.operators.conv.cpu import from_kmajor, to_kmajor
+from onyxia.operators.conv.cpu import from_kmajor, kmajor_strip, to_kmajor
 from tests.builders.conv import randn
 from tests.helpers import make_model
 
@@ -22,19 +22,28 @@ def compile_with_report(model, dims):
     return compiled, pipeline.context.reports["conv-weights"]
 
 
-@pytest.mark.parametrize("shape,group", [((8, 3, 3, 3), 1), ((16, 2, 3), 4), ((12, 1, 1, 1), 3), ((8, 4, 2, 2, 2), 2)])
-def test_kmajor_places_each_element(shape, group):
+@pytest.mark.parametrize("shape,group,strip", [((8, 3, 3, 3), 1, None), ((16, 2, 3), 4, None), ((12, 1, 1, 1), 3, None),
+                                                ((8, 4, 2, 2, 2), 2, None), ((96, 3, 3, 3), 1, 32), ((48, 2, 3), 2, 8),
+                                                ((80, 4, 3, 3), 1, 16)])
+def test_kmajor_places_each_element(shape, group, strip):
     w = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
-    k = to_kmajor(w, group)
+    k = to_kmajor(w, group, strip)
     assert k.shape == w.shape
-    np.testing.assert_array_equal(from_kmajor(k, group), w)
+    np.testing.assert_array_equal(from_kmajor(k, group, strip), w)
     m, cg = shape[0], shape[1]
     mg, ks = m // group, int(np.prod(shape[2:]))
+    sw = strip or mg
     flat = k.reshape(-1)
-    for oc in range(m):  # element (g, k, m) of [group, CG * kernel, MG] is W[g * MG + m].flat[k]
+    for oc in range(m):  # element (g, k, m) of [group, MG / strip, CG * kernel, strip] is W[g * MG + m].flat[k]
         g, mm = divmod(oc, mg)
         for kk in range(cg * ks):
-            assert flat[(g * cg * ks + kk) * mg + mm] == w[oc].reshape(-1)[kk]
+            assert flat[((g * (mg // sw) + mm // sw) * cg * ks + kk) * sw + mm % sw] == w[oc].reshape(-1)[kk]
+
+
+def test_strip_widths():
+    # the widest of 32, 16, 8, 4 dividing the channels per group; one strip for 1-tap kernels
+    assert [kmajor_strip(mg, 9) for mg in (512, 64, 32, 48, 40, 24, 12, 8, 4)] == [32, 32, 32, 16, 8, 8, 4, 8, 4]
+    assert [kmajor_strip(mg, 1) for mg in (512, 48)] == [512, 48]
 
 
 def test_weights_stored_kmajor_and_reasons_for_the_others():
@@ -62,3 +71,15 @@ def test_the_stored_weight_is_the_kmajor_order_of_the_original():
     assert list(report.kmajor) == ["w"]
     name = next(t for t in compiled.tensors if t.startswith("w/kmajor"))
     np.testing.assert_array_equal(compiled.tensors[name].data, to_kmajor(w, 2))
+
+
+def test_many_channels_are_stored_in_strips():
+    """64 maps of a 3x3 conv: strips of 32 channels (the kernels reading them run against
+    onnxruntime in tests/gpu/test_conv_register.py, "strips" among them)."""
+    w = randn(64, 4, 3, 3)
+    model = make_model([h.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                       [("x", np.float32, [1, 4, "h", "w"])], ["y"], {"w": w})
+    pipeline = CompilerPipeline(core_operator_registry())
+    compiled = pipeline.compile(onyxia.load_model(model), {"h": 5, "w": 5})
+    name = next(t for t in compiled.tensors if t.startswith("w/kmajor"))
+    np.testing.assert_array_equal(compiled.tensors[name].data, to_kmajor(w, 1, 32))

@@ -13,7 +13,7 @@ from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
 from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import numel
 from onyxia.operators.conv.conv import WEIGHTS_KC_ATTR
-from onyxia.operators.conv.cpu import KMAJOR_ATTR, to_kmajor
+from onyxia.operators.conv.cpu import KMAJOR_ATTR, STRIP_ATTR, kmajor_strip, to_kmajor
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 
 CONVS = {("", "Conv"), ("ai.onnx", "Conv"), (FUSED_DOMAIN, "ConvEpilogue")}
@@ -36,8 +36,10 @@ class ConvWeightsPass(Pass):
     2. Requires M / group to be a multiple of 4 (vec4 loads of one patch row's channels) and
        an output map that is not a static handful of positions (a pointwise conv over a pooled
        1x1 map runs as a matrix-vector product, which reads W row-major best).
-    3. Stores the weight k-major as `<name>/kmajor` (same shape) and sets KMAJOR_ATTR on its
-       Conv; the reason for every weight left alone goes to ctx.reports["conv-weights"].
+    3. Stores the weight k-major as `<name>/kmajor` (same shape), in strips of STRIP_ATTR
+       output channels where the kernel has more than one tap (cpu.kmajor_strip), and sets
+       KMAJOR_ATTR and STRIP_ATTR on its Conv; the reason for every weight left alone goes to
+       ctx.reports["conv-weights"].
     """
 
     name = "conv-weights"
@@ -59,11 +61,12 @@ class ConvWeightsPass(Pass):
                 continue
             t = graph.tensor(weight)
             group = int(node.attributes.get("group", 1))
+            strip = kmajor_strip(t.value.shape[0] // group, numel(t.value.shape[2:]))
             name = graph.fresh_name(f"{weight}/kmajor")
             graph.add_tensor(TensorDef(name, t.dtype, tuple(t.value.shape), TensorKind.WEIGHT,
-                                       to_kmajor(t.value, group)))
+                                       to_kmajor(t.value, group, strip)))
             graph.replace_node(nid, node.op_type, [name if i == 1 else x for i, x in enumerate(node.inputs)],
-                               {**node.attributes, KMAJOR_ATTR: 1}, domain=node.domain)
+                               {**node.attributes, KMAJOR_ATTR: 1, STRIP_ATTR: strip}, domain=node.domain)
             done[weight] = [node.name]
         ctx.reports[self.name] = ConvWeightsReport(done, skipped)
         return PassResult(bool(done), f"{len(done)} conv weights k-major; {len(skipped)} left as they are")

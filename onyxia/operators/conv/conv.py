@@ -38,7 +38,14 @@ from onyxia.ir.dtypes import DType
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
 from onyxia.operators.base import FoldCtx, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
-from onyxia.operators.conv.cpu import KMAJOR_ATTR, from_kmajor, plan_register, register_applies, register_tiles
+from onyxia.operators.conv.cpu import (
+    KMAJOR_ATTR,
+    STRIP_ATTR,
+    from_kmajor,
+    plan_register,
+    register_applies,
+    register_tiles,
+)
 from onyxia.operators.conv.depthwise import DW_TILES, PREFERRED_TAPS, depthwise_applies, plan_depthwise
 from onyxia.operators.conv.pointwise import (
     PRODUCT_MAX_P,
@@ -87,6 +94,7 @@ class ConvSpec:
     window: Window
     transposed: bool
     w_kmajor: bool = False  # weights stored k-major (operators/conv/cpu.py to_kmajor)
+    w_strip: int = 0  # ... in strips of this many output channels (0: MG, one strip)
 
     @property
     def cg(self) -> int:
@@ -134,7 +142,11 @@ class Conv(Operator):
             raise ctx.fail(f"attribute 'group' {group} must divide the {channels} input channels", 0)
         spec = self.geometry(ctx, x, w, group, kernel)
         if ctx.attr(KMAJOR_ATTR, 0):
-            spec = dataclasses.replace(spec, w_kmajor=True)
+            strip = int(ctx.attr(STRIP_ATTR, 0)) or spec.mg
+            if spec.mg % strip or strip % 4 and strip != spec.mg:
+                raise ctx.fail(f"attribute '{STRIP_ATTR}' {strip} does not cut {spec.mg} channels per group into "
+                               "strips of a multiple of 4")
+            spec = dataclasses.replace(spec, w_kmajor=True, w_strip=strip)
         if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
             raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
         return spec
@@ -163,7 +175,7 @@ class Conv(Operator):
         if ctx.attr(WEIGHTS_KC_ATTR, 0):
             w = w.swapaxes(0, 1)
         elif spec.w_kmajor:
-            w = from_kmajor(w, spec.group)
+            w = from_kmajor(w, spec.group, spec.w_strip)
         y = self.fold_values(spec, x, w)
         if ctx.has_input(2):
             y += vals[2].reshape((1, -1) + (1,) * len(spec.spatial))
@@ -306,7 +318,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
             steps = plan_register(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
                                   channels=spec.channels, maps=spec.maps, group=spec.group, spatial=spatial,
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
-                                  eow=win.out[-1], xa=mode == "q")
+                                  eow=win.out[-1], xa=mode == "q", strip=spec.w_strip)
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
             # a strided 1-D row of several taps not read as aligned vec4s takes `narrow` at any
             # width (wav2vec2's 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180
@@ -355,7 +367,7 @@ def _plan_workgroup(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilog
     if is_pointwise(spec):
         return plan_pointwise(ctx, spec, epilogue)
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
-              "MG": spec.mg, "K": k, "NCOLS": ncols}
+              "MG": spec.mg, "K": k, "NCOLS": ncols, **({"WSTRIP": spec.w_strip} if spec.w_kmajor else {})}
     has_bias = ctx.has_input(2)
     defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias,
                                "W_KMAJOR": spec.w_kmajor}

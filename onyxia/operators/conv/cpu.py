@@ -112,19 +112,41 @@ BAKED = frozenset({"KD", "KH", "KW", "SD", "SH", "SW", "DD", "DH", "DW", "PD", "
 # conv (112 -> 672 channels, 14x14) ran in 11.0 ms with them, 2.0 ms with the weights as a
 # constant (lavapipe, same run): the weights' loads were the kernel's cost.
 KMAJOR_ATTR = "w_kmajor"
+# On such a Conv node: the k-major weights are cut into strips of this many output channels
+# (kmajor_strip), each strip k-major over the whole patch: [group, MG / strip, K, strip]. A
+# register tile's channel block (RM <= 32 rows) then streams one contiguous run of weights, where
+# with the whole MG in a row it read RM of every MG: ResNet-18's 512 -> 512 3x3 convs (9.4 MB of
+# weights, 16 channel blocks): 1.2 ms of GPU time per 32-channel block against 0.9 for a 512 ->
+# 64 conv whose block rows are nearly contiguous (lavapipe, `onyxia bench --profile`).
+STRIP_ATTR = "w_strip"
+STRIPS = (32, 16, 8, 4)
 
 
-def to_kmajor(w: np.ndarray, group: int) -> np.ndarray:
-    """Conv weights [M, CG, *kernel] in the order [group, CG * kernel, M / group] (k-major:
-    the MG channels of one patch row contiguous, read as vec4s), returned with W's shape."""
-    m = w.shape[0]
-    return w.reshape(group, m // group, -1).transpose(0, 2, 1).reshape(w.shape)
+def kmajor_strip(mg: int, taps: int) -> int:
+    """The strip width for MG output channels per group and a kernel of `taps` taps: the
+    widest of STRIPS dividing MG, or MG itself (one strip: plain k-major) for 1-tap kernels,
+    whose matrix-product kernels read the weights as a row-major [K, MG] matrix."""
+    if taps > 1:
+        for strip in STRIPS:
+            if mg % strip == 0:
+                return strip
+    return mg
 
 
-def from_kmajor(w: np.ndarray, group: int) -> np.ndarray:
+def to_kmajor(w: np.ndarray, group: int, strip: int | None = None) -> np.ndarray:
+    """Conv weights [M, CG, *kernel] in the order [group, MG / strip, CG * kernel, strip]
+    (k-major: `strip` channels of one patch row contiguous, read as vec4s; strip None: MG, one
+    strip), returned with W's shape."""
+    mg = w.shape[0] // group
+    strip = strip or mg
+    return w.reshape(group, mg // strip, strip, -1).transpose(0, 1, 3, 2).reshape(w.shape)
+
+
+def from_kmajor(w: np.ndarray, group: int, strip: int | None = None) -> np.ndarray:
     """The inverse of to_kmajor."""
-    m = w.shape[0]
-    return w.reshape(group, -1, m // group).transpose(0, 2, 1).reshape(w.shape)
+    mg = w.shape[0] // group
+    strip = strip or mg
+    return w.reshape(group, mg // strip, -1, strip).transpose(0, 1, 3, 2).reshape(w.shape)
 
 
 def register_tiles(mg: int, kw: int, ow: Dim = None, sw: int = 1,
@@ -160,6 +182,13 @@ def span_loads(rp: int, kw: int, sw: int, dw: int) -> list[int]:
     return sorted({j * sw + t * dw for j in range(rp) for t in range(kw)})
 
 
+def _strip_base(mq: str) -> str:
+    """WGSL: the vec4 index of patch row 0 of the k-major weights (to_kmajor, strips of WSTRIP)
+    at channel quad `mq` of group g; row k adds k * WSTRIP / 4."""
+    return (f"((g * (MG() / WSTRIP()) + 4u * ({mq}) / WSTRIP()) * K()) * (WSTRIP() / 4u) "
+            f"+ (4u * ({mq})) % WSTRIP() / 4u")
+
+
 def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None,
               xa: bool = False) -> dict[str, object]:
     """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
@@ -176,7 +205,8 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
             "let wt0 = wc + (kd * KH() + kh) * KW();"]
     if kmajor:
         accs = [f"let mq{j} = min(m0 / 4u + {j}u, MG() / 4u - 1u);" for j in range(rm // 4)]
-        body.append("let wk = (g * K() + wt0) * (MG() / 4u);")
+        accs += [f"let sb{j} = {_strip_base(f'mq{j}')};" for j in range(rm // 4)]
+        body.append("let wk = wt0 * (WSTRIP() / 4u);")
     else:
         accs = [f"let wr{r} = (wg_row + min(m0 + {r}u, MG() - 1u)) * K();" for r in range(rm)]
     accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rm) for q in range(quads)]
@@ -206,8 +236,8 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     rq = rm // 4
     nw = kw * rq
     sg = kmajor and kw > 1
-    accs_sg = [f"let wo{u} = (min(sg_id + {8 * u}u, {nw - 1}u) / {rq}u) * (MG() / 4u) + "
-               f"min(m0 / 4u + min(sg_id + {8 * u}u, {nw - 1}u) % {rq}u, MG() / 4u - 1u);"
+    accs_sg = [f"let wo{u} = (min(sg_id + {8 * u}u, {nw - 1}u) / {rq}u) * (WSTRIP() / 4u) + "
+               + _strip_base(f"min(m0 / 4u + min(sg_id + {8 * u}u, {nw - 1}u) % {rq}u, MG() / 4u - 1u)") + ";"
                for u in range(-(-nw // 8))] if sg else []
     body_sg = list(body) + [f"let wl{u} = vec4<f32>(w_load4(wk + wo{u}));" for u in range(len(accs_sg))]
     # k-major weights: tap-innermost, `a += w0 * v0 + w1 * v1 + w2 * v2` per accumulator, so that
@@ -220,7 +250,7 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
             body.append(f"let v{t}_{q} = vec4<f32>({lanes});")
             body_sg.append(body[-1])
         if kmajor:
-            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(wk + {t}u * (MG() / 4u) + mq{j}));" for j in range(rq)]
+            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(sb{j} + wk + {t}u * (WSTRIP() / 4u)));" for j in range(rq)]
             body_sg += [f"let wv{j}_{t} = subgroupBroadcast(wl{(t * rq + j) // 8}, {(t * rq + j) % 8}u);"
                         for j in range(rq)]
         else:
@@ -251,13 +281,13 @@ def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: i
 def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, batch: Dim, channels: int, maps: int,
                   group: int, spatial: tuple[Dim, ...], win: Window, rm: int, rp: int,
                   kmajor: bool, x4: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None,
-                  xa: bool = False) -> list[Step]:
+                  xa: bool = False, strip: int | None = None) -> list[Step]:
     """conv_register.wgsl over an RM x RP tile (+ the split-K finish when the input channels
     are many). `spatial`/`win` may be the flattened 1-D form of a pointwise conv; `eow` is then
     the real output's last axis (the epilogue's column). `x4`: the input is read as vec4s,
     correct only where its rows' width is a multiple of 4 (the caller's guard) and the leading
     pad is static. `xa`: read as vec4s at any row width and pad (the input's element count a
-    multiple of 4: the caller's check)."""
+    multiple of 4: the caller's check). `strip`: k-major weights' strip width (None: MG)."""
     cg, mg = channels // group, maps // group
     params = window_params(spatial, win)
     p = params["P"]
@@ -281,6 +311,8 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
                                                        xa)}
     if xa:
         params["XQ"] = batch * (channels // 4) * params["ISP"]
+    if kmajor:
+        params["WSTRIP"] = strip or mg
     reads: dict[str, str | Buf] = {"x": Buf(x, vector=x4 or xa), "w": Buf(w, vector=kmajor),
                                    **({"bias": bias} if bias is not None and not split else {})}
     workgroups = (ceil_div(nseg, LANES), 1, group * rblocks * splits)
@@ -301,5 +333,5 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     return steps
 
 
-__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "from_kmajor", "generated", "plan_register",
-           "register_applies", "register_tiles", "span_loads", "to_kmajor"]
+__all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "STRIP_ATTR", "from_kmajor", "generated",
+           "kmajor_strip", "plan_register", "register_applies", "register_tiles", "span_loads", "to_kmajor"]
