@@ -108,8 +108,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var lane = lid;
 #ifdef ONYXIA_SUBGROUPS
     // the workgroup is one subgroup: its lanes share what they load (numbered as the subgroup
-    // numbers them, for subgroupBroadcast)
+    // numbers them, for subgroupBroadcast); known to be where ONYXIA_SUBGROUPS_OF_8
     lanes_share = sg_size == LANES;
+#ifdef ONYXIA_SUBGROUPS_OF_8
+    lanes_share = true;
+#endif
     if (lanes_share) {
         lane = sg_id;
     }
@@ -174,6 +177,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 #endif
     } else {
+#ifndef ONYXIA_SUBGROUPS_OF_8
+        // (not compiled where the subgroup path always runs: it doubled the kernel's compile)
         for (var j = 0u; j < last; j += 4u) {
             let keys = keys_from(j, last);
             var dots = qk_plain(&q0, 0u, keys, mat4x4<f32>());
@@ -201,6 +206,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             pv_plain(&acc3, 3u, keys, alpha, p);
 #endif
         }
+#endif
     }
 
     // 1 / the denominator (0 for a row without a live key: zeros, never NaN)

@@ -160,7 +160,10 @@ class FusedAttention(Operator):
             # trip per 4 keys: the guard bounds the keys (longer rows take the kernels below,
             # which split them). lavapipe (Mesa 22.3; whole models, alternating): Whisper's
             # encoder (6 heads of 64, 1500 keys, fused now) 1472 -> 1201 ms, vae_decoder_small
-            # at 32x32 (1024 keys, a head of 128) ~780 -> ~650 ms, vit_tiny ~110 -> ~85 ms.
+            # at 32x32 (1024 keys, a head of 128) ~780 -> ~650 ms, vit_tiny ~110 -> ~85 ms. Its
+            # first dispatch compiles for 0.5 s at heads of 64, 1.1 s at 128 on Mesa 22.3 (2.4 and
+            # 6.7 s on Mesa 25; 1.2 / 4.6 and 14 / 56 s before the plain path was left out where
+            # the lanes are known to share).
             flash = [ctx.dispatch(
                 "attention/sdpa_flash.wgsl", label="fused_attention_flash",
                 defs={**defs, "CPL": math.ceil(d / 32)},
