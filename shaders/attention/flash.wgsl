@@ -4,7 +4,9 @@
 // attention/sdpa_flash.wgsl): a workgroup of 8 invocations, one (head, query row) pair each, walks
 // the keys QT = 4 at a time with an online softmax per row. Its rows' query (scaled) lives in
 // Slices of 8 vec4 columns, 8k .. 8k + 7 in slice k. The importer defines DV (vec4s per head row),
-// NEG, key4(j, c) and value4(j, c) (vec4 c of key / value row j), and SOFTCAP's CAP() where set.
+// NEG, key4(j, c) and value4(j, c) (vec4 c of key / value row j), a struct Out and
+// store_vec4(o, value, i, k, lane, by_column, scales) (where vec4 i of acc slice k goes), and
+// SOFTCAP's CAP() where set.
 // Without subgroups every lane loads every K/V row and keeps its own pair's accumulators; with a
 // subgroup of 8 (ONYXIA_SUBGROUPS, the lanes numbered by subgroup_invocation_id) lane i loads the
 // rows' vec4 columns 8k + i and subgroupBroadcast hands them round, and the accumulators are held
@@ -148,3 +150,17 @@ fn rows_of(x: f32) -> array<f32, 8> {
                          subgroupBroadcast(x, 6u), subgroupBroadcast(x, 7u));
 }
 #endif
+
+// Stores acc slice k through the importer's store_vec4: `by_column` (the shared layout): pairs
+// 0 .. 7 at column 8k + lane, scaled by scales[pair]; else this lane's columns 8k .. 8k + 7,
+// scaled by scales[lane]. (Written out: see the Slices.)
+fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
+    store_vec4(o, (*acc)[0], 0u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[1], 1u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[2], 2u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[3], 3u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[4], 4u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[5], 5u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[6], 6u, k, lane, by_column, scales);
+    store_vec4(o, (*acc)[7], 7u, k, lane, by_column, scales);
+}

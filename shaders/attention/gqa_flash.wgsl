@@ -74,20 +74,6 @@ struct Out {
     sp: KeySplit,
 }
 
-// Stores acc slice k: `by_column` (shared layout): pairs 0 .. 7 at column 8k + lane, scaled by
-// scales[pair]; else this lane's columns 8k .. 8k + 7, scaled by scales[lane]. (Written out: see
-// query_slice.)
-fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
-    store_vec4(o, (*acc)[0], 0u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[1], 1u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[2], 2u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[3], 3u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[4], 4u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[5], 5u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[6], 6u, k, lane, by_column, scales);
-    store_vec4(o, (*acc)[7], 7u, k, lane, by_column, scales);
-}
-
 fn store_vec4(o: Out, value: vec4<f32>, i: u32, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
     let pair = select(lane, i, by_column);
     let c = select(8u * k + i, 8u * k + lane, by_column);
