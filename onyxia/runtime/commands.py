@@ -109,7 +109,9 @@ class DispatchCommand(Command):
         self.raw_workgroups = [0, 0, 0]  # as the plan computes them
         self.workgroups = (0, 0, 0)  # as dispatched (a long grid folded into 2-D)
         self.program: Any = replay.program_for(step)
-        self.bindings: Any = replay.bind(step)
+        # Made with the program when a run first replays this dispatch (PlanReplay.build_programs):
+        # an idle Select alternative costs no bind group, at load or when buffers regrow.
+        self.bindings: Any = None
         self.bind_params: Any = None  # the backend's way of passing `params` (None: no params)
 
     def refresh(self, replay: Replay) -> None:
@@ -133,8 +135,8 @@ class DispatchCommand(Command):
         self.workgroups = (x, y, z)
 
     def rebind(self, replay: Replay, grown: set[str]) -> None:
-        if any(replay.root(b.tensor) in grown for b in self.step.bindings):
-            self.bindings = replay.bind(self.step)
+        if self.bindings is not None and any(replay.root(b.tensor) in grown for b in self.step.bindings):
+            self.bindings = None  # remade when next replayed (PlanReplay.build_programs)
 
     def encode(self, backend: Backend) -> None:
         backend.dispatch(self)

@@ -197,7 +197,7 @@ class DimensionUpdates:
             self.stats.reallocs += 1
         if buffers:
             for cmd in self.commands:
-                cmd.rebind(self, set(buffers))
+                cmd.rebind(self, set(buffers))  # drops the bind groups of the regrown buffers' users
         dirty: dict[Command, object] = {}  # command -> what it encoded before (_encoded)
         params = False
         values = self._values
@@ -227,3 +227,5 @@ class DimensionUpdates:
         if any(_encoded(cmd) != was for cmd, was in dirty.items()):
             self._refresh_live()
             self._new_dims = True  # the next run, the first of these choices, does nothing ahead
+        elif buffers:  # new bind groups for what a run replays now; idle alternatives' when chosen
+            self.build_programs(self._run_dispatches())

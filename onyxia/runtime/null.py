@@ -161,6 +161,7 @@ class NullBackend:
         if not all(cmd.workgroups):
             return
         assert all(0 < n <= self.limits.max_workgroups for n in cmd.workgroups), cmd.workgroups
+        assert cmd.bindings is not None, f"dispatch of {cmd.program.label} replayed without its bind group"
         assert all(not b.freed for b in cmd.bindings.buffers), "dispatch binds a freed buffer"
         params = tuple(int(w) for w in np.frombuffer(cmd.params, np.uint32)) if cmd.params is not None else ()
         self._encoded.append(DispatchRecord(cmd.program.label, cmd.workgroups, params,

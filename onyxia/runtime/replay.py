@@ -206,15 +206,21 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         return self.programs.get(index)
 
     def build_programs(self, commands: Sequence[Command]) -> None:
-        """Build the programs of the dispatches in `commands` that have none yet. A pipeline
-        costs ~20 ms on lavapipe and half a plan's shaders may belong to Select alternatives a
-        run does not replay at these dims on this adapter: those wait until chosen."""
-        missing = [c for c in commands if isinstance(c, DispatchCommand) and c.program is None]
+        """Build the programs and bind groups of the dispatches in `commands` that have none yet.
+        A pipeline costs ~20 ms on lavapipe and half a plan's shaders may belong to Select
+        alternatives a run does not replay at these dims on this adapter: those wait until
+        chosen. So do their bind groups, made again only where a regrown buffer dropped them
+        (733 of them in regnet_y_400mf, a third replayed: ~40 ms of a new input shape)."""
+        dispatches = [c for c in commands if isinstance(c, DispatchCommand)]
+        missing = [c for c in dispatches if c.program is None]
         todo = sorted({c.shader for c in missing} - self.programs.keys())
         if todo:
             self._build_many(todo)
         for c in missing:
             c.program = self.programs[c.shader]
+        for c in dispatches:
+            if c.bindings is None:
+                c.bindings = self.bind(c.step)
 
     def _render(self, index: int) -> tuple[tuple, tuple]:
         """(the key of identical kernels, the backend's job) of shader `index` at the dims now."""
@@ -311,15 +317,17 @@ class PlanReplay(DimensionUpdates, WorkAhead):
     def _refresh_live(self) -> None:
         """What a run encodes (select.live_commands), with the programs it needs built; mid-run
         readbacks may change grids and choices: keep all, and build every reachable program."""
-        if self._device_syncs:
-            self._live_commands = self._run_commands
-            needed = self.dispatch_commands()
-        else:  # each dispatch a run encodes, loop bodies included (an empty grid: once it fills)
-            self._live_commands = live_commands(self._run_commands)
-            needed = walk_commands(self._live_commands)
+        self._live_commands = self._run_commands if self._device_syncs else live_commands(self._run_commands)
+        needed = self._run_dispatches()
         self.build_programs(needed)
         self._compile_ahead(needed)
         self._unwarmed = True
+
+    def _run_dispatches(self) -> list[Command]:
+        """What the next run may dispatch: each command it encodes, loop bodies included (an
+        empty grid: once it fills); with mid-run readbacks, which may change grids and choices,
+        every dispatch."""
+        return self.dispatch_commands() if self._device_syncs else walk_commands(self._live_commands)
 
     def assume_adapter(self, kind: str) -> None:
         """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this

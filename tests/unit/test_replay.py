@@ -20,6 +20,7 @@ from onyxia.errors import DeviceError, DimensionError, InputError, ShaderError
 from onyxia.ir.shapes import SymDim
 from onyxia.plan import CompiledModel
 from onyxia.runtime import DeviceTensor
+from onyxia.runtime.commands import DispatchCommand
 from onyxia.runtime.null import NULL_LIMITS, CopyRecord, DispatchRecord, NullBackend, null_executor
 from onyxia.runtime.replay import PlanReplay
 from tests.builders.replay import encoder_model
@@ -165,6 +166,30 @@ def test_capacity_grows_only_past_it_and_reallocates_exactly_the_grown_buffers()
     assert exe.stats.reallocs == len(grown)
     assert backend.live_bytes == sum(max(capacity[n], needed_bytes(compiled, {"batch": 2, "seq": 13})[n])
                                      for n in capacity)
+
+
+def test_bind_groups_are_made_for_what_a_run_replays_and_again_only_where_a_buffer_grew():
+    exe = null_executor(compile_model(encoder_model(), {"batch": 2, "seq": 8}))
+    backend = exe.backend
+    idle = {id(c) for c in exe.commands if isinstance(c, DispatchCommand)} - {id(d) for d in exe.dispatch_commands()}
+    assert idle, "the plan has Select alternatives a run does not replay"
+    assert all(c.bindings is None for c in exe.commands if id(c) in idle)
+    live = exe.dispatch_commands()
+    assert all(d.bindings is not None for d in live) and backend.bind_groups == len(live)
+    held = {id(d): d.bindings for d in live}
+    first = dict(exe.buffers)
+    exe.update_dimensions({"seq": 13})
+    grown = {n for n in first if exe.buffers[n] is not first[n]}
+    assert grown
+    live = exe.dispatch_commands()
+    remade = [d for d in live if d.bindings is not held.get(id(d))]
+    assert remade and all(d.bindings is not None for d in live)
+    # Only the dispatches binding a grown buffer (or newly replayed) got new ones; idle ones none.
+    assert all(id(d) not in held or any(exe.root(b.tensor) in grown for b in d.step.bindings) for d in remade)
+    assert all(d.bindings is held[id(d)] for d in live if id(d) in held
+               and not any(exe.root(b.tensor) in grown for b in d.step.bindings))
+    assert backend.bind_groups == len(held) + len(remade)
+    exe.run(encoder_feeds(2, 13))  # the null backend asserts every dispatch has its bind group
 
 
 def test_shared_buffers_of_the_memory_plan_are_allocated_once():
