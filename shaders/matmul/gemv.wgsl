@@ -59,7 +59,7 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
     let n = block * NCOL + col;
     let n_read = min(n, N() - 1u);  // out-of-range columns compute garbage they never store
     let k_begin = s * KCHUNK();
-    let k_end = min(K(), k_begin + KCHUNK());
+    let k_end = kept_bound(min(K(), k_begin + KCHUNK()), wg.nwg);  // a loop, not unrolled copies
     for (var m0 = 0u; m0 < M(); m0 += MT) {
         let rows = min(MT, M() - m0);
         var acc: array<#{T}, #{MT}>;

@@ -156,7 +156,7 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
     let b_base = idx_x1 * B_BS() / 4u;
     let m0 = site.m0;
     let k_begin = s * KCHUNK() / 4u;
-    let k_end = min(K(), (s + 1u) * KCHUNK()) / 4u;
+    let k_end = kept_bound(min(K(), (s + 1u) * KCHUNK()) / 4u, wg.nwg);  // a loop, not K / 4 copies
 #if ROWS == 1
     var acc = vec4<f32>();
     let row = a_row(a_base, m0);
