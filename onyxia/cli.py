@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from onyxia.cli_feeds import feeds_for, index_bounds
 from onyxia.errors import CliError, DimensionError, OnyxiaError
 
 EXIT_USER_ERROR = 1
@@ -221,40 +222,6 @@ def _inferred_outputs(graph) -> dict[str, str]:
         return {}
 
 
-def _random_input(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 8, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def _feeds(exe, compiled, inputs: Sequence[str] | None, seed: int) -> dict[str, np.ndarray]:
-    from onyxia.errors import InputError
-    from onyxia.ir import dtypes
-
-    given: dict[str, np.ndarray] = {}
-    for item in inputs or ():
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise InputError(f"--input expects NAME=FILE.npy, got '{item}'")
-        try:
-            given[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--input {name}: cannot read '{path}' ({exc})") from None
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name in compiled.inputs:
-        if name in given:
-            feeds[name] = given.pop(name)
-        else:
-            dtype = dtypes.from_name(compiled.tensors[name].dtype).numpy
-            feeds[name] = _random_input(exe.input_shape(name), dtype, rng)
-    if given:
-        raise InputError(f"--input names unknown inputs {sorted(given)} (inputs: {', '.join(compiled.inputs)})")
-    return feeds
-
-
 def _load_for_run(path: str, dims: dict[str, int], static: Sequence[str]):
     from onyxia.loading import is_plan_file
     from onyxia.plan import CompiledModel
@@ -284,7 +251,7 @@ def _executor(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     is_plan, compiled, runtime, exe, report = _executor(args)
-    feeds = _feeds(exe, compiled, args.input, args.seed)
+    feeds = feeds_for(exe, compiled, args.input, args.seed, index_bounds(args.model))
     start = time.perf_counter()
     outputs = exe.run(feeds)
     elapsed = time.perf_counter() - start
@@ -339,7 +306,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(f"--iterations must be at least 1 and --warmup at least 0, got "
                        f"{args.iterations} and {args.warmup}")
     is_plan, compiled, runtime, exe, report = _executor(args)
-    feeds = _feeds(exe, compiled, None, 0)
+    feeds = feeds_for(exe, compiled, None, 0, index_bounds(args.model))
     start = time.perf_counter()
     exe.run(feeds)
     report.first_run_s = time.perf_counter() - start
