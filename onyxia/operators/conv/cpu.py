@@ -264,7 +264,7 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     # store loop: RM x RP/4 unrolled guarded stores made lavapipe compile a 16x16 tile for 11.6 s
     # (Mesa 25; 2.2 s on 22.3), staged 1.0 s (0.3 s); a private array indexed in the loop was
     # lowered to branch ladders by Mesa 22.3 (2.3 s).
-    stores = [f"stage[sb + {r * quads + q}u] = a{r}_{q};" for r in range(rm) for q in range(quads)]
+    stores = [f"stage[{r * quads + q}u] = a{r}_{q};" for r in range(rm) for q in range(quads)]
     out: dict[str, object] = {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores),
                               "X4": x4 is not None, "XA": xa}
     if sg:
