@@ -87,8 +87,10 @@ fn main(wg: Grid) {
     let rows = min(vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(S() - 1u));
     let alive = vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(S());
     let qrow = (vec4<u32>(b * QB() + h * QH()) + rows * QS()) / 4u;
-    let d4 = D() / 4u;
-    let dv4 = DV() / 4u;
+    // Loops over the head's vec4s, kept loops (common::grid): unrolled for heads of 8 (2 trips),
+    // the kernel compiled in 4.6 s on Mesa 25, 1.8 s as loops.
+    let d4 = kept_bound(D() / 4u, wg.nwg);
+    let dv4 = kept_bound(DV() / 4u, wg.nwg);
     // This invocation's accumulators: vec4 (c, e) at abase + (4 * c + e) * WG.
     let abase = (i / WG) * dv4 * 4u * WG + i % WG;
     for (var c = 0u; c < 4u * dv4; c++) {
