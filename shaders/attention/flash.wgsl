@@ -155,7 +155,7 @@ fn rows_of(x: f32) -> array<f32, 8> {
 // 0 .. 7 at column 8k + lane, scaled by scales[pair]; else this lane's columns 8k .. 8k + 7,
 // scaled by scales[lane]. A loop over a copy of the slice: the accumulators keep their static
 // indices (registers), and the eight stores written out took ~1 s of the kernel's compile on
-// Mesa 25 (heads of 64: 2.2 -> 1.2 s; of 128: 6.8 -> 4.0 s). Its bound is 8, as a value the
+// Mesa 25 (heads of 64: 2.2 -> 1.3-1.4 s; of 128: 6.8 -> 3.8 s). Its bound is 8, as a value the
 // driver cannot unroll (o.b, the batch, never reaches u32's maximum).
 fn store_slice(o: Out, acc: ptr<function, Slice>, k: u32, lane: u32, by_column: bool, scales: array<f32, 8>) {
     var out = *acc;
