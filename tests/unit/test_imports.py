@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("onyxia.runtime",),
     # loading: the load report, compile through the plan cache (plan_cache), load an executor
     ("onyxia", "onyxia.session", "onyxia.session_containers", "onyxia.backend", "onyxia.llm", "onyxia.cli",
-     "onyxia.loading", "onyxia.web", "onyxia.plan_cache"),
+     "onyxia.cli_feeds", "onyxia.loading", "onyxia.web", "onyxia.plan_cache"),
 ]
 # Lower modules a layer must still not import: the runtime replays plans, whose value types
 # (dims, dtypes) are all it needs of the IR; `onyxia.ir` itself re-exports the graph.
