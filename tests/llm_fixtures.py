@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.ort_oracle import exact_session
+
 DATA = Path(__file__).resolve().parent / "data" / "llm"
 MANIFEST = DATA / "MANIFEST.json"
 # Longer than the fixtures' sliding window (16 tokens), so Gemma-2/3 and Mistral prompts cross it.
@@ -164,7 +166,7 @@ def ort_greedy(folder: Path, prompt: list[int], steps: int, model_file: str = "m
 
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization)
-    session = ort.InferenceSession(str(folder / model_file), options, providers=["CPUExecutionProvider"])
+    session = exact_session(folder / model_file, options)  # exact int8 products without VNNI too
     inputs = {i.name: i for i in session.get_inputs()}
     dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
     past = {}

@@ -42,58 +42,85 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+def _graphs(graph: onnx.GraphProto):
+    """`graph` and every subgraph in it (If branches, Loop and Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
 def exact_for_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
                   ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """`model` and `feeds` with int8 weights of uint8 x int8 products as uint8 (see the module doc)."""
+    """`model` and `feeds` with int8 weights of uint8 x int8 products as uint8 (see the module doc),
+    in subgraphs too (a merged decoder's If branches read the model's initializers)."""
     types = _elem_types(model)
-    inits = {t.name: t for t in model.graph.initializer}
-    consumers: dict[str, int] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers[name] = consumers.get(name, 0) + 1
-    plan: list[tuple[int, int, int]] = []
-    for index, node in enumerate(model.graph.node):
-        spec = _WEIGHT_OPERANDS.get((_domain(node), node.op_type))
-        if spec is None or len(node.input) <= spec[0]:
-            continue
-        w_at, zp_at, other_at = spec
-        w = node.input[w_at]
-        zp = node.input[zp_at] if len(node.input) > zp_at else ""
-        if types.get(w) != TensorProto.INT8 or (zp and zp not in inits):
-            continue
-        if other_at is not None and types.get(node.input[other_at], TensorProto.UINT8) not in (0, TensorProto.UINT8):
-            continue  # only uint8 x int8 saturates; an operand of unknown type (a contrib op's output) is uint8 here
-        if w in inits or (w in feeds and consumers[w] == 1):
-            plan.append((index, w_at, zp_at))
-    if not plan:
-        return model, dict(feeds)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     feeds = dict(feeds)
-
-    def shifted(values: np.ndarray) -> np.ndarray:
-        return (values.astype(np.int16) + 128).astype(np.uint8)
-
-    for index, w_at, zp_at in plan:
-        node = out.graph.node[index]
-        w = node.input[w_at]
-        if w in inits:  # a uint8 copy per consumer: other consumers may read it as int8
-            node.input[w_at] = f"{w}__u8_{index}"
-            out.graph.initializer.append(numpy_helper.from_array(shifted(numpy_helper.to_array(inits[w])),
-                                                                 node.input[w_at]))
-        else:
-            feeds[w] = shifted(np.asarray(feeds[w]))
-            for vi in out.graph.input:
-                if vi.name == w:
-                    vi.type.tensor_type.elem_type = TensorProto.UINT8
-        zp = node.input[zp_at] if len(node.input) > zp_at else ""
-        values = shifted(numpy_helper.to_array(inits[zp])) if zp else np.array(128, np.uint8)
-        while len(node.input) <= zp_at:
-            node.input.append("")
-        node.input[zp_at] = f"{w}__u8_zero_point_{index}"
-        out.graph.initializer.append(numpy_helper.from_array(values, node.input[zp_at]))
-    used = {name for node in out.graph.node for name in node.input} | {vi.name for vi in out.graph.output}
-    kept = [t for t in out.graph.initializer if t.name in used or t.name not in inits]
+    top = {t.name: t for t in out.graph.initializer}
+    consumers: dict[str, int] = {}
+    for graph in _graphs(out.graph):
+        for node in graph.node:
+            for name in node.input:
+                consumers[name] = consumers.get(name, 0) + 1
+    changed = False
+    for graph in _graphs(out.graph):
+        inits = {**top, **{t.name: t for t in graph.initializer}}
+        for node in graph.node:
+            spec = _WEIGHT_OPERANDS.get((_domain(node), node.op_type))
+            if spec is None or len(node.input) <= spec[0]:
+                continue
+            w_at, zp_at, other_at = spec
+            w = node.input[w_at]
+            zp = node.input[zp_at] if len(node.input) > zp_at else ""
+            w_type = inits[w].data_type if w in inits else types.get(w)
+            if w_type != TensorProto.INT8 or (zp and zp not in inits):
+                continue
+            # Only uint8 x int8 saturates; an operand of unknown type (a contrib op's output) is uint8 here.
+            other = types.get(node.input[other_at], TensorProto.UINT8) if other_at is not None else TensorProto.UINT8
+            if other not in (0, TensorProto.UINT8):
+                continue
+            if not (w in inits or (graph is out.graph and w in feeds and consumers[w] == 1)):
+                continue
+            changed = True
+            tag = f"__u8_{len(out.graph.initializer)}"  # unique: the top graph's initializers only grow
+            if w in inits:  # a uint8 copy per consumer: other consumers may read it as int8
+                node.input[w_at] = w + tag
+                out.graph.initializer.append(numpy_helper.from_array(_shifted(numpy_helper.to_array(inits[w])),
+                                                                     node.input[w_at]))
+            else:
+                feeds[w] = _shifted(np.asarray(feeds[w]))
+                for vi in out.graph.input:
+                    if vi.name == w:
+                        vi.type.tensor_type.elem_type = TensorProto.UINT8
+            values = _shifted(numpy_helper.to_array(inits[zp])) if zp else np.array(128, np.uint8)
+            while len(node.input) <= zp_at:
+                node.input.append("")
+            node.input[zp_at] = f"{w}{tag}_zero_point"
+            out.graph.initializer.append(numpy_helper.from_array(values, node.input[zp_at]))
+    if not changed:
+        return model, feeds
+    used = {name for graph in _graphs(out.graph) for node in graph.node for name in node.input}
+    used |= {vi.name for vi in out.graph.output}
+    kept = [t for t in out.graph.initializer if t.name in used or t.name not in top]
     del out.graph.initializer[:]
     out.graph.initializer.extend(kept)
     return out, feeds
+
+
+def _shifted(values: np.ndarray) -> np.ndarray:
+    return (values.astype(np.int16) + 128).astype(np.uint8)
+
+
+def exact_session(path, options=None):
+    """An onnxruntime CPU session of the model file at `path`, exact for integer products on
+    every x86 CPU (exact_for_ort)."""
+    import onnxruntime as ort
+
+    model, _ = exact_for_ort(onnx.load(str(path)), {})
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

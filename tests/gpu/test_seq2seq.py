@@ -12,6 +12,7 @@ import pytest
 import onyxia
 from onyxia.errors import ConfigError, InputError
 from onyxia.llm.audio import FeatureConfig, log_mel, read_wav
+from tests.ort_oracle import exact_session
 
 SEQ2SEQ = Path(__file__).resolve().parent.parent / "data" / "exported" / "seq2seq"
 NEW_TOKENS = 32
@@ -22,10 +23,8 @@ def ort_greedy(folder: Path, encoder_feeds: dict[str, np.ndarray], prompt: list[
     """The plain onnxruntime loop: the encoder once; the decoder first on the whole prompt
     without a cache, then one token at a time with the presents fed back as pasts (the first
     step's cross-attention KV for every later step); argmax of the last position's logits."""
-    import onnxruntime as ort
-
-    def session(name: str):
-        return ort.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
+    def session(name: str):  # exact integer products on CPUs without VNNI too (tests/ort_oracle.py)
+        return exact_session(folder / name)
 
     (states,) = session("encoder_model.onnx").run(["last_hidden_state"], encoder_feeds)
     merged = (folder / "decoder_model_merged.onnx").is_file()
