@@ -1,12 +1,16 @@
 """The random inputs of `onyxia run` / `onyxia bench`: integer inputs stay within the rows of the
 weight tables they index (BERT's token_type_ids: a table of 2)."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import helper as h
 
 from onyxia.cli_feeds import index_bounds
 from tests.helpers import make_model
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _bert_like():
@@ -38,3 +42,9 @@ def test_plans_folders_and_unreadable_files_have_no_bounds(tmp_path):
     assert index_bounds(str(tmp_path / "bad.onnx")) == {}
     assert index_bounds(str(tmp_path)) == {}
     assert index_bounds(str(tmp_path / "m.onyxia")) == {}
+
+
+def test_a_transformers_bert_export_bounds_its_token_types_by_the_type_table():
+    # torch.onnx export of a transformers BERT (tests/data/exported/families, tools/export_bench_models.py)
+    bounds = index_bounds(str(DATA / "exported" / "families" / "bert_minilm.onnx"))
+    assert bounds == {"input_ids": 100, "token_type_ids": 2}
