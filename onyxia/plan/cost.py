@@ -4,8 +4,9 @@ A cost model read off the plan alone (a loaded plan file works too), evaluated a
 
 - bytes: every tensor a dispatch binds, read or written, at its full size for the dims (the
   status word aside). Gather-like ops read only the rows they copy, so their reads count at
-  most the bytes they write. A CopyBuffer moves its size twice (read + write); WriteBuffer steps
-  run at load time, not per run, and cost nothing here.
+  most the bytes they write; so do other ops' strided copies (a strided conv's patches). A
+  CopyBuffer moves its size twice (read + write); WriteBuffer steps run at load time, not per
+  run, and cost nothing here.
 - flops: 2·M·N·K for the kernels of a product (MatMul, Gemm, MatMulNBits, Conv: K from the
   operand shapes), 4·S·T·D per head for attention (QKᵀ and PV), and one per element written
   for everything else (elementwise, norms, copies). An op's product/attention flops go to its
@@ -49,6 +50,8 @@ PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMul
                          "ConvEpilogue", "ConvTransposeEpilogue"})
 ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "SplitKvAttention"})
 GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND", "GatherBlockQuantized", "Slice", "Split"})
+# Kernels of any op that copy the elements they read (a strided conv's patches): gather-like too.
+GATHER_SHADERS = frozenset({"strided_copy"})
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,8 @@ def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
                     else:
                         nbytes = tensor_bytes(t, env)
                     # A gather reads only the rows it copies: at most what it writes.
-                    nbytes = min(nbytes, written) if op.op_type in GATHER_OPS else nbytes
+                    gather = op.op_type in GATHER_OPS or model.shaders[d.shader].label in GATHER_SHADERS
+                    nbytes = min(nbytes, written) if gather else nbytes
                     read += nbytes
                     if live and t.kind == "weight":
                         weight_reads[b.tensor] = max(weight_reads.get(b.tensor, 0), nbytes)

@@ -4,6 +4,8 @@ recompiling, long reductions (past lavapipe's ~65,535 loop iterations), the fuse
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from onnx import helper as h
@@ -107,6 +109,16 @@ CASES = {
     "fitted_odd_segments": ([[1, 8, 5, 60], [8, 8, 3, 3], dict(pads=[1, 1, 1, 1], strides=[2, 2]), [{}]]),
     "fitted_16": ([[1, 8, 3, 16], [8, 8, 3, 3], dict(pads=[1, 0, 1, 0]), [{}]]),
     "fitted_depthwise": ([[2, 8, 6, 44], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2]), [{}]]),
+    # windows that do not overlap and read no pad: also the patches' product (pointwise.py
+    # plan_patch_product): strided 1x1 (ResNet's downsample), 1-D and 2-D; patch embeddings
+    # (kernel = stride) over sizes that leave a remainder, 4 and 3 channels
+    "strided_point": ([["n", 8, "h", "w"], [12, 8, 1, 1], dict(strides=[2, 2]),
+                       [dict(n=2, h=9, w=11), dict(n=1, h=14, w=8)]]),
+    "strided_point_1d": ([["n", 8, "L"], [12, 8, 1], dict(strides=[3]), [dict(n=2, L=13), dict(n=1, L=30)]]),
+    "patches": ([["n", 4, "h", "w"], [16, 4, 4, 4], dict(strides=[4, 4]),
+                 [dict(n=2, h=18, w=17), dict(n=1, h=8, w=12)]]),
+    "patches_rgb": ([["n", 3, "h", "w"], [8, 3, 2, 2], dict(strides=[2, 2]),
+                     [dict(n=1, h=8, w=9), dict(n=2, h=6, w=12)]]),
 }
 
 
@@ -131,6 +143,7 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     assert any(label.startswith("register4/") for label in ran) == (x_shape[1] % 4 != 0), ran
     if name.startswith("pointwise"):  # the transposed product where C and M are multiples of 4
         assert ("product" in ran) == (w_shape[0] % 4 == 0 and w_shape[1] % 4 == 0), ran
+    assert ("patches+product" in ran) == name.startswith(("strided_point", "patches")), ran
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
         assert {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
 
@@ -261,13 +274,19 @@ def _with_epilogue(model, exprs, inputs, extra_inputs=()):
     return graph
 
 
-@pytest.mark.parametrize("w_shape,attrs", [([8, 4, 3, 3], dict(pads=[1, 1, 1, 1])),
-                                           ([8, 4, 1, 1], {}),
-                                           ([4, 1, 3, 3], dict(group=4, pads=[1, 1, 1, 1]))])
-@pytest.mark.parametrize("operand", ["full", "channel", "row"])
+_EPILOGUE_CONVS = [([8, 4, 3, 3], dict(pads=[1, 1, 1, 1])), ([8, 4, 1, 1], {}),
+                   ([4, 1, 3, 3], dict(group=4, pads=[1, 1, 1, 1]))]
+_STRIDED_CONVS = [([8, 4, 1, 1], dict(strides=[2, 2])), ([8, 4, 2, 2], dict(strides=[2, 2]))]
+
+
+@pytest.mark.parametrize("w_shape,attrs,operand",
+                         [(*conv, operand) for conv in _EPILOGUE_CONVS for operand in ("full", "channel", "row")]
+                         + [(*conv, "channel") for conv in _STRIDED_CONVS])
 def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs, operand):
     # Conv + Add(operand) + Relu against onnxruntime's unfused graph; the operand is a residual
-    # (the output's shape), a per-channel [M, 1, 1] or a row [w] broadcast to the output.
+    # (the output's shape), a per-channel [M, 1, 1] or a row [w] broadcast to the output. The
+    # strided convs (their patches' product among the alternatives), whose output is not
+    # [h, w], take the per-channel one.
     maps = w_shape[0]
     r_shape = {"full": [2, maps, "h", "w"], "channel": [maps, 1, 1], "row": ["w"]}[operand]
     x_shape = [2, 4, "h", "w"]
@@ -317,11 +336,15 @@ def test_float16_conv_on_every_alternative(runtime):
 
 @pytest.mark.parametrize("width, label", [(56, "registerq/16x16"), (28, "registerq/16x16"), (14, "registerq/16x8")])
 def test_strided_pointwise_rows_take_16_wide_segments(width, label):
-    # ResNet's downsample: 1x1 stride 2, rows not flattened; 16 positions a segment over output
-    # rows past 8 wide, 8 over 7 (cpu.py STRIDED_POINT_TILES), static or symbolic width
+    # ResNet's downsample: 1x1 stride 2, rows not flattened. The heuristic takes the patches'
+    # product (pointwise.py plan_patch_product); among the register tiles (the tuner's to time),
+    # 16 positions a segment over output rows past 8 wide, 8 over 7 (cpu.py STRIDED_POINT_TILES),
+    # static or symbolic width
     for static in (True, False):
         model = conv_model("Conv", [1, 64, 8, width if static else "w"], [128, 64, 1, 1], strides=[2, 2])
         dims = {} if static else {"w": width}
         select = next(s for op in compile_model(model, dims).operations for s in op.steps
                       if getattr(s, "key", "").startswith("conv/"))
-        assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == label, (width, static, select.labels)
+        assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == "patches+product", select.labels
+        tiles = dataclasses.replace(select, alternatives=select.alternatives[1:])
+        assert tiles.labels[tiles.choose(dims, AdapterFacts("cpu"))] == label, (width, static, tiles.labels)

@@ -83,3 +83,19 @@ def test_many_channels_are_stored_in_strips():
     compiled = pipeline.compile(onyxia.load_model(model), {"h": 5, "w": 5})
     name = next(t for t in compiled.tensors if t.startswith("w/kmajor"))
     np.testing.assert_array_equal(compiled.tensors[name].data, to_kmajor(w, 1, 32))
+
+
+@pytest.mark.parametrize("attrs,plain", [(dict(strides=[4, 4]), True), (dict(strides=[4, 4], pads=[1, 1, 1, 1]), False),
+                                         (dict(strides=[2, 2]), False), (dict(strides=[4, 4], group=2), False)])
+def test_patch_embedding_weights_are_one_strip(attrs, plain):
+    """A conv over non-overlapping patches (kernel = strides, no pad, group 1: a ViT's patch
+    embedding) is stored plainly k-major, the [C * taps, M] matrix its patches' product reads;
+    overlapping, padded or grouped 4x4 kernels keep strips of 32."""
+    w = randn(64, 4 // attrs.get("group", 1), 4, 4)
+    model = make_model([h.make_node("Conv", ["x", "w"], ["y"], **attrs)], [("x", np.float32, [1, 4, "h", "w"])],
+                       ["y"], {"w": w})
+    pipeline = CompilerPipeline(core_operator_registry())
+    compiled = pipeline.compile(onyxia.load_model(model), {"h": 16, "w": 12})
+    name = next(t for t in compiled.tensors if t.startswith("w/kmajor"))
+    strip = 64 if plain else 32
+    np.testing.assert_array_equal(compiled.tensors[name].data, to_kmajor(w, attrs.get("group", 1), strip))

@@ -171,3 +171,22 @@ def test_conv_flops_count_the_weights_on_every_kernel():
             cost = plan_cost(compiled, {"h": 7, "w": 5}, adapter=AdapterFacts(kind))
             conv = [d for d in cost.live if d.op_type == "Conv"]
             assert sum(d.flops for d in conv) == 2 * (2 * w_shape[0] * 35) * per_out, (w_shape, kind, conv)
+
+
+def test_strided_conv_patches_cost_their_product_and_a_copy():
+    # A strided 1x1 conv and a patch embedding (kernel = stride) run on a CPU-type adapter as a
+    # strided copy of the patches and a matrix product (operators/conv/pointwise.py): the conv's
+    # flops go to the product, and the copy reads no more than it writes (not the whole input).
+    from onyxia.plan import AdapterFacts
+    from tests.builders.conv import conv_model
+
+    for w_shape, positions in (([32, 16, 1, 1], 4 * 3), ([32, 16, 2, 2], 3 * 2)):
+        model = conv_model("Conv", [2, 16, "h", "w"], w_shape, strides=[2, 2])
+        compiled = compile_with_default_passes(model, {"h": 7, "w": 5})[1]
+        cost = plan_cost(compiled, {"h": 7, "w": 5}, adapter=AdapterFacts("cpu"))
+        copy, product = [d for d in cost.live if d.op_type == "Conv"]
+        assert (copy.shader, product.shader) == ("strided_copy", "matmul/gemv_chunked"), cost.live
+        taps = int(np.prod(w_shape[1:]))
+        assert product.flops == 2 * (2 * 32 * positions) * taps and copy.flops == copy.written_bytes // 4
+        assert copy.read_bytes == copy.written_bytes == 4 * 2 * taps * positions
+

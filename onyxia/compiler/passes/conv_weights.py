@@ -14,6 +14,7 @@ from onyxia.ir.graph import IrGraph, TensorDef, TensorKind
 from onyxia.ir.shapes import numel
 from onyxia.operators.conv.conv import WEIGHTS_KC_ATTR
 from onyxia.operators.conv.cpu import KMAJOR_ATTR, STRIP_ATTR, kmajor_strip, to_kmajor
+from onyxia.operators.conv.pointwise import patch_attrs
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 
 CONVS = {("", "Conv"), ("ai.onnx", "Conv"), (FUSED_DOMAIN, "ConvEpilogue")}
@@ -62,6 +63,8 @@ class ConvWeightsPass(Pass):
             t = graph.tensor(weight)
             group = int(node.attributes.get("group", 1))
             strip = kmajor_strip(t.value.shape[0] // group, numel(t.value.shape[2:]))
+            if patch_attrs(tuple(t.value.shape[2:]), node.attributes):
+                strip = t.value.shape[0]  # plainly k-major: the patches' matrix product reads W^T
             name = graph.fresh_name(f"{weight}/kmajor")
             graph.add_tensor(TensorDef(name, t.dtype, tuple(t.value.shape), TensorKind.WEIGHT,
                                        to_kmajor(t.value, group, strip)))

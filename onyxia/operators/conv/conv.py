@@ -51,6 +51,8 @@ from onyxia.operators.conv.pointwise import (
     PRODUCT_MAX_P,
     WEIGHTS_KC_ATTR,
     is_pointwise,
+    patch_product,
+    plan_patch_product,
     plan_pointwise,
     plan_transposed_product,
     transposed_product_applies,
@@ -349,6 +351,11 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
         # 14x14 1.5 vs 2.2; at 28x28 about even; 16 -> 64 at 112x112 4.5 vs 2.5)
         prefer = adapter("cpu") & at_most(p, PRODUCT_MAX_P)
         alternatives.insert(0, ("product", plan_transposed_product(ctx, spec, compute, epilogue), ALWAYS, prefer))
+    point = patch_product(spec)
+    if point is not None and transposed_product_applies(point, compute):
+        # preferred on a CPU-type adapter at any size (plan_patch_product has the figures)
+        steps = plan_patch_product(ctx, spec, point, compute, epilogue)
+        alternatives.insert(0, ("patches+product", steps, ALWAYS, adapter("cpu")))
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))
