@@ -60,6 +60,10 @@ SUBGROUPS_DEF = "ONYXIA_SUBGROUPS"  # defined at render where the device has sub
 # Also defined where its subgroups have at least 8 lanes (a workgroup of 8 invocations is one
 # subgroup, so subgroupBroadcast from lanes 0-7 reaches all of it): the probed size (Runtime).
 SUBGROUPS_OF_8_DEF = "ONYXIA_SUBGROUPS_OF_8"
+# Defined where the driver compiles a private array indexed at run time as an array (Limits.
+# indexed_private): kernels that stage their accumulators for one store loop stage them there;
+# elsewhere in workgroup memory, each invocation its own slots.
+INDEXED_PRIVATE_DEF = "ONYXIA_INDEXED_PRIVATE"
 
 
 def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object]:
@@ -68,15 +72,18 @@ def resolved_defs(spec: ShaderSpec, dims: Mapping[str, int]) -> dict[str, object
 
 def render(spec: ShaderSpec, template: str, dims: Mapping[str, int], transport: Transport = IMMEDIATE, *,
            native_f16: bool = False, packed_f16_reads: bool = False, subgroups: bool = False,
-           subgroup_size: int = 0, wide_reads: bool = False) -> str:
+           subgroup_size: int = 0, wide_reads: bool = False, indexed_private: bool = False) -> str:
     """Final WGSL text: the buffer bindings (codegen/storage.py; float16 as `f16` when
     `native_f16`, vec4 reads packed in words with `packed_f16_reads`, raw weight codes read as
     64-bit words with `wide_reads`), the param prelude, then
     `template` (the plan's entry for spec.template) preprocessed with the spec's defs, plus
     ONYXIA_SUBGROUPS where the device has subgroup operations (`subgroups`), and
     ONYXIA_SUBGROUPS_OF_8 where they are known to hold 8 lanes or more (`subgroup_size`, 0:
-    unknown): a plan stays the same for every device; a template may use them under those defs."""
+    unknown), ONYXIA_INDEXED_PRIVATE with `indexed_private`: a plan stays the same for every
+    device; a template may use them under those defs."""
     defs = resolved_defs(spec, dims)
+    if indexed_private:
+        defs[INDEXED_PRIVATE_DEF] = True
     if subgroups:
         defs[SUBGROUPS_DEF] = True
         if subgroup_size >= 8:
@@ -98,6 +105,5 @@ def param_type(value: object) -> str:
     return "u32"
 
 
-__all__ = ["IMMEDIATE", "SUBGROUPS_DEF", "SUBGROUPS_OF_8_DEF", "UNIFORM", "TRANSPORTS", "ShaderParam", "Transport",
-           "literal",
-           "param_type", "prelude", "render"]
+__all__ = ["IMMEDIATE", "INDEXED_PRIVATE_DEF", "SUBGROUPS_DEF", "SUBGROUPS_OF_8_DEF", "UNIFORM", "TRANSPORTS",
+           "ShaderParam", "Transport", "literal", "param_type", "prelude", "render"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,6 +65,26 @@ def _info(adapter: wgpu.GPUAdapter) -> AdapterInfo:
     return AdapterInfo(info.get("device", "") or adapter.summary, info.get("adapter_type", ""),
                        info.get("backend_type", ""), adapter.summary, str(info.get("vendor", "")),
                        str(info.get("description", "")))
+
+
+def _mesa_version(driver: str) -> tuple[int, int] | None:
+    """(major, minor) of a Mesa driver description ("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)")."""
+    found = re.match(r"Mesa (\d+)\.(\d+)", driver.strip())
+    return (int(found[1]), int(found[2])) if found else None
+
+
+# lavapipe from this Mesa on compiles a private array indexed at run time as an array; Mesa 22.3
+# lowers it to branch ladders. Staging a conv_register tile's accumulators (first dispatch, Mesa's
+# cache off, 2-core EPYC): 32x8 3x3 private 1.07 s on Mesa 25 vs 3.3 s on 22.3; in workgroup
+# memory 1.6 vs 0.45 s; 16x16 1x1 1.03 vs 3.1-3.6 s, 2.1 vs 0.44 s. Between 22.3 and 25 unmeasured.
+INDEXED_PRIVATE_MESA = (25, 0)
+
+
+def stages_privately(info: AdapterInfo) -> bool:
+    """Whether kernels stage through private arrays indexed at run time on this adapter
+    (codegen/wgsl.py ONYXIA_INDEXED_PRIVATE): lavapipe from INDEXED_PRIVATE_MESA on."""
+    mesa = _mesa_version(info.driver)
+    return info.adapter_type == "CPU" and mesa is not None and mesa >= INDEXED_PRIVATE_MESA
 
 
 def list_adapters() -> list[AdapterInfo]:
@@ -131,7 +152,8 @@ class Runtime:
 
     def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
                  transport: str | Transport | None = None, f16: bool | None = None,
-                 packed_f16_reads: bool | None = None, subgroups: bool = True, wide_reads: bool | None = None):
+                 packed_f16_reads: bool | None = None, subgroups: bool = True, wide_reads: bool | None = None,
+                 indexed_private: bool | None = None):
         """`f16=False` (or ONYXIA_F16=0) leaves shader-f16 unused even where the adapter has it:
         float16 tensors keep their 2-byte storage, packed in u32 words, as on adapters without it.
         `packed_f16_reads`: with shader-f16, read-only float16 operands read as vec4s still come
@@ -140,7 +162,9 @@ class Runtime:
         adapter's subgroup operations unused (kernels take their plain paths; for tests).
         `wide_reads`: the buffers kernels read in pairs (the chunked products' weights) come as
         64-bit words (shader-int64); default: on a CPU-type adapter that has it, where that is the
-        faster form (codegen/storage.py)."""
+        faster form (codegen/storage.py). `indexed_private`: kernels stage through private arrays
+        indexed at run time (codegen/wgsl.py ONYXIA_INDEXED_PRIVATE); default: where the driver
+        compiles those fast (stages_privately())."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.packed_f16_reads = (self.info.adapter_type == "CPU") if packed_f16_reads is None else packed_f16_reads
@@ -150,6 +174,7 @@ class Runtime:
                                   and (use_f16 or f != "shader-f16") and (subgroups or f != "subgroup")
                                   and (wide or f != "shader-int64"))
         self.wide_reads = "shader-int64" in self.features
+        self.indexed_private = stages_privately(self.info) if indexed_private is None else indexed_private
         limits = dict(self.adapter.limits)
         try:
             self.device = self.adapter.request_device_sync(

@@ -231,7 +231,7 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         code = render(spec, self.model.templates[spec.template], self.dims, transport,
                       native_f16=self.limits.native_f16, packed_f16_reads=self.limits.packed_f16_reads,
                       subgroups=self.limits.subgroups, subgroup_size=self.limits.subgroup_size,
-                      wide_reads=self.limits.wide_reads)
+                      wide_reads=self.limits.wide_reads, indexed_private=self.limits.indexed_private)
         self.stats.load.render_s += time.perf_counter() - start
         layout = self._layouts[index]
         key = (code, id(layout), str(transport), spec.entry_point, spec.immediate_bytes)

@@ -33,10 +33,22 @@ const RM = #{RM}u;
 const RP = #{RP}u;
 const QUADS = RP / 4u;
 
-// The invocation's RM x QUADS accumulators, staged for the store loop (STORES writes them).
-// Private: staged in workgroup memory, lavapipe stored each lane's vec4s one lane at a time and
-// the 64 stores of a 16 x 16 tile took ~0.9 s of the kernel's 1.7 s compile on Mesa 25.
+// The invocation's RM x QUADS accumulators, staged for the store loop (STORES writes them):
+// in a private array where the driver compiles one indexed at run time as such (Mesa 25's
+// lavapipe: from workgroup memory it stores each lane's vec4s one lane at a time, ~0.9 s of a
+// 16 x 16 tile's 1.7 s compile), else in workgroup memory, each lane its own slots (Mesa 22.3
+// lowers the indexed private array to branch ladders: 3.1-3.6 s against 0.45; device.py).
+#ifdef ONYXIA_INDEXED_PRIVATE
 var<private> stage: array<vec4<f32>, RM * QUADS>;
+fn stage_slot(i: u32, lane: u32) -> u32 {
+    return i;
+}
+#else
+var<workgroup> stage: array<vec4<f32>, 8u * RM * QUADS>;
+fn stage_slot(i: u32, lane: u32) -> u32 {
+    return i * 8u + lane;
+}
+#endif
 
 struct Site {
     s: u32,  // K split
@@ -144,7 +156,7 @@ fn main(wg: Grid
         let b = 0.0;
 #endif
         for (var q = 0u; q < nq; q++) {
-            put(site, r, q, b, stage[r * QUADS + q]);
+            put(site, r, q, b, stage[stage_slot(r * QUADS + q, wg.lid)]);
         }
     }
 #ifdef EPILOGUE

@@ -260,11 +260,11 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
             terms = (f"wv{r // 4}_{t}[{r % 4}] * v{t}_{q}" if kmajor else f"w{r}_{t} * v{t}_{q}" for t in range(kw))
             body.append(f"a{r}_{q} += {' + '.join(terms)};")
             body_sg.append(body[-1])
-    # The accumulators go through workgroup memory (each lane its own slots, no barrier) to one
-    # store loop: RM x RP/4 unrolled guarded stores made lavapipe compile a 16x16 tile for 11.6 s
-    # (Mesa 25; 2.2 s on 22.3), staged 1.0 s (0.3 s); a private array indexed in the loop was
-    # lowered to branch ladders by Mesa 22.3 (2.3 s).
-    stores = [f"stage[{r * quads + q}u] = a{r}_{q};" for r in range(rm) for q in range(quads)]
+    # The accumulators are staged (a private array, or workgroup memory where the driver lowers
+    # an indexed private array to branch ladders: conv_register.wgsl stage_slot) for one store
+    # loop: RM x RP/4 unrolled guarded stores made lavapipe compile a 16x16 tile for 11.6 s
+    # (Mesa 25; 2.2 s on 22.3).
+    stores = [f"stage[stage_slot({r * quads + q}u, wg.lid)] = a{r}_{q};" for r in range(rm) for q in range(quads)]
     out: dict[str, object] = {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores),
                               "X4": x4 is not None, "XA": xa}
     if sg:
