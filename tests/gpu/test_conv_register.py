@@ -119,6 +119,9 @@ CASES = {
                  [dict(n=2, h=18, w=17), dict(n=1, h=8, w=12)]]),
     "patches_rgb": ([["n", 3, "h", "w"], [8, 3, 2, 2], dict(strides=[2, 2]),
                      [dict(n=1, h=8, w=9), dict(n=2, h=6, w=12)]]),
+    # a video transformer's tubelet embedding (Conv3d, kernel = stride 2 x 4 x 4)
+    "patches_3d": ([[1, 4, "d", 8, "w"], [8, 4, 2, 4, 4], dict(strides=[2, 4, 4]),
+                    [dict(d=5, w=8), dict(d=4, w=13)]]),
 }
 
 
