@@ -315,11 +315,14 @@ def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs, operand):
                                                err_msg=f"{kind} {label} {dims}")
 
 
-def test_float16_conv_on_every_alternative(runtime):
-    # float16 storage, f32 compute: against onnxruntime in float32 on the same (rounded) values.
-    x16, w16, b16 = randn(2, 8, 6, 8).astype(np.float16), randn(8, 8, 3, 3).astype(np.float16), \
+@pytest.mark.parametrize("k,attrs", [(3, dict(pads=[1, 1, 1, 1])), (1, dict(strides=[2, 2])),
+                                     (2, dict(strides=[2, 2]))])
+def test_float16_conv_on_every_alternative(runtime, k, attrs):
+    # float16 storage, f32 compute: against onnxruntime in float32 on the same (rounded) values
+    # (the strided 1x1 and 2x2 convs: their patches' product too, the patches copied as float16).
+    x16, w16, b16 = randn(2, 8, 6, 8).astype(np.float16), randn(8, 8, k, k).astype(np.float16), \
         randn(8).astype(np.float16)
-    node = h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    node = h.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     model = make_model([node], [("x", np.float16, [2, 8, "h", "w"])], ["y"], {"w": w16, "b": b16})
     ref_model = make_model([node], [("x", np.float32, [2, 8, "h", "w"])], ["y"],
                            {"w": w16.astype(np.float32), "b": b16.astype(np.float32)})
@@ -329,6 +332,7 @@ def test_float16_conv_on_every_alternative(runtime):
     for kind in ("cpu", "gpu"):
         exe.assume_adapter(kind)
         select = next(c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key.startswith("conv/"))
+        assert ("patches+product" in select.step.labels) == ("strides" in attrs), select.step.labels
         for i, label in enumerate(select.step.labels):
             if select.eligible[i]:
                 exe.choose(select, i)
