@@ -31,6 +31,13 @@ from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
 
 ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
 FLASH_MAX_HEAD = 128  # head sizes the flash kernel takes (four slices of 8 vec4s)
+# Head sizes the heuristic takes the flash kernel for (the tuner times it for any it takes):
+# past 64 its four slices compile for long while the register kernel runs about as fast.
+# lavapipe, vae_decoder_small at 32x32 (a head of 128, 1024 keys; first dispatch / whole model):
+# Mesa 25 flash ~4.8 s / 807 ms, rows ~1.6 s / 819 ms; Mesa 22.3 ~1.1 s / 2174, ~0.4 s / 2275.
+# At 64 flash is the faster one (Whisper's encoder, 1500 keys: Mesa 25 2332 vs 3264 ms, Mesa 22.3
+# 5952 vs 11791; vit_tiny 179 vs 210, 402 vs 564) and compiles about as fast (Mesa 25 ~1.5 / ~1.3 s).
+FLASH_PREFERRED_HEAD = 64
 # keys it walks, 4 a loop trip; its other loops take a few hundred (as gqa.py's flash kernel)
 FLASH_MAX_KEYS = 4 * (SPLIT_TRIPS - 1024)
 _OPERANDS = ("q", "k", "v", "y")
@@ -171,7 +178,8 @@ class FusedAttention(Operator):
                 reads={**reads, "q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
                        "v": Buf(ctx.input(2), vector=True)},
                 writes={"y": y}, workgroups=(h, ceil_div(s, 8), b))]
-            variants.append(("flash", flash, at_most(t, FLASH_MAX_KEYS), adapter("cpu") if d >= 16 else NEVER))
+            preferred = 16 <= d <= FLASH_PREFERRED_HEAD
+            variants.append(("flash", flash, at_most(t, FLASH_MAX_KEYS), adapter("cpu") if preferred else NEVER))
         # The register kernel (shaders/attention/sdpa_rows.wgsl): four query rows per invocation,
         # q and the accumulators in registers, for head sizes that are multiples of 4 (every
         # stride is a multiple of the head size, the views' last axis: rows start on a vec4).
