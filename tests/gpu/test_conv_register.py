@@ -92,6 +92,11 @@ CASES = {
     # kernel rows too long for the usual tiles (wav2vec2's positional conv: 128 taps, 16 groups):
     # the 4 x 4 tile (cpu.LONG_KERNEL_TILE), not the GPU-type kernels
     "long_kernel": ([["n", 32, "L"], [32, 2, 128], dict(group=16, pads=[64, 64]), [dict(n=1, L=48), dict(n=2, L=30)]]),
+    # rows of 40 taps (past cpu.LONG_ROW_TAPS: a loop of 8-tap steps), strided and dilated, 3
+    # maps a group (row-major weights), 6 channels (read one element at a time, or as aligned
+    # vec4s: unrolled)
+    "long_kernel_plain": ([["n", 6, "L"], [6, 3, 40], dict(group=2, pads=[20, 21], strides=[2], dilations=[2]),
+                           [dict(n=1, L=57), dict(n=2, L=88)]]),
     "conv3d": ([[1, 4, 5, 6, 8], [8, 4, 3, 2, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1]), [{}]]),
     # static row widths, wide row segments (cpu.ROW_TILES): 56 -> 2 x 28 (batch and height
     # symbolic), 30 -> 28 + 2 (stride 2), 14 -> 16, depthwise 44 -> 2 x 28 (the last 16 idle)
@@ -147,6 +152,8 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     if name.startswith("pointwise"):  # the transposed product where C and M are multiples of 4
         assert ("product" in ran) == (w_shape[0] % 4 == 0 and w_shape[1] % 4 == 0), ran
     assert ("patches+product" in ran) == name.startswith(("strided_point", "patches")), ran
+    # kernel rows past cpu.LONG_ROW_TAPS walk their taps in a loop (not where read as aligned vec4s)
+    assert any("for (var t0" in code for code in codes) == name.startswith("long_kernel"), name
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
         assert {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
 

@@ -97,6 +97,12 @@ DEPTHWISE_TILES = ((1, 28, 17, None), (1, 16, 9, None), (1, 8, None, None))
 # for rows read one element at a time) had taken 16x8 or 8x8 for all three.
 STRIDED_POINT_TILES = ((16, 16, 9, None), (16, 8, None, None), (8, 8, None, None))
 LONG_KERNEL_TILE = (4, 4)  # register_tiles' last resort: RM x RP x KW up to MAX_BODY at 128 taps
+# Kernel rows longer than LONG_ROW_TAPS walk their taps in a loop of TAP_CHUNKS-tap steps (the
+# widest dividing KW) instead of one unrolled body: each step loads its own span (RP + chunk - 1
+# elements, not RP + KW - 1 once), but Mesa compiles a 16-tap body, not a 128-tap one. wav2vec2's
+# positional conv (128 taps, 16 groups; 4 x 4 tile) compiled for 3.4 s on Mesa 25 unrolled.
+LONG_ROW_TAPS = 32
+TAP_CHUNKS = (16, 8, 4)
 
 
 # The params baked into the kernel (the window's geometry, which the generated body follows);
@@ -189,16 +195,30 @@ def _strip_base(mq: str) -> str:
             f"+ (4u * ({mq})) % WSTRIP() / 4u")
 
 
+def tap_chunk(kw: int, x4: bool) -> int:
+    """Taps one step of a kernel row's loop unrolls: all KW up to LONG_ROW_TAPS (and where rows
+    are read as aligned vec4s, whose offsets are static), else the widest of TAP_CHUNKS dividing it."""
+    if kw <= LONG_ROW_TAPS or x4:
+        return kw
+    return next((c for c in TAP_CHUNKS if kw % c == 0), kw)
+
+
 def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None,
-              xa: bool = False) -> dict[str, object]:
+              xa: bool = False, tc: int | None = None) -> dict[str, object]:
     """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
     k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
     is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
     vec4, static since a row segment starts at a multiple of 4 positions), else one element a
     load. With k-major weights and KW > 1, also ACCS_SG and BODY_SG: the body a device with
     subgroups of 8 renders (the weights loaded once per lane and broadcast; 1x1 convs measured
-    no faster that way: 64 -> 64 over 56x56, 16x16 tile, 1.85 vs 2.00 ms)."""
+    no faster that way: 64 -> 64 over 56x56, 16x16 tile, 1.85 vs 2.00 ms). `tc` (tap_chunk):
+    taps a step of a loop along the kernel row unrolls, where fewer than KW."""
     quads = rp // 4
+    tc = tc or kw
+    chunked = tc < kw
+    assert kw % tc == 0 and not (chunked and x4 is not None), (kw, tc, x4)
+    # a chunked row's step t0 reads from column xt and weight tap t0 onwards
+    xs, wk, wt0 = ("xt", "wkt", "wtt") if chunked else ("xs", "wk", "wt0")
     # the kernel row kh of input channel c: its input row and first weight
     body = ["let iy = iy0 + i32(kh * DH());", "let ok = zok && u32(iy) < IH();",
             "let row = xc + (min(u32(iz), ID() - 1u) * IH() + min(u32(iy), IH() - 1u)) * IW();",
@@ -209,6 +229,11 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
         body.append("let wk = wt0 * (WSTRIP() / 4u);")
     else:
         accs = [f"let wr{r} = (wg_row + min(m0 + {r}u, MG() - 1u)) * K();" for r in range(rm)]
+    if chunked:
+        # kept_bound: a loop Mesa cannot unroll (its trip count is not a constant to it)
+        body += [f"for (var t0 = 0u; t0 < kept_bound({kw}u, wg.nwg); t0 += {tc}u) {{", "let xt = xs + i32(t0 * DW());",
+                 "let wkt = wk + t0 * (WSTRIP() / 4u);" if kmajor else "let wtt = wt0 + t0;"]
+        kw = tc
     accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rm) for q in range(quads)]
     offsets = span_loads(rp, kw, sw, dw)
     if xa:
@@ -216,15 +241,15 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
         # span's offset in its first vec4 (three selects, the same ops for all 8 lanes) and
         # masked in the padding, instead of a per-lane load each
         quads_read = (offsets[-1] + 3) // 4 + 1
-        body += ["let fa = i32(row) + xs;", "let qa = fa >> 2u;", "let oa = u32(fa & 3);",
+        body += [f"let fa = i32(row) + {xs};", "let qa = fa >> 2u;", "let oa = u32(fa & 3);",
                  "let o1 = oa == 1u;", "let o2 = oa >= 2u;", "let o3 = oa == 3u;"]
         body += [f"let Q{k} = ldq(qa + {k});" for k in range(quads_read)]
         for i in offsets:
             c = [f"Q{(i + o) // 4}[{(i + o) % 4}]" for o in range(4)]
             body.append(f"let s{i} = select(0.0, select(select({c[0]}, {c[1]}, o1), select({c[2]}, {c[3]}, o3), o2), "
-                        f"ok && u32(xs + {i}) < IW());")
+                        f"ok && u32({xs} + {i}) < IW());")
     elif x4 is None:
-        body += [f"let s{i} = ld(row, xs + {i}, ok);" for i in offsets]
+        body += [f"let s{i} = ld(row, {xs} + {i}, ok);" for i in offsets]
     else:
         accs.append(f"let qx = (xs - {x4}) / 4;")
         body.append("let row4 = row / 4u;")
@@ -239,7 +264,7 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     accs_sg = [f"let wo{u} = (min(sg_id + {8 * u}u, {nw - 1}u) / {rq}u) * (WSTRIP() / 4u) + "
                + _strip_base(f"min(m0 / 4u + min(sg_id + {8 * u}u, {nw - 1}u) % {rq}u, MG() / 4u - 1u)") + ";"
                for u in range(-(-nw // 8))] if sg else []
-    body_sg = list(body) + [f"let wl{u} = vec4<f32>(w_load4(wk + wo{u}));" for u in range(len(accs_sg))]
+    body_sg = list(body) + [f"let wl{u} = vec4<f32>(w_load4({wk} + wo{u}));" for u in range(len(accs_sg))]
     # k-major weights: tap-innermost, `a += w0 * v0 + w1 * v1 + w2 * v2` per accumulator, so that
     # one that spilled (a tile's RM x RP outputs far outnumber x86's 16 vector registers) is
     # reloaded and stored once per kernel row, not once per tap (ROW_TILES_2D: 3x3 64 -> 64 at
@@ -250,16 +275,19 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
             body.append(f"let v{t}_{q} = vec4<f32>({lanes});")
             body_sg.append(body[-1])
         if kmajor:
-            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(sb{j} + wk + {t}u * (WSTRIP() / 4u)));" for j in range(rq)]
+            body += [f"let wv{j}_{t} = vec4<f32>(w_load4(sb{j} + {wk} + {t}u * (WSTRIP() / 4u)));" for j in range(rq)]
             body_sg += [f"let wv{j}_{t} = subgroupBroadcast(wl{(t * rq + j) // 8}, {(t * rq + j) % 8}u);"
                         for j in range(rq)]
         else:
-            body += [f"let w{r}_{t} = wt(wr{r} + wt0 + {t}u);" for r in range(rm)]
+            body += [f"let w{r}_{t} = wt(wr{r} + {wt0} + {t}u);" for r in range(rm)]
     for r in range(rm):
         for q in range(quads):
             terms = (f"wv{r // 4}_{t}[{r % 4}] * v{t}_{q}" if kmajor else f"w{r}_{t} * v{t}_{q}" for t in range(kw))
             body.append(f"a{r}_{q} += {' + '.join(terms)};")
             body_sg.append(body[-1])
+    if chunked:
+        body.append("}")
+        body_sg.append("}")
     # The accumulators are staged (a private array, or workgroup memory where the driver lowers
     # an indexed private array to branch ladders: conv_register.wgsl stage_slot) for one store
     # loop: RM x RP/4 unrolled guarded stores made lavapipe compile a 16x16 tile for 11.6 s
@@ -294,7 +322,8 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     oh, ow = params["OH"], params["OW"]
     orows = p // ow if isinstance(p, int) and isinstance(ow, int) else numel(win.out[:-1])
     kw, sw, dw = win.kernel[-1], win.strides[-1], win.dilations[-1]
-    rows_per_channel = numel(win.kernel) // kw
+    tc = tap_chunk(kw, x4)
+    rows_per_channel = numel(win.kernel) // kw * (kw // tc)  # steps of the loops an input channel takes
     cchunk = max(MAX_ROWS_PER_INVOCATION // rows_per_channel, 1)
     splits = ceil_div(cg, cchunk)
     cchunk = ceil_div(cg, splits)
@@ -308,7 +337,7 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     del oh
     defs: dict[str, object] = {"RM": rm, "RP": rp, "HAS_BIAS": bias is not None and not split, "SPLIT": split,
                                "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor, -win.begin[-1] % 4 if x4 else None,
-                                                       xa)}
+                                                       xa, tc)}
     if xa:
         params["XQ"] = batch * (channels // 4) * params["ISP"]
     if kmajor:
@@ -334,4 +363,5 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
 
 
 __all__ = ["KMAJOR_ATTR", "LANES", "MAX_ROWS_PER_INVOCATION", "STRIP_ATTR", "from_kmajor", "generated",
-           "kmajor_strip", "plan_register", "register_applies", "register_tiles", "span_loads", "to_kmajor"]
+           "kmajor_strip", "plan_register", "register_applies", "register_tiles", "span_loads", "tap_chunk",
+           "to_kmajor"]
