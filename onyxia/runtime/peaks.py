@@ -1,12 +1,12 @@
 """The adapter's measured memory bandwidth and arithmetic peak: the roof of `onyxia bench --profile`.
 
-Measured once per adapter with two kernels — a vec4 copy (bytes read + written per second) and
-independent FMA chains (flops per second) — and cached on disk in `adapter-peaks-2.json` under the
-user's cache folder (ONYXIA_CACHE_DIR, else $XDG_CACHE_HOME/onyxia, else ~/.cache/onyxia), keyed
-by adapter vendor, device, driver and backend. Each kernel runs several times; the fastest
-submission counts (the others met a busy machine). Timed on the host around a submission and a
-16-byte readback, so the figures include one submission's latency: the kernels are sized to
-make that small.
+Measured once per adapter with a vec4 copy (bytes read + written per second) and independent
+FMA chains (flops per second: the faster of two forms of the loop, see _fma), and cached on disk
+in `adapter-peaks-3.json` under the user's cache folder (ONYXIA_CACHE_DIR, else
+$XDG_CACHE_HOME/onyxia, else ~/.cache/onyxia), keyed by adapter vendor, device, driver and
+backend. Each kernel runs several times; the fastest submission counts (the others met a busy
+machine). Timed on the host around a submission and a 16-byte readback, so the figures include
+one submission's latency: the kernels are sized to make that small.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import wgpu
 
 from onyxia.runtime.tuner import default_cache_dir
 
-CACHE_FILE = "adapter-peaks-2.json"  # -2: the FMA kernel measured a quarter of the peak before
+# -2: the FMA kernel measured a quarter of the peak before; -3: half of it on Mesa 25 (see _fma)
+CACHE_FILE = "adapter-peaks-3.json"
 COPY_BYTES = 32 << 20  # per buffer: well past the caches of GPUs and CPUs
 COPY_PER_THREAD = 4  # vec4s each invocation copies
 FMA_THREADS = 64 * 1024
@@ -44,15 +45,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 # Named accumulators, not an array indexed in a loop: lavapipe kept such an array in memory and
 # the kernel read 40-51 GF/s on this 2-core host where named ones read 73-82 (the array form, at
 # a busy moment, is where the 18.2 GF/s roof that stop 33's conv fractions used came from).
-_FMA = f"""
+# The loop's trip count a constant (`kept` False) or hidden from the compiler behind
+# num_workgroups (shaders/common/grid.wgsl kept_bound): Mesa 25's lavapipe ran the constant-trip
+# loop at half speed (30 vs 64 GF/s on a 2-core EPYC), Mesa 22.3 the hidden one a little slower
+# (55 vs 59); measure() keeps the faster.
+def _fma(kept: bool) -> str:
+    bound = f"select({FMA_ITERATIONS}u, 0u, nwg.z == 0u)" if kept else f"{FMA_ITERATIONS}u"
+    return f"""
 @group(0) @binding(0) var<storage, read_write> out: array<vec4<f32>>;
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
     let seed = f32(gid.x) * 1e-7;
 {"".join(f"    var a{c} = vec4<f32>(seed + {c}.0);{chr(10)}" for c in range(FMA_CHAINS))}\
     let m = vec4<f32>(0.9999);
     let a = vec4<f32>(1e-4);
-    for (var k = 0u; k < {FMA_ITERATIONS}u; k++) {{
+    for (var k = 0u; k < {bound}; k++) {{
 {"".join(f"        a{c} = fma(a{c}, m, a);{chr(10)}" for c in range(FMA_CHAINS))}\
     }}
     out[gid.x] = {" + ".join(f"a{c}" for c in range(FMA_CHAINS))};
@@ -111,10 +118,13 @@ def measure(device: wgpu.GPUDevice, key: str, max_binding: int | None = None) ->
         {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}}])
     bandwidth = 2 * size / _timed(device, copy, bind, groups, dst)
     out = device.create_buffer(size=16 * FMA_THREADS, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-    fma = _pipeline(device, _FMA)
-    bind = device.create_bind_group(layout=fma.get_bind_group_layout(0),
-                                    entries=[{"binding": 0, "resource": {"buffer": out}}])
-    flops = FMA_THREADS * FMA_ITERATIONS * FMA_CHAINS * 4 * 2 / _timed(device, fma, bind, FMA_THREADS // 256, out)
+    flops = 0.0
+    for kept in (False, True):
+        fma = _pipeline(device, _fma(kept))
+        bind = device.create_bind_group(layout=fma.get_bind_group_layout(0),
+                                        entries=[{"binding": 0, "resource": {"buffer": out}}])
+        seconds = _timed(device, fma, bind, FMA_THREADS // 256, out)
+        flops = max(flops, FMA_THREADS * FMA_ITERATIONS * FMA_CHAINS * 4 * 2 / seconds)
     for buf in (src, dst, out):
         buf.destroy()
     return AdapterPeaks(bandwidth, flops, key)

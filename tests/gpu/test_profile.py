@@ -69,3 +69,23 @@ def test_adapter_peaks_are_measured_once_and_cached(runtime, cache, monkeypatch)
     monkeypatch.setattr(peaks_module, "measure", lambda *a, **k: pytest.fail("measured twice"))
     again = adapter_peaks(runtime)
     assert (again.bandwidth, again.flops) == (first.bandwidth, first.flops)
+
+
+def test_the_fma_peak_is_the_faster_loop_form(runtime, monkeypatch):
+    # peaks._fma: the trip count a constant or hidden behind num_workgroups (Mesa 25 ran the
+    # constant one at half speed); both run on the adapter, the faster one is the peak
+    monkeypatch.setattr(peaks_module, "COPY_BYTES", 1 << 20)
+    monkeypatch.setattr(peaks_module, "REPEATS", 1)
+    assert "select(" in peaks_module._fma(True) and "select(" not in peaks_module._fma(False)
+    timed = peaks_module._timed
+    seconds = iter([None, 2.0, 1.0])  # the copy (really timed), the constant form, the hidden one
+
+    def fake(device, pipeline, bind, groups, written):
+        real = timed(device, pipeline, bind, groups, written)
+        planted = next(seconds)
+        return real if planted is None else planted
+
+    monkeypatch.setattr(peaks_module, "_timed", fake)
+    peaks = peaks_module.measure(runtime.device, "k")
+    per_run = peaks_module.FMA_THREADS * peaks_module.FMA_ITERATIONS * peaks_module.FMA_CHAINS * 8
+    assert peaks.flops == per_run / 1.0
