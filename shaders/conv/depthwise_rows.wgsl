@@ -15,7 +15,7 @@
 // cost two more per-lane accesses each and mobilenet_v3_large's depthwise convs ran 4.0 ms
 // slower. Trip counts: only the epilogue's pass loops, RH x RP times.
 // Buffers: x, w, [bias], [e0, e1, ...], y. Defs: RH, RP, ACCS, BODY, STORES, X4 (x read as vec4s:
-// IW % 4 == 0), HAS_BIAS, EPILOGUE*. Params: NT (= N * TH * SEGS), TH (= ceil(OH / RH)),
+// IW % 4 == 0), HAS_BIAS, EPILOGUE*; the looped form's SPAN_ROWS, ACCS_LOOPED, ROW_BODY, ROW_STORES. Params: NT (= N * TH * SEGS), TH (= ceil(OH / RH)),
 // SEGS (= ceil(OW / RP)), C, EOW and conv::window's (2-D).
 #import common::grid
 #import matmul::epilogue
@@ -66,10 +66,25 @@ fn main(wg: Grid) {
 #ifdef HAS_BIAS
     channel_bias = f32(bias_load(c));
 #endif
+    let y0 = (n * C() + c) * OH() * OW() + oh0 * OW() + ow0;
+#ifdef ONYXIA_INDEXED_PRIVATE
+    // The looped form (operators/conv/depthwise.py looped()): Mesa 25's lavapipe compiles each
+    // unrolled load for ~5 ms a component, so one input row's loads a loop step.
+    #{ACCS_LOOPED}
+    for (var i = 0u; i < kept_bound(#{SPAN_ROWS}u, wg.nwg); i++) {
+        let iy = iy0 + i32(i);
+        let ok = u32(iy) < IH();
+        let row = xc + min(u32(iy), IH() - 1u) * IW();
+        #{ROW_BODY}
+    }
+    for (var r = 0u; r < rows; r++) {
+        #{ROW_STORES}
+    }
+#else
     #{ACCS}
     #{BODY}
-    let y0 = (n * C() + c) * OH() * OW() + oh0 * OW() + ow0;
     #{STORES}
+#endif
 #ifdef EPILOGUE
 #ifndef EPILOGUE_IN_STORE
     for (var r = 0u; r < rows; r++) {

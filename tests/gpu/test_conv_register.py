@@ -28,7 +28,7 @@ def _shape(shape, dims):
 def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compiled=None, codes=None):
     """Each dims in turn (one compile), each adapter kind, each eligible alternative of each
     conv Select: the output matches onnxruntime's. Returns the labels that ran; `codes` (a
-    list) receives the WGSL of each register-tiled kernel that ran."""
+    list) receives the WGSL of each register-tiled kernel (conv_register, depthwise_rows) that ran."""
     compiled = compiled or compile_model(model, dims_list[0])
     exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
     kernel = next(list(i.dims[2:]) for i in model.graph.initializer if i.name == "w")
@@ -54,7 +54,7 @@ def check_every_alternative(runtime, model, x_shape, dims_list, tol=2e-4, compil
                                 if all(d.workgroups)} == {"matmul/gemv_chunked"}, label
                     if codes is not None:
                         codes += [exe._render(d.shader)[0][0] for d in exe.dispatch_commands()
-                                  if exe.model.shaders[d.shader].label == "conv/conv_register"]
+                                  if exe.model.shaders[d.shader].label in ("conv/conv_register", "conv/depthwise_rows")]
                     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol, err_msg=f"{kind} {label} {dims}")
                     ran.add(label)
     assert exe.stats.recompiles == 0

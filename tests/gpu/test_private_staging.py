@@ -46,7 +46,22 @@ def test_staged_kernels_match_ort_either_way(staging_runtime, name):
     assert codes and ran
     private = staging_runtime.indexed_private
     assert all(("var<private> stage:" in code) == private and ("var<workgroup> stage:" in code) != private
-               for code in codes)
+               for code in codes if "const RM" in code)
+
+
+@pytest.mark.parametrize("name", ["depthwise", "depthwise_dilated", "depthwise_7x7"])
+def test_depthwise_rows_staged_either_way(staging_runtime, name):
+    # conv/depthwise_rows loads its weights and input spans in kept loops into private arrays where
+    # the runtime stages privately (scalar and vec4 rows, strides, dilations, uneven pads, partial
+    # tiles), else unrolled, and matches onnxruntime both ways
+    x_shape, w_shape, attrs, dims_list = CASES[name]
+    codes: list[str] = []
+    ran = check_every_alternative(staging_runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
+                                  codes=codes)
+    rows = [code for code in codes if "const RH" in code]
+    assert rows and {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
+    private = staging_runtime.indexed_private
+    assert all(("kept_bound(" in code.split("fn main")[1]) == private for code in rows)
 
 
 def test_chunked_product_rows_staged_either_way(staging_runtime):

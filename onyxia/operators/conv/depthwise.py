@@ -19,6 +19,14 @@ register/1x8 0.9 (the tile's 8 positions mostly idle). So the heuristic takes ro
 kernels of at most PREFERRED_TAPS taps over outputs at least 9 wide (cheapest to compile of the
 fast ones: a cold first run compiles every kernel), and the tuner measures rows 4x8 and the
 others elsewhere.
+
+Where the runtime stages privately (ONYXIA_INDEXED_PRIVATE: Mesa 25's lavapipe) the kernel takes
+its looped form instead (`looped`): Mesa 25 compiles each unrolled load for ~5 ms a component and
+more the more one block holds, so the unrolled body compiled for 0.6-1.1 s a kernel (Mesa 22.3:
+0.1-0.2 s). A kept loop over the input rows, one row's span loaded a step and multiplied into each
+output row by the kernel row it is for (weights loaded once, picked by select), and a loop over the
+output rows storing them: mobilenet_v3_large's four depthwise kernels 3.5 -> 1.1 s of compile, their
+run time unchanged (profile sums, alternating: 6.7 / 6.6 / 7.1 vs 6.3 / 6.5 / 6.7 ms).
 """
 
 from __future__ import annotations
@@ -74,7 +82,54 @@ def generated(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw:
     stores = [f"if (rows > {r}u) {{ " + " ".join(f"put(y0, {r}u, {4 * q + j}u, count, ow0, c, a{r}_{q}[{j}]);"
                                                  for q in range(quads) for j in range(4)) + " }"
               for r in range(rh)]
-    return {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores), "X4": x4 is not None}
+    return {"ACCS": " ".join(accs), "BODY": " ".join(body), "STORES": " ".join(stores), "X4": x4 is not None,
+            **looped(rh, rp, kh, kw, sh, sw, dh, dw, x4)}
+
+
+def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+           x4: int | None) -> dict[str, object]:
+    """The looped form's defs (ONYXIA_INDEXED_PRIVATE, the module doc): ACCS_LOOPED (the weights,
+    loaded once, and the accumulators), ROW_BODY (one step of a kept loop over the SPAN_ROWS input
+    rows: the row's span, multiplied into each output row r by its kernel row (i - r * SH) / DH,
+    picked from the weights by select, 0 where the row is not one of r's) and ROW_STORES (one
+    output row r's puts, its accumulators picked by select)."""
+    quads = rp // 4
+    offsets = span_loads(rp, kw, sw, dw)
+    body = []
+    if x4 is None:
+        body += [f"let s_{o} = ld(row, xs + {o}, ok);" for o in offsets]
+    else:
+        body += [f"let q_{t} = ld4(row / 4u, qx + {t}, ok);" for t in sorted({(x4 + o) // 4 for o in offsets})]
+        body += [f"let s_{o} = q_{(x4 + o) // 4}[{(x4 + o) % 4}];" for o in offsets]
+    for t in range(kw):
+        for q in range(quads):
+            body.append(f"let v_{t}_{q} = vec4<f32>({', '.join(f's_{(4 * q + j) * sw + t * dw}' for j in range(4))});")
+    for r in range(rh):
+        body.append(f"let d{r} = i32(i) - {r * sh};")
+        if dh == 1:
+            body.append(f"let k{r} = u32(d{r}); let in{r} = k{r} < {kh}u;")
+        else:
+            body.append(f"let k{r} = u32(d{r}) / {dh}u; "
+                        f"let in{r} = d{r} >= 0 && u32(d{r}) % {dh}u == 0u && k{r} < {kh}u;")
+        for t in range(kw):
+            pick = f"w{kh - 1}_{t}"
+            for a in reversed(range(kh - 1)):
+                pick = f"select({pick}, w{a}_{t}, k{r} == {a}u)"
+            body.append(f"let u{r}_{t} = select(0.0, {pick}, in{r});")
+            body += [f"a{r}_{q} += u{r}_{t} * v_{t}_{q};" for q in range(quads)]
+    accs = [f"let w{a}_{t} = wt(wc + {a * kw + t}u);" for a in range(kh) for t in range(kw)]
+    accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rh) for q in range(quads)]
+    if x4 is not None:
+        accs.append(f"let qx = (xs - {x4}) / 4;")
+    stores = []
+    for q in range(quads):
+        pick = f"a{rh - 1}_{q}"
+        for r in reversed(range(rh - 1)):
+            pick = f"select({pick}, a{r}_{q}, r == {r}u)"
+        stores.append(f"let b_{q} = {pick};")
+        stores += [f"put(y0, r, {4 * q + j}u, count, ow0, c, b_{q}[{j}]);" for j in range(4)]
+    return {"SPAN_ROWS": rows_read(rh, kh, sh, dh), "ACCS_LOOPED": " ".join(accs), "ROW_BODY": " ".join(body),
+            "ROW_STORES": " ".join(stores)}
 
 
 MAX_CHANNELS = 65535  # the grid's z (WebGPU's default maxComputeWorkgroupsPerDimension)
