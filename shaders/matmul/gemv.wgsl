@@ -17,7 +17,14 @@
 #import matmul::panels  // empty without B_PANELS
 
 const MT = #{MT}u;
-#ifdef TRANS_B
+#ifdef LANES8
+// For CPU-type adapters (operators/matmul/matmul.py "lanes"): a workgroup of 8 invocations, one
+// SIMD batch of llvmpipe's lanes, each walking its column's whole K chunk alone, with no barrier
+// and no shared-memory sum. The 256-thread form with its tree reduction compiles for ~0.5 s on
+// Mesa 25's lavapipe (a coroutine per barrier); this one in a tenth of that.
+const NCOL = 8u;
+const KL = 1u;
+#else ifdef TRANS_B
 const NCOL = 4u;
 const KL = 64u;
 const KSTRIDE = 1u;  // lane = lid % KL
@@ -27,7 +34,9 @@ const KL = 4u;
 const KSTRIDE = 64u;  // lane = lid / NCOL
 #endif
 
+#ifndef LANES8
 var<workgroup> red: array<#{T}, 256u * #{MT}u>;
+#endif
 
 // The index of B[k, n] in the batch's matrix at b_base.
 fn b_at(b_base: u32, k: u32, n: u32) -> u32 {
@@ -38,7 +47,11 @@ fn b_at(b_base: u32, k: u32, n: u32) -> u32 {
 #endif
 }
 
+#ifdef LANES8
+@compute @workgroup_size(8)
+#else
 @compute @workgroup_size(WORKGROUP_SIZE)
+#endif
 fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
     let block = groups_index(wg);
     if (block * NCOL >= N()) {
@@ -49,7 +62,10 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
     #{INDEX}
     let a_base = idx_x0 * A_BS();
     let b_base = idx_x1 * B_BS();
-#ifdef TRANS_B
+#ifdef LANES8
+    let lane = 0u;
+    let col = lid;
+#else ifdef TRANS_B
     let lane = lid % KL;
     let col = lid / KL;
 #else
@@ -79,6 +95,25 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
                 }
             }
         }
+#ifdef LANES8
+        if (n < N()) {
+            for (var r = 0u; r < MT; r++) {  // constant bounds keep `acc` in registers
+                if (r < rows) {
+                    let m = m0 + r;
+#ifdef SPLIT
+                    partial_store(s * P() + (i * M() + m) * N() + n, partial_t(acc[r]));
+#else
+                    y_store((i * M() + m) * N() + n, y_t(matmul_finish(acc[r], m, n)));
+#endif
+                }
+            }
+#ifdef EPILOGUE
+            for (var r = 0u; r < rows; r++) {
+                matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
+            }
+#endif
+        }
+#else
         for (var r = 0u; r < MT; r++) {  // constant bounds keep `acc` in registers
             if (r < rows) {
                 red[r * 256u + lid] = acc[r];
@@ -110,5 +145,6 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
 #endif
         }
         workgroupBarrier();  // `red` is reused by the next pass
+#endif
     }
 }

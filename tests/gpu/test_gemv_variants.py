@@ -150,3 +150,46 @@ def test_chunked_kernel_reads_b_with_and_without_64_bit_loads(runtime, runtime_n
     tol = 1e-4 if dtype == np.float32 else 2e-2
     check(rt, model, {"m": 14}, lambda m: {"a": RNG.standard_normal((1, m, 512)).astype(dtype)}, [1, 5, 14], 1,
           rtol=tol, atol=tol)
+
+
+def lanes_running(exe) -> list[bool]:
+    """Per gemv dispatch that runs now: whether it is the 8-lane CPU form (LANES8)."""
+    return [bool(dict(exe.model.shaders[d.shader].defs).get("LANES8")) for d in exe.dispatch_commands()
+            if all(d.workgroups) and exe.model.shaders[d.shader].label == "matmul/gemv"]
+
+
+@pytest.mark.parametrize("cpu", [1, 0])
+@pytest.mark.parametrize("k,n,split", [(144, 6, False), (37, 30, False), (9000, 10, True)])
+def test_lanes_kernel_where_the_chunked_one_does_not_apply(runtime, cpu, k, n, split):
+    # N or K not a multiple of 4 (squeeze-excite products: 144 -> 6): on a CPU-type adapter gemv's
+    # barrier-free 8-lane form, its K walked in splits of at most LANES_KCHUNK (9000: three) added
+    # by splitk; elsewhere the coalesced 256-thread form. Rows 1 to 8, a fused bias + Relu, a
+    # batched B read transposed.
+    w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = RNG.standard_normal((n,)).astype(np.float32)
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["p"]), h.make_node("Add", ["p", "bias"], ["q"]),
+                        h.make_node("Relu", ["q"], ["y"])],
+                       [("a", np.float32, ["m", k])], ["y"], {"w": w, "bias": bias})
+    exe = runtime.load_model(compile_model(model, {"m": 8}))
+    exe.assume_adapter("cpu" if cpu else "gpu")
+    for m in (1, 3, 8):
+        exe.update_dimensions({"m": m})
+        a = RNG.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(model, {"a": a})[0], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"M={m} cpu={cpu}")
+        assert lanes_running(exe) == [bool(cpu)], (m, running(exe))
+        if cpu:
+            assert ("splitk" in running(exe)) == split, running(exe)
+    bt = RNG.standard_normal((2, n, k)).astype(np.float32)
+    batched = make_model([h.make_node("Transpose", ["b"], ["bt"], perm=[0, 2, 1]),
+                          h.make_node("MatMul", ["a", "bt"], ["y"])],
+                         [("a", np.float32, [2, "m", k]), ("b", np.float32, [2, n, k])], ["y"])
+    exe = runtime.load_model(compile_model(batched, {"m": 4}))
+    exe.assume_adapter("cpu" if cpu else "gpu")
+    for m in (1, 4):
+        exe.update_dimensions({"m": m})
+        feeds = {"a": RNG.standard_normal((2, m, k)).astype(np.float32), "b": bt}
+        np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(batched, feeds)[0], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"batched M={m} cpu={cpu}")
+        assert lanes_running(exe) == [bool(cpu)], (m, running(exe))
+    assert exe.stats.recompiles == 0

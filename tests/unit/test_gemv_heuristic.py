@@ -44,10 +44,16 @@ def test_the_runtime_takes_the_adapter_kind_from_its_limits():
 
 @pytest.mark.parametrize("k,n,dtype", [(30, 64, np.float32), (64, 30, np.float32), (64, 32, np.int32)])
 def test_the_chunked_kernel_needs_vec4_rows_of_floats(k, n, dtype):
-    # K or N not a multiple of 4, or an integer product: only the coalesced kernel is planned.
-    model = compile_model(weight_matmul(k, n, dtype), {"m": 1})
-    assert not model.adapter_dependent
+    # K or N not a multiple of 4, or an integer product: no chunked kernel. A CPU-type adapter
+    # runs gemv's barrier-free 8-lane form (LANES8: squeeze-excite products), a GPU the coalesced one.
+    model = compile_model(weight_matmul(k, n, dtype), {"m": 3})
     assert "matmul/gemv_chunked" not in {s.label for s in model.shaders}
+    exe = null_executor(model)
+    for kind, lanes in (("cpu", True), ("gpu", False)):
+        exe.assume_adapter(kind)
+        shaders = [exe.model.shaders[d.shader] for d in exe.dispatch_commands() if all(d.workgroups)]
+        assert [s.label for s in shaders] == ["matmul/gemv"], kind
+        assert bool(dict(shaders[0].defs).get("LANES8")) == lanes, kind
 
 
 def test_a_k_longer_than_one_walk_is_split():

@@ -152,22 +152,23 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
 Planner = Callable[[], list[Step]]  # one variant's steps
 
 # The variants in the heuristic's order: the first eligible one it prefers runs with tuning off.
-ORDER = ("chunked", "coalesced", "register", "shared")
+ORDER = ("chunked", "lanes", "coalesced", "register", "shared")
 
 
 def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, planners: Mapping[str, Planner],
                       nbatch: Dim = 1) -> list[Step]:
     """The product as one tuned Select over every variant that applies (`planners`: "chunked",
-    "coalesced", "register", "shared"), each eligible for the rows it takes: the few-rows
+    "lanes", "coalesced", "register", "shared"), each eligible for the rows it takes: the few-rows
     kernels up to their bounds, the many-rows ones everywhere. The tuner chooses per shape
     class (M rounded up to a power of two), so decode and prefill may take different kernels
     with nothing recompiled; a static M offers only the kernels that take it."""
     m = p.m
-    applies = {"chunked": chunked_applies(p) and not checked, "coalesced": True,
-               "register": register_applies(p, checked), "shared": True}
-    guard = {"chunked": at_most(m, CHUNKED_MAX_M), "coalesced": at_most(m, small_m)}
+    chunked = chunked_applies(p) and not checked  # "lanes": the CPU-type kernel where this one does not apply
+    applies = {"chunked": chunked, "lanes": "lanes" in planners and not chunked and not checked,
+               "coalesced": True, "register": register_applies(p, checked), "shared": True}
+    guard = {"chunked": at_most(m, CHUNKED_MAX_M), "lanes": at_most(m, small_m), "coalesced": at_most(m, small_m)}
     cpu = adapter("cpu")
-    prefer = {"chunked": cpu, "coalesced": ALWAYS, "register": cpu, "shared": ALWAYS}
+    prefer = {"chunked": cpu, "lanes": cpu, "coalesced": ALWAYS, "register": cpu, "shared": ALWAYS}
     alternatives = [(label, planners[label](), guard.get(label, ALWAYS), prefer[label])
                     for label in ORDER if applies[label] and not guard.get(label, ALWAYS).never]
     dims = "x".join(str(d) for d in (p.n, p.k) if isinstance(d, int))

@@ -7,6 +7,8 @@
 - `matmul/gemv.wgsl`: work split over output columns and K for few rows (decode, M = 1), each
   element of B read once and coalesced, optionally split-K with `matmul/splitk.wgsl` adding up;
 - `matmul/gemv_chunked.wgsl` instead on a CPU-type adapter, up to 64 rows (operators/matmul/gemv.py);
+  where it does not apply (N or K not a multiple of 4: squeeze-excite products), gemv.wgsl's
+  barrier-free LANES8 form ("lanes"), 8 invocations a workgroup, one column each;
 - all of them as one tuned Select step whose guards say which kernel may run for the current M
   and which the heuristic prefers on this kind of adapter (prefill and decode share one plan):
   no value of a dynamic dim is read at plan time and nothing recompiles.
@@ -46,6 +48,8 @@ from onyxia.plan import Step
 # the tiled kernel would waste most of a 64-row tile. One gemv pass handles SMALL_M rows.
 SMALL_M = 8
 GEMV_LANES = {False: (64, 4), True: (4, 64)}  # trans_b -> (columns, K lanes) per workgroup
+LANES_COLUMNS = 8  # gemv.wgsl LANES8: columns per workgroup, one invocation each
+LANES_KCHUNK = 4096  # ... and the K it walks per split (x MT = 8 rows: 32,768 loop steps)
 TARGET_WORKGROUPS = 512  # split K until a decode product fills a large GPU about this well
 MIN_K_CHUNK = 256  # ... but never below this much K per split (the extra pass must pay off)
 _EPILOGUE_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
@@ -133,6 +137,7 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         return lambda: plan(ctx, p, nbatch, params, defs, epilogue_reads, reports)
 
     planners = {"chunked": planner(plan_chunked), "register": planner(plan_register), "shared": planner(plan_shared),
+                "lanes": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports, lanes=True),
                 "coalesced": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports)}
     return plan_alternatives(ctx, p, SMALL_M, "CHECKED" in defs, planners, nbatch)
 
@@ -146,11 +151,17 @@ def _scalar(ctx: PlanCtx, value: float, dtype: str, name: str) -> tuple[float | 
 
 
 def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs: dict,
-               epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
-    cols, lanes = GEMV_LANES[p.trans_b]
+               epilogue_reads: dict[str, str], reports: str | None, lanes: bool = False) -> list[Step]:
+    """gemv.wgsl: 256 threads a workgroup over 64 (4) columns x 4 (64) K lanes, or with `lanes`
+    (LANES8, for CPU-type adapters) 8 invocations over 8 columns, each walking its K chunk alone
+    (at most LANES_KCHUNK: with MT rows a step, its loops stay far below lavapipe's ~65,535)."""
+    cols = LANES_COLUMNS if lanes else GEMV_LANES[p.trans_b][0]
     col_blocks = ceil_div(p.n, cols)
     k = p.k
-    if isinstance(k, int):
+    if isinstance(k, int) and lanes:
+        splits = ceil_div(k, LANES_KCHUNK) if k else 1
+        chunk = max(ceil_div(k, splits), 1)
+    elif isinstance(k, int):
         splits = 1
         if isinstance(col_blocks, int) and isinstance(nbatch, int) and col_blocks * nbatch:
             splits = max(1, min(ceil_div(TARGET_WORKGROUPS, col_blocks * nbatch), k // MIN_K_CHUNK))
@@ -160,7 +171,8 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs
         splits = ceil_div(k, chunk)
     rows_per_pass = SMALL_M if not isinstance(m, int) else 1 << max(m - 1, 0).bit_length()
     split = not is_one(splits)
-    gemv_defs = {**defs, "MT": rows_per_pass, "TRANS_B": p.trans_b, "SPLIT": split}
+    gemv_defs = {**defs, "MT": rows_per_pass, "TRANS_B": p.trans_b, "SPLIT": split,
+                 **({"LANES8": True} if lanes else {})}
     gemv_params = {**params, "SPLITS": splits, "KCHUNK": chunk}
     if split:  # the epilogue runs in the second pass
         gemv_defs.update(GEMM=False, HAS_C=False)
