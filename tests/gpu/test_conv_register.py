@@ -137,9 +137,9 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     ran = check_every_alternative(runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
                                   codes=codes)
     maps_per_group = w_shape[0] // attrs.get("group", 1)
-    if runtime.subgroup_size >= 8 and maps_per_group % 4 == 0 and w_shape[-1] > 1:
-        # k-major weights (output channels a multiple of 4 per group), kernel rows wider than 1:
-        # the weights broadcast over the subgroup
+    if runtime.subgroup_size >= 8 and maps_per_group % 4 == 0 and attrs.get("group", 1) < w_shape[0]:
+        # k-major weights (output channels a multiple of 4 per group; not depthwise), 1x1 kernels
+        # included: the weights broadcast over the subgroup
         assert any("subgroupBroadcast" in code for code in codes), name
     assert "workgroup" in ran and any(label.startswith(("register/", "registerq/")) for label in ran), ran
     # rows of any width read as vec4s (picked out by offset) exactly where the input's element
