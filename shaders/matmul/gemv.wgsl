@@ -19,9 +19,9 @@
 const MT = #{MT}u;
 #ifdef LANES8
 // For CPU-type adapters (operators/matmul/matmul.py "lanes"): a workgroup of 8 invocations, one
-// SIMD batch of llvmpipe's lanes, each walking its column's whole K chunk alone, with no barrier
-// and no shared-memory sum. The 256-thread form with its tree reduction compiles for ~0.5 s on
-// Mesa 25's lavapipe (a coroutine per barrier); this one in a tenth of that.
+// SIMD batch of llvmpipe's lanes, each walking its column's whole K chunk alone, row after row,
+// with no barrier and no shared-memory sum. The 256-thread form with its tree reduction and
+// MT-row unrolling compiles for ~0.5 s on Mesa 25's lavapipe; this one in a fraction of that.
 const NCOL = 8u;
 const KL = 1u;
 #else ifdef TRANS_B
@@ -76,6 +76,27 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
     let n_read = min(n, N() - 1u);  // out-of-range columns compute garbage they never store
     let k_begin = s * KCHUNK();
     let k_end = kept_bound(min(K(), k_begin + KCHUNK()), wg.nwg);  // a loop, not unrolled copies
+#ifdef LANES8
+    // Row by row (the Select's guard: at most 8), one accumulator: two load sites and a store,
+    // where the MT-row form below unrolls MT of each (B is read once a row instead of once).
+    for (var m = 0u; m < M(); m++) {
+        var acc = #{T}(0);
+        let a_row = a_base + m * A_MS();
+        for (var k = k_begin; k < k_end; k++) {
+            acc = matmul_mac(acc, #{T}(a_load(a_row + k * A_KS())), #{T}(b_load(b_at(b_base, k, n_read))));
+        }
+        if (n < N()) {
+#ifdef SPLIT
+            partial_store(s * P() + (i * M() + m) * N() + n, partial_t(acc));
+#else
+            y_store((i * M() + m) * N() + n, y_t(matmul_finish(acc, m, n)));
+#ifdef EPILOGUE
+            matmul_epilogue_at((i * M() + m) * N() + n, n);
+#endif
+#endif
+        }
+    }
+#else
     for (var m0 = 0u; m0 < M(); m0 += MT) {
         let rows = min(MT, M() - m0);
         var acc: array<#{T}, #{MT}>;
@@ -95,25 +116,6 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
                 }
             }
         }
-#ifdef LANES8
-        if (n < N()) {
-            for (var r = 0u; r < MT; r++) {  // constant bounds keep `acc` in registers
-                if (r < rows) {
-                    let m = m0 + r;
-#ifdef SPLIT
-                    partial_store(s * P() + (i * M() + m) * N() + n, partial_t(acc[r]));
-#else
-                    y_store((i * M() + m) * N() + n, y_t(matmul_finish(acc[r], m, n)));
-#endif
-                }
-            }
-#ifdef EPILOGUE
-            for (var r = 0u; r < rows; r++) {
-                matmul_epilogue_at((i * M() + m0 + r) * N() + n, n);
-            }
-#endif
-        }
-#else
         for (var r = 0u; r < MT; r++) {  // constant bounds keep `acc` in registers
             if (r < rows) {
                 red[r * 256u + lid] = acc[r];
@@ -145,6 +147,6 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32) {
 #endif
         }
         workgroupBarrier();  // `red` is reused by the next pass
-#endif
     }
+#endif
 }

@@ -49,7 +49,7 @@ from onyxia.plan import Step
 SMALL_M = 8
 GEMV_LANES = {False: (64, 4), True: (4, 64)}  # trans_b -> (columns, K lanes) per workgroup
 LANES_COLUMNS = 8  # gemv.wgsl LANES8: columns per workgroup, one invocation each
-LANES_KCHUNK = 4096  # ... and the K it walks per split (x MT = 8 rows: 32,768 loop steps)
+LANES_KCHUNK = 4096  # ... and the K it walks per split (x at most 8 rows: 32,768 loop steps)
 TARGET_WORKGROUPS = 512  # split K until a decode product fills a large GPU about this well
 MIN_K_CHUNK = 256  # ... but never below this much K per split (the extra pass must pay off)
 _EPILOGUE_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
@@ -154,7 +154,8 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs
                epilogue_reads: dict[str, str], reports: str | None, lanes: bool = False) -> list[Step]:
     """gemv.wgsl: 256 threads a workgroup over 64 (4) columns x 4 (64) K lanes, or with `lanes`
     (LANES8, for CPU-type adapters) 8 invocations over 8 columns, each walking its K chunk alone
-    (at most LANES_KCHUNK: with MT rows a step, its loops stay far below lavapipe's ~65,535)."""
+    for one row after another (at most LANES_KCHUNK x the guard's 8 rows: far below lavapipe's
+    ~65,535 loop steps)."""
     cols = LANES_COLUMNS if lanes else GEMV_LANES[p.trans_b][0]
     col_blocks = ceil_div(p.n, cols)
     k = p.k
