@@ -63,3 +63,21 @@ def test_a_k_longer_than_one_walk_is_split():
     chunked = next(s for s in model.shaders if s.label == "matmul/gemv_chunked")
     params = {p.name: v for p, v in chunked.constants}
     assert params["SPLITS"] == 3 and params["KCHUNK"] * 3 >= 40_000 and params["KCHUNK"] <= 16384
+
+
+def test_squeeze_excite_convs_share_their_one_row_kernel():
+    # Pointwise convs over a pooled [N, C, 1, 1] map (squeeze-excite: a CNN has a dozen of other
+    # sizes) take their sizes as immediates in the one-row chunked kernel, so both share it;
+    # a MatMul's one-row kernel (decode) keeps its sizes baked.
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((8, 16, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    se = make_model([h.make_node("Conv", ["x", "w1"], ["h"]), h.make_node("Relu", ["h"], ["r"]),
+                     h.make_node("Conv", ["r", "w2"], ["g"]), h.make_node("Relu", ["g"], ["y"])],
+                    [("x", np.float32, ["n", 16, 1, 1])], ["y"], {"w1": w1, "w2": w2})
+    one_row = [s for s in compile_model(se, {"n": 1}).shaders
+               if s.label == "matmul/gemv_chunked" and dict(s.defs)["ROWS"] == 1]
+    assert len(one_row) == 1 and not one_row[0].constants, one_row
+    decode = [s for s in compile_model(weight_matmul(64, 32), {"m": 1}).shaders
+              if s.label == "matmul/gemv_chunked" and dict(s.defs)["ROWS"] == 1]
+    assert decode and all({p.name for p, _ in s.constants} >= {"K", "N"} for s in decode), decode

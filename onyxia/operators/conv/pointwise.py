@@ -60,7 +60,7 @@ def plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[Ste
         return plan_product(ctx, Product(
             ctx.input(0), ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
             gemm=has_bias, c=ctx.input(2) if has_bias else None, c_shape=(spec.maps,) if has_bias else (),
-            epilogue=epilogue))
+            epilogue=epilogue, shared_sizes=True))
     return plan_product(ctx, Product(
         ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         trans_a=spec.w_kmajor,

@@ -63,6 +63,7 @@ class Product(Protocol):
     epilogue: Epilogue
     b_panels: bool
     trans_y: bool
+    shared_sizes: bool
 
 
 def chunked_applies(p: Product) -> bool:
@@ -107,6 +108,7 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         writes = stored(ctx, p.y, kernel_defs)
     kernel_defs["SPLIT"] = split
     kernel_defs["TRANS_A"] = p.trans_a
+    baked = not p.shared_sizes
 
     def rows_class(rows: int) -> list[Step]:
         rblocks = ceil_div(m, rows)
@@ -116,8 +118,10 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
             workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits),
             # Row classes past one take every param as an immediate, so products of other sizes
             # share their kernel (one compile each on lavapipe; the register variant's is the
-            # same); one row (decode) keeps its sizes baked: fp32 decode ran ~10 % slower without.
-            immediates=(*base_params, "RBLOCKS") if rows > 1 else ())]
+            # same); one row (decode) keeps its sizes baked (fp32 decode ran ~10 % slower
+            # without) unless the product asks to share (Product.shared_sizes: the squeeze-excite
+            # convs, 12 of mobilenet_v3_large's kernels at ~0.15 s of compile each on Mesa 25).
+            immediates=(*base_params, "RBLOCKS") if rows > 1 or not baked else ())]
 
     if isinstance(m, int):
         steps = rows_class(next((r for r, first in reversed(CHUNK_ROWS) if m >= first), 1))

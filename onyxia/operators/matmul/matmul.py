@@ -87,6 +87,9 @@ class Product:
     epilogue: Epilogue = Epilogue()  # fused elementwise ops after finish (f32 compute only)
     b_panels: bool = False  # B [K, N] stored in column panels (operators/matmul/panels.py), not row-major
     trans_y: bool = False  # y stored [*batch, N, M] (a pointwise conv's NCHW output: M its positions)
+    # Kernels take every size as an immediate, none baked, so that a network's many small products
+    # (a CNN's squeeze-excite convs) share them; decode's one-row kernel bakes them otherwise.
+    shared_sizes: bool = False
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
@@ -182,7 +185,8 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs
     if is_one(splits):
         gemv_defs, gemv_params, reads = p.epilogue.onto(gemv_defs, gemv_params, {"a": p.a, "b": p.b, **epilogue_reads})
         return [ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params, reads=reads, writes={"y": p.y},
-                             workgroups=workgroups, reports=reports)]
+                             workgroups=workgroups, reports=reports,
+                             immediates=tuple(gemv_params) if lanes and p.shared_sizes else ())]
     total = nbatch * m * p.n
     # Sized for SMALL_M rows, the most its Select guard lets it run for: a prefill that runs
     # another kernel must not grow a scratch buffer it never uses.
@@ -191,7 +195,8 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs
     gemv_params["P"] = total
     return [
         ctx.dispatch("matmul/gemv.wgsl", defs=gemv_defs, params=gemv_params,
-                     reads={"a": p.a, "b": p.b}, writes={"partial": partial}, workgroups=workgroups, reports=reports),
+                     reads={"a": p.a, "b": p.b}, writes={"partial": partial}, workgroups=workgroups, reports=reports,
+                     immediates=tuple(gemv_params) if lanes and p.shared_sizes else ()),
         plan_finish(ctx, partial=partial, total=total, splits=splits, m=m, n=p.n, params=params, defs=defs,
                     epilogue_reads=epilogue_reads, y=p.y, reports=reports, epilogue=p.epilogue),
     ]
