@@ -68,12 +68,7 @@ def generated(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw:
             continue
         body += [f"let ok{i} = u32(iy0 + {i}) < IH();",
                  f"let row{i} = xc + min(u32(iy0 + {i}), IH() - 1u) * IW();"]
-        if x4 is None:
-            body += [f"let s{i}_{o} = ld(row{i}, xs + {o}, ok{i});" for o in offsets]
-        else:
-            body += [f"let q{i}_{t} = ld4(row{i} / 4u, qx + {t}, ok{i});"
-                     for t in sorted({(x4 + o) // 4 for o in offsets})]
-            body += [f"let s{i}_{o} = q{i}_{(x4 + o) // 4}[{(x4 + o) % 4}];" for o in offsets]
+        body += span_reads(offsets, x4, f"{i}_", f"row{i}", f"ok{i}")
         for t in range(kw):
             for q in range(quads):
                 lanes = ", ".join(f"s{i}_{(4 * q + j) * sw + t * dw}" for j in range(4))
@@ -86,6 +81,24 @@ def generated(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw:
             **looped(rh, rp, kh, kw, sh, sw, dh, dw, x4)}
 
 
+def span_reads(offsets: list[int], x4: int | None, tag: str, row: str, ok: str) -> list[str]:
+    """WGSL: `s<tag><o>` = element o of the input span starting at column xs of row `row` (0 in
+    the padding or where `ok` is false), read one element a load or, with `x4`, out of the
+    aligned vec4s `q<tag><t>` covering it (x4: the span's offset in its first vec4)."""
+    if x4 is None:
+        return [f"let s{tag}{o} = ld({row}, xs + {o}, {ok});" for o in offsets]
+    return ([f"let q{tag}{t} = ld4({row} / 4u, qx + {t}, {ok});" for t in sorted({(x4 + o) // 4 for o in offsets})]
+            + [f"let s{tag}{o} = q{tag}{(x4 + o) // 4}[{(x4 + o) % 4}];" for o in offsets])
+
+
+def pick(names: list[str], index: str) -> str:
+    """WGSL: names[index] for a run-time u32 `index` (the last name past the end), by select."""
+    out = names[-1]
+    for j in reversed(range(len(names) - 1)):
+        out = f"select({out}, {names[j]}, {index} == {j}u)"
+    return out
+
+
 def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
            x4: int | None) -> dict[str, object]:
     """The looped form's defs (ONYXIA_INDEXED_PRIVATE, the module doc): ACCS_LOOPED (the weights,
@@ -95,12 +108,7 @@ def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
     output row r's puts, its accumulators picked by select)."""
     quads = rp // 4
     offsets = span_loads(rp, kw, sw, dw)
-    body = []
-    if x4 is None:
-        body += [f"let s_{o} = ld(row, xs + {o}, ok);" for o in offsets]
-    else:
-        body += [f"let q_{t} = ld4(row / 4u, qx + {t}, ok);" for t in sorted({(x4 + o) // 4 for o in offsets})]
-        body += [f"let s_{o} = q_{(x4 + o) // 4}[{(x4 + o) % 4}];" for o in offsets]
+    body = span_reads(offsets, x4, "_", "row", "ok")
     for t in range(kw):
         for q in range(quads):
             body.append(f"let v_{t}_{q} = vec4<f32>({', '.join(f's_{(4 * q + j) * sw + t * dw}' for j in range(4))});")
@@ -112,10 +120,7 @@ def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
             body.append(f"let k{r} = u32(d{r}) / {dh}u; "
                         f"let in{r} = d{r} >= 0 && u32(d{r}) % {dh}u == 0u && k{r} < {kh}u;")
         for t in range(kw):
-            pick = f"w{kh - 1}_{t}"
-            for a in reversed(range(kh - 1)):
-                pick = f"select({pick}, w{a}_{t}, k{r} == {a}u)"
-            body.append(f"let u{r}_{t} = select(0.0, {pick}, in{r});")
+            body.append(f"let u{r}_{t} = select(0.0, {pick([f'w{a}_{t}' for a in range(kh)], f'k{r}')}, in{r});")
             body += [f"a{r}_{q} += u{r}_{t} * v_{t}_{q};" for q in range(quads)]
     accs = [f"let w{a}_{t} = wt(wc + {a * kw + t}u);" for a in range(kh) for t in range(kw)]
     accs += [f"var a{r}_{q} = vec4<f32>();" for r in range(rh) for q in range(quads)]
@@ -123,10 +128,7 @@ def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
         accs.append(f"let qx = (xs - {x4}) / 4;")
     stores = []
     for q in range(quads):
-        pick = f"a{rh - 1}_{q}"
-        for r in reversed(range(rh - 1)):
-            pick = f"select({pick}, a{r}_{q}, r == {r}u)"
-        stores.append(f"let b_{q} = {pick};")
+        stores.append(f"let b_{q} = {pick([f'a{r}_{q}' for r in range(rh)], 'r')};")
         stores += [f"put(y0, r, {4 * q + j}u, count, ow0, c, b_{q}[{j}]);" for j in range(4)]
     return {"SPAN_ROWS": rows_read(rh, kh, sh, dh), "ACCS_LOOPED": " ".join(accs), "ROW_BODY": " ".join(body),
             "ROW_STORES": " ".join(stores)}
