@@ -23,8 +23,8 @@ from tests.helpers import make_model, run_ort
 pytestmark = pytest.mark.gpu
 PRODUCT_KERNELS = {"matmul/gemv_chunked", "matmul/gemv", "matmul/gemm", "matmul/splitk"}
 VARIANTS = ("chunked", "coalesced", "register", "shared")
-OWN_KERNEL = {"chunked": "matmul/gemv_chunked", "coalesced": "matmul/gemv", "register": "matmul/gemv_chunked",
-              "shared": "matmul/gemm"}
+OWN_KERNEL = {"chunked": "matmul/gemv_chunked", "lanes": "matmul/gemv", "coalesced": "matmul/gemv",
+              "register": "matmul/gemv_chunked", "shared": "matmul/gemm"}
 
 
 def compile_fused(model, dims):
