@@ -37,12 +37,18 @@ def staging_runtime(request, runtime):
     return Runtime(indexed_private=request.param)
 
 
-@pytest.mark.parametrize("name", ["pointwise_static", "rows_of_32", "strided_point"])
-def test_staged_kernels_match_ort_either_way(staging_runtime, name):
+def every_alternative(runtime, name: str) -> tuple[set[str], list[str]]:
+    """The labels that ran and the register-tiled kernels' WGSL of test_conv_register's case `name`."""
     x_shape, w_shape, attrs, dims_list = CASES[name]
     codes: list[str] = []
-    ran = check_every_alternative(staging_runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
+    ran = check_every_alternative(runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
                                   codes=codes)
+    return ran, codes
+
+
+@pytest.mark.parametrize("name", ["pointwise_static", "rows_of_32", "strided_point"])
+def test_staged_kernels_match_ort_either_way(staging_runtime, name):
+    ran, codes = every_alternative(staging_runtime, name)
     assert codes and ran
     private = staging_runtime.indexed_private
     assert all(("var<private> stage:" in code) == private and ("var<workgroup> stage:" in code) != private
@@ -50,14 +56,11 @@ def test_staged_kernels_match_ort_either_way(staging_runtime, name):
 
 
 @pytest.mark.parametrize("name", ["depthwise", "depthwise_dilated", "depthwise_7x7"])
-def test_depthwise_rows_staged_either_way(staging_runtime, name):
-    # conv/depthwise_rows loads its weights and input spans in kept loops into private arrays where
-    # the runtime stages privately (scalar and vec4 rows, strides, dilations, uneven pads, partial
-    # tiles), else unrolled, and matches onnxruntime both ways
-    x_shape, w_shape, attrs, dims_list = CASES[name]
-    codes: list[str] = []
-    ran = check_every_alternative(staging_runtime, conv_model("Conv", x_shape, w_shape, **attrs), x_shape, dims_list,
-                                  codes=codes)
+def test_depthwise_rows_looped_either_way(staging_runtime, name):
+    # conv/depthwise_rows walks its input rows in a kept loop where the runtime stages privately
+    # (Mesa 25), else runs its unrolled body, and matches onnxruntime both ways (scalar and vec4
+    # rows, strides, dilations, uneven pads, partial tiles)
+    ran, codes = every_alternative(staging_runtime, name)
     rows = [code for code in codes if "const RH" in code]
     assert rows and {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
     private = staging_runtime.indexed_private
