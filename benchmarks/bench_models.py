@@ -265,7 +265,7 @@ def report(rows: list[ModelRow]) -> float | None:
               f"{r.compiles if r.compiles is not None else '-':>5} {_ms(r.webgpu_load_ms)}"
               + (f"  {r.error.strip()}" if r.error else ""))
     print("load: onyxia's cold load (no plan or tuning cache; the device's opening aside), ms, split as LoadReport "
-          "(cache: hashing the model, writing its plan-cache entry; other: the rest of the runtime setup); "
+          "(cache: hashing the model, the plan-cache entry written on a thread; other: the runtime setup left); "
           "warm: a second process with the caches warm (load, first run); rebind: the first call at the second "
           "size, to its result; plans: compiled by the session over both sizes.")
     return geo

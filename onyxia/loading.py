@@ -38,6 +38,7 @@ class LoadReport:
     stages: dict[str, float] = field(default_factory=dict)  # compiler stage -> seconds ("planning" last)
     cache: str = "off"
     cache_s: float = 0.0  # hashing the model, reading the entry (or plan file), writing it after a compile
+    # (a session writes it on a thread: PlanCache.put_later)
     device_s: float = 0.0  # opening the adapter's device (Runtime())
     runtime: LoadTimes = field(default_factory=LoadTimes)
     first_run_s: float | None = None
@@ -110,8 +111,10 @@ def cache_for(setting: bool | str | os.PathLike | PlanCache | None) -> PlanCache
 
 
 def cached_compile(cache: PlanCache | None, key: str | None, report: LoadReport,
-                   compile_fn: Callable[[], tuple[CompiledModel, dict[str, float]]]) -> CompiledModel:
-    """The plan under `key` in `cache`, else `compile_fn()`'s (stored there); `report` says which."""
+                   compile_fn: Callable[[], tuple[CompiledModel, dict[str, float]]],
+                   write_later: bool = False) -> CompiledModel:
+    """The plan under `key` in `cache`, else `compile_fn()`'s (stored there; on a thread with
+    `write_later`, PlanCache.put_later); `report` says which."""
     if cache is None or key is None:
         report.cache = "off"
         model, report.stages = compile_fn()
@@ -124,7 +127,7 @@ def cached_compile(cache: PlanCache | None, key: str | None, report: LoadReport,
         return model
     model, report.stages = compile_fn()
     start = time.perf_counter()
-    cache.put(key, model)
+    (cache.put_later if write_later else cache.put)(key, model)
     report.cache, report.cache_s = "miss", report.cache_s + time.perf_counter() - start
     return model
 

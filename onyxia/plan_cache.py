@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -41,6 +42,9 @@ from onyxia.runtime.tuner import default_cache_dir
 _OFF = ("0", "false", "no", "off")
 _KEY = "plan_cache_key"  # the metadata entry holding the entry's own key (a foreign file misses)
 _CHUNK = 1 << 22
+# Entries being written on a thread (PlanCache.put_later), by path: a get() of one waits for it.
+_WRITES: dict[Path, threading.Thread] = {}
+_WRITES_LOCK = threading.Lock()
 
 
 def enabled_by_env() -> bool:
@@ -140,6 +144,7 @@ class PlanCache:
     def get(self, key: str) -> CompiledModel | None:
         """The plan stored under `key`, or None (missing, unreadable, another key's, old)."""
         path = self.path(key)
+        wait_for_write(path)
         if not path.is_file():
             return None
         try:
@@ -150,6 +155,20 @@ class PlanCache:
             return None
         metadata = {k: v for k, v in model.metadata.items() if k != _KEY}
         return replace(model, metadata=metadata)
+
+    def put_later(self, key: str, model: CompiledModel) -> None:
+        """`put` on a thread, off the caller's way to a first result (a session's cold load:
+        25-470 ms of the bench models' loads, most of it writing the weights). Not a daemon: the
+        interpreter's exit waits for the entry; a get() of the same key in this process waits too."""
+        path = self.path(key)
+        with _WRITES_LOCK:
+            earlier = _WRITES.pop(path, None)
+        if earlier is not None:
+            earlier.join()
+        thread = threading.Thread(target=self.put, args=(key, model), name="onyxia-plan-cache-write")
+        with _WRITES_LOCK:
+            _WRITES[path] = thread
+            thread.start()
 
     def put(self, key: str, model: CompiledModel) -> Path | None:
         """Store `model` under `key` (atomically); None where the cache cannot be written."""
@@ -168,4 +187,16 @@ class PlanCache:
             return None
 
 
-__all__ = ["PlanCache", "enabled_by_env", "model_digest", "plan_key", "source_fingerprint"]
+def wait_for_write(path: Path | None = None) -> None:
+    """Wait until the entry at `path` (every entry, with None) being written by put_later is."""
+    with _WRITES_LOCK:
+        threads = [t for p, t in _WRITES.items() if path is None or p == path]
+    for thread in threads:
+        thread.join()
+    with _WRITES_LOCK:
+        for p, t in list(_WRITES.items()):
+            if not t.is_alive():
+                del _WRITES[p]
+
+
+__all__ = ["PlanCache", "enabled_by_env", "model_digest", "plan_key", "source_fingerprint", "wait_for_write"]

@@ -392,7 +392,7 @@ class InferenceSession:
                         stage_times(pipeline.history))
 
             try:
-                compiled = cached_compile(self._cache, key, self.load_report, compile_fn)
+                compiled = cached_compile(self._cache, key, self.load_report, compile_fn, write_later=True)
             except ValueRequiredError as exc:
                 sources, symbols = set(exc.sources), set(exc.symbols)
                 if not sources and not symbols:

@@ -156,3 +156,27 @@ def test_progress_draws_only_on_a_terminal_after_its_delay():
     assert "pipelines" in late.getvalue() and "3/4" in late.getvalue()
     progress.close()
     assert late.getvalue().endswith("\r")
+
+
+def test_a_later_write_is_waited_for_by_a_get_of_its_key(tmp_path, model_file, monkeypatch):
+    # A session writes its plan on a thread (put_later): a get() of that key in this process waits
+    # for the entry instead of missing, and the caller's own path does not wait for the write.
+    import threading
+
+    cache = PlanCache(tmp_path / "cache")
+    plan, _ = compile_file(model_file, {"seq": 3}, plan_cache=False)
+    release = threading.Event()
+    put = PlanCache.put
+
+    def slow_put(self, key, model):
+        release.wait(10)
+        return put(self, key, model)
+
+    monkeypatch.setattr(PlanCache, "put", slow_put)
+    cache.put_later("k" * 40, plan)
+    assert not list((tmp_path / "cache").glob("*.onyxia"))  # still writing
+    threading.Timer(0.2, release.set).start()
+    got = cache.get("k" * 40)  # waits for the write
+    assert got is not None and _plan_text(got, tmp_path, "a") == _plan_text(plan, tmp_path, "b")
+    plan_cache.wait_for_write()
+    assert not plan_cache._WRITES
