@@ -13,10 +13,11 @@
 // epilogue applied on the value as stored where EPILOGUE_IN_STORE, else over the stored outputs
 // after): staged through workgroup memory to a store loop as conv_register does, the outputs
 // cost two more per-lane accesses each and mobilenet_v3_large's depthwise convs ran 4.0 ms
-// slower. Trip counts: only the epilogue's pass loops, RH x RP times.
+// slower. Trip counts: the epilogue's pass, RH x RP; the looped form's SPAN_ROWS input rows and RH outputs.
 // Buffers: x, w, [bias], [e0, e1, ...], y. Defs: RH, RP, ACCS, BODY, STORES, X4 (x read as vec4s:
-// IW % 4 == 0), HAS_BIAS, EPILOGUE*; the looped form's SPAN_ROWS, ACCS_LOOPED, ROW_BODY, ROW_STORES. Params: NT (= N * TH * SEGS), TH (= ceil(OH / RH)),
-// SEGS (= ceil(OW / RP)), C, EOW and conv::window's (2-D).
+// IW % 4 == 0), HAS_BIAS, EPILOGUE*; the looped form's SPAN_ROWS, ACCS_LOOPED, ROW_BODY,
+// ROW_STORES. Params: NT (= N * TH * SEGS), TH (= ceil(OH / RH)), SEGS (= ceil(OW / RP)), C, EOW
+// and conv::window's (2-D).
 #import common::grid
 #import matmul::epilogue
 #import conv::row_loads

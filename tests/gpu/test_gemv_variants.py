@@ -159,11 +159,12 @@ def lanes_running(exe) -> list[bool]:
 
 
 @pytest.mark.parametrize("cpu", [1, 0])
-@pytest.mark.parametrize("k,n,split", [(144, 6, False), (37, 30, False), (9000, 10, True)])
+@pytest.mark.parametrize("k,n,split", [(144, 6, False), (37, 30, False), (9000, 10, True), (70_000, 6, True)])
 def test_lanes_kernel_where_the_chunked_one_does_not_apply(runtime, cpu, k, n, split):
     # N or K not a multiple of 4 (squeeze-excite products: 144 -> 6): on a CPU-type adapter gemv's
     # barrier-free 8-lane form, its K walked in splits of at most LANES_KCHUNK (9000: three) added
-    # by splitk; elsewhere the coalesced 256-thread form. Rows 1 to 8, a fused bias + Relu, a
+    # by splitk (70,000 x 8 rows: far past lavapipe's ~65,535 loop steps an invocation unsplit);
+    # elsewhere the coalesced 256-thread form. Rows 1 to 8, a fused bias + Relu, a
     # batched B read transposed.
     w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     bias = RNG.standard_normal((n,)).astype(np.float32)

@@ -164,7 +164,7 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     with nothing recompiled; a static M offers only the kernels that take it."""
     m = p.m
     chunked = chunked_applies(p) and not checked  # "lanes": the CPU-type kernel where this one does not apply
-    applies = {"chunked": chunked, "lanes": "lanes" in planners and not chunked and not checked,
+    applies = {"chunked": chunked, "lanes": not chunked and not checked,
                "coalesced": True, "register": register_applies(p, checked), "shared": True}
     guard = {"chunked": at_most(m, CHUNKED_MAX_M), "lanes": at_most(m, small_m), "coalesced": at_most(m, small_m)}
     cpu = adapter("cpu")

@@ -175,7 +175,8 @@ def _plan_gemv(ctx: PlanCtx, p: Product, m: Dim, nbatch: Dim, params: dict, defs
         splits = ceil_div(k, chunk)
     rows_per_pass = SMALL_M if not isinstance(m, int) else 1 << max(m - 1, 0).bit_length()
     split = not is_one(splits)
-    gemv_defs = {**defs, "MT": rows_per_pass, "TRANS_B": p.trans_b, "SPLIT": split,
+    # LANES8 walks one row at a time: MT unused, one kernel for every M
+    gemv_defs = {**defs, "MT": 1 if lanes else rows_per_pass, "TRANS_B": p.trans_b, "SPLIT": split,
                  **({"LANES8": True} if lanes else {})}
     gemv_params = {**params, "SPLITS": splits, "KCHUNK": chunk}
     if split:  # the epilogue runs in the second pass
