@@ -36,6 +36,7 @@ from onyxia.plan.select import (
     FEATURES,
     LIMITS,
     NEVER,
+    TRAITS,
     AdapterFacts,
     Alternative,
     Clause,
@@ -47,6 +48,7 @@ from onyxia.plan.select import (
     checks_hold,
     guard_checks,
     has_feature,
+    has_trait,
     limit_at_least,
 )
 from onyxia.plan.steps import (
@@ -65,11 +67,11 @@ from onyxia.plan.steps import (
 )
 
 __all__ = [
-    "ADAPTER_KINDS", "ALWAYS", "CLAUSE_OPS", "FEATURES", "LIMITS", "NEVER", "PLAN_FORMAT", "PLAN_VERSION",
+    "ADAPTER_KINDS", "ALWAYS", "CLAUSE_OPS", "FEATURES", "LIMITS", "NEVER", "PLAN_FORMAT", "PLAN_VERSION", "TRAITS",
     "REUSABLE_KINDS", "STATUS_ERROR", "STATUS_TENSOR", "AdapterFacts", "Alternative", "Binding", "BranchStep",
     "BufferDecl",
     "Clause", "CompiledModel", "CopyBuffer", "Dispatch", "Expr", "Guard", "LoopStep", "PlannedOp", "ReadSymbol",
     "Scalar", "Select", "ShaderParam", "ShaderSpec", "SliceCopy", "Step", "SymbolicBinding", "TensorInfo",
-    "WriteBuffer", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature",
+    "WriteBuffer", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature", "has_trait",
     "limit_at_least", "load_plan", "plan_document", "save_plan", "walk_steps",
 ]

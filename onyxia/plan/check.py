@@ -36,7 +36,7 @@ from onyxia.ir import dtypes
 from onyxia.ir.dim_parse import parse_dim
 from onyxia.ir.shapes import Dim, SymDim
 from onyxia.plan.archive import DATA_MEMBER
-from onyxia.plan.select import ADAPTER_KINDS, CLAUSE_OPS, FEATURES, LIMITS
+from onyxia.plan.select import ADAPTER_KINDS, CLAUSE_OPS, FEATURES, LIMITS, TRAITS
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TENSOR_KINDS = frozenset({"input", "output", "weight", "intermediate", "scratch", "status"})
@@ -376,8 +376,8 @@ class _StepChecks:
 
     def _clause(self, clause: Any, where: str) -> None:
         """One guard condition (plan.select.Clause): ["le", a, b], ["adapter", kind],
-        ["feature", name] or ["limit", name, value]."""
-        d, arity = self.d, {"le": 3, "adapter": 2, "feature": 2, "limit": 3}
+        ["feature", name], ["limit", name, value] or ["trait", name]."""
+        d, arity = self.d, {"le": 3, "adapter": 2, "feature": 2, "limit": 3, "trait": 2}
         row = d.list(clause, where)
         op = row[0] if row else None
         if op not in arity or len(row) != arity[op]:
@@ -387,7 +387,7 @@ class _StepChecks:
             for j in (1, 2):
                 d.expr(row[j], f"{where}[{j}]")
             return
-        known = {"adapter": ADAPTER_KINDS, "feature": FEATURES, "limit": LIMITS}[op]
+        known = {"adapter": ADAPTER_KINDS, "feature": FEATURES, "limit": LIMITS, "trait": TRAITS}[op]
         if row[1] not in known:
             raise _fail(f"{where}[1]", f"must be one of {', '.join(known)}, got {row[1]!r}")
         if op == "limit":

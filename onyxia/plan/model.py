@@ -32,11 +32,12 @@ from onyxia.plan.select import Select  # noqa: F401 - registers the "select" ste
 from onyxia.plan.steps import Expr, Scalar, Step, _dec, _enc, walk_steps
 
 PLAN_FORMAT = "onyxia-plan"
+# 8: the "trait" guard clause (adapter traits a runtime knows: plan.select.TRAITS);
 # 7: the status word's top bit tells an error from a note (a site that lost an int64 value);
 # 6: Select steps (alternatives with guards over dims and adapter facts) replace Tunable steps
 # and the adapter symbol; 5: buffers read in pairs (BufferDecl.wide); 4: Tunable steps;
 # 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
-PLAN_VERSION = 7
+PLAN_VERSION = 8
 
 # The plan's status word: kernels that can detect a wrong result (an int64 value out of the
 # range the GPU computes it in) record a report site in it, and the runtime raises an error

@@ -3,7 +3,7 @@
 A kernel family offers variants (a CPU-type adapter's register-tiled kernel, a GPU's
 shared-memory one, a few-rows kernel for decode); a kernel may need a pass only for long axes.
 The plan holds them as one Select step whose alternatives carry Guards: conditions over the
-dims and the adapter's facts (kind, WebGPU features, limits). The runtime evaluates them when
+dims and the adapter's facts (kind, WebGPU features, limits, traits). The runtime evaluates them when
 the dims change, never per run, and encodes only the chosen alternative (runtime/select.py); a
 tuned Select lets the autotuner pick among the eligible alternatives by measurement.
 docs/plan-format.md gives the file form and the evaluation rules a second replayer follows.
@@ -20,7 +20,12 @@ ADAPTER_KINDS = ("cpu", "gpu")
 # Adapter facts a guard may name: WebGPU's feature names, and limits by their WebGPU names.
 FEATURES = ("shader-f16", "subgroups")
 LIMITS = ("maxStorageBufferBindingSize", "maxComputeWorkgroupsPerDimension")
-CLAUSE_OPS = ("le", "adapter", "feature", "limit")
+# Adapter traits: what a runtime knows of the adapter's compiler beyond WebGPU's facts, each
+# measured where it is set (runtime/device.py). "wide-register-tiles": register-tiled kernels run
+# fastest with 32-row tiles (128 accumulators an invocation) rather than 16 (lavapipe before Mesa
+# 25). A runtime that does not know a trait reports it absent: only speed differs.
+TRAITS = ("wide-register-tiles",)
+CLAUSE_OPS = ("le", "adapter", "feature", "limit", "trait")
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,8 @@ class Clause:
     - `["le", a, b]`: a <= b, two expressions over the dims (`m <= 64`; `m > 64` is `65 <= m`);
     - `["adapter", "cpu" | "gpu"]`: the adapter's kind (CPU-type: lavapipe, SwiftShader);
     - `["feature", name]`: the device has the WebGPU feature (FEATURES);
-    - `["limit", name, v]`: the device's WebGPU limit `name` (LIMITS) is at least v (an expression).
+    - `["limit", name, v]`: the device's WebGPU limit `name` (LIMITS) is at least v (an expression);
+    - `["trait", name]`: the runtime knows the adapter to have the trait (TRAITS).
     """
 
     op: str
@@ -53,7 +59,7 @@ class Clause:
             return f"{self.args[0]} <= {self.args[1]}"
         if self.op == "adapter":
             return f"{self.args[0]} adapter"
-        if self.op == "feature":
+        if self.op in ("feature", "trait"):
             return f"has {self.args[0]}"
         return f"{self.args[0]} >= {self.args[1]}"
 
@@ -128,6 +134,11 @@ def has_feature(name: str) -> Guard:
     return Guard((Clause("feature", (name,)),))
 
 
+def has_trait(name: str) -> Guard:
+    assert name in TRAITS, name
+    return Guard((Clause("trait", (name,)),))
+
+
 def limit_at_least(name: str, value: Expr) -> Guard:
     assert name in LIMITS, name
     return Guard((Clause("limit", (name, value)),))
@@ -136,11 +147,13 @@ def limit_at_least(name: str, value: Expr) -> Guard:
 @dataclass(frozen=True)
 class AdapterFacts:
     """What a guard may ask of the adapter: its kind ("cpu": lavapipe, SwiftShader; "gpu"), the
-    WebGPU features the device has, and its limits by WebGPU name."""
+    WebGPU features the device has, its limits by WebGPU name and the traits (TRAITS) the
+    runtime knows it to have."""
 
     kind: str = "gpu"
     features: frozenset[str] = frozenset()
     limits: tuple[tuple[str, int], ...] = ()
+    traits: frozenset[str] = frozenset()
 
 
 # A guard against the adapter's facts: whether its adapter/feature clauses hold, and its
@@ -163,6 +176,8 @@ def guard_checks(guard: Guard, start: int, facts: AdapterFacts) -> tuple[Checks,
             k += 1
         elif c.op == "adapter":
             holds = holds and facts.kind == c.args[0]
+        elif c.op == "trait":
+            holds = holds and c.args[0] in facts.traits
         else:  # feature
             holds = holds and c.args[0] in facts.features
     return (holds, tuple(compares)), k
@@ -274,5 +289,5 @@ class Select(Step, tag="select"):
 
 
 __all__ = ["ADAPTER_KINDS", "ALWAYS", "AdapterFacts", "Alternative", "CLAUSE_OPS", "Clause", "FEATURES", "Guard",
-           "LIMITS", "NEVER", "Select", "adapter", "at_least", "at_most", "checks_hold", "guard_checks", "has_feature",
-           "limit_at_least"]
+           "LIMITS", "NEVER", "Select", "TRAITS", "adapter", "at_least", "at_most", "checks_hold", "guard_checks",
+           "has_feature", "has_trait", "limit_at_least"]

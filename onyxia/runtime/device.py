@@ -87,6 +87,20 @@ def stages_privately(info: AdapterInfo) -> bool:
     return info.adapter_type == "CPU" and mesa is not None and mesa >= INDEXED_PRIVATE_MESA
 
 
+# lavapipe before this Mesa runs the register-tiled products fastest with 32 rows an invocation
+# (128 accumulators), from it on with 16: Mesa 25 loads storage through a branch ladder per lane,
+# and across it 128 accumulators spill on every step. Whisper's fc1 product (M 1500, K 384, N
+# 1536, gemv_chunked.wgsl alone, medians, 2-core EPYC): Mesa 22.3 32 rows 165 ms, 16 rows 211;
+# Mesa 25 85 / 44 (K 384 / N 384: 21.5 / 11.0; K 1536 / N 384: 82 / 41). Between them unmeasured.
+NARROW_TILES_MESA = (25, 0)
+
+
+def has_wide_register_tiles(info: AdapterInfo) -> bool:
+    """The "wide-register-tiles" adapter trait (plan.select.TRAITS): lavapipe before NARROW_TILES_MESA."""
+    mesa = _mesa_version(info.driver)
+    return info.adapter_type == "CPU" and mesa is not None and mesa < NARROW_TILES_MESA
+
+
 def list_adapters() -> list[AdapterInfo]:
     return [_info(a) for a in wgpu.gpu.enumerate_adapters_sync()]
 
@@ -153,7 +167,7 @@ class Runtime:
     def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
                  transport: str | Transport | None = None, f16: bool | None = None,
                  packed_f16_reads: bool | None = None, subgroups: bool = True, wide_reads: bool | None = None,
-                 indexed_private: bool | None = None):
+                 indexed_private: bool | None = None, wide_register_tiles: bool | None = None):
         """`f16=False` (or ONYXIA_F16=0) leaves shader-f16 unused even where the adapter has it:
         float16 tensors keep their 2-byte storage, packed in u32 words, as on adapters without it.
         `packed_f16_reads`: with shader-f16, read-only float16 operands read as vec4s still come
@@ -164,7 +178,8 @@ class Runtime:
         64-bit words (shader-int64); default: on a CPU-type adapter that has it, where that is the
         faster form (codegen/storage.py). `indexed_private`: kernels stage through private arrays
         indexed at run time (codegen/wgsl.py ONYXIA_INDEXED_PRIVATE); default: where the driver
-        compiles those fast (stages_privately())."""
+        compiles those fast (stages_privately()). `wide_register_tiles`: the adapter trait the plans'
+        register-tiled products prefer 32-row tiles by (default: has_wide_register_tiles())."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.packed_f16_reads = (self.info.adapter_type == "CPU") if packed_f16_reads is None else packed_f16_reads
@@ -175,6 +190,8 @@ class Runtime:
                                   and (wide or f != "shader-int64"))
         self.wide_reads = "shader-int64" in self.features
         self.indexed_private = stages_privately(self.info) if indexed_private is None else indexed_private
+        self.wide_register_tiles = (has_wide_register_tiles(self.info) if wide_register_tiles is None
+                                    else wide_register_tiles)
         limits = dict(self.adapter.limits)
         try:
             self.device = self.adapter.request_device_sync(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -330,13 +330,15 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         every dispatch."""
         return self.dispatch_commands() if self._device_syncs else walk_commands(self._live_commands)
 
-    def assume_adapter(self, kind: str) -> None:
-        """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu"): this
-        device then runs the other kind's kernels (tests check every variant on one adapter)."""
+    def assume_adapter(self, kind: str, traits: Iterable[str] | None = None) -> None:
+        """Choose every Select's alternative as on an adapter of `kind` ("cpu" or "gpu") with
+        `traits` (plan.select.TRAITS; default: this adapter's): this device then runs the other
+        kind's kernels (tests check every variant on one adapter)."""
         if kind not in ("cpu", "gpu"):
             raise DimensionError(f"adapter kind must be 'cpu' or 'gpu', got {kind!r}")
         facts = self.adapter_facts
-        self.adapter_facts = type(facts)(kind, facts.features, facts.limits)
+        self.adapter_facts = type(facts)(kind, facts.features, facts.limits,
+                                         facts.traits if traits is None else frozenset(traits))
         for cmd in self.commands:
             if isinstance(cmd, SelectCommand):
                 cmd.settle(self)

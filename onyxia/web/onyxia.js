@@ -113,7 +113,8 @@ function adapterFacts(adapter, device) {
   const info = adapter.info || {};
   const text = [info.vendor, info.architecture, info.device, info.description].join(" ");
   const kind = info.isFallbackAdapter || CPU_ADAPTER.test(text) ? "cpu" : "gpu";
-  return {kind, features: device.features, limits: device.limits, summary: `${text.trim() || "unknown adapter"} (${kind})`};
+  // traits (docs/plan-format.md §5): none known here, so the plans' default choices run
+  return {kind, features: device.features, limits: device.limits, traits: new Set(), summary: `${text.trim() || "unknown adapter"} (${kind})`};
 }
 
 async function openDevice(options) {
@@ -168,7 +169,7 @@ export async function load(source, options = {}) {
   const {manifest} = bundle;
   if (manifest.format !== "onyxia-web") throw new PlanError("not an onyxia web bundle (model.json format)");
   if (manifest.version !== 1) throw new PlanError(`an onyxia web bundle of version ${manifest.version}; this runtime reads version 1: run \`onyxia web\` again`);
-  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 7) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 7`);
+  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 8) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 8`);
   const {device, adapter} = await openDevice(options);
   const session = new Session(manifest, device, adapterFacts(adapter, device), options);
   await session._setup(bundle.chunks);
@@ -224,6 +225,7 @@ export class Session {
     if (kind === "adapter") return () => facts.kind === a;
     if (kind === "feature") return () => facts.features.has(a);
     if (kind === "limit") { const v = compileExpr(b); return (d) => (facts.limits[a] ?? 0) >= v(d); }
+    if (kind === "trait") return () => facts.traits.has(a);
     throw new PlanError(`unknown guard clause '${kind}'`);
   }
 

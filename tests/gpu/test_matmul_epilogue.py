@@ -1,6 +1,6 @@
 """EpilogueFusionPass on MatMul and Gemm: a bias Add, activations, a residual Add and broadcast
 operands run in the product's epilogue, against onnxruntime, for every kernel variant of the
-product's Select (chunked, coalesced, register, shared; each forced in turn, and the heuristic on
+product's Select (chunked, coalesced, register, register16, shared; each forced in turn, and the heuristic on
 both adapter kinds), the split-K finish pass, a symbolic M moving between few and many rows,
 float32 and float16 storage, tuning off and on. Declines (with their reasons): tests/unit/
 test_epilogue_decline.py."""
@@ -22,9 +22,9 @@ from tests.helpers import make_model, run_ort
 
 pytestmark = pytest.mark.gpu
 PRODUCT_KERNELS = {"matmul/gemv_chunked", "matmul/gemv", "matmul/gemm", "matmul/splitk"}
-VARIANTS = ("chunked", "coalesced", "register", "shared")
+VARIANTS = ("chunked", "coalesced", "register", "register16", "shared")
 OWN_KERNEL = {"chunked": "matmul/gemv_chunked", "lanes": "matmul/gemv", "coalesced": "matmul/gemv",
-              "register": "matmul/gemv_chunked", "shared": "matmul/gemm"}
+              "register": "matmul/gemv_chunked", "register16": "matmul/gemv_chunked", "shared": "matmul/gemm"}
 
 
 def compile_fused(model, dims):

@@ -23,10 +23,16 @@ def product(m, k, n, *, trans_b=False, dtype=F):
     return make_model([node], [("a", dtype, [m, k]), ("b", dtype, b_shape)], ["y"])
 
 
+WIDE = ("wide-register-tiles",)
+
+
+# cpu: 0 a GPU, 1 a CPU-type adapter, 2 one with wide register tiles (lavapipe before Mesa 25)
 @pytest.mark.parametrize("cpu,k,trans_b,expected", [
-    (1, 1024, False, ["gemv_chunked/32"]),
+    (2, 1024, False, ["gemv_chunked/32"]),
+    (1, 1024, False, ["gemv_chunked/16"]),
     (0, 1024, False, ["gemm"]),
-    (1, 70_000, False, ["gemv_chunked/32", "splitk"]),
+    (2, 70_000, False, ["gemv_chunked/32", "splitk"]),
+    (1, 70_000, False, ["gemv_chunked/16", "splitk"]),
     (0, 70_000, False, ["gemm", "splitk"]),
     (1, 70_000, True, ["gemm", "splitk"]),  # a transposed operand: the shared-memory kernel everywhere
     (1, 8192, True, ["gemm"]),
@@ -35,7 +41,7 @@ def product(m, k, n, *, trans_b=False, dtype=F):
 def test_variant_per_adapter_kind_and_long_k(cpu, k, trans_b, expected):
     exe = null_executor(compile_model(product(100, k, 32, trans_b=trans_b)))
     if exe.model.adapter_dependent:  # planned only where the register variant applies
-        exe.assume_adapter("cpu" if cpu else "gpu")
+        exe.assume_adapter("cpu" if cpu else "gpu", WIDE if cpu == 2 else ())
     assert running(exe) == expected
 
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
+from onyxia.runtime.device import AdapterInfo, has_wide_register_tiles
 from onyxia.runtime.null import NULL_LIMITS, null_executor
+from onyxia.runtime.select import adapter_facts
 from tests.builders.gemv_heuristic import running
 from tests.helpers import compile_model, make_model
 
@@ -21,18 +23,43 @@ def weight_matmul(k: int, n: int, dtype=np.float32):
     return make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", dtype, ["m", k])], ["y"], {"w": w})
 
 
+# cpu: 0 a GPU, 1 a CPU-type adapter, 2 one with wide register tiles (lavapipe before Mesa 25)
 @pytest.mark.parametrize("cpu,m,expected", [
     (1, 1, ["gemv_chunked/1"]), (1, 3, ["gemv_chunked/4"]), (1, 5, ["gemv_chunked/16"]),
-    (1, 16, ["gemv_chunked/16"]), (1, 17, ["gemv_chunked/32"]), (1, 64, ["gemv_chunked/32"]),
-    (1, 65, ["gemv_chunked/32"]),  # many rows: gemm_variants' register-tiled variant, the same kernel
+    (1, 16, ["gemv_chunked/16"]), (2, 16, ["gemv_chunked/16"]), (1, 17, ["gemv_chunked/16"]),
+    (2, 17, ["gemv_chunked/32"]), (1, 64, ["gemv_chunked/16"]), (2, 64, ["gemv_chunked/32"]),
+    (1, 65, ["gemv_chunked/16"]), (2, 65, ["gemv_chunked/32"]),  # many rows: gemm_variants' register variants
+    (2, 1, ["gemv_chunked/1"]),
     (0, 1, ["gemv", "splitk"]), (0, 8, ["gemv", "splitk"]), (0, 9, ["gemm"]), (0, 65, ["gemm"]),  # split-K fills a GPU
 ])
 def test_one_kernel_runs_per_adapter_kind_and_row_count(cpu, m, expected):
     exe = null_executor(compile_model(weight_matmul(512, 1024), {"m": 80}))
     exe.update_dimensions({"m": m})
-    exe.assume_adapter("cpu" if cpu else "gpu")
+    exe.assume_adapter("cpu" if cpu else "gpu", ("wide-register-tiles",) if cpu == 2 else ())
     assert running(exe) == expected
     assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
+
+
+@pytest.mark.parametrize("m,wide,expected", [(40, True, "gemv_chunked/32"), (40, False, "gemv_chunked/16"),
+                                             (16, True, "gemv_chunked/16"), (300, False, "gemv_chunked/16")])
+def test_a_static_row_count_takes_the_tile_its_adapter_runs_fastest(m, wide, expected):
+    """A static M of 17 or more plans both tiles: 32 rows where the adapter has wide register
+    tiles (lavapipe before Mesa 25), 16 elsewhere; fewer rows plan their class alone."""
+    exe = null_executor(compile_model(weight_matmul(512, 1024), {"m": m}, static=["m"]))
+    exe.assume_adapter("cpu", ("wide-register-tiles",) if wide else ())
+    assert running(exe) == [expected]
+
+
+@pytest.mark.parametrize("driver,kind,expected", [
+    ("Mesa 22.3.6 (LLVM 15.0.6)", "CPU", True), ("Mesa 24.2.8", "CPU", True),
+    ("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)", "CPU", False), ("Mesa 26.1.0", "CPU", False),
+    ("Mesa 22.3.6", "IntegratedGPU", False), ("", "CPU", False),
+])
+def test_wide_register_tiles_is_a_trait_of_lavapipe_before_mesa_25(driver, kind, expected):
+    info = AdapterInfo("llvmpipe (LLVM 15.0.6, 256 bits)", kind, "Vulkan", "summary", "llvmpipe", driver)
+    assert has_wide_register_tiles(info) is expected
+    limits = replace(NULL_LIMITS, cpu_adapter=True, wide_register_tiles=expected)
+    assert adapter_facts(limits).traits == (frozenset({"wide-register-tiles"}) if expected else frozenset())
 
 
 def test_the_runtime_takes_the_adapter_kind_from_its_limits():

@@ -69,7 +69,8 @@ def test_only_the_chosen_alternative_costs():
     labels = {label: [d.shader for d in plan_cost(compiled, choices={id(tunable): k}).live if d.op_type == "MatMul"]
               for k, label in enumerate(tunable.labels)}
     assert labels == {"chunked": ["matmul/gemv_chunked"], "coalesced": ["matmul/gemv"],
-                      "register": ["matmul/gemv_chunked"], "shared": ["matmul/gemm"]}
+                      "register": ["matmul/gemv_chunked"], "register16": ["matmul/gemv_chunked"],
+                      "shared": ["matmul/gemm"]}
 
 
 def test_peak_activations_count_overlapping_lifetimes():

@@ -104,7 +104,7 @@ def test_cases_cover_every_step_kind_and_feature(documents) -> None:
 
 def test_schema_enums_follow_the_code() -> None:
     """The schema's closed lists are the code's: step tags, device dtypes, guard conditions."""
-    from onyxia.plan import ADAPTER_KINDS, CLAUSE_OPS, FEATURES, LIMITS
+    from onyxia.plan import ADAPTER_KINDS, CLAUSE_OPS, FEATURES, LIMITS, TRAITS
     from onyxia.plan.check import PARAM_TYPES, TENSOR_KINDS
 
     schema = json.loads(SCHEMA_PATH.read_text())
@@ -118,6 +118,7 @@ def test_schema_enums_follow_the_code() -> None:
     assert set(clauses["adapter"][1]["enum"]) == set(ADAPTER_KINDS)
     assert set(clauses["feature"][1]["enum"]) == set(FEATURES)
     assert set(clauses["limit"][1]["enum"]) == set(LIMITS)
+    assert set(clauses["trait"][1]["enum"]) == set(TRAITS)
     assert schema["properties"]["version"]["const"] == PLAN_VERSION
     assert schema["properties"]["format"]["const"] == PLAN_FORMAT
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from onyxia.plan import (
     at_least,
     at_most,
     has_feature,
+    has_trait,
     limit_at_least,
 )
 from tests.helpers import compile_model, make_model
@@ -59,7 +61,8 @@ def edited(tmp_path, edit) -> CompiledModel:
 def test_round_trip(tmp_path):
     model = compiled_model()
     [select] = [s for s in model.steps if isinstance(s, Select) and s.tuned]
-    assert select.labels == ("chunked", "coalesced", "register", "shared") and select.key.startswith("matmul/f32")
+    assert select.labels == ("chunked", "coalesced", "register", "register16", "shared")
+    assert select.key.startswith("matmul/f32")
     loaded = edited(tmp_path, lambda doc, t: None)
     assert [s.to_json() for s in loaded.steps] == [s.to_json() for s in model.steps]
     assert loaded.symbolic_bindings == model.symbolic_bindings
@@ -81,6 +84,10 @@ def test_guards_choose_per_dims_and_adapter():
     big = Select("k", (Alternative("big", (a,), limit_at_least("maxStorageBufferBindingSize", m)),
                        Alternative("small", (b,))))
     assert big.choose({"m": 1 << 28}, CPU) == 1 and big.choose({"m": 1 << 28}, GPU) == 0
+    wide = Select("k", (Alternative("wide", (a,), ALWAYS, adapter("cpu") & has_trait("wide-register-tiles")),
+                        Alternative("narrow", (b,), ALWAYS, adapter("cpu")), Alternative("any", (c,))))
+    assert [wide.choose({}, facts) for facts in (CPU, replace(CPU, traits=frozenset({"wide-register-tiles"})), GPU)] \
+        == [1, 0, 2]
     assert at_most(3, 4) == ALWAYS and at_most(5, 4).never and (at_most(m, 4) & NEVER).never
     assert str(at_most(m, 4) & adapter("gpu")) == "m <= 4 and gpu adapter"
 
@@ -134,11 +141,13 @@ CASES = {
     "unknown adapter kind": (_alt(0, "prefer", [["adapter", "npu"]]),
                              r"alternatives\[0\]\.prefer\[0\]\[1\]: must be one of cpu, gpu, got 'npu'"),
     "unknown feature": (_alt(0, "guard", [["feature", "shader-f64"]]), r"guard\[0\]\[1\]: must be one of"),
+    "unknown trait": (_alt(0, "prefer", [["trait", "fast"]]),
+                      r"prefer\[0\]\[1\]: must be one of wide-register-tiles, got 'fast'"),
     "guard over an unknown symbol": (_alt(0, "guard", [["le", {"sym": "ghost"}, 4]]),
                                      r"guard\[0\]\[1\]: uses symbol 'ghost'"),
     "guard with a float": (_alt(0, "guard", [["le", 1.5, 4]]), r"guard\[0\]\[1\]: must be an integer"),
-    "last alternative guarded": (_alt(3, "guard", [["adapter", "gpu"]]),
-                                 r"alternatives\[3\]\.guard: must be empty: the last alternative runs"),
+    "last alternative guarded": (_alt(4, "guard", [["adapter", "gpu"]]),
+                                 r"alternatives\[4\]\.guard: must be empty: the last alternative runs"),
 }
 
 

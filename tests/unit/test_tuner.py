@@ -138,7 +138,8 @@ def test_off_ignores_choices_cached_by_a_tuned_run(compiled, tmp_path):
 def test_the_fastest_is_chosen_cached_and_read_back(compiled, tmp_path):
     exe = at_decode(compiled, settings(tmp_path))
     [cmd] = tunables(exe)
-    assert cmd.step.labels == ("chunked", "coalesced", "register", "shared") and cmd.shape_class == f"1x{N}x{K}x1"
+    assert cmd.step.labels == ("chunked", "coalesced", "register", "register16", "shared")
+    assert cmd.shape_class == f"1x{N}x{K}x1"
     assert exe.stats.tuning_timings >= 3 and exe.stats.tuned >= 1
     # fewest workgroups under the null cost model: the shared-memory tiled kernel's 8
     assert running(exe) == ["gemm"] and cmd.source == "timed"
@@ -161,13 +162,13 @@ def test_each_shape_class_is_timed_once(compiled, tmp_path):
     exe.run(feeds(40))
     exe.run(feeds(40))
     # the eligible alternatives only: the coalesced kernel takes at most 8 rows (its guard)
-    assert tunables(exe)[0].eligible == [True, False, True, True]
-    assert exe.stats.tuning_timings == timed + 3
+    assert tunables(exe)[0].eligible == [True, False, True, True, True]
+    assert exe.stats.tuning_timings == timed + 4
     exe.update_dimensions({"m": 33})  # the same class: nothing timed
     exe.run(feeds(33))
     exe.update_dimensions({"m": 1})
     exe.run(feeds(1))
-    assert exe.stats.tuning_timings == timed + 3 and running(exe) == ["gemm"]
+    assert exe.stats.tuning_timings == timed + 4 and running(exe) == ["gemm"]
     assert exe.stats.recompiles == 0 and exe.stats.reallocs == 0
 
 
@@ -202,8 +203,9 @@ def test_forced_tuning_times_every_step_again(compiled, tmp_path):
     exe = at_decode(compiled, settings(tmp_path))
     before = exe.stats.tuning_timings
     [result] = exe.tune(force=True)
-    assert exe.stats.tuning_timings == before + 4
-    assert result.choice == "shared" and set(result.times) == {"chunked", "coalesced", "register", "shared"}
+    assert exe.stats.tuning_timings == before + 5
+    assert result.choice == "shared"
+    assert set(result.times) == {"chunked", "coalesced", "register", "register16", "shared"}
     assert result.times["shared"] < result.times["coalesced"]
 
 
@@ -260,7 +262,7 @@ def test_a_class_over_budget_is_not_timed_again_until_the_next_load(compiled, tm
         exe.run(feeds(m))
     assert exe.stats.tuning_timings == 0 and running(exe) == ["gemv", "splitk"]
     again = at_decode(compiled, settings(tmp_path))  # the next load tries again
-    assert again.stats.tuning_timings == 4  # decode's 4 (the load's class M = 80 never ran)
+    assert again.stats.tuning_timings == 5  # decode's 5 (the load's class M = 80 never ran)
 
 
 def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_path, monkeypatch):
@@ -277,8 +279,8 @@ def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_
     monkeypatch.setattr(exe.backend, "time_commands", spy)
     [result] = exe.tune(force=True)
     # The current choice (shared, 8 us under the null cost) first; coalesced (36 us) is over
-    # 4x that and stops after one replay, chunked and register (16 us) are timed in full.
-    assert list(result.times) == ["shared", "chunked", "coalesced", "register"]
+    # 4x that and stops after one replay, chunked and the register ones (16 us) are timed in full.
+    assert list(result.times) == ["shared", "chunked", "coalesced", "register", "register16"]
     assert samples[("matmul/gemv", "matmul/splitk")] == 1
     assert samples[("matmul/gemm",)] == 5
 

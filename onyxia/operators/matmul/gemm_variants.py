@@ -6,13 +6,16 @@ autotuner's alternatives have):
 - `shared` (`matmul/gemm.wgsl` over `matmul/tile.wgsl`): 16x16 threads stage K-slices of A and B
   in shared memory and keep an RM x RN micro-tile each in registers: the pattern a GPU wants.
   Every operand layout (TRANS_A / TRANS_B), integer types and int64's checked arithmetic.
-- `register` (`matmul/gemv_chunked.wgsl` with 32 rows per invocation): no shared memory, no
+- `register` / `register16` (`matmul/gemv_chunked.wgsl` with 32 / 16 rows per invocation): no shared memory, no
   barriers; each invocation holds 32 rows x 1 vec4 column group in mat4x4 accumulators and
   streams A and B with vec4 loads (A's rows shared through subgroups where the adapter has
   them): the pattern a CPU-type adapter runs fastest (lavapipe, 1024^3 under load, with 16
   rows and no subgroups: 2.6 s against the shared-memory kernel's 11.8 s). f32 compute over any
   float storage (f16 included), B row-major, A either way (a pointwise conv's k-major weights:
   M = 576, K = 96, N = 196 in 1.44 ms against conv_register's 2.48), K and N static multiples of 4.
+  32 rows where the adapter has wide register tiles (the "wide-register-tiles" trait: lavapipe
+  before Mesa 25), 16 elsewhere: whisper's fc1 product (M 1500, K 384, N 1536) on Mesa 22.3 in
+  165 / 211 ms, on Mesa 25 in 85 / 44 ms (runtime/device.py NARROW_TILES_MESA).
 
 Both bound each invocation's trip count by construction: K is split into ranges (at most
 TILED_KCHUNK, resp. gemv.MAX_KCHUNK, elements of K per invocation) whose raw partial sums
@@ -23,7 +26,7 @@ an invocation's loops after ~65,535 iterations in all, silently.
 included, as the alternatives of one tuned Select step: the runtime times the eligible ones on
 the adapter at hand and replays the fastest per shape class (runtime/tuner.py). With tuning off
 it replays the first eligible alternative the heuristic prefers: on a CPU-type adapter the
-chunked kernel up to CHUNKED_MAX_M rows, the register kernel above; elsewhere the coalesced
+chunked kernel up to CHUNKED_MAX_M rows, a register kernel above; elsewhere the coalesced
 kernel up to the small-M bound, the shared-memory kernel above. One plan serves every adapter.
 """
 
@@ -40,6 +43,7 @@ from onyxia.operators.matmul.gemv import (
     CHUNKED_MAX_M,
     COLUMNS_PER_WORKGROUP,
     MAX_KCHUNK,
+    WIDE_TILES,
     Product,
     chunked_applies,
     stored,
@@ -117,15 +121,16 @@ def plan_shared(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict,
 
 
 def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict,
-                  epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
-    """The register-tiled variant (see the module doc), split-K past gemv.MAX_KCHUNK."""
+                  epilogue_reads: dict[str, str], reports: str | None, rows: int = REGISTER_ROWS) -> list[Step]:
+    """The register-tiled variant (see the module doc) with `rows` rows an invocation, split-K
+    past gemv.MAX_KCHUNK."""
     m, n = p.m, p.n
     splits, chunk, split = k_splits(p.k, MAX_KCHUNK, 4)
     kernel_params = {key: v for key, v in params.items() if key not in ("A_MS", "A_KS", "B_KS", "B_NS")}
-    rblocks = ceil_div(m, REGISTER_ROWS)
+    rblocks = ceil_div(m, rows)
     kernel_params.update(SPLITS=splits, KCHUNK=chunk, RBLOCKS=rblocks)
     reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True, wide=True)}
-    kernel_defs = {**defs, "ROWS": REGISTER_ROWS, "SPLIT": split, "TRANS_A": p.trans_a}
+    kernel_defs = {**defs, "ROWS": rows, "SPLIT": split, "TRANS_A": p.trans_a}
     workgroups = (ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits)
     if not split:
         kernel_defs, kernel_params, reads = p.epilogue.onto(kernel_defs, kernel_params, {**reads, **epilogue_reads})
@@ -152,7 +157,7 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
 Planner = Callable[[], list[Step]]  # one variant's steps
 
 # The variants in the heuristic's order: the first eligible one it prefers runs with tuning off.
-ORDER = ("chunked", "lanes", "coalesced", "register", "shared")
+ORDER = ("chunked", "lanes", "coalesced", "register", "register16", "shared")
 
 
 def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, planners: Mapping[str, Planner],
@@ -164,11 +169,13 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     with nothing recompiled; a static M offers only the kernels that take it."""
     m = p.m
     chunked = chunked_applies(p) and not checked  # "lanes": the CPU-type kernel where this one does not apply
+    register = register_applies(p, checked)
     applies = {"chunked": chunked, "lanes": not chunked and not checked,
-               "coalesced": True, "register": register_applies(p, checked), "shared": True}
+               "coalesced": True, "register": register, "register16": register, "shared": True}
     guard = {"chunked": at_most(m, CHUNKED_MAX_M), "lanes": at_most(m, small_m), "coalesced": at_most(m, small_m)}
     cpu = adapter("cpu")
-    prefer = {"chunked": cpu, "lanes": cpu, "coalesced": ALWAYS, "register": cpu, "shared": ALWAYS}
+    prefer = {"chunked": cpu, "lanes": cpu, "coalesced": ALWAYS, "register": cpu & WIDE_TILES, "register16": cpu,
+              "shared": ALWAYS}
     alternatives = [(label, planners[label](), guard.get(label, ALWAYS), prefer[label])
                     for label in ORDER if applies[label] and not guard.get(label, ALWAYS).never]
     dims = "x".join(str(d) for d in (p.n, p.k) if isinstance(d, int))

@@ -27,7 +27,7 @@ from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.matmul.epilogue import Epilogue
-from onyxia.plan import ALWAYS, Step, at_most
+from onyxia.plan import ALWAYS, Step, at_least, at_most, has_trait
 
 # Rows the chunked kernel takes on a CPU-type adapter: up to 32 per invocation in registers, a
 # row block per wid.z above (B is read once per block). Measured on lavapipe at M = 32 and 64
@@ -36,8 +36,11 @@ from onyxia.plan import ALWAYS, Step, at_most
 CHUNKED_MAX_M = 64
 # Row classes of the chunked kernel (ROWS def, first row count): a symbolic M plans a Select of
 # one dispatch per class, the one whose class holds M runs. Decode (M = 1) takes vec4 accumulators; 17 - 64
-# rows take blocks of 32 (lavapipe, M = 64 with subgroups: ~35 GF/s, blocks of 16 ~28).
+# rows take blocks of 32 where the adapter has wide register tiles (WIDE_TILES: lavapipe before
+# Mesa 25, M = 64 with subgroups: ~35 GF/s, blocks of 16 ~28), else blocks of 16 (Mesa 25:
+# clip_vision's 50-row products, the whole model 90 -> 64 ms).
 CHUNK_ROWS = ((1, 1), (4, 2), (16, 5), (32, 17))
+WIDE_TILES = has_trait("wide-register-tiles")
 COLUMNS_PER_WORKGROUP = 32  # 8 invocations x 1 vec4 column group (gemv_chunked.wgsl)
 
 
@@ -123,13 +126,21 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
             # convs, 12 of mobilenet_v3_large's kernels at ~0.15 s of compile each on Mesa 25).
             immediates=(*base_params, "RBLOCKS") if rows > 1 or not baked else ())]
 
-    if isinstance(m, int):
+    (narrow_rows, _), (wide_rows, wide_first) = CHUNK_ROWS[-2:]
+    if isinstance(m, int) and m < wide_first:
         steps = rows_class(next((r for r, first in reversed(CHUNK_ROWS) if m >= first), 1))
-    else:  # every class computes any M; each is preferred up to its last row count
-        lasts = [first - 1 for _, first in CHUNK_ROWS[1:]]
+    elif isinstance(m, int):  # the widest class where the adapter runs it fastest, else the one below
         steps = ctx.select("matmul/gemv_chunked/rows", [
-            (f"rows{rows}", rows_class(rows), ALWAYS, at_most(m, last) if last is not None else ALWAYS)
-            for (rows, _), last in zip(CHUNK_ROWS, [*lasts, None])])
+            (f"rows{wide_rows}", rows_class(wide_rows), ALWAYS, WIDE_TILES),
+            (f"rows{narrow_rows}", rows_class(narrow_rows), ALWAYS, ALWAYS)])
+    else:  # every class computes any M; each is preferred up to its last row count (the widest
+        # from its first, on an adapter with wide tiles; the one below it takes the rest)
+        lasts = [first - 1 for _, first in CHUNK_ROWS[1:]]
+        classes = [(f"rows{rows}", rows_class(rows), ALWAYS, at_most(m, last))
+                   for (rows, _), last in zip(CHUNK_ROWS[:-1], lasts)]
+        classes.insert(-1, (f"rows{wide_rows}", rows_class(wide_rows), at_least(m, wide_first), WIDE_TILES))
+        classes[-1] = (*classes[-1][:3], ALWAYS)
+        steps = ctx.select("matmul/gemv_chunked/rows", classes)
     if split:
         finish_defs, finish_params, finish_reads = p.epilogue.onto(
             {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")},

@@ -22,6 +22,7 @@ passes/epilogue_fusion.py moved into onyxia::MatMulEpilogue / GemmEpilogue) runs
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -140,6 +141,7 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         return lambda: plan(ctx, p, nbatch, params, defs, epilogue_reads, reports)
 
     planners = {"chunked": planner(plan_chunked), "register": planner(plan_register), "shared": planner(plan_shared),
+                "register16": planner(partial(plan_register, rows=16)),
                 "lanes": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports, lanes=True),
                 "coalesced": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports)}
     return plan_alternatives(ctx, p, SMALL_M, "CHECKED" in defs, planners, nbatch)
