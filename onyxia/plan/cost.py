@@ -8,7 +8,8 @@ A cost model read off the plan alone (a loaded plan file works too), evaluated a
   CopyBuffer moves its size twice (read + write); WriteBuffer steps run at load time, not per
   run, and cost nothing here.
 - flops: 2·M·N·K for the kernels of a product (MatMul, Gemm, MatMulNBits, Conv: K from the
-  operand shapes), 4·S·T·D per head for attention (QKᵀ and PV), and one per element written
+  operand shapes), 4·S·T·D per head for attention (QKᵀ and PV; FusedAttention's T from its
+  kernels' params), and one per element written
   for everything else (elementwise, norms, copies). An op's product/attention flops go to its
   dispatch that reads the most bytes; its other dispatches (split-K reductions, packing) count
   their elements.
@@ -49,6 +50,7 @@ PRODUCT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "FusedMatMul", "MatMul
                          "MatMulEpilogue", "GemmEpilogue", "MatMulNBitsShared",  # the fused forms
                          "ConvEpilogue", "ConvTransposeEpilogue"})
 ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "SplitKvAttention"})
+FUSED_ATTENTION_OPS = frozenset({"FusedAttention"})  # q, k, v through views (_fused_attention_flops)
 GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND", "GatherBlockQuantized", "Slice", "Split"})
 # Kernels of any op that copy the elements they read (a strided conv's patches): gather-like too.
 GATHER_SHADERS = frozenset({"strided_copy"})
@@ -147,6 +149,22 @@ def _op_flops(op_type: str, reads: list[TensorInfo], writes: list[TensorInfo], d
     return 0
 
 
+def _fused_attention_flops(model: CompiledModel, live: list[Dispatch], reads: list[TensorInfo],
+                           writes: list[TensorInfo], dims: Mapping[str, int]) -> int:
+    """FusedAttention (operators/attention/fused.py): its q and y hold B·H·S·D and B·H·S·DV
+    elements in whatever layout (views); each of the T keys costs a dot of D and a multiply-add
+    of DV per query row, T read off the kernels' param of that name (baked or an immediate)."""
+    if not reads or not writes:
+        return 0
+    for d in live:
+        spec = model.shaders[d.shader]
+        values = {p.name: v for p, v in (*spec.constants, *zip(spec.immediates, d.immediates))}
+        if "T" in values:
+            keys = _eval(values["T"], dims)
+            return 2 * keys * (_elements(reads[0], dims) + _elements(writes[0], dims))
+    return 0
+
+
 def replayed_steps(steps: Sequence[Step], dims: Mapping[str, int], choices: Mapping[int, int] | None = None,
                    adapter: AdapterFacts = AdapterFacts()) -> list[Step]:
     """`walk_steps` with each Select replaced by the alternative a run replays: `choices[id(step)]`
@@ -199,6 +217,9 @@ def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
                                   if b.read_only and b.tensor not in written_names and b.tensor not in op.scratch)
         ext_writes = [tensors[n] for n in written_names if n not in op.scratch and n != STATUS_TENSOR]
         op_flops = _op_flops(op.op_type, [tensors[n] for n in ext_reads], ext_writes, env)
+        if op.op_type in FUSED_ATTENTION_OPS:
+            op_flops = _fused_attention_flops(model, [d for d, live in own if live],
+                                              [tensors[n] for n in ext_reads], ext_writes, env)
         cache_op = kv is not None and op.op_type in ATTENTION_OPS
         costs: list[list] = []
         for d, live in own:

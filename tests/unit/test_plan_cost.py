@@ -40,6 +40,21 @@ def test_fused_epilogue_costs_the_product_and_its_operands():
         assert (mm.read_bytes, mm.written_bytes) == (4 * (m * 16 + 16 * 8 + 8), 4 * m * 8)
 
 
+def test_fused_attention_counts_both_products_on_every_kernel():
+    """4·B·H·S·T·D for the encoder attention AttentionFusionPass fuses (its operands read
+    through views), at any sequence length and on whichever kernel the adapter replays."""
+    from onyxia.plan import AdapterFacts
+    from tests.builders.encoder_attention import attention_block
+
+    compiled = compile_model(attention_block("eager", None, heads=2, head=8), {"batch": 2, "seq": 5})
+    assert any(op.op_type == "FusedAttention" for op in compiled.operations)
+    for seq in (5, 40):
+        for facts in (AdapterFacts("cpu"), AdapterFacts("gpu")):
+            attention = [d for d in plan_cost(compiled, {"batch": 2, "seq": seq}, adapter=facts).live
+                         if d.op_type == "FusedAttention"]
+            assert max(d.flops for d in attention) == 4 * 2 * 2 * seq * seq * 8, (seq, facts.kind)
+
+
 def test_convolution_flops_on_every_path():
     """2 * outputs * C/group * kernel size, whichever kernel runs (the pointwise path binds W as
     the product's A; a pooled-map convolution reads W^T) and with an epilogue fused."""
