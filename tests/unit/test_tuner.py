@@ -203,9 +203,8 @@ def test_forced_tuning_times_every_step_again(compiled, tmp_path):
     exe = at_decode(compiled, settings(tmp_path))
     before = exe.stats.tuning_timings
     [result] = exe.tune(force=True)
-    assert exe.stats.tuning_timings == before + 5
-    assert result.choice == "shared"
-    assert set(result.times) == {"chunked", "coalesced", "register", "register16", "shared"}
+    assert exe.stats.tuning_timings == before + 3  # at one row the register kernels are not eligible
+    assert result.choice == "shared" and set(result.times) == {"chunked", "coalesced", "shared"}
     assert result.times["shared"] < result.times["coalesced"]
 
 
@@ -262,7 +261,7 @@ def test_a_class_over_budget_is_not_timed_again_until_the_next_load(compiled, tm
         exe.run(feeds(m))
     assert exe.stats.tuning_timings == 0 and running(exe) == ["gemv", "splitk"]
     again = at_decode(compiled, settings(tmp_path))  # the next load tries again
-    assert again.stats.tuning_timings == 5  # decode's 5 (the load's class M = 80 never ran)
+    assert again.stats.tuning_timings == 3  # decode's 3 (the load's class M = 80 never ran)
 
 
 def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_path, monkeypatch):
@@ -279,8 +278,8 @@ def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_
     monkeypatch.setattr(exe.backend, "time_commands", spy)
     [result] = exe.tune(force=True)
     # The current choice (shared, 8 us under the null cost) first; coalesced (36 us) is over
-    # 4x that and stops after one replay, chunked and the register ones (16 us) are timed in full.
-    assert list(result.times) == ["shared", "chunked", "coalesced", "register", "register16"]
+    # 4x that and stops after one replay, chunked (16 us) is timed in full.
+    assert list(result.times) == ["shared", "chunked", "coalesced"]
     assert samples[("matmul/gemv", "matmul/splitk")] == 1
     assert samples[("matmul/gemm",)] == 5
 
