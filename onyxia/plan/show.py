@@ -2,7 +2,8 @@
 
 `onyxia compile` prints `select_lines`: for every Select (nested ones indented under their
 alternative) the guards and preferences of each alternative, and which runs at the given dims
-on a CPU-type and on a GPU-type adapter with tuning off (a tuned Select may replay another
+on a CPU-type adapter (`cpu`; `cpu-wide` where it has the wide-register-tiles trait, lavapipe
+before Mesa 25) and on a GPU-type one with tuning off (a tuned Select may replay another
 eligible alternative, measured faster on the adapter at hand).
 """
 
@@ -18,11 +19,13 @@ from onyxia.plan.select import AdapterFacts, Select
 from onyxia.plan.steps import Step, walk_steps
 
 KINDS = (AdapterFacts("cpu"), AdapterFacts("gpu"))
+# The adapters a Select's listing names ("runs on"): the kinds, and a CPU-type one with each trait.
+LISTED = {"cpu": KINDS[0], "cpu-wide": AdapterFacts("cpu", traits=frozenset({"wide-register-tiles"})), "gpu": KINDS[1]}
 
 
 def _lines(step: Select, dims: Mapping[str, int], depth: int) -> list[str]:
     pad = "  " * depth
-    runs = {facts.kind: step.choose(dims, facts) for facts in KINDS}
+    runs = {name: step.choose(dims, facts) for name, facts in LISTED.items()}
     tuned = f", tuned per shape class of ({', '.join(map(str, step.shape))})" if step.tuned else ""
     out = [f"{pad}select {step.key}{tuned}"]
     width = max(len(a.label) for a in step.alternatives)
@@ -31,7 +34,7 @@ def _lines(step: Select, dims: Mapping[str, int], depth: int) -> list[str]:
         conditions = [f"guard {alt.guard}"] if alt.guard.clauses else []
         conditions += [f"prefer {alt.prefer}"] if alt.prefer.clauses else []
         kernels = sum(len(s.dispatches()) for s in walk_steps(alt.steps))
-        out.append(f"{pad}  {alt.label:<{width}}  runs on: {where:<7}  {kernels} dispatch"
+        out.append(f"{pad}  {alt.label:<{width}}  runs on: {where:<12}  {kernels} dispatch"
                    f"{'es' if kernels != 1 else ''}{'; ' + '; '.join(conditions) if conditions else ''}")
         out += _nested(alt.steps, dims, depth + 2)
     return out

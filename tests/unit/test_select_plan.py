@@ -189,13 +189,15 @@ def test_compile_and_inspect_list_the_selects(tmp_path, capsys):
     for line in out.splitlines():  # fc1's Select comes first
         if "runs on:" in line:
             lines.setdefault(line.split()[0], line)
-    assert "runs on: cpu " in lines["chunked"] and "guard batch <= 64; prefer cpu adapter" in lines["chunked"]
-    assert "runs on: gpu " in lines["coalesced"] and "runs on: cpu+gpu" in lines["rows4"]
+    assert "runs on: cpu+cpu-wide " in lines["chunked"] and "guard batch <= 64; prefer cpu adapter" in lines["chunked"]
+    assert "runs on: gpu " in lines["coalesced"] and "runs on: cpu+cpu-wide+gpu" in lines["rows4"]
     assert main(["inspect", str(plan), "--dim", "batch=40"]) == 0
     lines = {}
     for line in capsys.readouterr().out.splitlines():
         if "runs on:" in line:
             lines.setdefault(line.split()[0], line)
     assert "runs on: gpu " in lines["shared"] and "runs on: -" in lines["coalesced"]  # 40 rows: past its guard
+    # 40 rows of fc1: 32-row tiles where the adapter has the wide-register-tiles trait, else 16
+    assert "runs on: cpu-wide " in lines["rows32"] and "runs on: cpu+gpu " in lines["rows16"]
     assert main(["inspect", str(plan), "--dim", "ghost=1"]) != 0
     assert "the plan's symbols are batch" in capsys.readouterr().err
