@@ -73,6 +73,11 @@ def _mesa_version(driver: str) -> tuple[int, int] | None:
     return (int(found[1]), int(found[2])) if found else None
 
 
+def _lavapipe_mesa(info: AdapterInfo) -> tuple[int, int] | None:
+    """The Mesa version of a CPU-type adapter's driver (lavapipe), else None."""
+    return _mesa_version(info.driver) if info.adapter_type == "CPU" else None
+
+
 # lavapipe from this Mesa on compiles a private array indexed at run time as an array; Mesa 22.3
 # lowers it to branch ladders. Staging a conv_register tile's accumulators (first dispatch, Mesa's
 # cache off, 2-core EPYC): 32x8 3x3 private 1.07 s on Mesa 25 vs 3.3 s on 22.3; in workgroup
@@ -83,8 +88,8 @@ INDEXED_PRIVATE_MESA = (25, 0)
 def stages_privately(info: AdapterInfo) -> bool:
     """Whether kernels stage through private arrays indexed at run time on this adapter
     (codegen/wgsl.py ONYXIA_INDEXED_PRIVATE): lavapipe from INDEXED_PRIVATE_MESA on."""
-    mesa = _mesa_version(info.driver)
-    return info.adapter_type == "CPU" and mesa is not None and mesa >= INDEXED_PRIVATE_MESA
+    mesa = _lavapipe_mesa(info)
+    return mesa is not None and mesa >= INDEXED_PRIVATE_MESA
 
 
 # lavapipe before this Mesa runs the register-tiled products fastest with 32 rows an invocation
@@ -97,8 +102,8 @@ NARROW_TILES_MESA = (25, 0)
 
 def has_wide_register_tiles(info: AdapterInfo) -> bool:
     """The "wide-register-tiles" adapter trait (plan.select.TRAITS): lavapipe before NARROW_TILES_MESA."""
-    mesa = _mesa_version(info.driver)
-    return info.adapter_type == "CPU" and mesa is not None and mesa < NARROW_TILES_MESA
+    mesa = _lavapipe_mesa(info)
+    return mesa is not None and mesa < NARROW_TILES_MESA
 
 
 def list_adapters() -> list[AdapterInfo]:

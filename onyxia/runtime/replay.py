@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -337,8 +337,7 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         if kind not in ("cpu", "gpu"):
             raise DimensionError(f"adapter kind must be 'cpu' or 'gpu', got {kind!r}")
         facts = self.adapter_facts
-        self.adapter_facts = type(facts)(kind, facts.features, facts.limits,
-                                         facts.traits if traits is None else frozenset(traits))
+        self.adapter_facts = replace(facts, kind=kind, traits=facts.traits if traits is None else frozenset(traits))
         for cmd in self.commands:
             if isinstance(cmd, SelectCommand):
                 cmd.settle(self)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
+from tests.builders.gemv_heuristic import running as rows_running
 from tests.helpers import compile_model, make_model, run_ort
 
 RNG = np.random.default_rng(7)
@@ -103,6 +104,24 @@ def test_k_past_the_loop_cap(runtime, cpu):
                       {"w": w})
     check(runtime, gemm, {"m": 3}, lambda m: {"a": RNG.standard_normal((k, m)).astype(np.float32)}, [1, 3], cpu,
           rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_register_tiles_past_the_loop_cap(runtime, wide):
+    # The register kernels' 32- and 16-row tiles (a CPU adapter with and without the
+    # wide-register-tiles trait), K = 270,000: unsplit one invocation would walk 67,500 steps,
+    # past lavapipe's ~65,535; split at MAX_KCHUNK each walks 4,096. Rows in both tiles' range.
+    k = 270_000
+    w = (RNG.standard_normal((k, 8)) / 512).astype(np.float32)
+    model = make_model([h.make_node("MatMul", ["a", "w"], ["y"])], [("a", np.float32, ["m", k])], ["y"], {"w": w})
+    exe = runtime.load_model(compile_model(model, {"m": 40}))
+    exe.assume_adapter("cpu", ("wide-register-tiles",) if wide else ())
+    for m in (20, 40, 70):
+        exe.update_dimensions({"m": m})
+        a = RNG.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(model, {"a": a})[0], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"M={m} wide={wide}")
+        assert rows_running(exe) == [f"gemv_chunked/{32 if wide else 16}", "splitk"], m
 
 
 @pytest.mark.parametrize("cpu", [1, 0])

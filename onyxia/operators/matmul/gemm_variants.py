@@ -60,6 +60,7 @@ BK = 16  # the K-slice of matmul/tile.wgsl
 # times in all, 8,704 here, far below lavapipe's ~65,535 (a multiple of BK: ranges meet exactly).
 TILED_KCHUNK = 8192
 REGISTER_ROWS = 32  # gemv_chunked.wgsl's largest row class: 32 rows x 4 columns per invocation
+NARROW_REGISTER_ROWS = 16  # the register16 variant's (adapters without wide register tiles)
 assert REGISTER_ROWS == CHUNK_ROWS[-1][0]  # the chunked kernel's top row class
 FINISH_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
 SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
@@ -178,7 +179,7 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     # bench_llm's tuned decode ~8 % (Mesa 22.3, 10.6 -> 9.7 tok/s).
     first = {rows: first for rows, first in CHUNK_ROWS}
     guard = {"chunked": at_most(m, CHUNKED_MAX_M), "lanes": at_most(m, small_m), "coalesced": at_most(m, small_m),
-             "register": at_least(m, first[REGISTER_ROWS]), "register16": at_least(m, first[16])}
+             "register": at_least(m, first[REGISTER_ROWS]), "register16": at_least(m, first[NARROW_REGISTER_ROWS])}
     cpu = adapter("cpu")
     prefer = {"chunked": cpu, "lanes": cpu, "coalesced": ALWAYS, "register": cpu & WIDE_TILES, "register16": cpu,
               "shared": ALWAYS}
@@ -190,5 +191,5 @@ def plan_alternatives(ctx: PlanCtx, p: Product, small_m: int, checked: bool, pla
     return ctx.select(key, alternatives, tuned=True, shape=(m, p.n, p.k, nbatch))
 
 
-__all__ = ["BK", "ORDER", "Planner", "SCRATCH_DTYPE", "TILED_KCHUNK", "k_splits", "plan_alternatives", "plan_finish",
-           "plan_register", "plan_shared", "register_applies"]
+__all__ = ["BK", "NARROW_REGISTER_ROWS", "ORDER", "Planner", "SCRATCH_DTYPE", "TILED_KCHUNK", "k_splits",
+           "plan_alternatives", "plan_finish", "plan_register", "plan_shared", "register_applies"]

@@ -40,7 +40,13 @@ from onyxia.operators.common import (
 from onyxia.operators.elementwise.elementwise import INT64_OVERFLOW
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.matmul.epilogue import Epilogue, fused_epilogue
-from onyxia.operators.matmul.gemm_variants import plan_alternatives, plan_finish, plan_register, plan_shared
+from onyxia.operators.matmul.gemm_variants import (
+    NARROW_REGISTER_ROWS,
+    plan_alternatives,
+    plan_finish,
+    plan_register,
+    plan_shared,
+)
 from onyxia.operators.matmul.gemv import MAX_KCHUNK, chunked_applies, plan_chunked
 from onyxia.operators.matmul.panels import PANEL_COLUMNS, PANELS_ATTR, from_panels
 from onyxia.plan import Step
@@ -141,7 +147,7 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
         return lambda: plan(ctx, p, nbatch, params, defs, epilogue_reads, reports)
 
     planners = {"chunked": planner(plan_chunked), "register": planner(plan_register), "shared": planner(plan_shared),
-                "register16": planner(partial(plan_register, rows=16)),
+                "register16": planner(partial(plan_register, rows=NARROW_REGISTER_ROWS)),
                 "lanes": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports, lanes=True),
                 "coalesced": lambda: _plan_gemv(ctx, p, m, nbatch, params, defs, epilogue_reads, reports)}
     return plan_alternatives(ctx, p, SMALL_M, "CHECKED" in defs, planners, nbatch)
