@@ -101,6 +101,31 @@ def test_keys_past_the_loop_cap_are_split(runtime, masked):
     assert _run_each_kernel(exe, model, feeds, atol=1e-5) == list(KERNELS[1:])
 
 
+def _scaled_v(where: str) -> onnx.ModelProto:
+    """An encoder block whose V is multiplied by a constant: on the 4-D heads (after the
+    Transpose), or on the 3-D projection before the head-splitting Reshape."""
+    model = attention_block("eager", None, heads=2, head=8)
+    graph = model.graph
+    target = "v" if where == "4d" else "v2"
+    producer = next(node for node in graph.node if target in node.output)
+    producer.output[list(producer.output).index(target)] = f"{target}_unscaled"
+    graph.initializer.append(numpy_helper.from_array(np.array(3.0, np.float32), "v_factor"))
+    graph.node.insert(list(graph.node).index(producer) + 1,
+                      helper.make_node("Mul", [f"{target}_unscaled", "v_factor"], [target]))
+    return model
+
+
+@pytest.mark.parametrize("where", ["4d", "3d"])
+def test_a_scaled_v_scales_the_output_not_the_scores(runtime, where):
+    """V * c: the factor multiplies the output, so it must not join the scores' scale (the fused
+    node once folded it into softmax's argument: |error| 3.3 on outputs of 5.6)."""
+    model = _scaled_v(where)
+    compiled = compile_model(model, {"batch": 2, "seq": 7})
+    assert "FusedAttention" in {op.op_type for op in compiled.operations}
+    exe = runtime.load_model(compiled)
+    assert _run_each_kernel(exe, model, block_feeds(model, 2, 7, seed=3)) == list(KERNELS)
+
+
 @pytest.fixture(scope="module")
 def plain_runtime():
     """The same adapter with its subgroup operations unused: the flash kernel's per-lane loads."""

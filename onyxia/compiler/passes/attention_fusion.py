@@ -108,14 +108,14 @@ class AttentionFusionPass(Pass):
         # 3. operands
         q = head_view(graph, scores.inputs[0], (0, 1, 2, 3))
         k = head_view(graph, scores.inputs[1], SWAP)
-        v = head_view(graph, pv.inputs[1], (0, 1, 2, 3))
+        v = head_view(graph, pv.inputs[1], (0, 1, 2, 3), scaled=False)
         for name, op in (("Q", q), ("K", k), ("V", v)):
             if op is None:
                 return f"{name} is not a 4-D tensor whose head axis is contiguous"
         # 4. the output layout
         last, y_view = _output(graph, pv)
         graph.replace_node(last.id, "FusedAttention", [q.tensor, k.tensor, v.tensor, *([mask] if mask else [])],
-                           {"scale": scale * q.scale * k.scale * v.scale, "q_view": q.view.encode(),
+                           {"scale": scale * q.scale * k.scale, "q_view": q.view.encode(),
                             "k_view": k.view.encode(), "v_view": v.view.encode(), "y_view": y_view.encode()},
                            domain=FUSED_DOMAIN)
         return None

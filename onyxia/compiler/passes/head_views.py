@@ -45,10 +45,11 @@ def scalar_factor(graph: IrGraph, node: Node) -> tuple[str, float] | None:
     return None
 
 
-def head_view(graph: IrGraph, tid: str, perm: tuple[int, ...]) -> Operand | None:
+def head_view(graph: IrGraph, tid: str, perm: tuple[int, ...], scaled: bool = True) -> Operand | None:
     """`tid` (a 4-D tensor, logical axis i at its axis perm[i]) as a view of the tensor it is
     reshaped/transposed/scaled from (docstring rewrite 3); None when its head axis is not
-    contiguous anywhere along the chain."""
+    contiguous anywhere along the chain. `scaled`: look through scalar multiplications too (Q and
+    K, whose factors join the scores' scale; V's would scale the output, not the scores)."""
     scale, best = 1.0, None
     perm = list(perm)
     while True:
@@ -59,7 +60,7 @@ def head_view(graph: IrGraph, tid: str, perm: tuple[int, ...]) -> Operand | None
         node = graph.node(nid) if nid is not None else None
         if node is None or node.domain != "":
             return best
-        factor = scalar_factor(graph, node)
+        factor = scalar_factor(graph, node) if scaled else None
         if factor is not None:
             tid, scale = factor[0], scale * factor[1]
         elif node.op_type == "Identity" or (node.op_type == "Cast" and graph.tensor(node.inputs[0]).dtype == t.dtype):
@@ -75,7 +76,7 @@ def head_view(graph: IrGraph, tid: str, perm: tuple[int, ...]) -> Operand | None
             if len(source) == 3 and source[0] == out[0] and source[1] == out[1] and isinstance(out[3], int) \
                     and out[2] * out[3] == source[2] and perm[3] == 3:
                 base = node.inputs[0]
-                while (producer := graph.producer(base)) is not None \
+                while scaled and (producer := graph.producer(base)) is not None \
                         and (factor := scalar_factor(graph, graph.node(producer))) is not None:
                     base, scale = factor[0], scale * factor[1]
                 return Operand(base, View(out[3], tuple(perm)), scale)
