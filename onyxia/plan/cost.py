@@ -153,15 +153,16 @@ def _fused_attention_flops(model: CompiledModel, live: list[Dispatch], reads: li
                            writes: list[TensorInfo], dims: Mapping[str, int]) -> int:
     """FusedAttention (operators/attention/fused.py): its q and y hold B·H·S·D and B·H·S·DV
     elements in whatever layout (views); each of the T keys costs a dot of D and a multiply-add
-    of DV per query row, T read off the kernels' param of that name (baked or an immediate)."""
+    of DV per query row, T read off the kernels' param of that name (baked or an immediate), or
+    in the products alternative off its softmax's row length (rownorm's K)."""
     if not reads or not writes:
         return 0
     for d in live:
         spec = model.shaders[d.shader]
         values = {p.name: v for p, v in (*spec.constants, *zip(spec.immediates, d.immediates))}
-        if "T" in values:
-            keys = _eval(values["T"], dims)
-            return 2 * keys * (_elements(reads[0], dims) + _elements(writes[0], dims))
+        keys = values.get("T", values.get("K") if spec.label == "rownorm_softmax" else None)
+        if keys is not None:
+            return 2 * _eval(keys, dims) * (_elements(reads[0], dims) + _elements(writes[0], dims))
     return 0
 
 

@@ -112,3 +112,12 @@ def validation_models() -> list[tuple[onnx.ModelProto, dict[str, int]]]:
     return [(attention_block("eager", "padding"), {"batch": 2, "seq": 5}),
             (attention_block("sdpa", None), {"batch": 2, "seq": 5}),
             (attention_block("dynamo", "full", heads=2, head=6), {"batch": 1, "seq": 3})]
+
+
+def static_sequence(model: onnx.ModelProto, seq: int) -> onnx.ModelProto:
+    """The block with its sequence fixed at `seq` (a static key count), the batch symbolic."""
+    for value in (*model.graph.input, *model.graph.output):
+        for dim in value.type.tensor_type.shape.dim[1:3]:
+            if dim.dim_param == "seq":
+                dim.dim_value = seq
+    return model

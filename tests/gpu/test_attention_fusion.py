@@ -1,7 +1,8 @@
 """FusedAttention, as AttentionFusionPass makes it from spelled-out attention, against onnxruntime
-on the unfused graph: every spelling and mask, each kernel of the Select (register rows, 8- and
-64-thread workgroups), a symbolic sequence changed without recompiling, keys long enough that one
-invocation would pass lavapipe's loop cap, and the committed encoder exports."""
+on the unfused graph: every spelling and mask, each kernel of the Select (flash, register rows, 8-
+and 64-thread workgroups; the products alternative where the keys are many and static), a
+symbolic sequence changed without recompiling, keys long enough that one invocation would pass
+lavapipe's loop cap, and the committed encoder exports."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onyxia.runtime.replay import SelectCommand
-from tests.builders.encoder_attention import MASKS, SPELLINGS, attention_block, block_feeds
+from tests.builders.encoder_attention import MASKS, SPELLINGS, attention_block, block_feeds, static_sequence
 from tests.helpers import compile_model
 
 ENCODERS = Path(__file__).resolve().parent.parent / "data" / "exported" / "encoders"
@@ -61,16 +62,16 @@ def test_spelling_matches_onnxruntime_as_the_sequence_changes(runtime, spelling,
     assert exe.stats.recompiles == 0
 
 
-def _cross_attention(head: int, masked: bool) -> onnx.ModelProto:
+def _cross_attention(head: int, masked: bool, keys: int | str = "T") -> onnx.ModelProto:
     """softmax(Q K^T / sqrt(D) + mask) V with Q [1, 2, S, D] and K, V [1, 2, T, D] given as
-    inputs (the views are the tensors themselves), mask [1, 1, 1, T]."""
+    inputs (the views are the tensors themselves), mask [1, 1, 1, T]; `keys`: T, or its value."""
     n = helper.make_node
     inputs = [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, "S", head])]
-    inputs += [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 2, "T", head]) for x in "kv"]
+    inputs += [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 2, keys, head]) for x in "kv"]
     nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["qk"]),
              n("Mul", ["qk", "scale"], ["scores"])]
     if masked:
-        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 1, "T"]))
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 1, keys]))
         nodes.append(n("Add", ["scores", "mask"], ["masked"]))
     nodes += [n("Softmax", ["masked" if masked else "scores"], ["p"], axis=3), n("MatMul", ["p", "v"], ["y"])]
     scale = numpy_helper.from_array(np.array(head ** -0.5, np.float32), "scale")
@@ -171,6 +172,40 @@ def test_the_cpu_heuristic_takes_flash_for_heads_of_16_to_64(head, expected):
     [select] = [s for s in compiled.steps if getattr(s, "key", "") == "fused_attention"]
     assert select.labels[select.choose({"S": 13, "T": 30}, AdapterFacts("cpu"))] == expected
     assert select.labels[select.choose({"S": 13, "T": 30}, AdapterFacts("gpu"))] == "workgroup64"
+
+
+@pytest.mark.parametrize("head,keys,expected", [(64, 512, "products"), (32, 516, "products"), (16, 512, "flash"),
+                                               (64, 256, "flash"), (128, 128, "products"), (128, 124, "rows")])
+def test_the_cpu_heuristic_takes_the_products_for_manystatic_sequence(head, keys, expected):
+    # fused.PRODUCTS_MIN_KEYS: from 512 keys (heads of 32 or more; past 64 from 128) the two
+    # register-tiled products around a softmax outrun the flash kernel on either lavapipe
+    from onyxia.plan import AdapterFacts
+
+    compiled = compile_model(_cross_attention(head, False, keys), {"S": 13})
+    [select] = [s for s in compiled.steps if getattr(s, "key", "") == "fused_attention"]
+    scores = 4 * 2 * 13 * keys
+    roomy = (("maxStorageBufferBindingSize", scores),)
+    assert select.labels[select.choose({"S": 13}, AdapterFacts("cpu", limits=roomy))] == expected
+    assert select.labels[select.choose({"S": 13}, AdapterFacts("gpu", limits=roomy))] == "workgroup64"
+    if expected == "products":  # the scores must fit one binding
+        cramped = (("maxStorageBufferBindingSize", scores - 4),)
+        assert select.labels[select.choose({"S": 13}, AdapterFacts("cpu", limits=cramped))] != "products"
+
+
+@pytest.mark.parametrize("spelling,output_transpose", [("eager", True), ("dynamo", False), ("sdpa", True)])
+def test_products_alternative_matches_onnxruntime(runtime, spelling, output_transpose):
+    """The products alternative (K^T and head copies, QK^T * scale, Softmax, PV; y stored through
+    its view or directly) at 516 static keys of heads of 32, the batch changed without
+    recompiling, against onnxruntime like every other kernel of the Select."""
+    seq = 516
+    model = static_sequence(attention_block(spelling, None, heads=2, head=32, output_transpose=output_transpose), seq)
+    compiled = compile_model(model, {"batch": 2})
+    exe = runtime.load_model(compiled)
+    for step, batch in enumerate((2, 3)):
+        exe.update_dimensions({"batch": batch})
+        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
+        assert ran == ["products", *KERNELS]
+    assert exe.stats.recompiles == 0
 
 
 def _encoder_feeds(name: str, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:

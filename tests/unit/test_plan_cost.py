@@ -44,7 +44,7 @@ def test_fused_attention_counts_both_products_on_every_kernel():
     """4·B·H·S·T·D for the encoder attention AttentionFusionPass fuses (its operands read
     through views), at any sequence length and on whichever kernel the adapter replays."""
     from onyxia.plan import AdapterFacts
-    from tests.builders.encoder_attention import attention_block
+    from tests.builders.encoder_attention import attention_block, static_sequence
 
     compiled = compile_model(attention_block("eager", None, heads=2, head=8), {"batch": 2, "seq": 5})
     assert any(op.op_type == "FusedAttention" for op in compiled.operations)
@@ -53,6 +53,13 @@ def test_fused_attention_counts_both_products_on_every_kernel():
             attention = [d for d in plan_cost(compiled, {"batch": 2, "seq": seq}, adapter=facts).live
                          if d.op_type == "FusedAttention"]
             assert max(d.flops for d in attention) == 4 * 2 * 2 * seq * seq * 8, (seq, facts.kind)
+    # many static keys: a CPU-type adapter replays the products alternative (T off its softmax)
+    compiled = compile_model(static_sequence(attention_block("eager", None, heads=2, head=32), 516), {"batch": 2})
+    for facts in (AdapterFacts("cpu"), AdapterFacts("cpu", limits=(("maxStorageBufferBindingSize", 1 << 30),)),
+                  AdapterFacts("gpu")):
+        attention = [d for d in plan_cost(compiled, {"batch": 3}, adapter=facts).live if d.op_type == "FusedAttention"]
+        assert max(d.flops for d in attention) == 4 * 3 * 2 * 516 * 516 * 32, facts
+        assert ("rownorm_softmax" in {d.shader for d in attention}) == (facts.limits != ()), facts
 
 
 def test_convolution_flops_on_every_path():

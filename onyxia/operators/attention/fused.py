@@ -1,5 +1,6 @@
 """FusedAttention (domain "onyxia"): the attention AttentionFusionPass finds spelled out in torch
-exports (MatMul, scale, mask Add, Softmax, MatMul), run without the [B, H, S, T] scores.
+exports (MatMul, scale, mask Add, Softmax, MatMul), run without the [B, H, S, T] scores (but by
+the `products` alternative, which a CPU-type adapter prefers for many static keys).
 
 Each operand is read in place through a view: the operand tensor (4-D, or 3-D [B, S, H * D]
 whose last axis is split into heads of `split` elements) and the permutation taking the view's
@@ -27,7 +28,12 @@ from onyxia.operators.attention.split_kv import (
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
+from onyxia.operators.indexing.indexing import plan_strided_copy
+from onyxia.operators.matmul.epilogue import Epilogue
+from onyxia.operators.matmul.matmul import Product, plan_product
+from onyxia.operators.normalization.rowstats import plan_rows
 from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
+from onyxia.plan.select import Guard, limit_at_least
 
 ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
 FLASH_MAX_HEAD = 128  # head sizes the flash kernel takes (four slices of 8 vec4s)
@@ -40,6 +46,20 @@ FLASH_MAX_HEAD = 128  # head sizes the flash kernel takes (four slices of 8 vec4
 FLASH_PREFERRED_HEAD = 64
 # keys it walks, 4 a loop trip; its other loops take a few hundred (as gqa.py's flash kernel)
 FLASH_MAX_KEYS = 4 * (SPLIT_TRIPS - 1024)
+# Where a CPU-type adapter prefers the products alternative (the scores as two batched
+# register-tiled products around a softmax) to the flash kernel, whose 150-odd live floats an
+# invocation spill: static keys from PRODUCTS_MIN_KEYS with heads from PRODUCTS_MIN_HEAD, and past
+# FLASH_PREFERRED_HEAD (where the register rows kernel would run) from PRODUCTS_WIDE_MIN_KEYS.
+# lavapipe, q = k = v [1, H, T, D], flash / products / rows ms, Mesa 25 | Mesa 22.3 (each
+# alternative chosen in turn, medians of 5): D 64 x 6 heads, T 256: 8.1-11.4 / 7.8-9.0 |
+# 18.6-27.8 / 18.0-21.0; T 512: 28.6 / 21.4 | 91.4 / 62.2; T 1024: 118 / 80 | 371 / 259;
+# D 16, T 512: 6.7 / 7.9-9.7 / 12 | 25-30 / 24.5 / 44; D 32, T 512: 8.7 / 9.3 / 21 | 31-35 / 28 /
+# 87; D 128, T 128: 2.5-3.4 / 2.5 / 5.3 | 5.6-8.5 / 5.6 / 22; T 256: 6.7-12 / 7.3 / 20 | 18-30 / 18
+# / 86; T 512: 52 / 23 / 77 | 128 / 72 / 349. Whisper's encoder (6 heads of 64, 1500 keys), whole
+# model: Mesa 25 1860 -> 1490 ms, Mesa 22.3 5860 -> 4750.
+PRODUCTS_MIN_KEYS = 512
+PRODUCTS_MIN_HEAD = 32
+PRODUCTS_WIDE_MIN_KEYS = 128
 _OPERANDS = ("q", "k", "v", "y")
 
 
@@ -158,6 +178,8 @@ class FusedAttention(Operator):
         rows = b * h * s
         y_strides = (params["YB"], params["YH"], params["YS"])
         variants = []
+        if _products_apply(ctx, c):  # many static keys: two register-tiled products around a softmax
+            variants.append(("products", _plan_products(ctx, c), _scores_fit(c), adapter("cpu")))
         if d == dv and d % 4 == 0 and d <= FLASH_MAX_HEAD:
             # Flash-style (shaders/attention/sdpa_flash.wgsl): 8 query rows of one head per
             # workgroup walk the keys once, K and V rows loaded once per workgroup where it is
@@ -219,6 +241,64 @@ class FusedAttention(Operator):
                 kernel += combine_splits(ctx, split, y, b, h, s, y_strides)
             variants.append((label, kernel, ALWAYS, prefer))
         return ctx.select("fused_attention", variants, tuned=True, shape=(rows, t, d))
+
+
+def _products_apply(ctx: PlanCtx, c: FusedAttentionSpec) -> bool:
+    """Where the products alternative is offered (the CPU heuristic's pick: see PRODUCTS_MIN_KEYS):
+    float32 operands, no mask (Softmax would give a fully masked row NaN, not zeros), equal head
+    sizes in whole vec4s and static keys in whole vec4s (the register kernels' N and K)."""
+    t, d = c.keys, c.head
+    if not (c.mask is None and d == c.v_head and d % 4 == 0 and isinstance(t, int) and t % 4 == 0
+            and all(ctx.input_dtype(i).name == "float32" for i in range(3)) and ctx.output_dtype(0).name == "float32"):
+        return False
+    if d > FLASH_PREFERRED_HEAD:
+        return t >= PRODUCTS_WIDE_MIN_KEYS
+    return t >= PRODUCTS_MIN_KEYS and d >= PRODUCTS_MIN_HEAD
+
+
+def _scores_fit(c: FusedAttentionSpec) -> Guard:
+    """The [B, H, S, T] scores in one storage binding."""
+    return limit_at_least("maxStorageBufferBindingSize", 4 * c.batch * c.heads * c.seq * c.keys)
+
+
+def _plan_products(ctx: PlanCtx, c: FusedAttentionSpec) -> list[Step]:
+    """softmax(scale * Q K^T) V as matmul's products: Q and V copied to contiguous [B, H, rows, D]
+    (unless they are), K to [B, H, D, T]; scores = (Q K^T) * scale (the scale a fused epilogue),
+    probabilities = Softmax(scores) (rownorm.wgsl), then probabilities V, stored through y's view
+    (a copy unless y is contiguous [B, H, S, D]). Each product is matmul's own Select."""
+    b, h, s, t, d = c.batch, c.heads, c.seq, c.keys, c.head
+    steps: list[Step] = []
+
+    def heads(name: str, i: int, rows: Dim) -> str:
+        """Operand i as contiguous [B, H, rows, D]: itself where it is, else a copy."""
+        strides = c.views[name].strides(ctx.input_shape(i))
+        if all(isinstance(x, int) and x == y for x, y in zip(strides, (h * rows * d, rows * d, d))):
+            return ctx.input(i)
+        dst = ctx.scratch(b * h * rows * d, "float32", f"{name}_heads")
+        steps.extend(plan_strided_copy(ctx, (b, h, rows, d), (*strides, 1), x=ctx.input(i), y=dst))
+        return dst
+
+    q, v = heads("q", 0, s), heads("v", 2, t)
+    kt = ctx.scratch(b * h * d * t, "float32", "k_transposed")
+    kb, kh, ks = c.views["k"].strides(ctx.input_shape(1))
+    steps += plan_strided_copy(ctx, (b, h, d, t), (kb, kh, 1, ks), x=ctx.input(1), y=kt)
+    scores = ctx.scratch(b * h * s * t, "float32", "scores")
+    probabilities = ctx.scratch(b * h * s * t, "float32", "probabilities")
+    scale = float(ctx.attr("scale", 1.0 / math.sqrt(d)))
+    scaled = Epilogue({"EPILOGUE": True, "EPILOGUE_LOADS": "let x0 = v;", "EPILOGUE_BODY": f"let v0 = x0 * {scale!r};",
+                       "EPILOGUE_EXPR": "v0"})
+    batch = (b, h)
+    steps += plan_product(ctx, Product(q, kt, scores, "f32", s, t, d, batch, batch, batch, epilogue=scaled))
+    steps += plan_rows(ctx, "softmax", b * h * s, t, x=scores, y=probabilities)
+    y_view, y_shape = c.views["y"], ctx.output_shape(0)
+    direct = all(isinstance(x, int) and x == y for x, y in zip(y_view.strides(y_shape), (h * s * d, s * d, d)))
+    out = ctx.output(0) if direct else ctx.scratch(b * h * s * d, "float32", "heads_out")
+    steps += plan_product(ctx, Product(probabilities, v, out, "f32", s, d, t, batch, batch, batch))
+    if not direct:  # y stored through its view: iterate y's own axes, reading out's logical ones
+        logical = (h * s * d, s * d, d, 1)
+        steps += plan_strided_copy(ctx, y_view.dims4(y_shape), [logical[y_view.perm.index(a)] for a in range(4)],
+                                   x=out, y=ctx.output(0))
+    return steps
 
 
 def operators() -> list[tuple[Operator, int]]:

@@ -27,10 +27,11 @@ WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
 
 def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps: float = 0.0,
               reads: dict[str, int] | None = None, writes: dict[str, int] | None = None,
-              counts: dict[str, Dim] | None = None) -> list[Step]:
+              counts: dict[str, Dim] | None = None, x: str | None = None, y: str | None = None) -> list[Step]:
     """rownorm.wgsl over `rows` rows of `k` elements (in parts when long: in_parts).
     `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
-    count of operands indexed modulo their size."""
+    count of operands indexed modulo their size. `x` / `y`: other tensors than the node's input 0
+    and the output of role y (an operator's scratch buffers: FusedAttention's scores)."""
     if isinstance(rows, int) and rows == 0:
         return []
     reads, writes = reads or {}, writes or {"y": 0}
@@ -52,7 +53,7 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
         params["INNER"] = inner
     if out in ("layernorm", "rmsnorm"):
         params["EPS"] = float(eps)
-    read_names, write_names = {"x": ctx.input(0)}, {}
+    read_names, write_names = {"x": x or ctx.input(0)}, {}
     for role in READ_ROLES:
         if role in reads:
             defs[role.upper()] = True
@@ -60,12 +61,13 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     for role in WRITE_ROLES:
         if role in writes:
             defs[role.upper()] = True
-            write_names[role] = ctx.output(writes[role])
+            write_names[role] = y if role == "y" and y else ctx.output(writes[role])
     params.update({f"{role.upper()}_N": n for role, n in (counts or {}).items()})
     output_only = ("SCALE", "BETA", "MEAN_OUT", "INV_OUT", "SUM_OUT", "SCALE_N", "BETA_N")
 
     # Rows of whole quads in one part read x and write y as vec4s (QUADS in rownorm.wgsl).
-    quad_types = ctx.input_dtype(0) == FLOAT32 and "y" in writes and ctx.output_dtype(writes["y"]) == FLOAT32
+    quad_types = (ctx.tensor_dtype(read_names["x"]) == FLOAT32 and "y" in write_names
+                  and ctx.tensor_dtype(write_names["y"]) == FLOAT32)
 
     def variant(lanes: int, group: int) -> list[Step]:
         vdefs = {**defs, **lane_defs(lanes, group)}
