@@ -21,6 +21,9 @@
 // matmul_epilogue in that store instead where EPILOGUE_IN_STORE (a float32 output, not Gemm's
 // alpha * acc: Epilogue.in_store): the value is then the stored one, and each output saves the
 // load and store of the pass after (per-lane accesses, the expensive kind on llvmpipe).
+// gemv_chunked's 16-row tile instead runs the ops over its stored outputs a vec4 at a time
+// (EPILOGUE4, matmul_epilogue4): on Mesa 25's lavapipe ops in that store slow the whole kernel
+// down by a third (operators/matmul/gemv.py QUAD_EPILOGUE_ROWS).
 
 fn matmul_add(a: #{T}, b: #{T}) -> #{T} {
 #ifdef CHECKED
@@ -56,6 +59,21 @@ fn matmul_epilogue(v: f32, o: u32, n: u32) -> f32 {
     #{EPILOGUE_BODY}
     return #{EPILOGUE_EXPR};
 }
+
+#ifdef EPILOGUE4
+// The vec4 form (Epilogue.as_quad_pass): outputs o .. o + 3 of one row (columns n .. n + 3, o
+// and n multiples of 4), each operand loaded once as a quad (EPILOGUE_LOADS4, w<k>), the ops run
+// per lane on that lane's arguments (EPILOGUE_CALL4 calls matmul_epilogue_lane four times).
+fn matmul_epilogue_lane(#{EPILOGUE_ARGS}) -> f32 {
+    #{EPILOGUE_BODY}
+    return #{EPILOGUE_EXPR};
+}
+
+fn matmul_epilogue4(v4: vec4<f32>, o: u32, n: u32) -> vec4<f32> {
+    #{EPILOGUE_LOADS4}
+    return #{EPILOGUE_CALL4};
+}
+#endif
 
 // The fused ops over the stored output element o (column n).
 fn matmul_epilogue_at(o: u32, n: u32) {

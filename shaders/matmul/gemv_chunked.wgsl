@@ -285,7 +285,14 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
         put(site, m0 + r, gg, staged[staged_slot(r, lid)]);
     }
 #endif
-#ifdef EPILOGUE
+#ifdef EPILOGUE4
+    // The fused ops over this invocation's stored outputs a vec4 (a row's 4 columns) at a time
+    // (gemv.py QUAD_EPILOGUE_ROWS says where and why).
+    for (var r = 0u; r < ROWS && m0 + r < M() && 4u * gg < N(); r++) {
+        let o = y_at(i, m0 + r, 4u * gg);
+        y_store4(o / 4u, matmul_epilogue4(y_load4(o / 4u), o, 4u * gg));
+    }
+#else ifdef EPILOGUE
 #ifndef EPILOGUE_IN_STORE
     // The fused ops over this invocation's stored outputs, ROWS rows of its 4 columns, where
     // they cannot run in the store (matmul::epilogue.py Epilogue.in_store).

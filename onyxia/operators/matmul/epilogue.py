@@ -35,6 +35,10 @@ class Epilogue:
     defs: dict[str, object] = field(default_factory=dict)
     reads: dict[str, str | Buf] = field(default_factory=dict)
     params: dict[str, Dim] = field(default_factory=dict)
+    # The vec4 form (EPILOGUE4, as_quad_pass): its defs, and the operands bound as vec4 arrays
+    # (empty where an operand is read through strides).
+    defs4: dict[str, object] = field(default_factory=dict)
+    reads4: dict[str, str | Buf] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.defs)
@@ -48,6 +52,16 @@ class Epilogue:
         if self and ctx.tensor_dtype(y).name == "float32" and defs.get("T") == "f32" and not defs.get("GEMM"):
             return {"EPILOGUE_IN_STORE": True}
         return {}
+
+    def as_quad_pass(self, defs: dict, reads: dict) -> tuple[dict, dict]:
+        """For a kernel that would apply the ops in its store (EPILOGUE_IN_STORE) storing a vec4
+        of one row's columns at a time (STORE4): the ops as a pass over its stored outputs after
+        the store instead, a vec4 at a time (EPILOGUE4), each operand read once a quad (a bias row
+        at n / 4, a full-shape operand at o / 4). Unchanged where the form does not apply (an
+        operand read through strides, not float32)."""
+        if not (self.defs4 and defs.get("EPILOGUE_IN_STORE") and defs.get("STORE4")):
+            return defs, reads
+        return {**{k: v for k, v in defs.items() if k != "EPILOGUE_IN_STORE"}, **self.defs4}, {**reads, **self.reads4}
 
     def onto(self, defs: dict, params: dict, reads: dict) -> tuple[dict, dict, dict]:
         """The defs, params and reads of the dispatch that stores the product (the kernel
@@ -99,18 +113,44 @@ def fused_epilogue(ctx: PlanCtx, out: Shape, flat: str = "o", column: bool = Tru
     loads: list[str] = []
     reads: dict[str, str | Buf] = {}
     params: dict[str, Dim] = {}
+    # the vec4 form: loads of whole quads (w<k>), and each lane's arguments x<k> of the scalar body
+    loads4: list[str] = []
+    lanes: list[list[str]] = [[], [], [], []]
+    reads4: dict[str, str | Buf] = {}
+    quads = column and flat == "o" and isinstance(out[-1], int) and out[-1] % 4 == 0 if out else False
     for k, i in enumerate(ctx.attr("epilogue_inputs")):
         if i < 0:
             loads.append(f"let x{k} = v;")
+            for j, lane in enumerate(lanes):
+                lane.append(f"v4.{'xyzw'[j]}")
             continue
         index, lines, index_params = operand_index(ctx, k, ctx.input_shape(i), out, flat, column)
         loads += lines
         loads.append(f"let x{k} = f32(e{k}_load({index}));")
         reads[f"e{k}"] = ctx.input(i)
         params.update(index_params)
+        if index in ("o", "n") and ctx.input_dtype(i).name == "float32":
+            loads4.append(f"let w{k} = e{k}_load4({index} / 4u);")
+            reads4[f"e{k}"] = Buf(ctx.input(i), vector=True)
+            for j, lane in enumerate(lanes):
+                lane.append(f"w{k}.{'xyzw'[j]}")
+        elif index == "0u":
+            loads4.append(f"let w{k} = f32(e{k}_load(0u));")
+            for lane in lanes:
+                lane.append(f"w{k}")
+        else:
+            quads = False
     body = " ".join(f"let v{j} = {e};" for j, e in enumerate(exprs))
+    result = f"v{len(exprs) - 1}"
+    defs4: dict[str, object] = {}
+    if quads:
+        count = len(lanes[0])
+        calls = ", ".join(f"matmul_epilogue_lane({', '.join(lane)})" for lane in lanes)
+        defs4 = {"EPILOGUE4": True, "EPILOGUE_LOADS4": " ".join(loads4),
+                 "EPILOGUE_ARGS": ", ".join(f"x{k}: f32" for k in range(count)),
+                 "EPILOGUE_CALL4": f"vec4<f32>({calls})"}
     return Epilogue({"EPILOGUE": True, "EPILOGUE_LOADS": " ".join(loads), "EPILOGUE_BODY": body,
-                     "EPILOGUE_EXPR": f"v{len(exprs) - 1}"}, reads, params)
+                     "EPILOGUE_EXPR": result}, reads, params, defs4, reads4)
 
 
 __all__ = ["EPILOGUE_DEFS", "Epilogue", "fused_epilogue", "operand_index", "spans"]

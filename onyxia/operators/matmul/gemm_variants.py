@@ -46,6 +46,7 @@ from onyxia.operators.matmul.gemv import (
     WIDE_TILES,
     Product,
     chunked_applies,
+    finished_by,
     stored,
 )
 from onyxia.plan import ALWAYS, Step, adapter, at_least, at_most
@@ -138,6 +139,7 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
         # the defs plan_chunked gives its 32-row class: one shader for both
         kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs), TRANS_Y=p.trans_y)
         writes = stored(ctx, p.y, kernel_defs)
+        kernel_defs, reads = finished_by(p, rows, kernel_defs, reads)
         return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
                              writes=writes, workgroups=workgroups, reports=reports,
                              immediates=tuple(kernel_params))]  # shared by sizes (gemv.py rows_class)

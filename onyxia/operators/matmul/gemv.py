@@ -44,6 +44,20 @@ WIDE_TILES = has_trait("wide-register-tiles")
 COLUMNS_PER_WORKGROUP = 32  # 8 invocations x 1 vec4 column group (gemv_chunked.wgsl)
 
 
+# The row tile whose fused epilogue runs as a vec4 pass over the invocation's stored outputs
+# (Epilogue.as_quad_pass) instead of in its store: the tile Mesa 25's lavapipe prefers, where ops
+# in the store slow the whole kernel down (Whisper's products, gemv_chunked.wgsl alone, medians:
+# fc1 + bias + GELU 66 -> 46 ms, no epilogue 43; fc2 + bias + residual 62.6 -> 42.5, none 41; q
+# + bias 15.9 -> 14.3, none 11.1); Mesa 22.3 is the other way by 2-3 % (fc1 at 32 rows 191.6 /
+# 195, fc2 167.5 / 172; 16 rows 227.5 / 233), so its 32-row tile keeps the ops in the store.
+QUAD_EPILOGUE_ROWS = 16
+
+
+def finished_by(p: Product, rows: int, defs: dict, reads: dict) -> tuple[dict, dict]:
+    """A register kernel's defs and reads with its epilogue placed for its row tile (above)."""
+    return p.epilogue.as_quad_pass(defs, reads) if rows == QUAD_EPILOGUE_ROWS else (defs, reads)
+
+
 # The longest K one invocation walks: KCHUNK / 4 loop iterations, far below the ~65k after
 # which lavapipe stops an invocation's loops; a longer K is split and added by splitk.wgsl.
 MAX_KCHUNK = 16384
@@ -115,9 +129,10 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
 
     def rows_class(rows: int) -> list[Step]:
         rblocks = ceil_div(m, rows)
+        defs, class_reads = finished_by(p, rows, {**kernel_defs, "ROWS": rows}, reads)
         return [ctx.dispatch(
-            "matmul/gemv_chunked.wgsl", defs={**kernel_defs, "ROWS": rows},
-            params={**base_params, "RBLOCKS": rblocks}, reads=reads, writes=writes, reports=reports,
+            "matmul/gemv_chunked.wgsl", defs=defs,
+            params={**base_params, "RBLOCKS": rblocks}, reads=class_reads, writes=writes, reports=reports,
             workgroups=(ceil_div(n, COLUMNS_PER_WORKGROUP), 1, nbatch * rblocks * splits),
             # Row classes past one take every param as an immediate, so products of other sizes
             # share their kernel (one compile each on lavapipe; the register variant's is the
@@ -152,4 +167,4 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "chunked_applies", "plan_chunked", "stored"]
+__all__ = ["CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked", "stored"]
