@@ -7,10 +7,11 @@
 // onnxruntime's order, below; one part, LANES >= 8), STATS (online: running max and
 // sum of exp; moments: sums of d and d^2), STRIDED, and the optional buffers' flags: SKIP and
 // BIAS (added to x before normalizing), SCALE and BETA (applied after), MEAN_OUT, INV_OUT (per
-// row), SUM_OUT (the x + skip + bias that was normalized). Buffers: x, the optional ones
-// (lower case), y. Every float dtype computes in f32.
+// row), SUM_OUT (the x + skip + bias that was normalized), X_SCALE (the value normalized is
+// X_SCALE() times that: FusedAttention's scores). Buffers: x, the optional ones (lower case), y.
+// Every float dtype computes in f32.
 // Params: ROWS, K, INNER (STRIDED), EPS, SKIP_N / SCALE_N / BETA_N (element counts: those
-// operands broadcast over leading dims by index modulo count).
+// operands broadcast over leading dims by index modulo count), X_SCALE.
 //
 // A row longer than one invocation may loop over (lavapipe stops an invocation's loops after
 // ~65,535 iterations) takes two dispatches whose grid row v is part v % PARTS of row v / PARTS,
@@ -38,6 +39,9 @@ fn load(i: u32, j: u32) -> f32 {
 #ifdef BIAS
     v += f32(bias_load(j));
 #endif
+#ifdef X_SCALE
+    v *= X_SCALE();
+#endif
     return v;
 }
 
@@ -51,6 +55,9 @@ fn load_quad(i: u32, j: u32) -> vec4<f32> {
 #endif
 #ifdef BIAS
     v += vec4<f32>(f32(bias_load(j)), f32(bias_load(j + 1u)), f32(bias_load(j + 2u)), f32(bias_load(j + 3u)));
+#endif
+#ifdef X_SCALE
+    v *= X_SCALE();
 #endif
     return v;
 }

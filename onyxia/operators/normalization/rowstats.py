@@ -27,11 +27,13 @@ WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
 
 def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps: float = 0.0,
               reads: dict[str, int] | None = None, writes: dict[str, int] | None = None,
-              counts: dict[str, Dim] | None = None, x: str | None = None, y: str | None = None) -> list[Step]:
+              counts: dict[str, Dim] | None = None, x: str | None = None, y: str | None = None,
+              x_scale: float | None = None) -> list[Step]:
     """rownorm.wgsl over `rows` rows of `k` elements (in parts when long: in_parts).
     `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
     count of operands indexed modulo their size. `x` / `y`: other tensors than the node's input 0
-    and the output of role y (an operator's scratch buffers: FusedAttention's scores)."""
+    and the output of role y (an operator's scratch buffers: FusedAttention's scores); `x_scale`:
+    normalize x_scale * x (the scores' scale, FusedAttention)."""
     if isinstance(rows, int) and rows == 0:
         return []
     reads, writes = reads or {}, writes or {"y": 0}
@@ -49,6 +51,8 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
             and bound_of(k) <= ORT_RMS_LANES * MAX_TRIPS):
         defs["ORT_RMS"] = True
     params: dict[str, object] = {"ROWS": rows, "K": k}
+    if x_scale is not None:
+        defs["X_SCALE"], params["X_SCALE"] = True, float(x_scale)
     if strided:
         params["INNER"] = inner
     if out in ("layernorm", "rmsnorm"):
