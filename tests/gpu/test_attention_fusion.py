@@ -156,7 +156,7 @@ def test_flash_kernel_head_sizes(runtime, plain_runtime, subgroups, head, masked
         if masked:
             feeds["mask"] = np.where(rng.random((1, 1, 1, keys)) < 0.3, -np.inf, 0.0).astype(np.float32)
         for c in _kernels(exe):
-            exe.choose(c, KERNELS.index("flash"))
+            exe.choose(c, list(c.step.labels).index("flash"))
         got = exe.run(feeds)["y"]
         np.testing.assert_allclose(got, _ort(model, feeds)[0], rtol=1e-4, atol=1e-5, err_msg=f"{keys} keys")
     assert exe.stats.recompiles == 0
@@ -206,6 +206,30 @@ def test_products_alternative_matches_onnxruntime(runtime, spelling, output_tran
         ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
         assert ran == ["products", *KERNELS]
     assert exe.stats.recompiles == 0
+
+
+def test_products_alternative_over_symbolic_keys(runtime):
+    """Heads of 128 over a symbolic sequence (a VAE's mid-block attention): the products
+    alternative runs where the keys are whole vec4s and at least 128 (its guard; K splits, the
+    scores' N symbolic), every other kernel elsewhere, against onnxruntime, without recompiling."""
+    model = attention_block("eager", None, heads=1, head=128)
+    compiled = compile_model(model, {"batch": 1, "seq": 132})
+    exe = runtime.load_model(compiled)
+    for step, (batch, seq) in enumerate(((1, 132), (2, 256), (1, 130), (1, 124))):
+        exe.update_dimensions({"batch": batch, "seq": seq})
+        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
+        assert ("products" in ran) == (seq % 4 == 0 and seq >= 128), (seq, ran)
+    assert exe.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("seq,expected", [(132, "products"), (128, "products"), (130, "rows"), (124, "rows")])
+def test_the_cpu_heuristic_takes_the_products_over_symbolic_keys(seq, expected):
+    from onyxia.plan import AdapterFacts
+
+    compiled = compile_model(attention_block("eager", None, heads=1, head=128), {"batch": 1, "seq": seq})
+    [select] = [s for s in compiled.steps if getattr(s, "key", "") == "fused_attention"]
+    facts = AdapterFacts("cpu", limits=(("maxStorageBufferBindingSize", 1 << 30),))
+    assert select.labels[select.choose({"batch": 1, "seq": seq}, facts)] == expected
 
 
 def _encoder_feeds(name: str, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:

@@ -31,7 +31,7 @@ from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.indexing.indexing import plan_strided_copy
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.operators.normalization.rowstats import plan_rows
-from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_most
+from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_least, at_most
 from onyxia.plan.select import Guard, limit_at_least
 
 ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
@@ -54,8 +54,11 @@ FLASH_MAX_KEYS = 4 * (SPLIT_TRIPS - 1024)
 # 18.6-27.8 / 18.0-21.0; T 512: 28.6 / 21.4 | 91.4 / 62.2; T 1024: 118 / 80 | 371 / 259;
 # D 16, T 512: 6.7 / 7.9-9.7 / 12 | 25-30 / 24.5 / 44; D 32, T 512: 8.7 / 9.3 / 21 | 31-35 / 28 /
 # 87; D 128, T 128: 2.5-3.4 / 2.5 / 5.3 | 5.6-8.5 / 5.6 / 22; T 256: 6.7-12 / 7.3 / 20 | 18-30 / 18
-# / 86; T 512: 52 / 23 / 77 | 128 / 72 / 349. Whisper's encoder (6 heads of 64, 1500 keys), whole
-# model: Mesa 25 1860 -> 1490 ms, Mesa 22.3 5860 -> 4750.
+# / 86; T 512: 52 / 23 / 77 | 128 / 72 / 349. Whole models: Whisper's encoder (6 heads of 64, 1500
+# static keys; flash before) Mesa 25 1860 -> 1490 ms, Mesa 22.3 5860 -> 4750; vae_decoder_small at
+# 32x32 (a head of 128 over 1024 symbolic keys; rows before) Mesa 25 817 -> 765, Mesa 22.3 ~2400 ->
+# ~1980. Symbolic keys take it where they are whole vec4s (its guard: the register kernels read
+# them as such, Product.quads).
 PRODUCTS_MIN_KEYS = 512
 PRODUCTS_MIN_HEAD = 32
 PRODUCTS_WIDE_MIN_KEYS = 128
@@ -177,8 +180,9 @@ class FusedAttention(Operator):
         rows = b * h * s
         y_strides = (params["YB"], params["YH"], params["YS"])
         variants = []
-        if _products_apply(ctx, c):  # many static keys: two register-tiled products around a softmax
-            variants.append(("products", _plan_products(ctx, c), _scores_fit(c), adapter("cpu")))
+        products = _products(ctx, c)
+        if products is not None:  # many keys: two register-tiled products around a softmax
+            variants.append(("products", _plan_products(ctx, c), *products))
         if d == dv and d % 4 == 0 and d <= FLASH_MAX_HEAD:
             # Flash-style (shaders/attention/sdpa_flash.wgsl): 8 query rows of one head per
             # workgroup walk the keys once, K and V rows loaded once per workgroup where it is
@@ -242,22 +246,21 @@ class FusedAttention(Operator):
         return ctx.select("fused_attention", variants, tuned=True, shape=(rows, t, d))
 
 
-def _products_apply(ctx: PlanCtx, c: FusedAttentionSpec) -> bool:
-    """Where the products alternative is offered (the CPU heuristic's pick: see PRODUCTS_MIN_KEYS):
-    float32 operands, no mask (Softmax would give a fully masked row NaN, not zeros), equal head
-    sizes in whole vec4s and static keys in whole vec4s (the register kernels' N and K)."""
+def _products(ctx: PlanCtx, c: FusedAttentionSpec) -> tuple[Guard, Guard] | None:
+    """(guard, prefer) of the products alternative, None where it is not offered: float32
+    operands, no mask (Softmax would give a fully masked row NaN, not zeros), equal head sizes in
+    whole vec4s, keys in whole vec4s (the register kernels' N and K: checked here when static, by
+    the guard when symbolic) and the [B, H, S, T] scores in one storage binding; where the CPU
+    heuristic prefers it (PRODUCTS_MIN_KEYS: static keys decide here, symbolic ones in the guard)."""
     t, d = c.keys, c.head
-    if not (c.mask is None and d == c.v_head and d % 4 == 0 and isinstance(t, int) and t % 4 == 0
+    if not (c.mask is None and d == c.v_head and d % 4 == 0 and d >= PRODUCTS_MIN_HEAD
             and all(ctx.input_dtype(i).name == "float32" for i in range(3)) and ctx.output_dtype(0).name == "float32"):
-        return False
-    if d > FLASH_PREFERRED_HEAD:
-        return t >= PRODUCTS_WIDE_MIN_KEYS
-    return t >= PRODUCTS_MIN_KEYS and d >= PRODUCTS_MIN_HEAD
-
-
-def _scores_fit(c: FusedAttentionSpec) -> Guard:
-    """The [B, H, S, T] scores in one storage binding."""
-    return limit_at_least("maxStorageBufferBindingSize", 4 * c.batch * c.heads * c.seq * c.keys)
+        return None
+    least = PRODUCTS_WIDE_MIN_KEYS if d > FLASH_PREFERRED_HEAD else PRODUCTS_MIN_KEYS
+    fits = limit_at_least("maxStorageBufferBindingSize", 4 * c.batch * c.heads * c.seq * t)
+    if isinstance(t, int):
+        return (fits, adapter("cpu")) if t % 4 == 0 and t >= least else None
+    return fits & at_most(t % 4, 0) & at_least(t, least), adapter("cpu")
 
 
 def _plan_products(ctx: PlanCtx, c: FusedAttentionSpec) -> list[Step]:
@@ -286,12 +289,12 @@ def _plan_products(ctx: PlanCtx, c: FusedAttentionSpec) -> list[Step]:
     probabilities = ctx.scratch(b * h * s * t, "float32", "probabilities")
     scale = float(ctx.attr("scale", 1.0 / math.sqrt(d)))
     batch = (b, h)
-    steps += plan_product(ctx, Product(q, kt, scores, "f32", s, t, d, batch, batch, batch))
-    steps += plan_rows(ctx, "softmax", b * h * s, t, x=scores, y=probabilities, x_scale=scale)
+    steps += plan_product(ctx, Product(q, kt, scores, "f32", s, t, d, batch, batch, batch, quads=True))
+    steps += plan_rows(ctx, "softmax", b * h * s, t, x=scores, y=probabilities, x_scale=scale, long_rows=True)
     y_view, y_shape = c.views["y"], ctx.output_shape(0)
     direct = all(isinstance(x, int) and x == y for x, y in zip(y_view.strides(y_shape), (h * s * d, s * d, d)))
     out = ctx.output(0) if direct else ctx.scratch(b * h * s * d, "float32", "heads_out")
-    steps += plan_product(ctx, Product(probabilities, v, out, "f32", s, d, t, batch, batch, batch))
+    steps += plan_product(ctx, Product(probabilities, v, out, "f32", s, d, t, batch, batch, batch, quads=True))
     if not direct:  # y stored through its view: iterate y's own axes, reading out's logical ones
         logical = (h * s * d, s * d, d, 1)
         steps += plan_strided_copy(ctx, y_view.dims4(y_shape), [logical[y_view.perm.index(a)] for a in range(4)],

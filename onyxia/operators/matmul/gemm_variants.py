@@ -68,7 +68,9 @@ SCRATCH_DTYPE = {"f32": "float32", "i32": "int32", "u32": "uint32"}
 
 
 def register_applies(p: Product, checked: bool) -> bool:
-    return not checked and chunked_applies(p)
+    """chunked_applies, or a product whose symbolic N and K its caller guards to multiples of 4
+    (Product.quads; K then always splits, k_splits)."""
+    return not checked and (chunked_applies(p) or (p.quads and p.dtype == "f32" and not p.trans_b and not p.b_panels))
 
 
 def k_splits(k: Dim, chunk_max: int, align: int) -> tuple[Dim, Dim, bool]:

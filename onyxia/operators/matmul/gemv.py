@@ -81,6 +81,7 @@ class Product(Protocol):
     b_panels: bool
     trans_y: bool
     shared_sizes: bool
+    quads: bool
 
 
 def chunked_applies(p: Product) -> bool:

@@ -97,6 +97,9 @@ class Product:
     # Kernels take every size as an immediate, none baked, so that a network's many small products
     # (a CNN's squeeze-excite convs) share them; decode's one-row kernel bakes them otherwise.
     shared_sizes: bool = False
+    # N and K are multiples of 4 wherever the product runs (its caller's guard says so): the
+    # register kernels then take them symbolic (FusedAttention's products over symbolic keys).
+    quads: bool = False
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:

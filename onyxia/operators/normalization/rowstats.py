@@ -28,12 +28,14 @@ WRITE_ROLES = ("y", "mean_out", "inv_out", "sum_out")
 def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps: float = 0.0,
               reads: dict[str, int] | None = None, writes: dict[str, int] | None = None,
               counts: dict[str, Dim] | None = None, x: str | None = None, y: str | None = None,
-              x_scale: float | None = None) -> list[Step]:
+              x_scale: float | None = None, long_rows: bool = False) -> list[Step]:
     """rownorm.wgsl over `rows` rows of `k` elements (in parts when long: in_parts).
     `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
     count of operands indexed modulo their size. `x` / `y`: other tensors than the node's input 0
     and the output of role y (an operator's scratch buffers: FusedAttention's scores); `x_scale`:
-    normalize x_scale * x (the scores' scale, FusedAttention)."""
+    normalize x_scale * x (the scores' scale, FusedAttention); `long_rows`: a symbolic k its caller
+    knows to be at least CPU_ROW_MIN wherever this runs (a CPU-type adapter then takes a row per
+    workgroup of CPU_LANES, as for a static row that long)."""
     if isinstance(rows, int) and rows == 0:
         return []
     reads, writes = reads or {}, writes or {"y": 0}
@@ -87,14 +89,14 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
         return in_parts(ctx, "normalization/rownorm.wgsl", f"rownorm_{out}", rows, k, lanes, vdefs, params,
                         vreads, vwrites, stats, group=group)
 
-    if not isinstance(k, int) or (k < CPU_ROW_MIN and "ORT_RMS" in defs):  # ORT_RMS sums over 8 lanes
-        return variant(lanes, WORKGROUP_SIZE)
+    if (not isinstance(k, int) and not long_rows) or (isinstance(k, int) and k < CPU_ROW_MIN and "ORT_RMS" in defs):
+        return variant(lanes, WORKGROUP_SIZE)  # (ORT_RMS sums over 8 lanes)
     # A CPU-type adapter (lavapipe) runs a workgroup as SIMD batches of 8 threads and switches
     # between the batches at every barrier: a row per workgroup of one batch has no switches
     # (decode RMSNorm over 512 elements: ~66 -> ~15 us), a short row a thread and no barrier at
     # all (ConvNeXt's channel LayerNorms, 3136 rows of 40: ~10.8 ms with 64 lanes a row). GPUs
     # keep the 256-thread rows.
-    cpu = (1, WORKGROUP_SIZE) if k < CPU_ROW_MIN else (CPU_LANES, CPU_LANES)
+    cpu = (1, WORKGROUP_SIZE) if isinstance(k, int) and k < CPU_ROW_MIN else (CPU_LANES, CPU_LANES)
     return by_adapter(ctx, f"rownorm_{out}", variant, cpu, lanes)
 
 
