@@ -222,6 +222,22 @@ def test_products_alternative_over_symbolic_keys(runtime):
     assert exe.stats.recompiles == 0
 
 
+def test_products_alternative_for_cross_attention(runtime):
+    """Queries and keys of different lengths (13 against 132 static keys, heads of 128), the
+    operands contiguous already (no copies but K's transpose) and y stored directly."""
+    model = _cross_attention(128, False, keys=132)
+    compiled = compile_model(model, {"S": 13})
+    exe = runtime.load_model(compiled)
+    rng = np.random.default_rng(7)
+    for rows in (13, 5):
+        exe.update_dimensions({"S": rows})
+        feeds = {"q": rng.standard_normal((1, 2, rows, 128)).astype(np.float32),
+                 "k": rng.standard_normal((1, 2, 132, 128)).astype(np.float32),
+                 "v": rng.standard_normal((1, 2, 132, 128)).astype(np.float32)}
+        assert _run_each_kernel(exe, model, feeds, kernels=("products", *KERNELS)) == ["products", *KERNELS]
+    assert exe.stats.recompiles == 0
+
+
 @pytest.mark.parametrize("seq,expected", [(132, "products"), (128, "products"), (130, "rows"), (124, "rows")])
 def test_the_cpu_heuristic_takes_the_products_over_symbolic_keys(seq, expected):
     from onyxia.plan import AdapterFacts
