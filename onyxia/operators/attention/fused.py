@@ -1,6 +1,6 @@
 """FusedAttention (domain "onyxia"): the attention AttentionFusionPass finds spelled out in torch
 exports (MatMul, scale, mask Add, Softmax, MatMul), run without the [B, H, S, T] scores (but by
-the `products` alternative, which a CPU-type adapter prefers for many static keys).
+the `products` alternative, which a CPU-type adapter prefers where the keys are many).
 
 Each operand is read in place through a view: the operand tensor (4-D, or 3-D [B, S, H * D]
 whose last axis is split into heads of `split` elements) and the permutation taking the view's
