@@ -158,6 +158,8 @@ class DimensionUpdates:
         for e, v in exprs:
             for name in e.buffers:
                 size = max(v, 4)
+                if size > self.limits.max_binding_bytes and name in self._limit_guarded:
+                    continue  # only alternatives guarded by the limit bind it: none is eligible now
                 if size > self.limits.max_binding_bytes:
                     raise DeviceError(f"tensor '{name}' would need {size} bytes for {new}, over this "
                                       f"device's max storage binding of {self.limits.max_binding_bytes} bytes")

@@ -35,7 +35,14 @@ from onyxia.runtime.ahead import WorkAhead
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
 from onyxia.runtime.dimensions import DimensionUpdates
-from onyxia.runtime.select import SelectCommand, adapter_facts, idle_commands, live_commands, walk_commands
+from onyxia.runtime.select import (
+    SelectCommand,
+    adapter_facts,
+    idle_commands,
+    limit_guarded_tensors,
+    live_commands,
+    walk_commands,
+)
 from onyxia.runtime.status import Site, read_status, refuse_lost
 from onyxia.runtime.tensor import DeviceTensor, TensorSlot
 from onyxia.runtime.tuner import Tuner, TuneResult, TuneSettings
@@ -58,6 +65,11 @@ class LoadTimes:
     shared: int = 0  # shaders whose WGSL and layout equal a built one's: its pipeline reused
     deferred: int = 0  # shaders not built at load (only alternatives a run does not replay now use them)
     weight_bytes: int = 0  # bytes uploaded
+
+
+# Bytes of a limit-guarded buffer (select.limit_guarded_tensors) while its size is past the
+# device's storage-binding limit: nothing eligible binds it; it regrows once its size fits.
+GUARDED_PLACEHOLDER = 256
 
 
 @dataclass
@@ -117,6 +129,7 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         # Data-dependent symbols: the capacity each is sized for, as a function of the dims.
         self._bounds = {name: (compile_dim(b), dim_symbols(b)) for name, b in model.data_symbols.items()
                         if b is not None}
+        self._limit_guarded = limit_guarded_tensors([s for op in model.operations for s in op.steps], self.root)
         self._setup_buffers()
         self.stats.load.buffers_s = time.perf_counter() - start
         self.commands: list[Command] = []  # every step's command, nested ones included (walk_steps order)
@@ -170,6 +183,8 @@ class PlanReplay(DimensionUpdates, WorkAhead):
             if info.alias_of:
                 continue
             size = self._size(name)
+            if size > self.limits.max_binding_bytes and name in self._limit_guarded:
+                size = GUARDED_PLACEHOLDER  # its alternatives are not eligible now (select.limit_guarded_tensors)
             self._check_binding(name, size)
             self.buffers[name] = self.backend.alloc(name, size)
             self.capacity[name] = size

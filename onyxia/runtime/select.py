@@ -11,7 +11,9 @@ at load); their pipelines are built when first chosen (PlanReplay.build_programs
 
 from __future__ import annotations
 
-from onyxia.plan import REUSABLE_KINDS, AdapterFacts, Select
+from collections.abc import Callable, Sequence
+
+from onyxia.plan import REUSABLE_KINDS, AdapterFacts, Select, Step
 from onyxia.runtime.commands import Command, DispatchCommand, replays, value
 from onyxia.runtime.contract import Backend, Limits, Replay
 from onyxia.runtime.tuner import kernels_digest, shape_class
@@ -97,6 +99,27 @@ class SelectCommand(Command):
     def idle(self) -> list[Command]:
         """Every command of the alternatives not chosen, nested ones included."""
         return [c for k, alt in enumerate(self.alternatives) if k != self.chosen for c in walk_commands(alt)]
+
+
+def limit_guarded_tensors(steps: Sequence[Step], root: Callable[[str], str]) -> set[str]:
+    """The buffers (roots) only Select alternatives guarded by the device's storage-binding limit
+    use (a `["limit", "maxStorageBufferBindingSize", bytes]` clause: FusedAttention's products
+    and their scores). Past the limit such a buffer is not made: its alternatives are not
+    eligible there, and any other step using it would need it (the runtime then refuses)."""
+    guarded: set[str] = set()
+    other: set[str] = set()
+
+    def visit(steps: Sequence[Step], inside: bool) -> None:
+        for s in steps:
+            if isinstance(s, Select):
+                for alt in s.alternatives:
+                    visit(alt.steps, inside or any(c.op == "limit" and c.args[0] == "maxStorageBufferBindingSize"
+                                                   for c in alt.guard.clauses))
+            else:  # a container (branch, loop) counts whole: what it nests is not looked into
+                (guarded if inside else other).update(root(t) for t, _ in s.uses())
+
+    visit(steps, False)
+    return guarded - other
 
 
 def walk_commands(commands: list[Command]) -> list[Command]:

@@ -134,6 +134,7 @@ async function openDevice(options) {
 // ---- the session -------------------------------------------------------------------------------
 const STORAGE = 0x80 | 0x4 | 0x8;  // STORAGE | COPY_SRC | COPY_DST
 const SLOT_WORDS = 64;              // the uniform transport's 256-byte slot per dispatch
+const GUARDED_PLACEHOLDER = 256;    // bytes of a limit-guarded buffer past the binding limit (_limitGuarded)
 const HOST_STEPS = new Set(["read_symbol", "branch", "loop"]);
 const RELAX = "chromium_disable_uniformity_analysis";
 
@@ -217,6 +218,28 @@ export class Session {
     };
     this.top = this.plan.operations.flatMap((op) => op.steps.map((step) => visit(step, op)));
     this.params = new Uint32Array(Math.max(slots, 1) * SLOT_WORDS);
+    this.guarded = this._limitGuarded();
+  }
+
+  // The roots only Select alternatives guarded by maxStorageBufferBindingSize use (FusedAttention's
+  // products): past the limit they are not made, their alternatives not being eligible there
+  // (onyxia/runtime/select.py limit_guarded_tensors, the same rule).
+  _limitGuarded() {
+    const guarded = new Set(), other = new Set();
+    const uses = (step) => step.t === "dispatch" ? step.bindings.map(([name]) => name)
+      : step.t === "copy" ? [step.src, step.dst] : step.t === "write" ? [step.dst] : [];
+    const visit = (steps, inside) => {
+      for (const step of steps) {
+        if (step.t === "select") {
+          for (const alt of step.alternatives) {
+            visit(alt.steps, inside || alt.guard.some(([kind, name]) => kind === "limit" && name === "maxStorageBufferBindingSize"));
+          }
+        } else for (const name of uses(step)) (inside ? guarded : other).add(this.root(name));
+      }
+    };
+    visit(this.plan.operations.flatMap((op) => op.steps), false);
+    for (const root of other) guarded.delete(root);
+    return guarded;
   }
 
   _clause(clause) {
@@ -259,6 +282,7 @@ export class Session {
 
   _allocate(root, nbytes) {
     const max = this.device.limits.maxStorageBufferBindingSize;
+    if (nbytes > max && this.guarded.has(root)) nbytes = GUARDED_PLACEHOLDER;  // nothing eligible binds it now
     if (nbytes > max) throw new DeviceError(`tensor '${root}' needs ${nbytes} bytes, over this device's maxStorageBufferBindingSize (${max})`, {tensor: root});
     this.buffers.get(root)?.destroy();
     this.buffers.set(root, this.device.createBuffer({label: root, size: nbytes, usage: STORAGE}));
@@ -381,9 +405,11 @@ export class Session {
     for (const [a, b, ta, tb, node] of this.constraints) if (a(dims) !== b(dims)) throw new InputError(`node '${node}' needs ${ta} == ${tb}, which these dims break`, {node});
     const sizes = this._sizes(dims);  // everything that can fail comes before any state changes
     const max = this.device.limits.maxStorageBufferBindingSize;
-    for (const [root, nbytes] of sizes) if (nbytes > max) throw new InputError(`tensor '${root}' would need ${nbytes} bytes at these dims, over this device's maxStorageBufferBindingSize (${max})`, {tensor: root});
+    for (const [root, nbytes] of sizes) if (nbytes > max && !this.guarded.has(root)) throw new InputError(`tensor '${root}' would need ${nbytes} bytes at these dims, over this device's maxStorageBufferBindingSize (${max})`, {tensor: root});
     const evaluated = await this._evaluate(dims);
-    for (const [root, nbytes] of sizes) if (nbytes > this.capacity.get(root)) { this._allocate(root, nbytes); this.stats.reallocs++; }
+    for (const [root, nbytes] of sizes) {
+      if (nbytes > this.capacity.get(root) && nbytes <= max) { this._allocate(root, nbytes); this.stats.reallocs++; }
+    }
     this._commit(dims, evaluated);
   }
 

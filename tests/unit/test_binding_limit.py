@@ -46,3 +46,24 @@ def test_a_symbolic_activation_over_the_limit_is_refused_by_update_dimensions():
     exe.run({"x": np.zeros((1, 16, 16), F)})
     exe.update_dimensions({"S": 128})  # 32 KiB exactly: fits
     exe.run({"x": np.zeros((1, 128, 16), F)})
+
+
+def test_a_limit_guarded_alternative_leaves_its_buffers_unmade_past_the_limit():
+    """FusedAttention's products alternative binds [B, H, S, T] scores and is guarded by the
+    binding limit: past it the scores are not made (no DeviceError), another kernel runs, and
+    back under it the scores regrow and the products run again."""
+    from onyxia.runtime.select import SelectCommand
+    from tests.builders.encoder_attention import attention_block, block_feeds, static_sequence
+
+    model = static_sequence(attention_block("eager", None, heads=2, head=32), 516)
+    limits = dataclasses.replace(NULL_LIMITS, max_binding_bytes=4 << 20, cpu_adapter=True)  # scores: 2.1 MB a batch
+    exe = null_executor(compile_model(model, {"batch": 1}), limits=limits)
+    [select] = [c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key == "fused_attention"]
+    assert select.step.labels[select.chosen] == "products"
+    for batch, kernel in ((2, "flash"), (3, "flash"), (1, "products")):
+        exe.update_dimensions({"batch": batch})
+        assert select.step.labels[select.chosen] == kernel, batch
+        exe.run(block_feeds(model, batch, 516))
+    # the same limit still refuses a tensor every run binds: the block's input past it
+    with pytest.raises(DeviceError, match="max storage binding"):
+        exe.update_dimensions({"batch": 40})
