@@ -248,6 +248,43 @@ def test_the_cpu_heuristic_takes_the_products_over_symbolic_keys(seq, expected):
     assert select.labels[select.choose({"batch": 1, "seq": seq}, facts)] == expected
 
 
+def test_products_alternative_past_the_loop_cap(runtime):
+    """70,000 keys (symbolic), heads of 128: the products alternative (the heuristic's pick)
+    splits its PV product's K (no invocation walks them all: lavapipe stops its loops after
+    ~65,535 steps) and its Softmax walks each row in parts; a strong last key it must not miss."""
+    keys = 70_000
+    model = _cross_attention(128, False)
+    exe = runtime.load_model(compile_model(model, {"S": 3, "T": keys}))
+    [select] = [c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key == "fused_attention"]
+    assert select.step.labels[select.chosen] == "products", select.step.labels
+    rng = np.random.default_rng(2)
+    feeds = {"q": rng.standard_normal((1, 2, 3, 128)).astype(np.float32),
+             "k": rng.standard_normal((1, 2, keys, 128)).astype(np.float32),
+             "v": rng.standard_normal((1, 2, keys, 128)).astype(np.float32)}
+    feeds["k"][:, :, -1, :] = feeds["q"][:, :, 0, :] * 4
+    np.testing.assert_allclose(exe.run(feeds)["y"], _ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", sorted(ENCODERS.glob("whisper*.onnx")), ids=lambda p: p.name)
+def test_products_alternative_on_exported_encoders(runtime, path, monkeypatch):
+    """The committed Whisper exports (torch.onnx's TorchScript and dynamo exporters, eager and
+    sdpa attention: their Q/K/V views and output layouts) through the products alternative, its
+    key and head thresholds lowered to these small heads (8) and keys (16), against onnxruntime."""
+    from onyxia.operators.attention import fused
+
+    monkeypatch.setattr(fused, "PRODUCTS_MIN_KEYS", 16)
+    monkeypatch.setattr(fused, "PRODUCTS_MIN_HEAD", 8)
+    model = onnx.load(str(path))
+    compiled = compile_model(model, {"batch": 2})
+    exe = runtime.load_model(compiled)
+    for step, batch in enumerate((2, 3)):
+        exe.update_dimensions({"batch": batch})
+        ran = _run_each_kernel(exe, model, _encoder_feeds(path.name, batch, 0, step), out=compiled.outputs[0],
+                               kernels=("products", *KERNELS))
+        assert ran[0] == "products", ran
+    assert exe.stats.recompiles == 0
+
+
 def _encoder_feeds(name: str, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     if name.startswith("bert"):
