@@ -11,14 +11,16 @@ the alternatives whose guards hold:
 2. otherwise the heuristic's choice (the guards' `prefer`), and, with tuning on, the step waits
    to be timed. Never on the way to a first result: not at load, not at the first run of a new
    shape class (the heuristic's choice serves it). Each later `run()` spends a slice of up to
-   TuneSettings.slice_s timing waiting steps that have served a run (at least one step, then no
-   new one past the slice), as long as such work has taken at most TuneSettings.share of the
-   time runs spent on their own (the first run at a class not counted); `PlanReplay.tune()`
-   (`onyxia tune`, `onyxia bench`) times all of them at once. Timing a step: every eligible
-   alternative, a warm-up, then TuneSettings.repeats repetitions each (GPU timestamps where the
-   adapter has them, wall time otherwise), the median decides; the default goes first, and an
-   alternative whose first replay takes SLOWER_CUTOFF times the best one's is not timed further.
-   A step whose timing passes TuneSettings.budget_s keeps the default, uncached, and is tried
+   TuneSettings.slice_s timing the alternatives of waiting steps that have served a run (at
+   least one alternative, then no new one past the slice; a step is chosen once all of its
+   eligible alternatives are timed, over as many runs as that takes), as long as such work has
+   taken at most TuneSettings.share of the time runs spent on their own (the first run at a
+   class not counted); `PlanReplay.tune()` (`onyxia tune`, `onyxia bench`) times all of them
+   at once. Timing a step: every eligible alternative, a warm-up, then TuneSettings.repeats
+   repetitions each (GPU timestamps where the adapter has them, wall time otherwise), the
+   median decides; the default goes first, and an alternative whose first replay takes
+   SLOWER_CUTOFF times the best one's is not timed further. A step whose timing passes
+   TuneSettings.budget_s (summed over its slices) keeps the default, uncached, and is tried
    again at the next load (not at every run of this one). A step with one eligible alternative
    is not timed.
 
@@ -57,7 +59,7 @@ CACHE_VERSION = 1
 # Timing one step stops after this long (and so does one explicit tune() pass over a model's
 # waiting steps): what is left keeps the heuristic until a later load.
 DEFAULT_BUDGET_S = 3.0
-# What a run after the first at a shape class may spend timing waiting steps (one step at least).
+# What a run after the first at a shape class may spend timing waiting steps (one alternative at least).
 DEFAULT_SLICE_S = 0.25
 # Work ahead of runs (timing, pipelines built ahead) starts only while it has taken at most this
 # share of the time runs spent on their own work: a timed alternative's first replay makes
@@ -192,6 +194,10 @@ class Tuner:
     # (key, shape class) the budget did not reach: the default until the next load (or a
     # forced tune), not timed again at every run that meets the class.
     deferred: set[tuple[str, str]] = field(default_factory=set)
+    # (key, shape class) -> seconds per alternative label timed so far by runs' slices, and the
+    # seconds those timings took (the step's budget)
+    partial: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    spent: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.cache is None and self.settings.cache_dir is not None:
@@ -233,9 +239,14 @@ class Tuner:
     def tune(self, replay: Any, commands: list[Command], budget_s: float | None = None,
              slice_s: float | None = None) -> list[TuneResult]:
         """Time every eligible alternative of the tuned SelectCommands in `commands` (one per key
-        and shape class) and choose; the others keep their choice. `budget_s` bounds the whole
-        pass, or with `slice_s` (a run's slice) each step; a slice starts no step past `slice_s`
-        after the first, and the steps not started stay waiting."""
+        and shape class) and choose; the others keep their choice. Without `slice_s` (an explicit
+        tune) `budget_s` bounds the whole pass. With `slice_s` (a run's slice) the unit of work is
+        one alternative: the slice times one at least, then starts none past `slice_s`; a step's
+        times so far wait in `partial` for later slices, and the step is chosen once every
+        eligible alternative has one (`budget_s` then bounds each step's timing, summed over the
+        slices). A run thus waits for one alternative's first replays, not a whole step's:
+        Whisper's first conv at batch 2 (five alternatives, 0.25-0.9 s each on lavapipe with
+        their compiles) held one run for 2.7 s."""
         commands = [c for c in commands if getattr(c, "tuned", False)]
         budget = self.settings.budget_s if budget_s is None else budget_s
         start = time.perf_counter()
@@ -252,39 +263,61 @@ class Tuner:
                 self.pending.pop(cmd, None)
                 self._choose(cmd, known)
                 continue
-            now = time.perf_counter()
-            if slice_s is not None:
-                if started and now > start + slice_s:
-                    break  # the rest waits for a later run
-                deadline = now + budget
-            started = True
-            self.pending.pop(cmd, None)
-            if now > deadline or not cmd.timeable:
-                self.deferred.add(ident)  # over budget: the default, uncached
-                continue
-            saved = [(replay.buffers[t], backend.copyout(replay.buffers[t], replay.capacity[t])) for t in cmd.written]
-            times: dict[str, float] = {}
+            labels = cmd.step.labels
+            eligible = [k for k, ok in enumerate(cmd.eligible) if ok]
+            if slice_s is None:
+                self.partial.pop(ident, None)  # an explicit tune times every alternative afresh
+                self.spent.pop(ident, None)
+            times = self.partial.setdefault(ident, {})
             # The default first: an alternative far slower than the best so far stops after one
             # replay (on lavapipe a GPU-style kernel can take 50x the chunked one's time).
-            order = [cmd.chosen, *(k for k, ok in enumerate(cmd.eligible) if ok and k != cmd.chosen)]
+            order = [k for k in (cmd.chosen, *eligible) if labels[k] not in times]
+            order = list(dict.fromkeys(k for k in order if cmd.eligible[k]))
+            over = not cmd.timeable
+            paused = False
+            saved = None
             try:
-                for k in order:
+                for k in [] if over else order:
+                    now = time.perf_counter()
+                    if slice_s is not None:
+                        if started and now > start + slice_s:
+                            paused = True  # the rest waits for a later run's slice
+                            break
+                        deadline = now + budget - self.spent.get(ident, 0.0)
                     if time.perf_counter() > deadline:
+                        over = True
                         break
+                    if saved is None:  # outputs the caller may hold, restored after the timing
+                        saved = [(replay.buffers[t], backend.copyout(replay.buffers[t], replay.capacity[t]))
+                                 for t in cmd.written]
+                    started = True
                     cutoff = SLOWER_CUTOFF * min(times.values()) if times else float("inf")
                     replay.build_programs(cmd.commands_of(k))  # pipelines are built at first need
                     samples = backend.time_commands(cmd.alternatives[k], self.settings.repeats, deadline, cutoff)
                     replay.mark_warm(cmd.replayed_by(k))
-                    times[cmd.step.labels[k]] = statistics.median(samples)
+                    times[labels[k]] = statistics.median(samples)
+                    self.spent[ident] = self.spent.get(ident, 0.0) + time.perf_counter() - now
                     self.stats.tuning_timings += 1
             finally:
-                for buf, raw in saved:
+                for buf, raw in saved or ():
                     backend.copyin(buf, np.frombuffer(bytes(raw), dtype=np.uint8))
-            if len(times) < len(order):
-                self.deferred.add(ident)
+            if paused:
+                break
+            if over or time.perf_counter() > deadline and any(labels[k] not in times for k in eligible):
+                self.pending.pop(cmd, None)
+                self.partial.pop(ident, None)
+                self.spent.pop(ident, None)
+                self.deferred.add(ident)  # over budget: the default, uncached
                 continue
-            choice = min(times, key=lambda k: times[k])
-            result = done[ident] = TuneResult(cmd.key, cmd.shape_class, times, choice)
+            if any(labels[k] not in times for k in eligible):
+                continue  # eligible now but not timed (its dims moved since): a later slice
+            self.pending.pop(cmd, None)
+            wanted = {labels[k] for k in eligible}
+            mine = {label: t for label, t in times.items() if label in wanted}  # in timing order
+            self.partial.pop(ident, None)
+            self.spent.pop(ident, None)
+            choice = min(mine, key=lambda label: mine[label])
+            result = done[ident] = TuneResult(cmd.key, cmd.shape_class, mine, choice)
             results.append(result)
             self.chosen[ident] = choice
             self._choose(cmd, choice)

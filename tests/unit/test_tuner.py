@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from onnx import helper as h
 
+from onyxia.runtime import tuner as tuner_module
 from onyxia.runtime.null import NULL_LIMITS, null_executor
 from onyxia.runtime.select import SelectCommand
 from onyxia.runtime.tuner import TuneCache, TuneSettings, shape_class
@@ -72,35 +74,71 @@ def test_nothing_is_timed_at_load_or_at_the_first_run_of_a_shape_class(compiled,
     assert exe.stats.recompiles == 0
 
 
-def test_a_run_times_one_step_at_least_and_none_past_its_slice(tmp_path):
+def two_products():
     layers = [h.make_node("MatMul", ["a", "w0"], ["t"]), h.make_node("MatMul", ["t", "w1"], ["y"])]
-    model = make_model(layers, [("a", np.float32, ["m", K])], ["y"],
-                       {"w0": np.zeros((K, K), np.float32), "w1": np.zeros((K, N), np.float32)})
-    exe = null_executor(compile_model(model, {"m": 1}), tuning=settings(tmp_path, slice_s=0.0))
+    return make_model(layers, [("a", np.float32, ["m", K])], ["y"],
+                      {"w0": np.zeros((K, K), np.float32), "w1": np.zeros((K, N), np.float32)})
+
+
+def eligible(cmd: SelectCommand) -> int:
+    return sum(cmd.eligible)
+
+
+def test_a_run_times_one_alternative_at_least_and_none_past_its_slice(tmp_path):
+    """A slice's unit is one alternative: a run waits for one alternative's first replays (on
+    lavapipe its compile), not a whole step's; a step is chosen once all of its eligible
+    alternatives are timed, over the runs that takes, and chooses what one explicit tune does."""
+    compiled = compile_model(two_products(), {"m": 1})
+    exe = null_executor(compiled, tuning=settings(tmp_path, slice_s=0.0))
+    first, second = tunables(exe)
     exe.run(feeds(1))
     assert exe.stats.tuning_timings == 0 and len(exe.tuner.pending) == 2
-    exe.run(feeds(1))  # a slice of 0 s: one step, the other waits for the next run
-    assert exe.stats.tuned == 1 and len(exe.tuner.pending) == 1
+    need = eligible(first) + eligible(second)
+    assert eligible(first) > 1 and eligible(second) > 1
+    for n in range(1, need + 1):
+        exe.run(feeds(1))  # a slice of 0 s: one alternative, the rest waits for later runs
+        assert exe.stats.tuning_timings == n
+        assert exe.stats.tuned == (n >= eligible(first)) + (n == need)
+        assert len(exe.tuner.pending) == 2 - exe.stats.tuned
+        assert first.source == ("timed" if n >= eligible(first) else "default")
+    assert not exe.tuner.pending and not exe.tuner.partial
     exe.run(feeds(1))
-    assert exe.stats.tuned == 2 and not exe.tuner.pending
+    assert exe.stats.tuning_timings == need  # nothing waits
+    explicit = null_executor(compiled, tuning=settings(tmp_path / "other"))
+    explicit.tune(force=True)
+    assert [c.chosen for c in tunables(explicit)] == [first.chosen, second.chosen]
+
+
+def test_a_step_timed_over_slices_keeps_to_its_budget(tmp_path, monkeypatch):
+    """The budget bounds a step's timing summed over its slices: past it the step keeps the
+    default, uncached (deferred), and no run times it again."""
+    exe = null_executor(compile_model(two_products(), {"m": 1}), tuning=settings(tmp_path, slice_s=0.0, budget_s=1.0))
+    first, _ = tunables(exe)
+    clock = iter(float(t) for t in range(10_000))  # the tuner's clock: each reading a second later
+    monkeypatch.setattr(tuner_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    exe.run(feeds(1))
+    for _ in range(6):
+        exe.run(feeds(1))
+    assert (first.key, first.shape_class) in exe.tuner.deferred and first.source == "default"
+    assert exe.stats.tuned == 0 and not exe.tuner.partial
+    timed = exe.stats.tuning_timings
+    exe.run(feeds(1))
+    assert exe.stats.tuning_timings == timed and not (tmp_path / "cache").exists()
 
 
 def test_work_ahead_waits_until_runs_have_earned_it(tmp_path):
-    layers = [h.make_node("MatMul", ["a", "w0"], ["t"]), h.make_node("MatMul", ["t", "w1"], ["y"])]
-    model = make_model(layers, [("a", np.float32, ["m", K])], ["y"],
-                       {"w0": np.zeros((K, K), np.float32), "w1": np.zeros((K, N), np.float32)})
-    exe = null_executor(compile_model(model, {"m": 1}), tuning=settings(tmp_path, slice_s=0.0, share=0.5))
+    exe = null_executor(compile_model(two_products(), {"m": 1}), tuning=settings(tmp_path, slice_s=0.0, share=0.5))
     exe.run(feeds(1))
     assert exe.stats.run_s == 0.0  # a first run at new dims: not counted (the driver compiles)
-    exe.run(feeds(1))  # nothing spent ahead yet: one step
-    assert exe.stats.tuned == 1 and len(exe.tuner.pending) == 1
-    # Say that step took a second while runs have taken 1.5 s: 1 > 0.5 x 1.5, the next run waits.
+    exe.run(feeds(1))  # nothing spent ahead yet: one alternative
+    assert exe.stats.tuning_timings == 1
+    # Say that took a second while runs have taken 1.5 s: 1 > 0.5 x 1.5, the next run waits.
     exe.stats.tuning_s, exe.stats.run_s = 1.0, 1.5
     exe.run(feeds(1))
-    assert exe.stats.tuned == 1 and len(exe.tuner.pending) == 1 and exe.stats.run_s > 1.5
+    assert exe.stats.tuning_timings == 1 and exe.stats.run_s > 1.5
     exe.stats.run_s = 2.0  # earned: 1 <= 0.5 x 2
     exe.run(feeds(1))
-    assert exe.stats.tuned == 2 and not exe.tuner.pending
+    assert exe.stats.tuning_timings == 2
 
 
 def test_steps_like_one_timed_in_an_earlier_slice_take_its_choice(tmp_path):
@@ -113,9 +151,11 @@ def test_steps_like_one_timed_in_an_earlier_slice_take_its_choice(tmp_path):
     first, other, third = tunables(exe)
     assert first.key == third.key != other.key  # two products of one shape: one choice to make
     exe.run(feeds(1))
-    exe.run(feeds(1))  # a slice: the first step, then none past the slice
-    exe.run(feeds(1))  # the second; the third takes the first's choice, untimed
+    for _ in range(eligible(first) + eligible(other)):
+        exe.run(feeds(1))  # a slice: one alternative
+    # the third takes the first's choice, untimed
     assert exe.stats.tuned == 2 and not exe.tuner.pending
+    assert exe.stats.tuning_timings == eligible(first) + eligible(other)
     assert third.chosen == first.chosen and third.source == "timed"
 
 
