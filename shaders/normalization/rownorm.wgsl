@@ -8,7 +8,9 @@
 // sum of exp; moments: sums of d and d^2), STRIDED, and the optional buffers' flags: SKIP and
 // BIAS (added to x before normalizing), SCALE and BETA (applied after), MEAN_OUT, INV_OUT (per
 // row), SUM_OUT (the x + skip + bias that was normalized), X_SCALE (the value normalized is
-// X_SCALE() times that: FusedAttention's scores). Buffers: x, the optional ones (lower case), y.
+// X_SCALE() times that: FusedAttention's scores), X_IN_Y (in place: x is y's own buffer, bound
+// once read-write; each thread reads an element before it writes it, the statistics pass reads
+// the row before any write). Buffers: x (unless X_IN_Y), the optional ones (lower case), y.
 // Every float dtype computes in f32.
 // Params: ROWS, K, INNER (STRIDED), EPS, SKIP_N / SCALE_N / BETA_N (element counts: those
 // operands broadcast over leading dims by index modulo count), X_SCALE.
@@ -21,6 +23,13 @@
 #import reduction::tree
 
 const NEG_MAX: f32 = -3.4028234e38;
+
+#ifdef X_IN_Y
+fn x_load(i: u32) -> y_t { return y_load(i); }
+#ifdef QUADS
+fn x_load4(j: u32) -> vec4<y_t> { return y_load4(j); }
+#endif
+#endif
 
 fn index_of(base: u32, j: u32) -> u32 {
 #ifdef STRIDED

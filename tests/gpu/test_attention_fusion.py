@@ -192,6 +192,24 @@ def test_the_cpu_heuristic_takes_the_products_for_manystatic_sequence(head, keys
         assert select.labels[select.choose({"S": 13}, AdapterFacts("cpu", limits=cramped))] != "products"
 
 
+def test_the_products_softmax_runs_in_place_over_the_scores():
+    """One [B, H, S, T] buffer, not two: the Softmax normalizes the scores where they are
+    (rownorm X_IN_Y, the buffer bound once read-write) and PV reads them there."""
+    from onyxia.plan import Select, walk_steps
+
+    compiled = compile_model(_cross_attention(64, False, 512), {"S": 13})
+    [select] = [s for s in compiled.steps if getattr(s, "key", "") == "fused_attention"]
+    products = select.alternatives[select.labels.index("products")].steps
+    dispatches = [d for s in walk_steps(products) if not isinstance(s, Select) for d in s.dispatches()]
+    assert not [t for t in compiled.tensors if t.endswith("/probabilities")]
+    [scores] = [t for t in compiled.tensors if t.endswith("/scores")]
+    softmax = [d for d in dispatches if compiled.shaders[d.shader].label == "rownorm_softmax"]
+    assert softmax and all(dict(compiled.shaders[d.shader].defs).get("X_IN_Y") for d in softmax)
+    for d in softmax:
+        bound = [b.tensor for b in d.bindings]
+        assert bound.count(scores) == 1, bound
+
+
 @pytest.mark.parametrize("spelling,output_transpose", [("eager", True), ("dynamo", False), ("sdpa", True)])
 def test_products_alternative_matches_onnxruntime(runtime, spelling, output_transpose):
     """The products alternative (K^T and head copies, QK^T * scale, Softmax, PV; y stored through

@@ -32,7 +32,8 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     """rownorm.wgsl over `rows` rows of `k` elements (in parts when long: in_parts).
     `reads`/`writes` map roles to this node's input/output indices; `counts` gives the element
     count of operands indexed modulo their size. `x` / `y`: other tensors than the node's input 0
-    and the output of role y (an operator's scratch buffers: FusedAttention's scores); `x_scale`:
+    and the output of role y (an operator's scratch buffers: FusedAttention's scores; the same
+    tensor for both normalizes in place, X_IN_Y: the pass writing y binds it once); `x_scale`:
     normalize x_scale * x (the scores' scale, FusedAttention); `long_rows`: a symbolic k its caller
     knows to be at least CPU_ROW_MIN wherever this runs (a CPU-type adapter then takes a row per
     workgroup of CPU_LANES, as for a static row that long)."""
@@ -60,6 +61,9 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
     if out in ("layernorm", "rmsnorm"):
         params["EPS"] = float(eps)
     read_names, write_names = {"x": x or ctx.input(0)}, {}
+    in_place = y is not None and read_names["x"] == y
+    if in_place and (reads or set(writes) != {"y"} or strided):
+        raise ctx.fail("an in-place row normalization reads x alone and writes y alone")
     for role in READ_ROLES:
         if role in reads:
             defs[role.upper()] = True
@@ -86,6 +90,9 @@ def plan_rows(ctx: PlanCtx, out: str, rows: Dim, k: Dim, *, inner: Dim = 1, eps:
         stats = ({d: v for d, v in vdefs.items() if d not in output_only},
                  {p: v for p, v in params.items() if p not in output_only},
                  {n: t for n, t in vreads.items() if n in ("x", "skip", "bias")})
+        if in_place:  # one dispatch may not bind a buffer read-only and read-write: y serves x
+            vdefs["X_IN_Y"] = True
+            vreads = {n: t for n, t in vreads.items() if n != "x"}
         return in_parts(ctx, "normalization/rownorm.wgsl", f"rownorm_{out}", rows, k, lanes, vdefs, params,
                         vreads, vwrites, stats, group=group)
 
