@@ -238,6 +238,13 @@ def _err(v: float | None) -> str:
     return f"{v:8.1e}" if v is not None else f"{'-':>8}"
 
 
+def _past_run(r: ModelRow) -> float | None:
+    """What the first call at the second size took beyond that size's median call."""
+    if r.rebind_ms is None or len(r.sizes) < 2 or r.sizes[1].onyxia_ms is None:
+        return None
+    return r.rebind_ms - r.sizes[1].onyxia_ms
+
+
 def report(rows: list[ModelRow]) -> float | None:
     print(f"\n{'model':22} {'size':>18} {'onyxia':>8} {'webgpu':>8} {'cpu':>8} {'ony/web':>7} {'ony/cpu':>7} "
           f"{'err ony':>8} {'err web':>8}")
@@ -257,17 +264,19 @@ def report(rows: list[ModelRow]) -> float | None:
         print(f"geometric mean of onyxia/webgpu over {len(ratios)} rows: {geo:.2f}")
     parts = ("parse", "passes", "wgsl", "modules", "pipelines", "uploads", "cache")
     print(f"\n{'model':22} {'load':>8} " + " ".join(f"{p:>9}" for p in parts) +
-          f" {'other':>8} {'1st run':>8} {'warm ld':>8} {'warm 1st':>8} {'rebind':>8} {'plans':>5} {'web load':>8}")
+          f" {'other':>8} {'1st run':>8} {'warm ld':>8} {'warm 1st':>8} {'rebind':>8} {'past run':>8} {'plans':>5}"
+          f" {'web load':>8}")
     for r in rows:
         print(f"{r.name[:22]:22} {_ms(r.load_ms)} " + " ".join(_ms(r.load.get(p), 9) for p in parts) +
               f" {_ms(r.load_ms - sum(r.load.get(p, 0.0) for p in parts) if r.load_ms is not None else None)}"
               f" {_ms(r.first_run_ms)} {_ms(r.warm_load_ms)} {_ms(r.warm_first_run_ms)} {_ms(r.rebind_ms)} "
-              f"{r.compiles if r.compiles is not None else '-':>5} {_ms(r.webgpu_load_ms)}"
+              f"{_ms(_past_run(r))} {r.compiles if r.compiles is not None else '-':>5} {_ms(r.webgpu_load_ms)}"
               + (f"  {r.error.strip()}" if r.error else ""))
     print("load: onyxia's cold load (no plan or tuning cache; the device's opening aside), ms, split as LoadReport "
           "(cache: hashing the model, the plan-cache entry written on a thread; other: the runtime setup left); "
           "warm: a second process with the caches warm (load, first run); rebind: the first call at the second "
-          "size, to its result; plans: compiled by the session over both sizes.")
+          "size, to its result; past run: rebind minus that size's median call; plans: compiled by the session "
+          "over both sizes.")
     return geo
 
 
