@@ -271,8 +271,8 @@ class Tuner:
             times = self.partial.setdefault(ident, {})
             # The default first: an alternative far slower than the best so far stops after one
             # replay (on lavapipe a GPU-style kernel can take 50x the chunked one's time).
-            order = [k for k in (cmd.chosen, *eligible) if labels[k] not in times]
-            order = list(dict.fromkeys(k for k in order if cmd.eligible[k]))
+            untimed = [k for k in eligible if labels[k] not in times]
+            order = sorted(untimed, key=lambda k: k != cmd.chosen)
             over = not cmd.timeable
             paused = False
             saved = None
@@ -303,19 +303,16 @@ class Tuner:
                     backend.copyin(buf, np.frombuffer(bytes(raw), dtype=np.uint8))
             if paused:
                 break
-            if over or time.perf_counter() > deadline and any(labels[k] not in times for k in eligible):
-                self.pending.pop(cmd, None)
-                self.partial.pop(ident, None)
-                self.spent.pop(ident, None)
-                self.deferred.add(ident)  # over budget: the default, uncached
-                continue
-            if any(labels[k] not in times for k in eligible):
-                continue  # eligible now but not timed (its dims moved since): a later slice
             self.pending.pop(cmd, None)
-            wanted = {labels[k] for k in eligible}
-            mine = {label: t for label, t in times.items() if label in wanted}  # in timing order
             self.partial.pop(ident, None)
             self.spent.pop(ident, None)
+            if over:
+                self.deferred.add(ident)  # over budget: the default, uncached
+                continue
+            # every eligible alternative timed (times from earlier slices of labels no longer
+            # eligible left out), in timing order
+            wanted = {labels[k] for k in eligible}
+            mine = {label: t for label, t in times.items() if label in wanted}
             choice = min(mine, key=lambda label: mine[label])
             result = done[ident] = TuneResult(cmd.key, cmd.shape_class, mine, choice)
             results.append(result)
