@@ -51,10 +51,10 @@ class WorkAhead:
         run (`commands`) dispatches cold, in replay order: helper devices may compile them first
         (runtime/precompile.py)."""
         if self.limits.compiles_at_dispatch:
-            programs = (self.programs.get(c.shader) for c in self._cold_dispatches(commands))
+            programs = (self.programs.get(c.shader) for c in self.cold_dispatches(commands))
             self.backend.compile_ahead(list({id(p): p for p in programs if p is not None}.values()))
 
-    def _cold_dispatches(self, commands: Sequence[Command]) -> list[DispatchCommand]:
+    def cold_dispatches(self, commands: Sequence[Command]) -> list[DispatchCommand]:
         """The dispatches in `commands` (in order) whose program no run has dispatched yet."""
         warm = self._warm
         return [c for c in commands if isinstance(c, DispatchCommand) and all(c.workgroups)
@@ -62,7 +62,7 @@ class WorkAhead:
 
     def _cold(self, commands: Sequence[Command]) -> set[int]:
         """Shaders of the dispatches in `commands` whose program no run has dispatched yet."""
-        return {c.shader for c in self._cold_dispatches(commands)}
+        return {c.shader for c in self.cold_dispatches(commands)}
 
     def cold_kernels(self) -> int:
         """Kernels the next run dispatches that no run has dispatched yet (on lavapipe, what it

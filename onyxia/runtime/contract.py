@@ -89,6 +89,9 @@ class Backend(Protocol):
     # were compiled ahead.
     def compile_ahead(self, programs: Sequence[Any]) -> None: ...
     def compiled(self, programs: Sequence[Any]) -> int: ...
+    # There too: the programs of these DispatchCommands compiled now, waited for (an empty grid
+    # each: the driver compiles the kernel and runs nothing). The autotuner's, before timing.
+    def compile_now(self, commands: Sequence[Any]) -> None: ...
     def bind(self, layout: Any, buffers: Sequence[Any]) -> Any: ...
 
     # Parameter memory: `words` holds every dispatch's parameters, the uniform slots first.
@@ -109,9 +112,11 @@ class Backend(Protocol):
     # The autotuner (runtime/tuner.py): seconds each of up to `repeats` replays of `commands`
     # took after a warm-up, fewer (at least one) once time.perf_counter passes `deadline` or a
     # replay takes longer than `cutoff` seconds (GPU timestamps where the adapter has them,
-    # else wall time to completion).
+    # else wall time to completion). `warm`: every kernel of `commands` is compiled, so a
+    # warm-up over twice `cutoff` is the one sample (the first touch of fresh buffers aside,
+    # no first-use cost is in it).
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
-                      cutoff: float = float("inf")) -> list[float]: ...
+                      cutoff: float = float("inf"), warm: bool = False) -> list[float]: ...
 
 
 class Replay(Protocol):

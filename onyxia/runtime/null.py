@@ -135,6 +135,9 @@ class NullBackend:
     def compiled(self, programs: Sequence[NullProgram]) -> int:
         return 0
 
+    def compile_now(self, commands: Sequence[Any]) -> None:
+        pass  # nor here
+
     def bind(self, layout: Any, buffers: Sequence[NullBuffer]) -> NullBindGroup:
         self.bind_groups += 1
         return NullBindGroup(tuple(buffers))
@@ -179,7 +182,7 @@ class NullBackend:
 
 
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
-                      cutoff: float = float("inf")) -> list[float]:
+                      cutoff: float = float("inf"), warm: bool = False) -> list[float]:
         """No kernels run here: a stand-in cost, one microsecond per workgroup launched (so
         tests of the tuner see a deterministic fastest alternative)."""
         saved = getattr(self, "_encoded", None)

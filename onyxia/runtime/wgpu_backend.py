@@ -360,12 +360,31 @@ class WgpuBackend:
                                             cmd.dst_buffer, cmd.dst_offset, cmd.size)
 
     # ---- autotuning (runtime/tuner.py) ----------------------------------------------------
+    def compile_now(self, commands: Sequence[DispatchCommand]) -> None:
+        """Have the driver compile these dispatches' programs now: each dispatched with an empty
+        grid (lavapipe compiles a kernel at its first dispatch and then runs nothing), waited for."""
+        if not commands:
+            return
+        encoder = self.device.create_command_encoder()
+        cpass = encoder.begin_compute_pass()
+        for cmd in commands:
+            cpass.set_pipeline(cmd.program)
+            cpass.set_bind_group(0, cmd.bindings)
+            if cmd.bind_params is not None:
+                cmd.bind_params(cpass)
+            cpass.dispatch_workgroups(0, 0, 0)
+        cpass.end()
+        fence = self.device.create_buffer(size=4, usage=_USAGE)
+        self.device.queue.submit([encoder.finish()])
+        self.device.queue.read_buffer(fence, 0, 4)
+
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
-                      cutoff: float = float("inf")) -> list[float]:
+                      cutoff: float = float("inf"), warm: bool = False) -> list[float]:
         """Seconds per replay of `commands`, up to `repeats` times after a warm-up (fewer, at
-        least one, past `deadline` on time.perf_counter or once a replay takes over `cutoff`):
-        GPU timestamps around one compute pass each where the adapter has them and the commands
-        are all dispatches, else wall time from encoding to the queue's completion."""
+        least one, past `deadline` on time.perf_counter or once a replay takes over `cutoff`; with
+        `warm` kernels, a warm-up over twice `cutoff` is the one sample): GPU timestamps around
+        one compute pass each where the adapter has them and the commands are all dispatches,
+        else wall time from encoding to the queue's completion."""
         queue = self.device.queue
         # Reading a word back waits for the work before it (on_submitted_work_done_sync does
         # not work with this wgpu-native); the same cost for every alternative.
@@ -378,6 +397,8 @@ class WgpuBackend:
             queue.submit([self.encode(self.device.create_command_encoder(), commands).finish()])
             queue.read_buffer(fence, 0, 4)
             wall.append(time.perf_counter() - start)
+            if len(wall) == 1 and warm and wall[0] > 2 * cutoff:
+                return wall  # compiled already, and far slower even allowing for first touches
             if len(wall) >= 2 and (wall[-1] > cutoff or time.perf_counter() + wall[-1] > deadline):
                 break  # far slower than the best so far (no need to know how much), or out of time
         if not stamped:

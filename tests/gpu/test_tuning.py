@@ -87,3 +87,34 @@ def test_cli_tune_writes_the_cache_a_load_uses(runtime, tmp_path, monkeypatch, c
     monkeypatch.setenv("ONYXIA_TUNE", "1")
     exe = runtime.load_model(compile_model(mlp(), {"m": 3}))
     assert exe.stats.tuning_timings == 0 and {c.source for c in tunables(exe)} == {"cache"}
+
+
+def test_a_compiled_alternative_far_over_the_cutoff_replays_once(runtime, tmp_path):
+    """The tuner compiles an alternative's kernels first (compile_now: an empty grid each, where
+    the driver compiles at first dispatch), so its warm-up is a replay: one far over the cutoff
+    is the only one. Without `warm` the warm-up may hold a compile and a second replay follows."""
+    import time
+
+    model = mlp()
+    exe = runtime.load_model(compile_model(model, {"m": 70}), tuning=TuneSettings(enabled=False))
+    cmd = tunables(exe)[0]
+    k = cmd.chosen
+    exe.build_programs(cmd.commands_of(k))
+    cold = exe.cold_dispatches(cmd.replayed_by(k))
+    assert cold, "nothing cold after a fresh load: the test would prove nothing"
+    exe.backend.compile_now(cold)
+    exe.mark_warm(cold)
+    assert not exe.cold_dispatches(cmd.replayed_by(k))
+    backend = exe.backend
+    replays = []
+    encode, stamped = backend.encode, backend._stamped
+    backend.encode = lambda *a: replays.append("wall") or encode(*a)
+    backend._stamped = lambda commands, n: replays.extend(["stamp"] * n) or stamped(commands, n)
+    deadline = time.perf_counter() + 60
+    assert len(backend.time_commands(cmd.alternatives[k], 5, deadline, cutoff=1e-9, warm=True)) == 1
+    assert replays == ["wall"]
+    replays.clear()
+    assert len(backend.time_commands(cmd.alternatives[k], 5, deadline, cutoff=1e-9)) == 1
+    assert len(replays) == 2
+    feeds = {"a": RNG.standard_normal((70, K)).astype(np.float32)}  # the empty grids changed nothing
+    np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)

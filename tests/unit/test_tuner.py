@@ -309,8 +309,8 @@ def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_
     samples = {}
     time_commands = exe.backend.time_commands
 
-    def spy(commands, repeats, deadline, cutoff=float("inf")):
-        out = time_commands(commands, repeats, deadline, cutoff)
+    def spy(commands, repeats, deadline, cutoff=float("inf"), warm=False):
+        out = time_commands(commands, repeats, deadline, cutoff, warm)
         live = tuple(exe.model.shaders[c.shader].label for c in commands if all(getattr(c, "workgroups", (0,))))
         samples[live] = len(out)
         return out
