@@ -117,6 +117,9 @@ class Backend(Protocol):
     # no first-use cost is in it).
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
                       cutoff: float = float("inf"), warm: bool = False) -> list[float]: ...
+    # A probe: these dispatches once with each grid's longest axis cut to 1/`share` (ceil), run
+    # and waited for; (wall seconds, the fraction of the workgroups that ran).
+    def probe_commands(self, commands: Sequence[Any], share: int) -> tuple[float, float]: ...
 
 
 class Replay(Protocol):

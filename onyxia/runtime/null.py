@@ -80,6 +80,7 @@ class NullBackend:
     runs: list[list[DispatchRecord | CopyRecord]] = field(default_factory=list)  # encoded per run
     syncs: int = 0  # sync_read calls (host control flow reading a value back mid-run)
     timed: list[list[str]] = field(default_factory=list)  # shader labels of each time_commands call
+    probed: list[int] = field(default_factory=list)  # workgroups of each probe_commands call
     words: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint32))
 
     @property
@@ -180,6 +181,17 @@ class NullBackend:
         dst.data[cmd.dst_offset:cmd.dst_offset + cmd.size] = src.data[cmd.src_offset:cmd.src_offset + cmd.size]
         self._encoded.append(CopyRecord(src.label, dst.label, cmd.size, cmd.src_offset, cmd.dst_offset))
 
+
+    def probe_commands(self, commands: Sequence[Any], share: int) -> tuple[float, float]:
+        """The stand-in cost of the cut grids (module doc of time_commands) and their share."""
+        full = part = 0
+        for cmd in commands:
+            grid = list(cmd.workgroups)
+            full += grid[0] * grid[1] * grid[2]
+            grid[grid.index(max(grid))] = -(-max(grid) // share)
+            part += grid[0] * grid[1] * grid[2]
+        self.probed.append(part)
+        return part * 1e-6, (part / full if full else 1.0)
 
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
                       cutoff: float = float("inf"), warm: bool = False) -> list[float]:

@@ -21,8 +21,9 @@ the alternatives whose guards hold:
    TuneSettings.repeats repetitions each (GPU timestamps where the adapter has them, wall time
    otherwise), the median decides; the default goes first, and an alternative whose first
    replay takes SLOWER_CUTOFF times the best one's is not timed further (its warm-up alone, at
-   twice that: Whisper's GPU-style attention kernels on lavapipe, 4.1-4.4 s a replay against
-   0.14 s for the best, took 8.5 and 9.5 s to time, now 4.3 and 4.4). A step whose timing passes
+   twice that; and where that cutoff is long, a probe over an eighth of its workgroups rules
+   it out first: Whisper's GPU-style attention kernels on lavapipe, 4.1-4.4 s a replay against
+   0.14 s for the best, took 8.5 and 9.5 s to time, and the whole step 23.6 s; now 7.1). A step whose timing passes
    TuneSettings.budget_s (summed over its slices) keeps the default, uncached, and is tried
    again at the next load (not at every run of this one). A step with one eligible alternative
    is not timed.
@@ -55,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from onyxia.plan import Select, walk_steps
-from onyxia.runtime.commands import Command
+from onyxia.runtime.commands import Command, DispatchCommand
 
 _OFF = ("0", "false", "no", "off")
 CACHE_VERSION = 1
@@ -73,6 +74,12 @@ DEFAULT_SHARE = 0.1
 DEFAULT_REPEATS = 5
 # An alternative whose replay takes this many times the best one's is not timed further.
 SLOWER_CUTOFF = 4.0
+# Where the cutoff is at least PROBE_MIN_CUTOFF seconds, an alternative first runs on about a
+# PROBE_SHARE-th of its workgroups; an estimate past twice the cutoff is its one sample: Whisper's
+# GPU-style attention kernels on lavapipe (4.1-4.4 s a replay, the best 0.14 s) cost ~0.5 s each to
+# rule out instead of a replay (the dispatch floor, ~60 us each, is noise at these times).
+PROBE_SHARE = 8
+PROBE_MIN_CUTOFF = 0.2
 
 
 def default_cache_dir() -> Path:
@@ -303,8 +310,8 @@ class Tuner:
                         cold = replay.cold_dispatches(cmd.replayed_by(k))
                         backend.compile_now(cold)
                         replay.mark_warm(cold)
-                    samples = backend.time_commands(cmd.alternatives[k], self.settings.repeats, deadline, cutoff,
-                                                    warm=True)
+                    samples = self._probe(backend, cmd, k, cutoff) or backend.time_commands(
+                        cmd.alternatives[k], self.settings.repeats, deadline, cutoff, warm=True)
                     replay.mark_warm(cmd.replayed_by(k))
                     times[labels[k]] = statistics.median(samples)
                     self.spent[ident] = self.spent.get(ident, 0.0) + time.perf_counter() - now
@@ -333,6 +340,20 @@ class Tuner:
         if results and self.cache is not None:
             self.cache.put(results)
         return results
+
+    @staticmethod
+    def _probe(backend: Any, cmd: Any, k: int, cutoff: float) -> list[float]:
+        """Where the best alternative so far takes long enough that a replay far slower costs
+        seconds: alternative `k` on a PROBE_SHARE-th of its workgroups first, and its estimate
+        (the probe's time over that share) as its one sample if it is over twice the cutoff.
+        [] otherwise: time it in full."""
+        if not PROBE_MIN_CUTOFF <= cutoff < float("inf"):  # the first alternative: nothing to beat
+            return []
+        dispatches = [c for c in cmd.replayed_by(k) if isinstance(c, DispatchCommand) and all(c.workgroups)]
+        if not dispatches:
+            return []
+        seconds, share = backend.probe_commands(dispatches, PROBE_SHARE)
+        return [seconds / share] if share < 1 and seconds / share > 2 * cutoff else []
 
     @staticmethod
     def _choose(cmd: Any, label: str) -> None:

@@ -378,6 +378,32 @@ class WgpuBackend:
         self.device.queue.submit([encoder.finish()])
         self.device.queue.read_buffer(fence, 0, 4)
 
+    def probe_commands(self, commands: Sequence[DispatchCommand], share: int) -> tuple[float, float]:
+        """Run these dispatches once, each grid's longest axis cut to 1/`share` (ceil): (wall
+        seconds, the fraction of the workgroups that ran). The kernels bound their work by their
+        parameters, so a smaller grid computes part of the outputs and writes nothing else."""
+        full = part = 0
+        encoder = self.device.create_command_encoder()
+        cpass = encoder.begin_compute_pass()
+        for cmd in commands:
+            grid = list(cmd.workgroups)
+            full += grid[0] * grid[1] * grid[2]
+            axis = grid.index(max(grid))
+            grid[axis] = -(-grid[axis] // share)
+            part += grid[0] * grid[1] * grid[2]
+            cpass.set_pipeline(cmd.program)
+            cpass.set_bind_group(0, cmd.bindings)
+            if cmd.bind_params is not None:
+                cmd.bind_params(cpass)
+            if all(grid):
+                cpass.dispatch_workgroups(*grid)
+        cpass.end()
+        fence = self.device.create_buffer(size=4, usage=_USAGE)
+        start = time.perf_counter()
+        self.device.queue.submit([encoder.finish()])
+        self.device.queue.read_buffer(fence, 0, 4)
+        return time.perf_counter() - start, (part / full if full else 1.0)
+
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
                       cutoff: float = float("inf"), warm: bool = False) -> list[float]:
         """Seconds per replay of `commands`, up to `repeats` times after a warm-up (fewer, at

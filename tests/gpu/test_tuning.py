@@ -118,3 +118,20 @@ def test_a_compiled_alternative_far_over_the_cutoff_replays_once(runtime, tmp_pa
     assert len(replays) == 2
     feeds = {"a": RNG.standard_normal((70, K)).astype(np.float32)}  # the empty grids changed nothing
     np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_probe_runs_a_share_of_the_grid_and_changes_no_result(runtime):
+    """probe_commands (the tuner's estimate of an alternative far over the cutoff) runs each
+    dispatch on about 1/share of its grid's longest axis and reports that fraction; the
+    kernels bound their work by their parameters, so a later full run is exact."""
+    model = mlp()
+    exe = runtime.load_model(compile_model(model, {"m": 2048}), tuning=TuneSettings(enabled=False))
+    feeds = {"a": RNG.standard_normal((2048, K)).astype(np.float32)}
+    exe.run(feeds)
+    dispatches = [d for d in exe.dispatch_commands() if all(d.workgroups)]
+    seconds, share = exe.backend.probe_commands(dispatches, 8)
+    full = sum(x * y * z for x, y, z in (d.workgroups for d in dispatches))
+    part = sum(x * y * z for x, y, z in ((*(-(-g // 8) if i == list(d.workgroups).index(max(d.workgroups)) else g
+                                             for i, g in enumerate(d.workgroups)),) for d in dispatches))
+    assert seconds > 0 and share == part / full < 0.5
+    np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)

@@ -324,6 +324,30 @@ def test_an_alternative_far_slower_than_the_best_is_replayed_once(compiled, tmp_
     assert samples[("matmul/gemm",)] == 5
 
 
+def test_a_probe_rules_out_an_alternative_far_over_the_cutoff(compiled, tmp_path, monkeypatch):
+    """Past PROBE_MIN_CUTOFF an alternative first runs on a share of its workgroups; one whose
+    estimate is over twice the cutoff is never replayed in full (its estimate is its time), a
+    closer one is timed as before."""
+    monkeypatch.setattr(tuner_module, "PROBE_MIN_CUTOFF", 0.0)  # the null costs are microseconds
+    monkeypatch.setattr(tuner_module, "SLOWER_CUTOFF", 1.5)  # shared 8 us: cutoff 12, ruled out past 24
+    exe = at_decode(compiled, settings(tmp_path))
+    timed = []
+    time_commands = exe.backend.time_commands
+
+    def spy(commands, repeats, deadline, cutoff=float("inf"), warm=False):
+        timed.append(tuple(exe.model.shaders[c.shader].label.removeprefix("matmul/")
+                           for c in commands if all(getattr(c, "workgroups", (0,)))))
+        return time_commands(commands, repeats, deadline, cutoff, warm)
+
+    monkeypatch.setattr(exe.backend, "time_commands", spy)
+    exe.backend.probed.clear()
+    [result] = exe.tune(force=True)
+    assert list(result.times) == ["shared", "chunked", "coalesced"] and result.choice == "shared"
+    assert ("gemv", "splitk") not in timed  # coalesced (36 us): its probe's estimate, no replay
+    assert result.times["coalesced"] == pytest.approx(36e-6)
+    assert ("gemm",) in timed and len(exe.backend.probed) == 2  # chunked (16 us): probed, then timed
+
+
 def test_a_run_encodes_only_the_replayed_alternative(compiled, tmp_path):
     from onyxia.plan.cost import plan_cost
 
