@@ -13,6 +13,7 @@ update_dimensions are testable in tests/unit:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from onyxia.plan import Binding, CompiledModel, ShaderSpec
 from onyxia.runtime.commands import Command, CopyCommand, DispatchCommand
 from onyxia.runtime.contract import FeedCopy, Limits, Readback
 from onyxia.runtime.replay import PlanReplay
-from onyxia.runtime.tuner import TuneSettings
+from onyxia.runtime.tuner import TuneSettings, probe_grid
 
 # Vulkan guarantees 128 bytes of push constants; most desktop drivers give 256.
 NULL_LIMITS = Limits(max_workgroups=65535, max_binding_bytes=1 << 27, max_immediate_bytes=128)
@@ -184,12 +185,8 @@ class NullBackend:
     def probe_commands(self, commands: Sequence[Any], share: int) -> tuple[float, float]:
         """The cut grids' stand-in cost (one microsecond a workgroup, as time_commands) and their
         share of the workgroups."""
-        full = part = 0
-        for cmd in commands:
-            grid = list(cmd.workgroups)
-            full += grid[0] * grid[1] * grid[2]
-            grid[grid.index(max(grid))] = -(-max(grid) // share)
-            part += grid[0] * grid[1] * grid[2]
+        full = sum(math.prod(cmd.workgroups) for cmd in commands)
+        part = sum(math.prod(probe_grid(cmd.workgroups, share)) for cmd in commands)
         self.probed.append(part)
         return part * 1e-6, (part / full if full else 1.0)
 

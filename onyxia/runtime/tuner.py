@@ -82,6 +82,14 @@ PROBE_SHARE = 8
 PROBE_MIN_CUTOFF = 0.2
 
 
+def probe_grid(workgroups: tuple[int, int, int], share: int) -> tuple[int, int, int]:
+    """A probe's grid: the longest axis of `workgroups` cut to 1/`share`, rounded up."""
+    grid = list(workgroups)
+    axis = grid.index(max(grid))
+    grid[axis] = -(-grid[axis] // share)
+    return grid[0], grid[1], grid[2]
+
+
 def default_cache_dir() -> Path:
     """ONYXIA_CACHE_DIR, else $XDG_CACHE_HOME/onyxia, else ~/.cache/onyxia."""
     explicit = os.environ.get("ONYXIA_CACHE_DIR", "").strip()
@@ -360,4 +368,5 @@ class Tuner:
         cmd.chosen, cmd.source, cmd.wanted = cmd.step.labels.index(label), "timed", None
 
 
-__all__ = ["TuneCache", "TuneResult", "TuneSettings", "Tuner", "default_cache_dir", "kernels_digest", "shape_class"]
+__all__ = ["TuneCache", "TuneResult", "TuneSettings", "Tuner", "default_cache_dir", "kernels_digest", "probe_grid",
+           "shape_class"]

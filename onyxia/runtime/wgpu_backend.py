@@ -14,6 +14,7 @@ per dispatch, bound with a dynamic offset and uploaded only when values change.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from onyxia.plan import Binding, ShaderSpec
 from onyxia.runtime.commands import Command, CopyCommand, DispatchCommand
 from onyxia.runtime.contract import FeedCopy, Limits, Readback
 from onyxia.runtime.precompile import Kernel, for_device
+from onyxia.runtime.tuner import probe_grid
 from onyxia.runtime.wgpu_readback import StagingReads
 
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -139,6 +141,7 @@ class WgpuBackend:
             if compile_ahead else None
         self._kinds: dict[int, tuple[bool, ...]] = {}  # id(bind group layout) -> its bindings' read_only
         self._kernel_of: dict[int, Kernel] = {}  # id(program) -> what a helper compiles for it
+        self._fence = self.device.create_buffer(size=4, usage=_USAGE)  # a word read back to wait (_wait)
 
     def _params_for(self, transport: Transport) -> Any:
         kind = type(transport)
@@ -342,12 +345,18 @@ class WgpuBackend:
             cmd.bind_params(cpass)
         dispatch(handle, x, y, z)
 
-    def encode_dispatch(self, cpass: wgpu.GPUComputePassEncoder, cmd: DispatchCommand) -> None:
-        """One dispatch into a given pass (the profiler gives each its own timed pass)."""
+    def encode_dispatch(self, cpass: wgpu.GPUComputePassEncoder, cmd: DispatchCommand,
+                        workgroups: tuple[int, int, int] | None = None) -> None:
+        """One dispatch into a given pass (the profiler gives each its own timed pass), over
+        `workgroups` instead of its own grid where given (the tuner's compile and probe: an empty
+        grid is dispatched too, the driver compiling the kernel and running nothing)."""
         cpass.set_pipeline(cmd.program)
         cpass.set_bind_group(0, cmd.bindings)
         if cmd.bind_params is not None:
             cmd.bind_params(cpass)
+        if workgroups is not None:
+            cpass.dispatch_workgroups(*workgroups)
+            return
         x, y, z = cmd.workgroups
         if x and y and z:
             cpass.dispatch_workgroups(x, y, z)
@@ -363,46 +372,33 @@ class WgpuBackend:
     def compile_now(self, commands: Sequence[DispatchCommand]) -> None:
         """Have the driver compile these dispatches' programs now: each dispatched with an empty
         grid (lavapipe compiles a kernel at its first dispatch and then runs nothing), waited for."""
-        if not commands:
-            return
-        encoder = self.device.create_command_encoder()
-        cpass = encoder.begin_compute_pass()
-        for cmd in commands:
-            cpass.set_pipeline(cmd.program)
-            cpass.set_bind_group(0, cmd.bindings)
-            if cmd.bind_params is not None:
-                cmd.bind_params(cpass)
-            cpass.dispatch_workgroups(0, 0, 0)
-        cpass.end()
-        fence = self.device.create_buffer(size=4, usage=_USAGE)
-        self.device.queue.submit([encoder.finish()])
-        self.device.queue.read_buffer(fence, 0, 4)
+        if commands:
+            self._run_once([(cmd, (0, 0, 0)) for cmd in commands])
 
     def probe_commands(self, commands: Sequence[DispatchCommand], share: int) -> tuple[float, float]:
-        """Run these dispatches once, each grid's longest axis cut to 1/`share` (ceil): (wall
-        seconds, the fraction of the workgroups that ran). The kernels bound their work by their
-        parameters, so a smaller grid computes part of the outputs and writes nothing else."""
-        full = part = 0
+        """Run these dispatches once, each grid's longest axis cut to 1/`share` (tuner.probe_grid):
+        (wall seconds, the fraction of the workgroups that ran). The kernels bound their work by
+        their parameters, so a smaller grid computes part of the outputs and writes nothing else."""
+        grids = [probe_grid(cmd.workgroups, share) for cmd in commands]
+        full = sum(math.prod(cmd.workgroups) for cmd in commands)
+        start = time.perf_counter()
+        self._run_once(list(zip(commands, grids)))
+        return time.perf_counter() - start, (sum(map(math.prod, grids)) / full if full else 1.0)
+
+    def _run_once(self, dispatches: Sequence[tuple[DispatchCommand, tuple[int, int, int]]]) -> None:
+        """These dispatches over these grids in one pass, submitted and waited for."""
         encoder = self.device.create_command_encoder()
         cpass = encoder.begin_compute_pass()
-        for cmd in commands:
-            grid = list(cmd.workgroups)
-            full += grid[0] * grid[1] * grid[2]
-            axis = grid.index(max(grid))
-            grid[axis] = -(-grid[axis] // share)
-            part += grid[0] * grid[1] * grid[2]
-            cpass.set_pipeline(cmd.program)
-            cpass.set_bind_group(0, cmd.bindings)
-            if cmd.bind_params is not None:
-                cmd.bind_params(cpass)
-            if all(grid):
-                cpass.dispatch_workgroups(*grid)
+        for cmd, grid in dispatches:
+            self.encode_dispatch(cpass, cmd, grid)
         cpass.end()
-        fence = self.device.create_buffer(size=4, usage=_USAGE)
-        start = time.perf_counter()
         self.device.queue.submit([encoder.finish()])
-        self.device.queue.read_buffer(fence, 0, 4)
-        return time.perf_counter() - start, (part / full if full else 1.0)
+        self._wait()
+
+    def _wait(self) -> None:
+        """Wait for the queue: reading a word back waits for the work before it
+        (on_submitted_work_done_sync does not work with this wgpu-native)."""
+        self.device.queue.read_buffer(self._fence, 0, 4)
 
     def time_commands(self, commands: Sequence[Command], repeats: int, deadline: float,
                       cutoff: float = float("inf"), warm: bool = False) -> list[float]:
@@ -412,16 +408,13 @@ class WgpuBackend:
         one compute pass each where the adapter has them and the commands are all dispatches,
         else wall time from encoding to the queue's completion."""
         queue = self.device.queue
-        # Reading a word back waits for the work before it (on_submitted_work_done_sync does
-        # not work with this wgpu-native); the same cost for every alternative.
-        fence = self.device.create_buffer(size=4, usage=_USAGE)
         stamped = "timestamp-query" in self.runtime.features and all(isinstance(c, DispatchCommand) for c in commands)
         wall: list[float] = []
         # With timestamps the one wall-timed replay is the warm-up.
         for _ in range(1 + (0 if stamped else repeats)):
             start = time.perf_counter()
             queue.submit([self.encode(self.device.create_command_encoder(), commands).finish()])
-            queue.read_buffer(fence, 0, 4)
+            self._wait()  # the same cost for every alternative
             wall.append(time.perf_counter() - start)
             if len(wall) == 1 and warm and wall[0] > 2 * cutoff:
                 return wall  # compiled already, and far slower even allowing for first touches

@@ -5,6 +5,7 @@ second load reads the disk cache and times nothing; a deleted cache only costs a
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -130,8 +131,7 @@ def test_a_probe_runs_a_share_of_the_grid_and_changes_no_result(runtime):
     exe.run(feeds)
     dispatches = [d for d in exe.dispatch_commands() if all(d.workgroups)]
     seconds, share = exe.backend.probe_commands(dispatches, 8)
-    full = sum(x * y * z for x, y, z in (d.workgroups for d in dispatches))
-    part = sum(x * y * z for x, y, z in ((*(-(-g // 8) if i == list(d.workgroups).index(max(d.workgroups)) else g
-                                             for i, g in enumerate(d.workgroups)),) for d in dispatches))
+    full = sum(math.prod(d.workgroups) for d in dispatches)
+    part = sum(math.prod(d.workgroups) // max(d.workgroups) * -(-max(d.workgroups) // 8) for d in dispatches)
     assert seconds > 0 and share == part / full < 0.5
     np.testing.assert_allclose(exe.run(feeds)["y"], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
