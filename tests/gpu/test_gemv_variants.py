@@ -86,8 +86,36 @@ def test_transposed_a_every_row_class(runtime, runtime_without_subgroups, subgro
     gemm = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1)], [("a", np.float32, [k, "m"])], ["y"],
                       {"b": b, "c": c})
     check(runtime if subgroups else runtime_without_subgroups, gemm, {"m": 100},
-          lambda m: {"a": RNG.standard_normal((k, m)).astype(np.float32)}, [1, 3, 5, 14, 17, 37, 64, 65, 100], 1,
+          lambda m: {"a": RNG.standard_normal((k, m)).astype(np.float32)}, [1, 3, 4, 5, 8, 14, 17, 37, 64, 65, 100], 1,
           rtol=1e-4, atol=1e-4)
+
+
+def running_defs(exe) -> list[dict]:
+    """The defs of the chunked kernels a run launches now."""
+    return [dict(exe.model.shaders[d.shader].defs) for d in exe.dispatch_commands()
+            if all(d.workgroups) and exe.model.shaders[d.shader].label == "matmul/gemv_chunked"]
+
+
+def test_transposed_a_rows_a_vec4_a_lane_where_m_is_a_multiple_of_4(runtime):
+    """A k-major A whose M is a multiple of 4 is read 4 rows a vec4 (A_QUADS); another M runs the
+    scalar reads of the same row class; Gemm's one-row C is loaded once an invocation (C_ROW).
+    Both against onnxruntime, with C scaled (beta) and the product (alpha)."""
+    k, n = 132, 48
+    b = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    c = RNG.standard_normal((n,)).astype(np.float32)
+    gemm = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, alpha=0.5, beta=3.0)],
+                      [("a", np.float32, [k, "m"])], ["y"], {"b": b, "c": c})
+    exe = runtime.load_model(compile_model(gemm, {"m": 60}))
+    exe.assume_adapter("cpu")
+    for m, quads in ((60, True), (61, False), (4, True), (12, True), (18, False)):
+        exe.update_dimensions({"m": m})
+        a = RNG.standard_normal((k, m)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(gemm, {"a": a})[0], rtol=1e-5, atol=1e-5,
+                                   err_msg=f"M={m}")
+        defs = running_defs(exe)
+        assert defs and all(d.get("C_ROW") for d in defs), m
+        assert [bool(d.get("A_QUADS")) for d in defs] == [quads], m
+    assert exe.stats.recompiles == 0
 
 
 @pytest.mark.parametrize("cpu", [1, 0])

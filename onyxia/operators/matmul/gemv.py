@@ -27,7 +27,7 @@ from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div
 from onyxia.operators.matmul.epilogue import Epilogue
-from onyxia.plan import ALWAYS, Step, at_least, at_most, has_trait
+from onyxia.plan import ALWAYS, NEVER, Step, at_least, at_most, has_trait
 
 # Rows the chunked kernel takes on a CPU-type adapter: up to 32 per invocation in registers, a
 # row block per wid.z above (B is read once per block). Measured on lavapipe at M = 32 and 64
@@ -126,11 +126,23 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         writes = stored(ctx, p.y, kernel_defs)
     kernel_defs["SPLIT"] = split
     kernel_defs["TRANS_A"] = p.trans_a
+    if kernel_defs.get("HAS_C") and base_params.get("C_MS") == 0 and base_params.get("C_NS") == 1:
+        kernel_defs["C_ROW"] = True  # C is one row (a bias over the columns): loaded once an invocation
     baked = not p.shared_sizes
+    # A k-major A whose M is a multiple of 4 is read a vec4 of 4 rows a lane (A_QUADS)
+    quads = at_most(m % 4, 0) if p.trans_a else NEVER
 
     def rows_class(rows: int) -> list[Step]:
+        if quads.never or rows == 1:
+            return rows_dispatch(rows, False)
+        if not quads.clauses:
+            return rows_dispatch(rows, True)
+        return ctx.select("matmul/gemv_chunked/quads", [
+            ("quads", rows_dispatch(rows, True), quads, ALWAYS), ("scalar", rows_dispatch(rows, False), ALWAYS, ALWAYS)])
+
+    def rows_dispatch(rows: int, a_quads: bool) -> list[Step]:
         rblocks = ceil_div(m, rows)
-        defs, class_reads = finished_by(p, rows, {**kernel_defs, "ROWS": rows}, reads)
+        defs, class_reads = finished_by(p, rows, {**kernel_defs, "ROWS": rows, **({"A_QUADS": True} if a_quads else {})}, reads)
         return [ctx.dispatch(
             "matmul/gemv_chunked.wgsl", defs=defs,
             params={**base_params, "RBLOCKS": rblocks}, reads=class_reads, writes=writes, reports=reports,
