@@ -137,12 +137,13 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
             return rows_dispatch(rows, False)
         if not quads.clauses:
             return rows_dispatch(rows, True)
-        return ctx.select("matmul/gemv_chunked/quads", [
-            ("quads", rows_dispatch(rows, True), quads, ALWAYS), ("scalar", rows_dispatch(rows, False), ALWAYS, ALWAYS)])
+        return ctx.select("matmul/gemv_chunked/quads", [("quads", rows_dispatch(rows, True), quads, ALWAYS),
+                                                         ("scalar", rows_dispatch(rows, False), ALWAYS, ALWAYS)])
 
     def rows_dispatch(rows: int, a_quads: bool) -> list[Step]:
         rblocks = ceil_div(m, rows)
-        defs, class_reads = finished_by(p, rows, {**kernel_defs, "ROWS": rows, **({"A_QUADS": True} if a_quads else {})}, reads)
+        quad_def = {"A_QUADS": True} if a_quads else {}
+        defs, class_reads = finished_by(p, rows, {**kernel_defs, "ROWS": rows, **quad_def}, reads)
         return [ctx.dispatch(
             "matmul/gemv_chunked.wgsl", defs=defs,
             params={**base_params, "RBLOCKS": rblocks}, reads=class_reads, writes=writes, reports=reports,
