@@ -84,8 +84,8 @@ def test_other_chains_stay_and_match(runtime, case):
 
 def test_timm_convnext_norms_all_read_in_place():
     """timm's ConvNeXt (the committed reduced-width export): every LayerNorm2d (stem, blocks,
-    downsamples, and the head's over the pooled 1x1 map) is fused, no Transpose is left (tests/gpu/test_exported_models.py runs it
-    against onnxruntime)."""
+    downsamples, and the head's over the pooled 1x1 map) is fused, no Transpose is left
+    (tests/gpu/test_exported_models.py runs it against onnxruntime)."""
     import onnx
 
     info = {m.name: m for m in models()}["convnext_atto"]
