@@ -22,6 +22,9 @@ from onyxia.ir.shapes import SymDim, dim_symbols
 from onyxia.runtime.commands import Command, DispatchCommand
 from onyxia.runtime.select import SelectCommand
 
+# The smallest buffer a tensor gets, empty ones included: one vec4, which a kernel may bind it as.
+MIN_BUFFER_BYTES = 16
+
 
 @dataclass(eq=False)
 class _Expression:
@@ -157,7 +160,7 @@ class DimensionUpdates:
         grown: dict[str, int] = {}
         for e, v in exprs:
             for name in e.buffers:
-                size = max(v, 4)
+                size = max(v, MIN_BUFFER_BYTES)
                 if size > self.limits.max_binding_bytes and name in self._limit_guarded:
                     continue  # only alternatives guarded by the limit bind it: none is eligible now
                 if size > self.limits.max_binding_bytes:

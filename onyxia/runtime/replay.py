@@ -34,7 +34,7 @@ from onyxia.plan import STATUS_TENSOR, CompiledModel, Dispatch, Step
 from onyxia.runtime.ahead import WorkAhead
 from onyxia.runtime.commands import Command, DispatchCommand, command_for, value
 from onyxia.runtime.contract import Backend, FeedCopy, Limits, Readback
-from onyxia.runtime.dimensions import DimensionUpdates
+from onyxia.runtime.dimensions import MIN_BUFFER_BYTES, DimensionUpdates
 from onyxia.runtime.select import (
     SelectCommand,
     adapter_facts,
@@ -175,8 +175,9 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         return self._alias.get(name, name)
 
     def _size(self, name: str) -> int:
-        # WebGPU buffers cannot be empty: a zero-size tensor still gets one word.
-        return max(int(value(self.model.tensors[name].nbytes, self.dims)), 4)
+        # WebGPU buffers cannot be empty: a zero-size tensor still gets one vec4 (MIN_BUFFER_BYTES:
+        # a kernel may bind it as an array of vec4s).
+        return max(int(value(self.model.tensors[name].nbytes, self.dims)), MIN_BUFFER_BYTES)
 
     def _setup_buffers(self) -> None:
         for name, info in self.model.tensors.items():

@@ -135,6 +135,7 @@ async function openDevice(options) {
 const STORAGE = 0x80 | 0x4 | 0x8;  // STORAGE | COPY_SRC | COPY_DST
 const SLOT_WORDS = 64;              // the uniform transport's 256-byte slot per dispatch
 const GUARDED_PLACEHOLDER = 256;    // bytes of a limit-guarded buffer past the binding limit (_limitGuarded)
+const MIN_BUFFER_BYTES = 16;        // the smallest tensor buffer (runtime/dimensions.py MIN_BUFFER_BYTES)
 const HOST_STEPS = new Set(["read_symbol", "branch", "loop"]);
 const RELAX = "chromium_disable_uniformity_analysis";
 
@@ -268,14 +269,15 @@ export class Session {
     this._commit(this.dims, await this._evaluate(this.dims));
   }
 
-  // {root: bytes} at `dims`: each root sized for the largest tensor sharing it, at least 4 bytes.
+  // {root: bytes} at `dims`: each root sized for the largest tensor sharing it, at least one vec4
+  // (MIN_BUFFER_BYTES: a kernel may bind an empty tensor as an array of vec4s).
   _sizes(dims) {
     const sizes = new Map();
     for (const t of this.plan.tensors) {
       const numel = this.shapeOf.get(t.name).reduce((n, f) => n * f(dims), 1);
-      const root = t.alias_of ?? t.name, nbytes = Math.max(nbytesOf(t.dtype, numel), 4);
+      const root = t.alias_of ?? t.name, nbytes = Math.max(nbytesOf(t.dtype, numel), MIN_BUFFER_BYTES);
       if (!BITS[t.dtype]) throw new PlanError(`tensor '${t.name}' has dtype ${t.dtype}, which has no device storage`, {tensor: t.name});
-      sizes.set(root, Math.max(sizes.get(root) || 4, nbytes));
+      sizes.set(root, Math.max(sizes.get(root) || MIN_BUFFER_BYTES, nbytes));
     }
     return sizes;
   }

@@ -237,3 +237,35 @@ def test_transposes_move_whole_quads_where_they_can(runtime, shape, perm, dtype,
     assert any(dict(s.defs).get("QUADS") for s in compiled.shaders) == quads
     x = rand(*shape, dtype=dtype)
     np.testing.assert_array_equal(runtime.load_model(compiled).run({"x": x})["y"], run_ort(model, {"x": x})[0])
+
+
+def _running_quads(exe, label: str) -> list[bool]:
+    """QUADS of each `label` dispatch a run launches now."""
+    return [bool(dict(exe.model.shaders[d.shader].defs).get("QUADS")) for d in exe.dispatch_commands()
+            if all(d.workgroups) and exe.model.shaders[d.shader].label == label]
+
+
+@pytest.mark.parametrize("op", ["slice", "concat"])
+def test_symbolic_widths_move_quads_where_the_run_allows(runtime, op):
+    """A channel Slice or Concat of NCHW images of symbolic size (yolo_style's): whole quads where
+    the run's width makes every row a multiple of 4 (a Select on the dims), elements where not.
+    Each size against onnxruntime, one plan."""
+    if op == "slice":
+        nodes = [h.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])]
+        consts = {"starts": np.array([2], np.int64), "ends": np.array([6], np.int64), "axes": np.array([1], np.int64)}
+        inputs = [("x", np.float32, ["n", 8, "h", "w"])]
+        label = "strided_copy"
+    else:
+        nodes = [h.make_node("Concat", ["x", "z"], ["y"], axis=1)]
+        consts = {}
+        inputs = [("x", np.float32, ["n", 8, "h", "w"]), ("z", np.float32, ["n", 3, "h", "w"])]
+        label = "concat"
+    model = make_model(nodes, inputs, ["y"], consts)
+    exe = runtime.load_model(compile_model(model, {"n": 1, "h": 5, "w": 8}))
+    for size, quads in (((1, 5, 8), True), ((2, 3, 7), False), ((1, 2, 12), True), ((1, 3, 6), False)):
+        n, hh, ww = size
+        exe.update_dimensions({"n": n, "h": hh, "w": ww})
+        feeds = {name: rand(n, shape[1], hh, ww) for name, _, shape in inputs}
+        np.testing.assert_array_equal(exe.run(feeds)["y"], run_ort(model, feeds)[0], err_msg=str(size))
+        assert _running_quads(exe, label) == [quads], size
+    assert exe.stats.recompiles == 0
