@@ -245,9 +245,9 @@ def _running_quads(exe, label: str) -> list[bool]:
             if all(d.workgroups) and exe.model.shaders[d.shader].label == label]
 
 
-@pytest.mark.parametrize("op", ["slice", "concat"])
+@pytest.mark.parametrize("op", ["slice", "concat", "split"])
 def test_symbolic_widths_move_quads_where_the_run_allows(runtime, op):
-    """A channel Slice or Concat of NCHW images of symbolic size (yolo_style's): whole quads where
+    """A channel Slice, Concat or Split of NCHW images of symbolic size (yolo_style's): whole quads where
     the run's width makes every row a multiple of 4 (a Select on the dims), elements where not.
     Each size against onnxruntime, one plan."""
     if op == "slice":
@@ -255,6 +255,11 @@ def test_symbolic_widths_move_quads_where_the_run_allows(runtime, op):
         consts = {"starts": np.array([2], np.int64), "ends": np.array([6], np.int64), "axes": np.array([1], np.int64)}
         inputs = [("x", np.float32, ["n", 8, "h", "w"])]
         label = "strided_copy"
+    elif op == "split":  # 5 + 3 channels, the second part unused
+        nodes = [h.make_node("Split", ["x", "sizes"], ["y", "unused"], axis=1)]
+        consts = {"sizes": np.array([5, 3], np.int64)}
+        inputs = [("x", np.float32, ["n", 8, "h", "w"])]
+        label = "split"
     else:
         nodes = [h.make_node("Concat", ["x", "z"], ["y"], axis=1)]
         consts = {}
