@@ -15,10 +15,21 @@
 // LEFT_WINDOW, RIGHT_WINDOW, NONPAD, MASK_BOOL, MASK_FLOAT, SOFTCAP, QK_OUT, MODE.
 // SPLIT_KV (attention::split, not with QK_OUT): grid (H, S, B * SPLITS), each split's keys only.
 // Params: H, S, T, D, DV, GROUP, SCALE, CAP, P, LEFT, RIGHT, MT; element strides QB/QH/QS,
-// KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes).
+// KB/KH/KS, VB/VH/VS, YB/YH/YS and MB/MH/MS (mask: 0 on broadcast axes); with OFFSETS (a def)
+// Q0, K0, V0 (FusedAttention's views into one fused projection's output).
 
 #import attention::softmax
 #import attention::split
+
+// Where q, k and v start in their buffers (OFFSETS: parts of one fused projection's output, the
+// views' offsets; else 0).
+fn operand_offsets() -> vec3<u32> {
+#ifdef OFFSETS
+    return vec3<u32>(Q0(), K0(), V0());
+#else
+    return vec3<u32>(0u);
+#endif
+}
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 
@@ -76,14 +87,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let j1 = split_hi(sp, u32(max(lo, 0)), u32(max(hi, 0)));
 #endif
 
-    let qrow = b * QB() + h * QH() + s * QS();
+    let offs = operand_offsets();
+    let qrow = b * QB() + h * QH() + s * QS() + offs.x;
     for (var d = lid; d < D(); d += WG) {
         q_sh[d] = f32(q_load(qrow + d)) * SCALE();
     }
     workgroupBarrier();
 
-    let kbase = b * KB() + g * KH();
-    let vbase = b * VB() + g * VH();
+    let kbase = b * KB() + g * KH() + offs.y;
+    let vbase = b * VB() + g * VH() + offs.z;
     let mrow = b * MB() + h * MH() + s * MS();
     let qkrow = ((b * H() + h) * S() + s) * T();
     var st = softmax_start(vbase, DV());

@@ -12,8 +12,18 @@
 // grow with the keys (T / 4; the planner bounds T).
 // Buffers: q, k, v (vec4), [mask], y. Defs: DIM (= D = DV, at most 128), CPL (= ceil(D / 32)),
 // MASK_FLOAT, ONYXIA_SUBGROUPS (set at render). Params: H, S, T, SCALE, MT, element strides
-// QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS.
+// QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS; with OFFSETS (a def) Q0, K0, V0.
 #import attention::flash
+
+// Where q, k and v start in their buffers (OFFSETS: parts of one fused projection's output, the
+// views' offsets; else 0).
+fn operand_offsets() -> vec3<u32> {
+#ifdef OFFSETS
+    return vec3<u32>(Q0(), K0(), V0());
+#else
+    return vec3<u32>(0u);
+#endif
+}
 
 const LANES = 8u;  // query rows per workgroup, one per invocation: one SIMD batch of lavapipe's lanes
 const DV = #{DIM}u / 4u;  // vec4s per head row
@@ -108,9 +118,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let s0 = wid.y * LANES;
     let b = wid.z;
     let s = min(s0 + lane, S() - 1u);
-    kbase = b * KB() + h * KH();
-    vbase = b * VB() + h * VH();
-    let qrow4 = (b * QB() + h * QH() + s * QS()) / 4u;
+    let offs = operand_offsets();
+    kbase = b * KB() + h * KH() + offs.y;
+    vbase = b * VB() + h * VH() + offs.z;
+    let qrow4 = (b * QB() + h * QH() + s * QS() + offs.x) / 4u;
     let mrow = b * MB() + h * MH() + s * MS();
     var q0: Slice;
     var acc0: Slice;

@@ -21,8 +21,18 @@
 // Buffers: q, k, v (vec4), [mask], y, acc (vec4 scratch: N rounded up to WG_SIZE x DV f32 x 4),
 // [partial]. Defs: MASK_FLOAT, SPLIT_KV, WG_SIZE. Params: N (B x H x SPLITS x ceil(S / 4)), H, S,
 // T, D, DV, SCALE, MT, element strides QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS,
-// [SPLITS, COLS, KPS].
+// [SPLITS, COLS, KPS]; with OFFSETS (a def) Q0, K0, V0.
 #import common::grid
+
+// Where q, k and v start in their buffers (OFFSETS: parts of one fused projection's output, the
+// views' offsets; else 0).
+fn operand_offsets() -> vec3<u32> {
+#ifdef OFFSETS
+    return vec3<u32>(Q0(), K0(), V0());
+#else
+    return vec3<u32>(0u);
+#endif
+}
 
 const NEG = -3.0e38;
 const WG = #{WG_SIZE}u;
@@ -86,7 +96,8 @@ fn main(wg: Grid) {
     // Rows past S repeat row S - 1 (in bounds) and stay dead.
     let rows = min(vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(S() - 1u));
     let alive = vec4<u32>(s0) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(S());
-    let qrow = (vec4<u32>(b * QB() + h * QH()) + rows * QS()) / 4u;
+    let offs = operand_offsets();
+    let qrow = (vec4<u32>(b * QB() + h * QH() + offs.x) + rows * QS()) / 4u;
     // Loops over the head's vec4s, kept loops (common::grid): unrolled for heads of 8 (2 trips),
     // the kernel compiled in 4.6 s on Mesa 25, 1.8 s as loops.
     let d4 = kept_bound(D() / 4u, wg.nwg);
@@ -96,8 +107,8 @@ fn main(wg: Grid) {
     for (var c = 0u; c < 4u * dv4; c++) {
         acc_store4(abase + c * WG, vec4<f32>(0.0));
     }
-    let kbase = b * KB() + h * KH();
-    let vbase = b * VB() + h * VH();
+    let kbase = b * KB() + h * KH() + offs.y;
+    let vbase = b * VB() + h * VH() + offs.z;
     let mrow = vec4<u32>(b * MB() + h * MH()) + rows * MS();
     var m = vec4<f32>(NEG);
     var l = vec4<f32>(0.0);

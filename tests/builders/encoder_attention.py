@@ -90,6 +90,36 @@ def attention_block(spelling: str, mask: str | None, heads: int = 2, head: int =
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def packed_qkv_block(unbind: str = "split", heads: int = 2, head: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """timm's Attention: one qkv projection (+ bias) [B, S, 3 * H * D] -> Reshape [B, S, 3, H, D]
+    -> Transpose (2, 0, 3, 1, 4) -> q, k, v by Split(axis 0) + Squeeze (`unbind` "split", torch's
+    unbind) or Gather(axis 0) ("gather") -> softmax(q * scale @ k^T) v -> heads merged back."""
+    rng = np.random.default_rng(seed)
+    hidden = heads * head
+    n = helper.make_node
+    c = {"wqkv": (rng.standard_normal((hidden, 3 * hidden)) / np.sqrt(hidden)).astype(np.float32),
+         "bqkv": rng.standard_normal(3 * hidden).astype(np.float32),
+         "shape5": np.array([0, 0, 3, heads, head], np.int64), "merge": np.array([0, 0, hidden], np.int64),
+         "scale": np.array(head ** -0.5, np.float32), "ones": np.array([1, 1, 1], np.int64),
+         "ax0": np.array([0], np.int64), **{f"p{i}": np.array(i, np.int64) for i in range(3)}}
+    nodes = [n("MatMul", ["x", "wqkv"], ["qkv0"]), n("Add", ["qkv0", "bqkv"], ["qkv"]),
+             n("Reshape", ["qkv", "shape5"], ["qkv5"]), n("Transpose", ["qkv5"], ["parts"], perm=[2, 0, 3, 1, 4])]
+    if unbind == "split":
+        nodes += [n("Split", ["parts", "ones"], ["q1", "k1", "v1"], axis=0)]
+        nodes += [n("Squeeze", [f"{p}1", "ax0"], [p]) for p in "qkv"]
+    else:
+        nodes += [n("Gather", ["parts", f"p{i}"], [p], axis=0) for i, p in enumerate("qkv")]
+    nodes += [n("Mul", ["q", "scale"], ["qs"]), n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+              n("MatMul", ["qs", "kt"], ["scores"]), n("Softmax", ["scores"], ["probs"], axis=-1),
+              n("MatMul", ["probs", "v"], ["ctx4"]), n("Transpose", ["ctx4"], ["ctx"], perm=[0, 2, 1, 3]),
+              n("Reshape", ["ctx", "merge"], ["y"])]
+    graph = helper.make_graph(nodes, f"packed_qkv_{unbind}",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", hidden])],
+                              [numpy_helper.from_array(v, k) for k, v in c.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def block_feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
     """x, and the mask inputs with the last batch row padded after 2/3 of the keys."""
     rng = np.random.default_rng(seed)

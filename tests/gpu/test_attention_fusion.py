@@ -15,7 +15,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onyxia.runtime.replay import SelectCommand
-from tests.builders.encoder_attention import MASKS, SPELLINGS, attention_block, block_feeds, static_sequence
+from tests.builders.encoder_attention import (
+    MASKS,
+    SPELLINGS,
+    attention_block,
+    block_feeds,
+    packed_qkv_block,
+    static_sequence,
+)
 from tests.helpers import compile_model
 
 ENCODERS = Path(__file__).resolve().parent.parent / "data" / "exported" / "encoders"
@@ -328,4 +335,25 @@ def test_exported_encoders_match_onnxruntime(runtime, path):
     for step, ((b, s), d) in enumerate(zip(sizes, dims)):
         exe.update_dimensions(d)
         _run_each_kernel(exe, model, _encoder_feeds(path.name, b, s, step), out=out)
+    assert exe.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("unbind", ["split", "gather"])
+def test_packed_qkv_is_read_in_place(runtime, unbind):
+    """timm's packed QKV projection: the FusedAttention reads q, k and v as parts of the one
+    projection output (View.parts, the kernels' OFFSETS), no Transpose, Split or Gather left;
+    every kernel against onnxruntime as the sequence changes, the products alternative (its
+    head copies from the offsets) where the keys allow it."""
+    model = packed_qkv_block(unbind, heads=2, head=32)
+    compiled = compile_model(model, {"batch": 2, "seq": 7})
+    ops = {op.op_type for op in compiled.operations if op.steps}
+    assert "FusedAttention" in ops and not ops & {"Transpose", "Split", "Gather", "Squeeze"}, ops
+    fused = next(op for op in compiled.operations if op.op_type == "FusedAttention")
+    reads = {t for s in fused.steps for t, written in s.uses() if not written} - set(fused.scratch)
+    assert len(reads) == 1, reads  # the projection's output, three times
+    exe = runtime.load_model(compiled)
+    for step, (batch, seq) in enumerate(((2, 7), (1, 13), (2, 512))):
+        exe.update_dimensions({"batch": batch, "seq": seq})
+        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
+        assert ("products" in ran) == (seq >= 512), (seq, ran)
     assert exe.stats.recompiles == 0

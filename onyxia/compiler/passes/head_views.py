@@ -84,8 +84,80 @@ def head_view(graph: IrGraph, tid: str, perm: tuple[int, ...], scaled: bool = Tr
             if inner is None:
                 return best
             perm, tid = [SWAP[p] for p in perm], inner
+        elif node.op_type in ("Squeeze", "Gather") and perm[3] == 3:
+            part = _projection_part(graph, node, tid, perm)
+            if part is not None:
+                base, view = part
+                while scaled and (producer := graph.producer(base)) is not None \
+                        and (factor := scalar_factor(graph, graph.node(producer))) is not None:
+                    base, scale = factor[0], scale * factor[1]
+                return Operand(base, view, scale)
+            return best
         else:
             return best
+
+
+def _projection_part(graph: IrGraph, node: Node, tid: str, perm: list[int]) -> tuple[str, View] | None:
+    """`tid` (4-D, logical axis i at its axis perm[i]) as part p of a fused projection's output
+    X [B, S, parts * H * D], where timm's Attention (and torch's unbind of a packed QKV) takes
+    it: Reshape(X, [B, S, parts, H, D]) -> Transpose with the parts axis first (perm[0] = 2, D
+    kept last) -> Split(axis 0) into ones -> Squeeze(axis 0) output p, or Gather(axis 0, index p).
+    Then X's last axis splits into D-wide heads, parts x H of them, this operand's H from p x H
+    on (View.part / parts)."""
+    if node.op_type == "Squeeze":
+        axes = node.attributes.get("axes")
+        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+            value = graph.tensor(node.inputs[1]).value
+            axes = None if value is None or value.dtype == object else value.reshape(-1).tolist()
+        if axes is None or [int(a) for a in axes] != [0]:
+            return None
+        split_id = graph.producer(node.inputs[0])
+        split = graph.node(split_id) if split_id is not None else None
+        if split is None or (split.domain, split.op_type) != ("", "Split") or int(split.attributes.get("axis", 0)) != 0:
+            return None
+        if any(graph.tensor(o).shape is None or graph.tensor(o).shape[0] != 1 for o in split.outputs if o):
+            return None  # parts of one each
+        part = split.outputs.index(node.inputs[0])
+        transposed = split.inputs[0]
+    else:  # Gather(T, p) along axis 0
+        index = constant_int(graph, node.inputs[1])
+        if int(node.attributes.get("axis", 0)) != 0 or index is None or index < 0:
+            return None
+        part, transposed = index, node.inputs[0]
+    t_id = graph.producer(transposed)
+    t = graph.node(t_id) if t_id is not None else None
+    if t is None or (t.domain, t.op_type) != ("", "Transpose"):
+        return None
+    t_perm = [int(p) for p in t.attributes.get("perm", ())]
+    if len(t_perm) != 5 or t_perm[0] != 2 or t_perm[4] != 4:
+        return None
+    r_id = graph.producer(t.inputs[0])
+    r = graph.node(r_id) if r_id is not None else None
+    if r is None or (r.domain, r.op_type) != ("", "Reshape"):
+        return None
+    x, shaped = graph.tensor(r.inputs[0]).shape, graph.tensor(r.outputs[0]).shape
+    if x is None or shaped is None or len(x) != 3 or len(shaped) != 5:
+        return None
+    b, s, parts, heads, d = shaped
+    if (x[0] != b or x[1] != s or not all(isinstance(v, int) for v in (parts, heads, d))
+            or x[2] != parts * heads * d or not 0 <= part < parts):
+        return None
+    # operand axis j is the Transpose's axis j + 1, the Reshape's axis t_perm[j + 1]; those are,
+    # seen as X split into D-wide heads [B, S, parts * H, D]: 0 -> 0, 1 -> 1, 3 -> 2, 4 -> 3
+    as_x = {0: 0, 1: 1, 3: 2, 4: 3}
+    shaped_axis = [t_perm[perm[i] + 1] for i in range(4)]
+    if any(a not in as_x for a in shaped_axis):
+        return None
+    view = View(d, tuple(as_x[a] for a in shaped_axis), part, parts)  # type: ignore[arg-type]
+    return (r.inputs[0], view) if view.perm[1] == 2 else None  # the heads are the head axis
+
+
+def constant_int(graph: IrGraph, tid: str | None) -> int | None:
+    """The value of an integer constant of one element."""
+    t = graph.tensor(tid) if tid else None
+    if t is None or t.value is None or t.value.dtype == object or t.value.size != 1 or t.dtype.is_float:
+        return None
+    return int(t.value.reshape(()))
 
 
 def _transposed_round_trip(graph: IrGraph, reshape: Node) -> str | None:

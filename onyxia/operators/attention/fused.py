@@ -26,7 +26,7 @@ from onyxia.operators.attention.split_kv import (
     split_keys,
 )
 from onyxia.operators.base import Buf, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import ceil_div
+from onyxia.operators.common import ceil_div, is_zero
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.indexing.indexing import plan_strided_copy
 from onyxia.operators.matmul.matmul import Product, plan_product
@@ -68,17 +68,29 @@ _OPERANDS = ("q", "k", "v", "y")
 @dataclass(frozen=True)
 class View:
     """How an operand's elements sit on logical [B, H, S, D] axes: logical axis i is axis
-    perm[i] of the operand seen as 4-D (a 3-D operand's last axis split into (-1, split))."""
+    perm[i] of the operand seen as 4-D (a 3-D operand's last axis split into (-1, split)). With
+    `parts` > 1 the operand's head axis holds `parts` operands' heads one after another (a fused
+    QKV projection's [B, S, 3 * H * D] output, timm's ViT) and this one is part `part`: its H
+    heads start `part` x H heads in (offset)."""
 
     split: int  # 0: the operand is 4-D
     perm: tuple[int, int, int, int]
+    part: int = 0
+    parts: int = 1
 
     @staticmethod
     def of(attr: list[int]) -> View:
-        return View(int(attr[0]), (int(attr[1]), int(attr[2]), int(attr[3]), int(attr[4])))
+        parts = (int(attr[5]), int(attr[6])) if len(attr) > 5 else (0, 1)
+        return View(int(attr[0]), (int(attr[1]), int(attr[2]), int(attr[3]), int(attr[4])), *parts)
 
     def encode(self) -> list[int]:
-        return [self.split, *self.perm]
+        return [self.split, *self.perm, *((self.part, self.parts) if self.parts > 1 else ())]
+
+    def offset(self, shape: Shape) -> Dim:
+        """Where the operand's first element is: part x its heads x the head stride."""
+        if self.parts == 1:
+            return 0
+        return self.part * self.logical(shape)[1] * self.strides(shape)[1]
 
     def dims4(self, shape: Shape) -> list[Dim]:
         """The operand's shape seen as 4-D."""
@@ -88,7 +100,9 @@ class View:
 
     def logical(self, shape: Shape) -> list[Dim]:
         dims = self.dims4(shape)
-        return [dims[p] for p in self.perm]
+        logical = [dims[p] for p in self.perm]
+        logical[1] = logical[1] // self.parts
+        return logical
 
     def shape_of(self, logical: list[Dim]) -> Shape:
         """The operand shape holding logical dims `logical` (the output's inference)."""
@@ -138,7 +152,9 @@ class FusedAttention(Operator):
             require_float(ctx, i)
             shape = ctx.input_shape(i)
             view = views[name]
-            if len(shape) != (3 if view.split else 4) or view.perm[3] != 3 or sorted(view.perm) != [0, 1, 2, 3]:
+            heads = view.dims4(shape)[view.perm[1]] if len(shape) == (3 if view.split else 4) else 0
+            if (len(shape) != (3 if view.split else 4) or view.perm[3] != 3 or sorted(view.perm) != [0, 1, 2, 3]
+                    or not 0 <= view.part < view.parts or not isinstance(heads, int) or heads % view.parts):
                 raise ctx.fail(f"{name} of shape {shape_str(shape)} does not fit view {view.encode()}", i)
             dims[name] = view.logical(shape)
         (b, h, s, d), (kb, kh, t, kd), (vb, vh, vt, dv) = dims["q"], dims["k"], dims["v"]
@@ -171,6 +187,10 @@ class FusedAttention(Operator):
             params.update({f"{name.upper()}B": sb, f"{name.upper()}H": sh, f"{name.upper()}S": ss})
         reads: dict[str, str | Buf] = {"q": ctx.input(0), "k": ctx.input(1), "v": ctx.input(2)}
         defs: dict[str, object] = {"DIM": d}
+        offsets = {f"{name.upper()}0": c.views[name].offset(shape) for name, shape in zip(_OPERANDS[:3], shapes)}
+        if any(not is_zero(o) for o in offsets.values()):  # parts of one fused projection's output
+            defs["OFFSETS"] = True
+            params.update(offsets)
         if c.mask is not None:
             defs["MASK_FLOAT"] = True
             reads["mask"] = ctx.input(3)
@@ -275,16 +295,19 @@ def _plan_products(ctx: PlanCtx, c: FusedAttentionSpec) -> list[Step]:
     def heads(name: str, i: int, rows: Dim) -> str:
         """Operand i as contiguous [B, H, rows, D]: itself where it is, else a copy."""
         strides = c.views[name].strides(ctx.input_shape(i))
-        if all(isinstance(x, int) and x == y for x, y in zip(strides, (h * rows * d, rows * d, d))):
+        offset = c.views[name].offset(ctx.input_shape(i))
+        contiguous = all(isinstance(x, int) and x == y for x, y in zip(strides, (h * rows * d, rows * d, d)))
+        if contiguous and is_zero(offset):
             return ctx.input(i)
         dst = ctx.scratch(b * h * rows * d, "float32", f"{name}_heads")
-        steps.extend(plan_strided_copy(ctx, (b, h, rows, d), (*strides, 1), x=ctx.input(i), y=dst))
+        steps.extend(plan_strided_copy(ctx, (b, h, rows, d), (*strides, 1), offset, x=ctx.input(i), y=dst))
         return dst
 
     q, v = heads("q", 0, s), heads("v", 2, t)
     kt = ctx.scratch(b * h * d * t, "float32", "k_transposed")
     kb, kh, ks = c.views["k"].strides(ctx.input_shape(1))
-    steps += plan_strided_copy(ctx, (b, h, d, t), (kb, kh, 1, ks), x=ctx.input(1), y=kt)
+    steps += plan_strided_copy(ctx, (b, h, d, t), (kb, kh, 1, ks), c.views["k"].offset(ctx.input_shape(1)),
+                               x=ctx.input(1), y=kt)
     scores = ctx.scratch(b * h * s * t, "float32", "scores")
     scale = float(ctx.attr("scale", 1.0 / math.sqrt(d)))
     batch = (b, h)
