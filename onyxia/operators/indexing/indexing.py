@@ -22,10 +22,8 @@ from onyxia.ir import dtypes
 from onyxia.ir.dtypes import WORD_STORAGE, DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, nonnegative, numel
 from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import collapse_dims, contiguous_strides, is_one, is_zero
-from onyxia.plan import ALWAYS, NEVER, Step
-from onyxia.plan import at_most as guard_at_most
-from onyxia.plan.select import Guard
+from onyxia.operators.common import by_quads, collapse_dims, contiguous_strides, is_one, is_zero, quads_guard
+from onyxia.plan import NEVER, Step
 
 GATHER = "indexing/gather.wgsl"
 # A private attribute of the Gathers SplitLargeTensorsPass makes over a table's row pieces: their
@@ -152,40 +150,26 @@ def plan_strided_copy(ctx: PlanCtx, shape: Shape, src_strides: Sequence[Dim], sr
     static (or symbolic multiples of 4, as 512 * seq), else by a Select whose guard checks them at
     the run's dims (an image's width: yolo_style's channel Slices, lavapipe ~4x fewer accesses)."""
     x, y = x or ctx.input(0), y or ctx.output(0)
-    params, code = strided_code(shape, {"src": (src_strides, src_offset), "dst": (contiguous_strides(shape), 0)})
     if not (ctx.tensor_dtype(y).storage in WORD_STORAGE and len(shape) > 0 and is_one(src_strides[-1])):
-        return dispatch_gather(ctx, code, params, x=x, y=y, count=numel(shape), label="strided_copy")
-    guard = quads_guard((shape[-1], *src_strides[:-1], src_offset))
-    if guard.never:
-        return dispatch_gather(ctx, code, params, x=x, y=y, count=numel(shape), label="strided_copy")
-    quads = (*shape[:-1], shape[-1] // 4)
-    q_params, q_code = strided_code(quads, {"src": ([s // 4 for s in src_strides[:-1]] + [1], src_offset // 4),
-                                            "dst": (contiguous_strides(quads), 0)})
-    count = numel(quads)
-    by_quads = [] if is_zero(count) else [ctx.dispatch(
-        GATHER, label="strided_copy", defs={"INDEX": q_code, "QUADS": True}, params={"N": count, **q_params},
-        reads={"x": Buf(x, raw=True, vector=True)}, writes={"y": Buf(y, raw=True, vector=True)},
-        workgroups=ctx.grid(count))]
-    if not guard.clauses:
-        return by_quads
-    return ctx.select("strided_copy/quads", [
-        ("quads", by_quads, guard, ALWAYS),
-        ("elements", dispatch_gather(ctx, code, params, x=x, y=y, count=numel(shape), label="strided_copy"),
-         ALWAYS, ALWAYS)])
+        guard = NEVER
+    else:
+        guard = quads_guard((shape[-1], *src_strides[:-1], src_offset))
 
+    def copy(quads: bool) -> list[Step]:
+        if not quads:
+            params, code = strided_code(shape, {"src": (src_strides, src_offset),
+                                                "dst": (contiguous_strides(shape), 0)})
+            return dispatch_gather(ctx, code, params, x=x, y=y, count=numel(shape), label="strided_copy")
+        by4 = (*shape[:-1], shape[-1] // 4)
+        params, code = strided_code(by4, {"src": ([s // 4 for s in src_strides[:-1]] + [1], src_offset // 4),
+                                          "dst": (contiguous_strides(by4), 0)})
+        count = numel(by4)
+        return [] if is_zero(count) else [ctx.dispatch(
+            GATHER, label="strided_copy", defs={"INDEX": code, "QUADS": True}, params={"N": count, **params},
+            reads={"x": Buf(x, raw=True, vector=True)}, writes={"y": Buf(y, raw=True, vector=True)},
+            workgroups=ctx.grid(count))]
 
-def quads_guard(dims: Sequence[Dim]) -> Guard:
-    """That every one of `dims` is a multiple of 4: ALWAYS / NEVER where that is known now (a
-    static dim, or a symbolic one as 512 * seq), else a guard on the run's dims."""
-    guard = ALWAYS
-    for d in dims:
-        rest = d % 4
-        if isinstance(rest, int) or is_zero(rest):
-            if not is_zero(rest):
-                return NEVER
-            continue
-        guard &= guard_at_most(rest, 0)
-    return guard
+    return by_quads(ctx, "strided_copy/quads", guard, copy)
 
 
 def copy_elements(ctx: PlanCtx, src: str, dst: str, count: Dim, src_offset: Dim = 0, dst_offset: Dim = 0) -> list[Step]:

@@ -8,11 +8,18 @@ import numpy as np
 from onyxia.ir.dtypes import WORD_STORAGE, DType
 from onyxia.ir.shapes import Dim, Shape, numel
 from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import broadcast_strides, contiguous_strides, is_zero, prefer_literal
+from onyxia.operators.common import (
+    broadcast_strides,
+    by_quads,
+    contiguous_strides,
+    is_zero,
+    prefer_literal,
+    quads_guard,
+)
 from onyxia.operators.functions import expanded
-from onyxia.operators.indexing.indexing import coords_code, dispatch_gather, plan_strided_copy, quads_guard
+from onyxia.operators.indexing.indexing import coords_code, dispatch_gather, plan_strided_copy
 from onyxia.operators.shape.shape import MAX_PARTS, is_used
-from onyxia.plan import ALWAYS, NEVER, Step
+from onyxia.plan import NEVER, Step
 
 
 class Transpose(Operator):
@@ -133,16 +140,10 @@ class Concat(Operator):
         # by quads where every row is a multiple of 4 words (NCHW channel concats of images whose
         # H x W is: yolo_style's 17 at 320x320, lavapipe 13.8 -> 4.8 ms): decided here, or by
         # the run's dims where they are symbolic
-        guard = quads_guard([out[axis] * inner, *(row for _, row in parts)]) \
+        guard = quads_guard([out[axis] * inner, *(r for _, r in parts)]) \
             if ctx.tensor_dtype(ctx.output(0)).storage in WORD_STORAGE else NEVER
-        if guard.never:
-            return self._groups(ctx, parts, outer, out[axis] * inner, False)
-        by_quads = self._groups(ctx, parts, outer, out[axis] * inner, True)
-        if not guard.clauses:
-            return by_quads
-        return ctx.select("concat/quads", [("quads", by_quads, guard, ALWAYS),
-                                           ("elements", self._groups(ctx, parts, outer, out[axis] * inner, False),
-                                            ALWAYS, ALWAYS)])
+        row = out[axis] * inner
+        return by_quads(ctx, "concat/quads", guard, lambda quads: self._groups(ctx, parts, outer, row, quads))
 
     @staticmethod
     def _groups(ctx: PlanCtx, parts: list[tuple[str, Dim]], outer: Dim, out_row: Dim, quads: bool) -> list[Step]:
@@ -234,13 +235,7 @@ class Split(Operator):
         row = shape[axis] * inner
         guard = quads_guard([row, *(s * inner for s in sizes)]) \
             if ctx.tensor_dtype(ctx.input(0)).storage in WORD_STORAGE else NEVER
-        if guard.never:
-            return self._groups(ctx, parts, outer, row, False)
-        by_quads = self._groups(ctx, parts, outer, row, True)
-        if not guard.clauses:
-            return by_quads
-        return ctx.select("split/quads", [("quads", by_quads, guard, ALWAYS),
-                                          ("elements", self._groups(ctx, parts, outer, row, False), ALWAYS, ALWAYS)])
+        return by_quads(ctx, "split/quads", guard, lambda quads: self._groups(ctx, parts, outer, row, quads))
 
     @staticmethod
     def _groups(ctx: PlanCtx, parts: list[tuple[int, Dim, Dim]], outer: Dim, in_row: Dim, quads: bool) -> list[Step]:

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
-from onyxia.operators.common import ceil_div
+from onyxia.operators.common import by_quads, ceil_div, quads_guard
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.plan import ALWAYS, NEVER, Step, at_least, at_most, has_trait
 
@@ -130,15 +130,11 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         kernel_defs["C_ROW"] = True  # C is one row (a bias over the columns): loaded once an invocation
     baked = not p.shared_sizes
     # A k-major A whose M is a multiple of 4 is read a vec4 of 4 rows a lane (A_QUADS)
-    quads = at_most(m % 4, 0) if p.trans_a else NEVER
+    quads = quads_guard([m]) if p.trans_a else NEVER
 
     def rows_class(rows: int) -> list[Step]:
-        if quads.never or rows == 1:
-            return rows_dispatch(rows, False)
-        if not quads.clauses:
-            return rows_dispatch(rows, True)
-        return ctx.select("matmul/gemv_chunked/quads", [("quads", rows_dispatch(rows, True), quads, ALWAYS),
-                                                         ("scalar", rows_dispatch(rows, False), ALWAYS, ALWAYS)])
+        return by_quads(ctx, "matmul/gemv_chunked/quads", NEVER if rows == 1 else quads,
+                        lambda a_quads: rows_dispatch(rows, a_quads), ("quads", "scalar"))
 
     def rows_dispatch(rows: int, a_quads: bool) -> list[Step]:
         rblocks = ceil_div(m, rows)
