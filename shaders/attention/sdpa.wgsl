@@ -20,16 +20,8 @@
 
 #import attention::softmax
 #import attention::split
+#import attention::operands
 
-// Where q, k and v start in their buffers (OFFSETS: parts of one fused projection's output, the
-// views' offsets; else 0).
-fn operand_offsets() -> vec3<u32> {
-#ifdef OFFSETS
-    return vec3<u32>(Q0(), K0(), V0());
-#else
-    return vec3<u32>(0u);
-#endif
-}
 
 var<workgroup> q_sh: array<f32, #{DIM}>;
 

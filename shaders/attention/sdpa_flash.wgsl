@@ -14,16 +14,8 @@
 // MASK_FLOAT, ONYXIA_SUBGROUPS (set at render). Params: H, S, T, SCALE, MT, element strides
 // QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS; with OFFSETS (a def) Q0, K0, V0.
 #import attention::flash
+#import attention::operands
 
-// Where q, k and v start in their buffers (OFFSETS: parts of one fused projection's output, the
-// views' offsets; else 0).
-fn operand_offsets() -> vec3<u32> {
-#ifdef OFFSETS
-    return vec3<u32>(Q0(), K0(), V0());
-#else
-    return vec3<u32>(0u);
-#endif
-}
 
 const LANES = 8u;  // query rows per workgroup, one per invocation: one SIMD batch of lavapipe's lanes
 const DV = #{DIM}u / 4u;  // vec4s per head row

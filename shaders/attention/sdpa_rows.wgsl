@@ -23,16 +23,8 @@
 // T, D, DV, SCALE, MT, element strides QB/QH/QS, KB/KH/KS, VB/VH/VS, YB/YH/YS, MB/MH/MS,
 // [SPLITS, COLS, KPS]; with OFFSETS (a def) Q0, K0, V0.
 #import common::grid
+#import attention::operands
 
-// Where q, k and v start in their buffers (OFFSETS: parts of one fused projection's output, the
-// views' offsets; else 0).
-fn operand_offsets() -> vec3<u32> {
-#ifdef OFFSETS
-    return vec3<u32>(Q0(), K0(), V0());
-#else
-    return vec3<u32>(0u);
-#endif
-}
 
 const NEG = -3.0e38;
 const WG = #{WG_SIZE}u;

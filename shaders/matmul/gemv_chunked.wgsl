@@ -171,6 +171,36 @@ fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
     return mat4x4<f32>(b_load4(j), b_load4(j + n4), b_load4(j + 2u * n4), b_load4(j + 3u * n4));
 }
 
+// Where lane `lane` reads A for the rows from m0 + first (clamped: past M only unstored rows):
+// row m0 + first + lane (a_row), or with A_QUADS the vec4 of rows m0 + first + 4 * (lane / 4) ..
+// + 3 at k = lane % 4 of each 4 (k-major A, M % 4 == 0; 4 k are M vec4s on).
+fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> u32 {
+#ifdef A_QUADS
+    return (a_base + (lane % 4u) * M() + min(m0 + first + 4u * (lane / 4u), M() - 4u)) / 4u;
+#else
+    return a_row(a_base, min(m0 + first + lane, M() - 1u));
+#endif
+}
+
+// The lane's vec4 of A at k = 4 * k4 ..: its row's 4 k (a_quad), or with A_QUADS its 4 rows at one k.
+fn lane_values(source: u32, k4: u32) -> vec4<f32> {
+#ifdef A_QUADS
+    return vec4<f32>(a_load4(source + k4 * M()));
+#else
+    return a_quad(source, k4);
+#endif
+}
+
+// Four lanes' broadcast vec4s as the block whose columns are 4 rows' k values: as they are, or
+// with A_QUADS (each a k's values of the 4 rows) transposed.
+fn as_rows(lanes: mat4x4<f32>) -> mat4x4<f32> {
+#ifdef A_QUADS
+    return transpose(lanes);
+#else
+    return lanes;
+#endif
+}
+
 @compute @workgroup_size(8)
 fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #ifdef ONYXIA_SUBGROUPS
@@ -221,88 +251,43 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #endif
     if (lanes_share) {
 #ifdef ONYXIA_SUBGROUPS
-#ifdef A_QUADS
-        // lane l: A's rows m0 + 8 J + 4 * (l / 4) .. + 3 (clamped: past M only unstored rows) at k =
-        // 4 * k4 + l % 4, one vec4 (4 k are M vec4s on); block J's transpose is the broadcasts'
-        let top = M() - 4u;
-        let lane_k = a_base + (sg_id % 4u) * M();
-        let q0 = (lane_k + min(m0 + 4u * (sg_id / 4u), top)) / 4u;
+        let r0 = lane_source(a_base, m0, 0u, sg_id);
 #if ROWS >= 16
-        let q1 = (lane_k + min(m0 + 8u + 4u * (sg_id / 4u), top)) / 4u;
+        let r1 = lane_source(a_base, m0, 8u, sg_id);
 #endif
 #if ROWS >= 32
-        let q2 = (lane_k + min(m0 + 16u + 4u * (sg_id / 4u), top)) / 4u;
-        let q3 = (lane_k + min(m0 + 24u + 4u * (sg_id / 4u), top)) / 4u;
+        let r2 = lane_source(a_base, m0, 16u, sg_id);
+        let r3 = lane_source(a_base, m0, 24u, sg_id);
 #endif
         for (var k4 = k_begin; k4 < k_end; k4++) {
             let b = b_block(b_base, k4, g0);
-            let v0 = vec4<f32>(a_load4(q0 + k4 * M()));
-            acc0 += b * transpose(mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
-                                              subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u)));
+            let v0 = lane_values(r0, k4);
+            acc0 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
+                                            subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u)));
 #if ROWS >= 8
-            acc1 += b * transpose(mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
-                                              subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u)));
+            acc1 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
+                                            subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u)));
 #endif
 #if ROWS >= 16
-            let v1 = vec4<f32>(a_load4(q1 + k4 * M()));
-            acc2 += b * transpose(mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
-                                              subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u)));
-            acc3 += b * transpose(mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
-                                              subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u)));
+            let v1 = lane_values(r1, k4);
+            acc2 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
+                                            subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u)));
+            acc3 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
+                                            subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u)));
 #endif
 #if ROWS >= 32
-            let v2 = vec4<f32>(a_load4(q2 + k4 * M()));
-            acc4 += b * transpose(mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
-                                              subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u)));
-            acc5 += b * transpose(mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
-                                              subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u)));
-            let v3 = vec4<f32>(a_load4(q3 + k4 * M()));
-            acc6 += b * transpose(mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
-                                              subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u)));
-            acc7 += b * transpose(mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
-                                              subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u)));
+            let v2 = lane_values(r2, k4);
+            acc4 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
+                                            subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u)));
+            acc5 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
+                                            subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u)));
+            let v3 = lane_values(r3, k4);
+            acc6 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
+                                            subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u)));
+            acc7 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
+                                            subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u)));
 #endif
         }
-#else
-        let last = M() - 1u;
-        let r0 = a_row(a_base, min(m0 + sg_id, last));
-#if ROWS >= 16
-        let r1 = a_row(a_base, min(m0 + 8u + sg_id, last));
-#endif
-#if ROWS >= 32
-        let r2 = a_row(a_base, min(m0 + 16u + sg_id, last));
-        let r3 = a_row(a_base, min(m0 + 24u + sg_id, last));
-#endif
-        for (var k4 = k_begin; k4 < k_end; k4++) {
-            let b = b_block(b_base, k4, g0);
-            let v0 = a_quad(r0, k4);
-            acc0 += b * mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
-                                    subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u));
-#if ROWS >= 8
-            acc1 += b * mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
-                                    subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u));
-#endif
-#if ROWS >= 16
-            let v1 = a_quad(r1, k4);
-            acc2 += b * mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
-                                    subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u));
-            acc3 += b * mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
-                                    subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u));
-#endif
-#if ROWS >= 32
-            let v2 = a_quad(r2, k4);
-            acc4 += b * mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
-                                    subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u));
-            acc5 += b * mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
-                                    subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u));
-            let v3 = a_quad(r3, k4);
-            acc6 += b * mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
-                                    subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u));
-            acc7 += b * mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
-                                    subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u));
-#endif
-        }
-#endif
 #endif
     } else {
 #ifndef ONYXIA_SUBGROUPS_OF_8
