@@ -22,13 +22,14 @@
 //
 // Buffers: a, b (both read as vec4: K % 4 == 0, N % 4 == 0), [c], [e0, e1, ...], y (or partial with SPLIT,
 // written as vec4s).
-// With TRANS_A, A [K, M] holds 4 rows side by side at each k: where M % 4 == 0 (A_QUADS) and the
-// lanes share a subgroup, lane l loads one vec4, rows m0 + 4 * (l / 4) .. + 3 at k = 4 * k4 + l % 4,
-// and the broadcasts hand each 4 x 4 block round transposed: a vec4 load a lane per 8 rows and 4 k
-// instead of four scalar loads a row (lavapipe, Mesa 25, M 196, K 112, N 672: 1.57 -> 1.40 ms).
-// With C_ROW (Gemm's C one row: C_MS = 0, C_NS = 1, a conv's or linear layer's bias) an
-// invocation loads its 4 columns' C once, not once an output (the same loads ROWS times over:
-// 0.16 ms of that product's 1.72).
+// With TRANS_A, A [K, M] holds 4 rows side by side at each k: where the lanes share a subgroup
+// (A_QUADS), lane l loads rows m0 + 4 * (l / 4) .. + 3 at k = 4 * k4 + l % 4 and the broadcasts
+// hand each 4 x 4 block round transposed: where M % 4 == 0 one vec4 load a lane per 8 rows and 4
+// k instead of four scalar loads a row (lavapipe, Mesa 25, M 196, K 112, N 672: 1.57 -> 1.40 ms),
+// else four scalar loads as before.
+// With C_ROW (Gemm's C one row: C_MS = 0, C_NS = 1, a linear layer's bias; not with A_QUADS,
+// operators/matmul/gemv.py rows_defs) an invocation loads its 4 columns' C once, not once an
+// output (the same loads ROWS times over: 0.16 ms of a 1.72 ms product).
 // Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, C_ROW, B_PANELS, TRANS_A (A stored [K, M]: a_quad), A_QUADS,
 // STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane), TRANS_Y
 // (y stored [batch, N, M]: y_at; one pass, element stores),
@@ -171,23 +172,33 @@ fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
     return mat4x4<f32>(b_load4(j), b_load4(j + n4), b_load4(j + 2u * n4), b_load4(j + 3u * n4));
 }
 
-// Where lane `lane` reads A for the rows from m0 + first (clamped: past M only unstored rows):
-// row m0 + first + lane (a_row), or with A_QUADS the vec4 of rows m0 + first + 4 * (lane / 4) ..
-// + 3 at k = lane % 4 of each 4 (k-major A, M % 4 == 0; 4 k are M vec4s on).
-fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> u32 {
+// Where lane `lane` reads A for the rows from m0 + first: (where its row starts, its row) with
+// the row m0 + first + lane (a_row; clamped to row M - 1, which only unstored rows read), or
+// with A_QUADS (k-major A) (where k = lane % 4 of each 4 starts, the first of its 4 rows m0 +
+// first + 4 * (lane / 4)).
+fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> vec2<u32> {
 #ifdef A_QUADS
-    return (a_base + (lane % 4u) * M() + min(m0 + first + 4u * (lane / 4u), M() - 4u)) / 4u;
+    return vec2<u32>(a_base + (lane % 4u) * M(), m0 + first + 4u * (lane / 4u));
 #else
-    return a_row(a_base, min(m0 + first + lane, M() - 1u));
+    return vec2<u32>(a_row(a_base, min(m0 + first + lane, M() - 1u)), 0u);
 #endif
 }
 
-// The lane's vec4 of A at k = 4 * k4 ..: its row's 4 k (a_quad), or with A_QUADS its 4 rows at one k.
-fn lane_values(source: u32, k4: u32) -> vec4<f32> {
+// The lane's vec4 of A at k = 4 * k4 ..: its row's 4 k (a_quad), or with A_QUADS its 4 rows at
+// one k: one vec4 load where M is a multiple of 4 (4 k are M vec4s on; a group past M reads the
+// last one), else four, each row clamped to row M - 1 (a uniform branch: one kernel serves every
+// M, where a Select of two compiled both).
+fn lane_values(source: vec2<u32>, k4: u32) -> vec4<f32> {
 #ifdef A_QUADS
-    return vec4<f32>(a_load4(source + k4 * M()));
+    let at = source.x + 4u * k4 * M();
+    if (M() % 4u == 0u) {
+        return vec4<f32>(a_load4((at + min(source.y, M() - 4u)) / 4u));
+    }
+    let last = M() - 1u;
+    return vec4<f32>(f32(a_load(at + min(source.y, last))), f32(a_load(at + min(source.y + 1u, last))),
+                     f32(a_load(at + min(source.y + 2u, last))), f32(a_load(at + min(source.y + 3u, last))));
 #else
-    return a_quad(source, k4);
+    return a_quad(source.x, k4);
 #endif
 }
 

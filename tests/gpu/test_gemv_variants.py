@@ -90,16 +90,18 @@ def test_transposed_a_every_row_class(runtime, runtime_without_subgroups, subgro
           rtol=1e-4, atol=1e-4)
 
 
-def running_defs(exe) -> list[dict]:
-    """The defs of the chunked kernels a run launches now."""
-    return [dict(exe.model.shaders[d.shader].defs) for d in exe.dispatch_commands()
+def running_chunked(exe) -> list[tuple[int, dict]]:
+    """(shader, defs) of the chunked kernels a run launches now."""
+    return [(d.shader, dict(exe.model.shaders[d.shader].defs)) for d in exe.dispatch_commands()
             if all(d.workgroups) and exe.model.shaders[d.shader].label == "matmul/gemv_chunked"]
 
 
-def test_transposed_a_rows_a_vec4_a_lane_where_m_is_a_multiple_of_4(runtime):
-    """A k-major A whose M is a multiple of 4 is read 4 rows a vec4 (A_QUADS); another M runs the
-    scalar reads of the same row class; Gemm's one-row C is loaded once an invocation (C_ROW).
-    Both against onnxruntime, with C scaled (beta) and the product (alpha)."""
+def test_transposed_a_reads_4_rows_a_lane_in_one_kernel_for_every_m_and_c_once_elsewhere(runtime):
+    """A k-major A is read 4 rows a lane (A_QUADS): one vec4 where M is a multiple of 4, four
+    loads where not, in the same kernel (a Select of two kernels compiled both where a network's
+    maps come in both kinds); Gemm's one-row C read per output there (C_ROW doubled that kernel's
+    compile), once an invocation (C_ROW) where A is row-major. Each M against onnxruntime, with
+    C scaled (beta) and the product (alpha), rows past M included."""
     k, n = 132, 48
     b = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     c = RNG.standard_normal((n,)).astype(np.float32)
@@ -107,15 +109,28 @@ def test_transposed_a_rows_a_vec4_a_lane_where_m_is_a_multiple_of_4(runtime):
                       [("a", np.float32, [k, "m"])], ["y"], {"b": b, "c": c})
     exe = runtime.load_model(compile_model(gemm, {"m": 60}))
     exe.assume_adapter("cpu")
-    for m, quads in ((60, True), (61, False), (4, True), (12, True), (18, False)):
+    kernels = {}
+    for m in (60, 61, 4, 5, 12, 18, 63):
         exe.update_dimensions({"m": m})
         a = RNG.standard_normal((k, m)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(gemm, {"a": a})[0], rtol=1e-5, atol=1e-5,
                                    err_msg=f"M={m}")
-        defs = running_defs(exe)
-        assert defs and all(d.get("C_ROW") for d in defs), m
-        assert [bool(d.get("A_QUADS")) for d in defs] == [quads], m
+        (shader, defs), = running_chunked(exe)
+        assert defs.get("A_QUADS") and not defs.get("C_ROW"), m
+        kernels.setdefault(defs["ROWS"], set()).add(shader)
+    assert all(len(shaders) == 1 for shaders in kernels.values()), kernels  # one kernel a row class
     assert exe.stats.recompiles == 0
+    row_major = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=3.0)],
+                           [("a", np.float32, ["m", k])], ["y"], {"b": b, "c": c})
+    exe = runtime.load_model(compile_model(row_major, {"m": 20}))
+    exe.assume_adapter("cpu")
+    for m in (20, 3):
+        exe.update_dimensions({"m": m})
+        a = RNG.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(row_major, {"a": a})[0], rtol=1e-5, atol=1e-5,
+                                   err_msg=f"M={m}")
+        (_, defs), = running_chunked(exe)
+        assert defs.get("C_ROW") and not defs.get("A_QUADS"), m
 
 
 @pytest.mark.parametrize("cpu", [1, 0])

@@ -47,6 +47,7 @@ from onyxia.operators.matmul.gemv import (
     Product,
     chunked_applies,
     finished_by,
+    rows_defs,
     stored,
 )
 from onyxia.plan import ALWAYS, Step, adapter, at_least, at_most
@@ -141,13 +142,13 @@ def plan_register(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dic
         # the defs plan_chunked gives its 32-row class: one shader for both
         kernel_defs.update(p.epilogue.in_store(ctx, p.y, kernel_defs), TRANS_Y=p.trans_y)
         writes = stored(ctx, p.y, kernel_defs)
-        kernel_defs, reads = finished_by(p, rows, kernel_defs, reads)
+        kernel_defs, reads = finished_by(p, rows, rows_defs(p, kernel_params, kernel_defs), reads)
         return [ctx.dispatch("matmul/gemv_chunked.wgsl", defs=kernel_defs, params=kernel_params, reads=reads,
                              writes=writes, workgroups=workgroups, reports=reports,
                              immediates=tuple(kernel_params))]  # shared by sizes (gemv.py rows_class)
     total = nbatch * m * n
     partial = ctx.scratch(splits * nbatch * m * n, "float32", "splitk")
-    kernel_defs.update(GEMM=False, HAS_C=False)
+    kernel_defs = rows_defs(p, kernel_params, {**kernel_defs, "GEMM": False, "HAS_C": False})
     kernel_params = {key: v for key, v in kernel_params.items() if key not in FINISH_PARAMS}
     kernel_params["P"] = total
     return [

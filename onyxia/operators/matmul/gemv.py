@@ -25,9 +25,9 @@ from typing import Protocol
 
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
-from onyxia.operators.common import by_quads, ceil_div, quads_guard
+from onyxia.operators.common import ceil_div
 from onyxia.operators.matmul.epilogue import Epilogue
-from onyxia.plan import ALWAYS, NEVER, Step, at_least, at_most, has_trait
+from onyxia.plan import ALWAYS, Step, at_least, at_most, has_trait
 
 # Rows the chunked kernel takes on a CPU-type adapter: up to 32 per invocation in registers, a
 # row block per wid.z above (B is read once per block). Measured on lavapipe at M = 32 and 64
@@ -99,6 +99,23 @@ def stored(ctx: PlanCtx, y: str, defs: dict) -> dict[str, str | Buf]:
     return {"y": Buf(y, vector=defs["STORE4"])}
 
 
+def rows_defs(p: Product, params: dict, defs: dict) -> dict:
+    """`defs` of a gemv_chunked.wgsl row class (ROWS set) with what its product allows, the same
+    for the chunked variant and the register one (gemm_variants.plan_register), which share the
+    kernel: A_QUADS where A is k-major (4 rows a lane: a vec4 where M is a multiple of 4, else
+    four loads, a branch on the run's M in the kernel; a Select of two kernels compiled both where
+    a network's maps come in both kinds: efficientnet_b0's cold first run 4.5 -> 6.3 s on Mesa
+    25), else C_ROW where C is one row (a bias over the columns, loaded once an invocation; with
+    A_QUADS too the kernel compiled over twice as long on Mesa 25, efficientnet_b0's 0.40 -> 0.86
+    s, for 7 % of its run)."""
+    extra: dict[str, object] = {}
+    if p.trans_a and defs["ROWS"] > 1:
+        extra["A_QUADS"] = True
+    elif defs.get("HAS_C") and params.get("C_MS") == 0 and params.get("C_NS") == 1:
+        extra["C_ROW"] = True
+    return {**defs, **extra}
+
+
 def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict,
                  epilogue_reads: dict[str, str], reports: str | None) -> list[Step]:
     """The chunked variant, eligible up to CHUNKED_MAX_M rows: a dispatch of M's row class (a
@@ -126,20 +143,11 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         writes = stored(ctx, p.y, kernel_defs)
     kernel_defs["SPLIT"] = split
     kernel_defs["TRANS_A"] = p.trans_a
-    if kernel_defs.get("HAS_C") and base_params.get("C_MS") == 0 and base_params.get("C_NS") == 1:
-        kernel_defs["C_ROW"] = True  # C is one row (a bias over the columns): loaded once an invocation
     baked = not p.shared_sizes
-    # A k-major A whose M is a multiple of 4 is read a vec4 of 4 rows a lane (A_QUADS)
-    quads = quads_guard([m]) if p.trans_a else NEVER
 
     def rows_class(rows: int) -> list[Step]:
-        return by_quads(ctx, "matmul/gemv_chunked/quads", NEVER if rows == 1 else quads,
-                        lambda a_quads: rows_dispatch(rows, a_quads), ("quads", "scalar"))
-
-    def rows_dispatch(rows: int, a_quads: bool) -> list[Step]:
         rblocks = ceil_div(m, rows)
-        quad_def = {"A_QUADS": True} if a_quads else {}
-        defs, class_reads = finished_by(p, rows, {**kernel_defs, "ROWS": rows, **quad_def}, reads)
+        defs, class_reads = finished_by(p, rows, rows_defs(p, base_params, {**kernel_defs, "ROWS": rows}), reads)
         return [ctx.dispatch(
             "matmul/gemv_chunked.wgsl", defs=defs,
             params={**base_params, "RBLOCKS": rblocks}, reads=class_reads, writes=writes, reports=reports,
@@ -177,4 +185,5 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked", "stored"]
+__all__ = ["CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked", "rows_defs",
+           "stored"]
