@@ -8,7 +8,7 @@ value, and `plan` for nodes that still need to run on the GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,8 +20,11 @@ from onyxia.ir.dim_env import DimEnv
 from onyxia.ir.dtypes import DType
 from onyxia.ir.graph import IrGraph, Node, TensorDef
 from onyxia.ir.shapes import Dim, Shape, SymDim, dim_symbols, numel
+from onyxia.operators.common import is_zero
 from onyxia.operators.inference import FoldCtx, InferenceCtx, SubgraphServices
 from onyxia.plan import (
+    ALWAYS,
+    NEVER,
     STATUS_TENSOR,
     Alternative,
     Binding,
@@ -35,6 +38,7 @@ from onyxia.plan import (
     ShaderSpec,
     Step,
     WriteBuffer,
+    at_most,
 )
 
 WORKGROUP_SIZE = 256  # threads per workgroup of the 1-D kernels
@@ -305,6 +309,31 @@ class PlanCtx(InferenceCtx):
         return [Select(key, tuple(kept), tuned, tuple(shape) if tuned else ())]
 
 
+def quads_guard(dims: Sequence[Dim]) -> Guard:
+    """That every one of `dims` is a multiple of 4: ALWAYS / NEVER where that is known now (a
+    static dim, or a symbolic one as 512 * seq), else a guard on the run's dims."""
+    guard = ALWAYS
+    for d in dims:
+        rest = d % 4
+        if isinstance(rest, int) or is_zero(rest):
+            if not is_zero(rest):
+                return NEVER
+            continue
+        guard &= at_most(rest, 0)
+    return guard
+
+
+def by_quads(ctx: PlanCtx, key: str, guard: Guard, steps: Callable[[bool], list[Step]]) -> list[Step]:
+    """A kernel's quad-wise steps (`steps(True)`) where `guard` (quads_guard) holds, else its
+    element-wise ones: one of them where that is known now, else a Select on the run's dims (a
+    data-movement kernel: each compiles in well under 0.1 s on lavapipe)."""
+    if guard.never:
+        return steps(False)
+    if not guard.clauses:
+        return steps(True)
+    return ctx.select(key, [("quads", steps(True), guard, ALWAYS), ("elements", steps(False), ALWAYS, ALWAYS)])
+
+
 def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:
     """A WriteBuffer materializing a (possibly symbolic) small host value on the device."""
     flat = tuple(v if isinstance(v, SymDim) else (float(v) if dtype.is_float else int(v))
@@ -313,4 +342,5 @@ def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:
 
 
 __all__ = ["Buf", "FoldCtx", "InferenceCtx", "MAX_TRIPS", "Operator", "PlanCtx", "PlanState", "UNBOUNDED_AXIS",
-           "WORKGROUP_SIZE", "dim_symbols", "dtypes", "numel", "shader_root", "symbolic_write"]
+           "WORKGROUP_SIZE", "by_quads", "dim_symbols", "dtypes", "numel", "quads_guard", "shader_root",
+           "symbolic_write"]

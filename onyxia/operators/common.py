@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from onyxia.ir.shapes import Dim, Shape, numel, shape_str
-from onyxia.plan import ALWAYS, NEVER, Step, at_most
-from onyxia.plan.select import Guard
-
-if TYPE_CHECKING:
-    from onyxia.operators.base import PlanCtx
 
 
 def is_one(d: Dim) -> bool:
@@ -23,31 +18,6 @@ def is_zero(d: Dim) -> bool:
 def ceil_div(a: Dim, b: int) -> Dim:
     """a / b rounded up; `a` may be symbolic (the expression stays exact for every value)."""
     return (a + b - 1) // b
-
-
-def quads_guard(dims: Sequence[Dim]) -> Guard:
-    """That every one of `dims` is a multiple of 4: ALWAYS / NEVER where that is known now (a
-    static dim, or a symbolic one as 512 * seq), else a guard on the run's dims."""
-    guard = ALWAYS
-    for d in dims:
-        rest = d % 4
-        if isinstance(rest, int) or is_zero(rest):
-            if not is_zero(rest):
-                return NEVER
-            continue
-        guard &= at_most(rest, 0)
-    return guard
-
-
-def by_quads(ctx: PlanCtx, key: str, guard: Guard, steps: Callable[[bool], list[Step]]) -> list[Step]:
-    """A kernel's quad-wise steps (`steps(True)`) where `guard` (quads_guard) holds, else its
-    element-wise ones: one of them where that is known now, else a Select on the run's dims (a
-    data-movement kernel: each compiles in well under 0.1 s on lavapipe)."""
-    if guard.never:
-        return steps(False)
-    if not guard.clauses:
-        return steps(True)
-    return ctx.select(key, [("quads", steps(True), guard, ALWAYS), ("elements", steps(False), ALWAYS, ALWAYS)])
 
 
 def prefer_literal(a: Dim, b: Dim) -> Dim:

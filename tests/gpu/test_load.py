@@ -73,7 +73,7 @@ def test_identical_shaders_share_one_pipeline(runtime):
     same results."""
     model = bert_encoder()
     compiled = compile_model(model, {"batch": 1, "seq": 5})
-    first = next(s for s in compiled.steps if isinstance(s, Dispatch))
+    first = next(s for op in compiled.operations for s in op.steps if isinstance(s, Dispatch))  # not in a Select
     copy = dataclasses.replace(compiled.shaders[first.shader], label="copy")
     shaders = (*compiled.shaders, copy)
     seen = {"done": False}

@@ -21,6 +21,7 @@ from onyxia.ir.shapes import SymDim
 from onyxia.plan import CompiledModel
 from onyxia.runtime import DeviceTensor
 from onyxia.runtime.commands import DispatchCommand
+from onyxia.runtime.dimensions import MIN_BUFFER_BYTES
 from onyxia.runtime.null import NULL_LIMITS, CopyRecord, DispatchRecord, NullBackend, null_executor
 from onyxia.runtime.replay import PlanReplay
 from tests.builders.replay import encoder_model
@@ -37,8 +38,9 @@ def encoder_feeds(batch: int, seq: int) -> dict[str, np.ndarray]:
 
 
 def needed_bytes(compiled: CompiledModel, dims: dict[str, int]) -> dict[str, int]:
-    """Bytes each buffer (not view) needs at `dims`, straight from the tensor table."""
-    return {n: max(SymDim.evaluate(t.nbytes, dims) if isinstance(t.nbytes, SymDim) else t.nbytes, 4)
+    """Bytes each buffer (not view) needs at `dims`, straight from the tensor table (at least
+    MIN_BUFFER_BYTES: a kernel may bind any tensor as vec4s)."""
+    return {n: max(SymDim.evaluate(t.nbytes, dims) if isinstance(t.nbytes, SymDim) else t.nbytes, MIN_BUFFER_BYTES)
             for n, t in compiled.tensors.items() if t.alias_of is None}
 
 

@@ -21,8 +21,8 @@ import numpy as np
 from onyxia.ir import dtypes
 from onyxia.ir.dtypes import WORD_STORAGE, DType
 from onyxia.ir.shapes import Dim, Shape, SymDim, nonnegative, numel
-from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import by_quads, collapse_dims, contiguous_strides, is_one, is_zero, quads_guard
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx, by_quads, quads_guard
+from onyxia.operators.common import collapse_dims, contiguous_strides, is_one, is_zero
 from onyxia.plan import NEVER, Step
 
 GATHER = "indexing/gather.wgsl"

@@ -7,15 +7,8 @@ import numpy as np
 
 from onyxia.ir.dtypes import WORD_STORAGE, DType
 from onyxia.ir.shapes import Dim, Shape, numel
-from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx
-from onyxia.operators.common import (
-    broadcast_strides,
-    by_quads,
-    contiguous_strides,
-    is_zero,
-    prefer_literal,
-    quads_guard,
-)
+from onyxia.operators.base import Buf, FoldCtx, InferenceCtx, Operator, PlanCtx, by_quads, quads_guard
+from onyxia.operators.common import broadcast_strides, contiguous_strides, is_zero, prefer_literal
 from onyxia.operators.functions import expanded
 from onyxia.operators.indexing.indexing import coords_code, dispatch_gather, plan_strided_copy
 from onyxia.operators.shape.shape import MAX_PARTS, is_used
