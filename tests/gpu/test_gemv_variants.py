@@ -105,32 +105,22 @@ def test_transposed_a_reads_4_rows_a_lane_in_one_kernel_for_every_m_and_c_once_e
     k, n = 132, 48
     b = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     c = RNG.standard_normal((n,)).astype(np.float32)
-    gemm = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, alpha=0.5, beta=3.0)],
-                      [("a", np.float32, [k, "m"])], ["y"], {"b": b, "c": c})
-    exe = runtime.load_model(compile_model(gemm, {"m": 60}))
-    exe.assume_adapter("cpu")
-    kernels = {}
-    for m in (60, 61, 4, 5, 12, 18, 63):
-        exe.update_dimensions({"m": m})
-        a = RNG.standard_normal((k, m)).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(gemm, {"a": a})[0], rtol=1e-5, atol=1e-5,
-                                   err_msg=f"M={m}")
-        (shader, defs), = running_chunked(exe)
-        assert defs.get("A_QUADS") and not defs.get("C_ROW"), m
-        kernels.setdefault(defs["ROWS"], set()).add(shader)
-    assert all(len(shaders) == 1 for shaders in kernels.values()), kernels  # one kernel a row class
-    assert exe.stats.recompiles == 0
-    row_major = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=3.0)],
-                           [("a", np.float32, ["m", k])], ["y"], {"b": b, "c": c})
-    exe = runtime.load_model(compile_model(row_major, {"m": 20}))
-    exe.assume_adapter("cpu")
-    for m in (20, 3):
-        exe.update_dimensions({"m": m})
-        a = RNG.standard_normal((m, k)).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(row_major, {"a": a})[0], rtol=1e-5, atol=1e-5,
-                                   err_msg=f"M={m}")
-        (_, defs), = running_chunked(exe)
-        assert defs.get("C_ROW") and not defs.get("A_QUADS"), m
+    for trans_a, sizes in ((1, (60, 61, 4, 5, 12, 18, 63)), (0, (20, 3))):
+        gemm = make_model([h.make_node("Gemm", ["a", "b", "c"], ["y"], transA=trans_a, alpha=0.5, beta=3.0)],
+                          [("a", np.float32, [k, "m"] if trans_a else ["m", k])], ["y"], {"b": b, "c": c})
+        exe = runtime.load_model(compile_model(gemm, {"m": sizes[0]}))
+        exe.assume_adapter("cpu")
+        kernels: dict[int, set[int]] = {}
+        for m in sizes:
+            exe.update_dimensions({"m": m})
+            a = RNG.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+            np.testing.assert_allclose(exe.run({"a": a})["y"], run_ort(gemm, {"a": a})[0], rtol=1e-5, atol=1e-5,
+                                       err_msg=f"M={m} transA={trans_a}")
+            (shader, defs), = running_chunked(exe)
+            assert bool(defs.get("A_QUADS")) == bool(trans_a) != bool(defs.get("C_ROW")), (m, trans_a)
+            kernels.setdefault(defs["ROWS"], set()).add(shader)
+        assert all(len(shaders) == 1 for shaders in kernels.values()), kernels  # one kernel a row class
+        assert exe.stats.recompiles == 0
 
 
 @pytest.mark.parametrize("cpu", [1, 0])
