@@ -357,3 +357,19 @@ def test_packed_qkv_is_read_in_place(runtime, unbind):
         ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
         assert ("products" in ran) == (seq >= 512), (seq, ran)
     assert exe.stats.recompiles == 0
+
+
+def test_timm_vit_reads_its_packed_qkv_in_place():
+    """timm's ViT as its exporter writes it (the committed reduced-width fixture): every layer's
+    attention reads the qkv projection in place: no Split or Squeeze left, and of the Transposes
+    only the patch embedding's (tests/gpu/test_exported_models.py runs it against onnxruntime)."""
+    from tests.builders.families import models
+
+    info = {m.name: m for m in models()}["timm_vit_tiny"]
+    model = onnx.load(str(info.path))
+    layers = sum(n.op_type == "Split" for n in model.graph.node)
+    compiled = compile_model(model, info.sizes[0])
+    ops = [(op.op_type, op.name) for op in compiled.operations if op.steps]
+    assert layers and [t for t, _ in ops].count("FusedAttention") == layers, ops
+    assert not {"Split", "Squeeze"} & {t for t, _ in ops}, ops
+    assert [name for t, name in ops if t == "Transpose"] == ["/patch_embed/Transpose"], ops

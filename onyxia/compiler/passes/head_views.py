@@ -20,12 +20,24 @@ class Operand:
     scale: float
 
 
+def _one_value(graph: IrGraph, tid: str | None, floating: bool) -> object | None:
+    """The value of a constant of one element, float or integer as asked, else None."""
+    t = graph.tensor(tid) if tid else None
+    if t is None or t.value is None or t.value.dtype == object or t.value.size != 1 or t.dtype.is_float != floating:
+        return None
+    return t.value.reshape(())
+
+
 def constant(graph: IrGraph, tid: str | None) -> float | None:
     """The value of a float constant of one element."""
-    t = graph.tensor(tid) if tid else None
-    if t is None or t.value is None or t.value.dtype == object or t.value.size != 1 or not t.dtype.is_float:
-        return None
-    return float(t.value.reshape(()))
+    value = _one_value(graph, tid, True)
+    return None if value is None else float(value)
+
+
+def constant_int(graph: IrGraph, tid: str | None) -> int | None:
+    """The value of an integer constant of one element."""
+    value = _one_value(graph, tid, False)
+    return None if value is None else int(value)
 
 
 def scalar_factor(graph: IrGraph, node: Node) -> tuple[str, float] | None:
@@ -150,14 +162,6 @@ def _projection_part(graph: IrGraph, node: Node, tid: str, perm: list[int]) -> t
         return None
     view = View(d, tuple(as_x[a] for a in shaped_axis), part, parts)  # type: ignore[arg-type]
     return (r.inputs[0], view) if view.perm[1] == 2 else None  # the heads are the head axis
-
-
-def constant_int(graph: IrGraph, tid: str | None) -> int | None:
-    """The value of an integer constant of one element."""
-    t = graph.tensor(tid) if tid else None
-    if t is None or t.value is None or t.value.dtype == object or t.value.size != 1 or t.dtype.is_float:
-        return None
-    return int(t.value.reshape(()))
 
 
 def _transposed_round_trip(graph: IrGraph, reshape: Node) -> str | None:
