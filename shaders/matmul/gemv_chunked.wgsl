@@ -172,24 +172,17 @@ fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
     return mat4x4<f32>(b_load4(j), b_load4(j + n4), b_load4(j + 2u * n4), b_load4(j + 3u * n4));
 }
 
-// Where lane `lane` reads A for the rows from m0 + first: (where its row starts, its row) with
-// the row m0 + first + lane (a_row; clamped to row M - 1, which only unstored rows read), or
-// with A_QUADS (k-major A) (where k = lane % 4 of each 4 starts, the first of its 4 rows m0 +
-// first + 4 * (lane / 4)).
-fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> vec2<u32> {
 #ifdef A_QUADS
+// Where lane `lane` reads A (k-major) for the rows from m0 + first: (where k = lane % 4 of each 4
+// starts, the first of its 4 rows m0 + first + 4 * (lane / 4)).
+fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> vec2<u32> {
     return vec2<u32>(a_base + (lane % 4u) * M(), m0 + first + 4u * (lane / 4u));
-#else
-    return vec2<u32>(a_row(a_base, min(m0 + first + lane, M() - 1u)), 0u);
-#endif
 }
 
-// The lane's vec4 of A at k = 4 * k4 ..: its row's 4 k (a_quad), or with A_QUADS its 4 rows at
-// one k: one vec4 load where M is a multiple of 4 (4 k are M vec4s on; a group past M reads the
-// last one), else four, each row clamped to row M - 1 (a uniform branch: one kernel serves every
-// M, where a Select of two compiled both).
+// The lane's 4 rows at one k of 4 * k4 ..: one vec4 load where M is a multiple of 4 (4 k are M
+// vec4s on; a group past M reads the last one), else four, each row clamped to row M - 1 (a
+// uniform branch: one kernel serves every M, where a Select of two compiled both).
 fn lane_values(source: vec2<u32>, k4: u32) -> vec4<f32> {
-#ifdef A_QUADS
     let at = source.x + 4u * k4 * M();
     if (M() % 4u == 0u) {
         return vec4<f32>(a_load4((at + min(source.y, M() - 4u)) / 4u));
@@ -197,20 +190,8 @@ fn lane_values(source: vec2<u32>, k4: u32) -> vec4<f32> {
     let last = M() - 1u;
     return vec4<f32>(f32(a_load(at + min(source.y, last))), f32(a_load(at + min(source.y + 1u, last))),
                      f32(a_load(at + min(source.y + 2u, last))), f32(a_load(at + min(source.y + 3u, last))));
-#else
-    return a_quad(source.x, k4);
-#endif
 }
-
-// Four lanes' broadcast vec4s as the block whose columns are 4 rows' k values: as they are, or
-// with A_QUADS (each a k's values of the 4 rows) transposed.
-fn as_rows(lanes: mat4x4<f32>) -> mat4x4<f32> {
-#ifdef A_QUADS
-    return transpose(lanes);
-#else
-    return lanes;
 #endif
-}
 
 @compute @workgroup_size(8)
 fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
@@ -262,6 +243,9 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #endif
     if (lanes_share) {
 #ifdef ONYXIA_SUBGROUPS
+#ifdef A_QUADS
+        // lane l: rows m0 + 8 J + 4 (l / 4) .. + 3 at k = l % 4 of each 4; block J's transpose is
+        // the broadcasts' (a loop of its own: the plain one through these helpers ran ~7 % slower)
         let r0 = lane_source(a_base, m0, 0u, sg_id);
 #if ROWS >= 16
         let r1 = lane_source(a_base, m0, 8u, sg_id);
@@ -273,32 +257,72 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
         for (var k4 = k_begin; k4 < k_end; k4++) {
             let b = b_block(b_base, k4, g0);
             let v0 = lane_values(r0, k4);
-            acc0 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
-                                            subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u)));
+            acc0 += b * transpose(mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
+                                              subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u)));
 #if ROWS >= 8
-            acc1 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
-                                            subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u)));
+            acc1 += b * transpose(mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
+                                              subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u)));
 #endif
 #if ROWS >= 16
             let v1 = lane_values(r1, k4);
-            acc2 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
-                                            subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u)));
-            acc3 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
-                                            subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u)));
+            acc2 += b * transpose(mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
+                                              subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u)));
+            acc3 += b * transpose(mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
+                                              subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u)));
 #endif
 #if ROWS >= 32
             let v2 = lane_values(r2, k4);
-            acc4 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
-                                            subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u)));
-            acc5 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
-                                            subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u)));
+            acc4 += b * transpose(mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
+                                              subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u)));
+            acc5 += b * transpose(mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
+                                              subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u)));
             let v3 = lane_values(r3, k4);
-            acc6 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
-                                            subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u)));
-            acc7 += b * as_rows(mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
-                                            subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u)));
+            acc6 += b * transpose(mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
+                                              subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u)));
+            acc7 += b * transpose(mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
+                                              subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u)));
 #endif
         }
+#else
+        let last = M() - 1u;
+        let r0 = a_row(a_base, min(m0 + sg_id, last));
+#if ROWS >= 16
+        let r1 = a_row(a_base, min(m0 + 8u + sg_id, last));
+#endif
+#if ROWS >= 32
+        let r2 = a_row(a_base, min(m0 + 16u + sg_id, last));
+        let r3 = a_row(a_base, min(m0 + 24u + sg_id, last));
+#endif
+        for (var k4 = k_begin; k4 < k_end; k4++) {
+            let b = b_block(b_base, k4, g0);
+            let v0 = a_quad(r0, k4);
+            acc0 += b * mat4x4<f32>(subgroupBroadcast(v0, 0u), subgroupBroadcast(v0, 1u),
+                                    subgroupBroadcast(v0, 2u), subgroupBroadcast(v0, 3u));
+#if ROWS >= 8
+            acc1 += b * mat4x4<f32>(subgroupBroadcast(v0, 4u), subgroupBroadcast(v0, 5u),
+                                    subgroupBroadcast(v0, 6u), subgroupBroadcast(v0, 7u));
+#endif
+#if ROWS >= 16
+            let v1 = a_quad(r1, k4);
+            acc2 += b * mat4x4<f32>(subgroupBroadcast(v1, 0u), subgroupBroadcast(v1, 1u),
+                                    subgroupBroadcast(v1, 2u), subgroupBroadcast(v1, 3u));
+            acc3 += b * mat4x4<f32>(subgroupBroadcast(v1, 4u), subgroupBroadcast(v1, 5u),
+                                    subgroupBroadcast(v1, 6u), subgroupBroadcast(v1, 7u));
+#endif
+#if ROWS >= 32
+            let v2 = a_quad(r2, k4);
+            acc4 += b * mat4x4<f32>(subgroupBroadcast(v2, 0u), subgroupBroadcast(v2, 1u),
+                                    subgroupBroadcast(v2, 2u), subgroupBroadcast(v2, 3u));
+            acc5 += b * mat4x4<f32>(subgroupBroadcast(v2, 4u), subgroupBroadcast(v2, 5u),
+                                    subgroupBroadcast(v2, 6u), subgroupBroadcast(v2, 7u));
+            let v3 = a_quad(r3, k4);
+            acc6 += b * mat4x4<f32>(subgroupBroadcast(v3, 0u), subgroupBroadcast(v3, 1u),
+                                    subgroupBroadcast(v3, 2u), subgroupBroadcast(v3, 3u));
+            acc7 += b * mat4x4<f32>(subgroupBroadcast(v3, 4u), subgroupBroadcast(v3, 5u),
+                                    subgroupBroadcast(v3, 6u), subgroupBroadcast(v3, 7u));
+#endif
+        }
+#endif
 #endif
     } else {
 #ifndef ONYXIA_SUBGROUPS_OF_8
