@@ -22,9 +22,12 @@
 // on each value as stored where EPILOGUE_IN_STORE (f32 output; else over the stored outputs) (column n = ow; EOW: the output's last axis as the graph sees it): a
 // pass over the stored outputs after it (load, ops, store) cost each output two more per-lane
 // memory accesses, the expensive kind on llvmpipe (a loop over the lanes per component).
-// Buffers: x, w, [bias], [e0, e1, ...], y (partial with SPLIT). Defs: RM, RP, ACCS, BODY,
-// STORES, X4 (x read as vec4s: IW % 4 == 0), HAS_BIAS, SPLIT, EPILOGUE*. Params: NSEG (= N * OROWS * SEGS), SEGS (= ceil(OW / RP)),
-// OROWS (= OD * OH), RBLOCKS, CCHUNK, SPLITS, TOTAL (= N * M * P), EOW and conv::window's.
+// With X_SCALE, input channel c of image n is scaled by xscale[n * XSCALE_BS + c] (a
+// squeeze-excite gate, operators/conv/scale.py): `cs`, which the BODY multiplies into each
+// input vec4 it builds.
+// Buffers: x, w, [bias], [xscale], [e0, e1, ...], y (partial with SPLIT). Defs: RM, RP, ACCS, BODY,
+// STORES, X4 (x read as vec4s: IW % 4 == 0), HAS_BIAS, SPLIT, X_SCALE, EPILOGUE*. Params: NSEG (= N * OROWS * SEGS), SEGS (= ceil(OW / RP)),
+// OROWS (= OD * OH), RBLOCKS, CCHUNK, SPLITS, TOTAL (= N * M * P), XSCALE_BS, EOW and conv::window's.
 #import common::grid
 #import matmul::epilogue
 #import conv::row_loads
@@ -129,6 +132,9 @@ fn main(wg: Grid
 #endif
     for (var c = c_begin; c < c_end; c++) {
         let xc = xbase + c * ISP();
+#ifdef X_SCALE
+        let cs = f32(xscale_load(n * XSCALE_BS() + g * CG() + c));
+#endif
         let wc = c * KS();
         for (var kd = 0u; kd < KD(); kd++) {
             let iz = iz0 + i32(kd * DD());

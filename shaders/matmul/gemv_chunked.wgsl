@@ -30,12 +30,16 @@
 // With C_ROW (Gemm's C one row: C_MS = 0, C_NS = 1, a linear layer's bias; not with A_QUADS,
 // operators/matmul/gemv.py rows_defs) an invocation loads its 4 columns' C once, not once an
 // output (the same loads ROWS times over: 0.16 ms of a 1.72 ms product).
-// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, C_ROW, B_PANELS, TRANS_A (A stored [K, M]: a_quad), A_QUADS,
+// With A_SCALE, A's column k (its values at k) is multiplied by ascale[batch * ASCALE_BS + k]: a
+// squeeze-excite gate over a pointwise conv's input channels (operators/conv/scale.py), applied
+// to B's block instead (its column j is k = 4 * k4 + j): one vec4 load and four products per 4 k,
+// whatever ROWS, where a dispatch of its own read and wrote the whole input.
+// Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, C_ROW, B_PANELS, TRANS_A (A stored [K, M]: a_quad), A_QUADS, A_SCALE,
 // STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane), TRANS_Y
 // (y stored [batch, N, M]: y_at; one pass, element stores),
 // EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
-// Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), INDEX params; Gemm:
-// ALPHA, BETA, C_MS, C_NS.
+// Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), ASCALE_BS (with A_SCALE),
+// INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
 #import matmul::panels  // empty without B_PANELS
@@ -169,8 +173,17 @@ fn b_block(b_base: u32, k4: u32, c: u32) -> mat4x4<f32> {
     let n4 = N() / 4u;
     let j = b_base + 4u * k4 * n4 + c;
 #endif
+#ifdef A_SCALE
+    let sk = vec4<f32>(ascale_load4((scale_base + 4u * k4) / 4u));
+    return mat4x4<f32>(sk.x * b_load4(j), sk.y * b_load4(j + n4), sk.z * b_load4(j + 2u * n4), sk.w * b_load4(j + 3u * n4));
+#else
     return mat4x4<f32>(b_load4(j), b_load4(j + n4), b_load4(j + 2u * n4), b_load4(j + 3u * n4));
+#endif
 }
+
+#ifdef A_SCALE
+var<private> scale_base: u32;  // where the batch's scales start (A_SCALE; a multiple of 4)
+#endif
 
 #ifdef A_QUADS
 // Where lane `lane` reads A (k-major) for the rows from m0 + first: (where k = lane % 4 of each 4
@@ -208,6 +221,9 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
     let site = Site(s, i, (rest % RBLOCKS()) * ROWS, gg);
     #{INDEX}
     let a_base = a_start(idx_x0);
+#ifdef A_SCALE
+    scale_base = idx_x0 * ASCALE_BS();
+#endif
     let b_base = idx_x1 * B_BS() / 4u;
     let m0 = site.m0;
     let k_begin = s * KCHUNK() / 4u;

@@ -149,8 +149,9 @@ def test_mobilenet_v3_block(runtime):
     model = _se_block()
     pipeline, _ = compile_with_default_passes(model, {"n": 1})
     fused = pipeline.context.reports["epilogue-fusion"].fused
-    # every conv but fc2, whose HardSigmoid·Mul broadcasts the pooled map over the block's
-    assert sorted(fused) == ["depthwise", "expand", "fc1", "project"], pipeline.context.reports["epilogue-fusion"]
+    # every conv, fc2 with its HardSigmoid: the gate's Mul is read by project (ChannelScalePass)
+    assert sorted(fused) == ["depthwise", "expand", "fc1", "fc2", "project"], fused
+    assert list(pipeline.context.reports["channel-scale"].fused) == ["project"]
     _check(runtime, model, fused, dims={"n": 1})
 
 

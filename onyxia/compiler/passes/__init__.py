@@ -3,6 +3,7 @@ than rewriting it, and its helpers are in compiler/lowering/)."""
 
 from onyxia.compiler.passes.attention_fusion import AttentionFusionPass
 from onyxia.compiler.passes.channel_layernorm import ChannelLayerNormPass
+from onyxia.compiler.passes.channel_scale import ChannelScalePass
 from onyxia.compiler.passes.conv_batchnorm import ConvBatchNormPass
 from onyxia.compiler.passes.conv_weights import ConvWeightsPass
 from onyxia.compiler.passes.dce import DeadCodeEliminationPass
@@ -29,12 +30,14 @@ def default_optimization_passes() -> list:
     """The passes CompilerPipeline adds unless optimize=False: Optimization-stage ones, and
     DynamicQuantFusionPass, which must see its chain before function expansion decomposes it."""
     return [DynamicQuantFusionPass(), ConvBatchNormPass(), UpsampleConvPass(), DivMulFusionPass(), RmsNormFusionPass(),
-            ChannelLayerNormPass(), AttentionFusionPass(), DeadCodeEliminationPass(), SplitLargeTensorsPass(),
+            ChannelLayerNormPass(), ChannelScalePass(), AttentionFusionPass(), DeadCodeEliminationPass(),
+            SplitLargeTensorsPass(),
             SharedQuantizationPass(), ElementwiseFusionPass(), EpilogueFusionPass(), PooledConvWeightsPass(),
             WeightPanelsPass(), ConvWeightsPass(), NBitsTilesPass()]
 
 
-__all__ = ["AttentionFusionPass", "ChannelLayerNormPass", "ConstantFoldingPass", "ConvBatchNormPass", "ConvWeightsPass",
+__all__ = ["AttentionFusionPass", "ChannelLayerNormPass", "ChannelScalePass", "ConstantFoldingPass",
+           "ConvBatchNormPass", "ConvWeightsPass",
            "DeadCodeEliminationPass", "DivMulFusionPass", "DynamicQuantFusionPass", "EpilogueFusionPass",
            "ElementwiseFusionPass", "FunctionExpansionPass", "IfInliningPass",
            "NBitsTilesPass", "PooledConvWeightsPass", "RmsNormFusionPass", "SequenceLoweringPass",

@@ -26,6 +26,7 @@ from onyxia.ir.graph import IrGraph, Node, NodeId
 from onyxia.ir.shapes import numel
 from onyxia.operators.base import InferenceCtx
 from onyxia.operators.conv.fused import ConvEpilogue, ConvTransposeEpilogue
+from onyxia.operators.conv.scale import CHANNEL_SCALE_ATTR
 from onyxia.operators.elementwise.elementwise import Clip
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.matmul.epilogue import spans
@@ -193,7 +194,8 @@ class EpilogueFusionPass(Pass):
             first = NBITS[(node.domain, node.op_type)][1]
             bound = 0 if first == 9 else 1 + sum(t is not None for t in node.inputs[:first]) + len(operands)
         else:
-            bound = 3 + (len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)
+            bound = (3 + (len(node.inputs) > 2 and node.inputs[2] is not None) + len(operands)
+                     + bool(node.attributes.get(CHANNEL_SCALE_ATTR)))  # a gate input (operators/conv/scale.py)
         if bound > MAX_STORAGE:
             return f"the kernel would bind {bound} storage buffers (WebGPU guarantees {MAX_STORAGE})"
         for name, value in params.items():

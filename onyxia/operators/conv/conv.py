@@ -57,6 +57,7 @@ from onyxia.operators.conv.pointwise import (
     plan_transposed_product,
     transposed_product_applies,
 )
+from onyxia.operators.conv.scale import CHANNEL_SCALE_ATTR, channel_scale, plan_scaled_input
 from onyxia.operators.conv.window import (
     MAX_SPATIAL,
     Window,
@@ -151,6 +152,7 @@ class Conv(Operator):
             spec = dataclasses.replace(spec, w_kmajor=True, w_strip=strip)
         if ctx.has_input(2) and not ctx.same_shape(ctx.input_shape(2), (spec.maps,)):
             raise ctx.fail(f"bias must have shape [{spec.maps}], got {shape_str(ctx.input_shape(2))}", 2)
+        channel_scale(ctx, x, channels)  # its checks
         return spec
 
     @staticmethod
@@ -174,6 +176,8 @@ class Conv(Operator):
             return None
         spec = self.spec(ctx)
         x, w = vals[0].astype(np.float64), vals[1].astype(np.float64)
+        if ctx.attr(CHANNEL_SCALE_ATTR, 0):
+            x = x * vals[int(ctx.attr(CHANNEL_SCALE_ATTR))]
         if ctx.attr(WEIGHTS_KC_ATTR, 0):
             w = w.swapaxes(0, 1)
         elif spec.w_kmajor:
@@ -288,7 +292,10 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     p = numel(win.out)
     if _is_int(spec.batch * p) and spec.batch * p == 0:
         return []
-    workgroup = _plan_workgroup(ctx, spec, compute, epilogue)
+    scale = channel_scale(ctx, (spec.batch, spec.channels, *spec.spatial), spec.channels)
+    # the kernels that do not read a channel scale (operators/conv/scale.py) run x * scale first
+    prelude, scaled = plan_scaled_input(ctx) if scale is not None else ([], ctx.input(0))
+    workgroup = prelude + _plan_workgroup(ctx, spec, compute, epilogue, scaled)
     if ctx.attr(WEIGHTS_KC_ATTR, 0):  # a pooled map's W^T (passes/pooled_conv.py): a matrix product
         return workgroup
     bias = ctx.input(2) if ctx.has_input(2) else None
@@ -320,7 +327,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
             steps = plan_register(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
                                   channels=spec.channels, maps=spec.maps, group=spec.group, spatial=spatial,
                                   win=flat, rm=rm, rp=rp, kmajor=spec.w_kmajor, x4=x4, epilogue=epilogue,
-                                  eow=win.out[-1], xa=mode == "q", strip=spec.w_strip)
+                                  eow=win.out[-1], xa=mode == "q", strip=spec.w_strip, scale=scale)
             # preferred on a CPU-type adapter where the output row is lo to hi positions wide;
             # a strided 1-D row of several taps not read as aligned vec4s takes `narrow` at any
             # width (wav2vec2's 512 -> 512 k3 s2 Conv1d over 1599 positions, lavapipe: 8x8 180
@@ -337,9 +344,9 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
         guard = row4 if x4 else ALWAYS
         if not pointwise and not guard.never and depthwise_applies(compute, spec.transposed, spec.spatial, win,
                                                                    spec.mg, spec.cg, spec.channels, rh, rp):
-            steps = plan_depthwise(ctx, x=ctx.input(0), w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
-                                   channels=spec.channels, spatial=spec.spatial, win=win, rh=rh, rp=rp, x4=x4,
-                                   epilogue=epilogue)
+            steps = prelude + plan_depthwise(ctx, x=scaled, w=ctx.input(1), bias=bias, y=ctx.output(0),
+                                             batch=spec.batch, channels=spec.channels, spatial=spec.spatial, win=win,
+                                             rh=rh, rp=rp, x4=x4, epilogue=epilogue)
             # preferred for 3x3 over rows more than 8 wide (operators/conv/depthwise.py has the
             # figures); the tuner may take it elsewhere
             prefer = adapter("cpu") & at_least(win.out[-1], 9) if numel(win.kernel) <= PREFERRED_TAPS else NEVER
@@ -350,11 +357,12 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
         # MobileNetV3: 960 -> 160 at 7x7 1.1 ms vs 2.4 for the best register tile, 480 -> 112 at
         # 14x14 1.5 vs 2.2; at 28x28 about even; 16 -> 64 at 112x112 4.5 vs 2.5)
         prefer = adapter("cpu") & at_most(p, PRODUCT_MAX_P)
-        alternatives.insert(0, ("product", plan_transposed_product(ctx, spec, compute, epilogue), ALWAYS, prefer))
+        alternatives.insert(0, ("product", plan_transposed_product(ctx, spec, compute, epilogue, scale=scale),
+                                ALWAYS, prefer))
     point = patch_product(spec)
     if point is not None and transposed_product_applies(point, compute):
         # preferred on a CPU-type adapter at any size (plan_patch_product has the figures)
-        steps = plan_patch_product(ctx, spec, point, compute, epilogue)
+        steps = prelude + plan_patch_product(ctx, spec, point, compute, epilogue, scaled)
         alternatives.insert(0, ("patches+product", steps, ALWAYS, adapter("cpu")))
     if not alternatives:
         return workgroup
@@ -364,21 +372,21 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
     return ctx.select(key, alternatives, tuned=True, shape=(spec.batch, p))
 
 
-def _plan_workgroup(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilogue) -> list[Step]:
-    """The workgroup-tiled kernels (module doc): pointwise as a matrix product, else the direct
-    kernel for thin products and the implicit GEMM (split-K past TILED_KCHUNK)."""
+def _plan_workgroup(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilogue, x: str) -> list[Step]:
+    """The workgroup-tiled kernels (module doc) over input `x`: pointwise as a matrix product,
+    else the direct kernel for thin products and the implicit GEMM (split-K past TILED_KCHUNK)."""
     win = spec.window
     p = numel(win.out)
     ncols = spec.batch * p
     k = spec.cg * numel(win.kernel)
     if is_pointwise(spec):
-        return plan_pointwise(ctx, spec, epilogue)
+        return plan_pointwise(ctx, spec, epilogue, x)
     params = {**window_params(spec.spatial, win), "C": spec.channels, "M": spec.maps, "CG": spec.cg,
               "MG": spec.mg, "K": k, "NCOLS": ncols, **({"WSTRIP": spec.w_strip} if spec.w_kmajor else {})}
     has_bias = ctx.has_input(2)
     defs: dict[str, object] = {"T": compute, "TRANSPOSED": spec.transposed, "HAS_BIAS": has_bias,
                                "W_KMAJOR": spec.w_kmajor}
-    reads = {"x": ctx.input(0), "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
+    reads = {"x": x, "w": ctx.input(1), **({"bias": ctx.input(2)} if has_bias else {})}
     if (spec.mg < MIN_GEMM_ROWS or k < MIN_GEMM_K) and k <= DIRECT_MAX_K:
         total = spec.batch * spec.maps * p
         e_defs, e_params, e_reads = epilogue.onto(defs, {**params, "TOTAL": total}, reads)
@@ -408,7 +416,7 @@ def _plan_workgroup(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilog
     one = (1.0, "f32") if compute == "f32" else (1, compute)
     steps = [ctx.dispatch("conv/conv_gemm.wgsl", defs={**gemm_defs, "HAS_BIAS": False, "SPLIT": True},
                           params={**params, "ROW_BLOCKS": row_blocks, "SPLITS": splits, "KCHUNK": chunk},
-                          reads={"x": ctx.input(0), "w": ctx.input(1)}, writes={"partial": partial},
+                          reads={"x": x, "w": ctx.input(1)}, writes={"partial": partial},
                           workgroups=workgroups)]
     finish_params = {"ALPHA": one, "BETA": one, "C_MS": 1, "C_NS": 0} if has_bias else {}
     steps.append(plan_finish(ctx, partial=partial, total=total, splits=splits, m=spec.maps, n=p, params=finish_params,

@@ -48,6 +48,7 @@ import numpy as np
 from onyxia.ir.shapes import Dim, numel
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div
+from onyxia.operators.conv.scale import ChannelScale
 from onyxia.operators.conv.window import Window, window_params
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.operators.matmul.gemm_variants import plan_finish
@@ -204,7 +205,7 @@ def tap_chunk(kw: int, x4: bool) -> int:
 
 
 def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int | None,
-              xa: bool = False, tc: int | None = None) -> dict[str, object]:
+              xa: bool = False, tc: int | None = None, scaled: bool = False) -> dict[str, object]:
     """The ACCS, BODY and STORES defs of conv_register.wgsl for an RM x RP tile: weights
     k-major (`kmajor`: RM / 4 vec4 loads per tap, else RM scalar ones); input rows whose width
     is a multiple of 4 read as aligned vec4s (`x4`: the span's first element's offset in its
@@ -215,7 +216,8 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     0.67-0.69 s instead of 0.83-1.1 (Mesa 25), and the whole model run 5-10 % faster on both
     lavapipes (Mesa 22.3: 171 -> 154 ms, efficientnet_b0 279 -> 259, regnet_y_400mf 208 -> 190;
     an older body had measured no faster that way). `tc` (tap_chunk):
-    taps a step of a loop along the kernel row unrolls, where fewer than KW."""
+    taps a step of a loop along the kernel row unrolls, where fewer than KW. `scaled`: each
+    input vec4 times its channel's scale `cs` (X_SCALE)."""
     quads = rp // 4
     tc = tc or kw
     chunked = tc < kw
@@ -275,7 +277,7 @@ def generated(rm: int, rp: int, kw: int, sw: int, dw: int, kmajor: bool, x4: int
     for t in range(kw):
         for q in range(quads):
             lanes = ", ".join(f"s{(4 * q + j) * sw + t * dw}" for j in range(4))
-            body.append(f"let v{t}_{q} = vec4<f32>({lanes});")
+            body.append(f"let v{t}_{q} = {'cs * ' if scaled else ''}vec4<f32>({lanes});")
             body_sg.append(body[-1])
         if kmajor:
             body += [f"let wv{j}_{t} = vec4<f32>(w_load4(sb{j} + {wk} + {t}u * (WSTRIP() / 4u)));" for j in range(rq)]
@@ -312,13 +314,14 @@ def register_applies(compute: str, transposed: bool, win: Window, rm: int, rp: i
 def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, batch: Dim, channels: int, maps: int,
                   group: int, spatial: tuple[Dim, ...], win: Window, rm: int, rp: int,
                   kmajor: bool, x4: bool, epilogue: Epilogue = Epilogue(), eow: Dim | None = None,
-                  xa: bool = False, strip: int | None = None) -> list[Step]:
+                  xa: bool = False, strip: int | None = None, scale: ChannelScale | None = None) -> list[Step]:
     """conv_register.wgsl over an RM x RP tile (+ the split-K finish when the input channels
     are many). `spatial`/`win` may be the flattened 1-D form of a pointwise conv; `eow` is then
     the real output's last axis (the epilogue's column). `x4`: the input is read as vec4s,
     correct only where its rows' width is a multiple of 4 (the caller's guard) and the leading
     pad is static. `xa`: read as vec4s at any row width and pad (the input's element count a
-    multiple of 4: the caller's check). `strip`: k-major weights' strip width (None: MG)."""
+    multiple of 4: the caller's check). `strip`: k-major weights' strip width (None: MG).
+    `scale`: a gate over the input's channels, multiplied into each loaded row (X_SCALE)."""
     cg, mg = channels // group, maps // group
     params = window_params(spatial, win)
     p = params["P"]
@@ -340,13 +343,17 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     del oh
     defs: dict[str, object] = {"RM": rm, "RP": rp, "HAS_BIAS": bias is not None and not split, "SPLIT": split,
                                "T": "f32", **generated(rm, rp, kw, sw, dw, kmajor, -win.begin[-1] % 4 if x4 else None,
-                                                       xa, tc)}
+                                                       xa, tc, scale is not None)}
     if xa:
         params["XQ"] = batch * (channels // 4) * params["ISP"]
     if kmajor:
         params["WSTRIP"] = strip or mg
     reads: dict[str, str | Buf] = {"x": Buf(x, vector=x4 or xa), "w": Buf(w, vector=kmajor),
                                    **({"bias": bias} if bias is not None and not split else {})}
+    if scale is not None:
+        defs["X_SCALE"] = True
+        reads["xscale"] = scale.tensor
+        params["XSCALE_BS"] = scale.batch_stride
     workgroups = (ceil_div(nseg, LANES), 1, group * rblocks * splits)
     if not split:
         defs, params, reads = epilogue.onto(defs, params, reads)

@@ -14,6 +14,7 @@ from typing import Protocol
 from onyxia.ir.shapes import Dim, numel
 from onyxia.operators.base import PlanCtx
 from onyxia.operators.common import contiguous_strides
+from onyxia.operators.conv.scale import ChannelScale
 from onyxia.operators.conv.window import Window
 from onyxia.operators.indexing.indexing import plan_strided_copy
 from onyxia.operators.matmul.epilogue import Epilogue
@@ -50,19 +51,19 @@ def is_pointwise(spec: ConvSpec) -> bool:
             and all(s == 1 for s in win.strides) and all(_is_int(p) and p == 0 for p in win.begin + win.end))
 
 
-def plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue) -> list[Step]:
-    """A 1x1 convolution is a batched matrix product, Y[n] = W[M, C] @ X[n][C, P] (+ bias per
-    row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
+def plan_pointwise(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue, x: str) -> list[Step]:
+    """A 1x1 convolution over `x` is a batched matrix product, Y[n] = W[M, C] @ X[n][C, P] (+ bias
+    per row): the matmul planner's tiled and decode kernels (gemv when P is small, e.g. the
     squeeze-excite convolutions over a pooled 1x1 map)."""
     has_bias = ctx.has_input(2)
     compute = ctx.compute_type(ctx.input_dtype(0), "input 0")
     if ctx.attr(WEIGHTS_KC_ATTR, 0):  # P = 1: Y[N, M] = X[N, C] @ W^T[C, M] (+ bias per column)
         return plan_product(ctx, Product(
-            ctx.input(0), ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
+            x, ctx.input(1), ctx.output(0), compute, m=spec.batch, n=spec.maps, k=spec.channels,
             gemm=has_bias, c=ctx.input(2) if has_bias else None, c_shape=(spec.maps,) if has_bias else (),
             epilogue=epilogue, shared_sizes=True))
     return plan_product(ctx, Product(
-        ctx.input(1), ctx.input(0), ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
+        ctx.input(1), x, ctx.output(0), compute, m=spec.maps, n=numel(spec.window.out), k=spec.channels,
         trans_a=spec.w_kmajor,
         batch_a=(), batch_b=(spec.batch,), batch=(spec.batch,), gemm=has_bias,
         c=ctx.input(2) if has_bias else None, c_shape=(spec.maps, 1) if has_bias else (), epilogue=epilogue))
@@ -76,17 +77,19 @@ def transposed_product_applies(spec: ConvSpec, compute: str) -> bool:
 
 
 def plan_transposed_product(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue: Epilogue,
-                            x: str | None = None) -> list[Step]:
+                            x: str | None = None, scale: ChannelScale | None = None) -> list[Step]:
     """A pointwise conv over any P (image sizes are symbolic in exported models) as the chunked
     product Y^T[n] = X^T[n] @ W^T: X [C, P] a batch is A stored k-major (TRANS_A), the k-major
     weights are B [C, M] row-major, and the kernel stores Y [M, P] transposed (TRANS_Y); the
     product's static N (the maps) is what its vec4 columns need, not P. `x`: another tensor of
-    the input's layout to read instead (a strided conv's subsampled input)."""
+    the input's layout to read instead (a strided conv's subsampled input); `scale`: a gate over
+    the input's channels, A's k (operators/conv/scale.py)."""
     has_bias = ctx.has_input(2)
     return plan_product(ctx, Product(
         x or ctx.input(0), ctx.input(1), ctx.output(0), compute, m=numel(spec.window.out), n=spec.maps, k=spec.channels,
         trans_a=True, trans_y=True, batch_a=(spec.batch,), batch_b=(), batch=(spec.batch,), gemm=has_bias,
-        c=ctx.input(2) if has_bias else None, c_shape=(1, spec.maps) if has_bias else (), epilogue=epilogue))
+        c=ctx.input(2) if has_bias else None, c_shape=(1, spec.maps) if has_bias else (), epilogue=epilogue,
+        a_scale=scale))
 
 
 def patch_attrs(kernel: tuple[int, ...], attrs: dict) -> bool:
@@ -123,7 +126,7 @@ def patch_product(spec: ConvSpec) -> ConvSpec | None:
 
 
 def plan_patch_product(ctx: PlanCtx, spec: ConvSpec, point: ConvSpec, compute: str,
-                       epilogue: Epilogue) -> list[Step]:
+                       epilogue: Epilogue, x: str) -> list[Step]:
     """`spec` as its patches (`point` = patch_product(spec)) gathered by a strided copy into a
     scratch [N, C, *kernel, *out] (the weights' k order) and the transposed product over them.
     Lavapipe (Mesa 22.3, 2-core EPYC, one-conv models, median ms): ResNet-18's three stride-2 1x1
@@ -131,8 +134,7 @@ def plan_patch_product(ctx: PlanCtx, spec: ConvSpec, point: ConvSpec, compute: s
     strided rows read twice the quads of a pointwise row, 3.4 / 2.5 / 2.3 as the copy and the
     product. A ViT's 16x16 patch embedding compiles as one more chunked product (Mesa 25, first
     dispatch ~0.8 s) where its register tile's unrolled 16-tap rows took ~4-6 s (CLIP's cold
-    first result 6.8 -> 4.4 s)."""
-    x = ctx.input(0)
+    first result 6.8 -> 4.4 s). `x`: the input (or its channel-scaled copy)."""
     win = spec.window
     shape = (spec.batch, spec.channels, *win.kernel, *win.out)
     sub = ctx.scratch(numel(shape), ctx.tensor_dtype(x).name, "patches")

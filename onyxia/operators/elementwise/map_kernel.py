@@ -34,15 +34,16 @@ def operand(ctx: PlanCtx, i: int, compute: str | None = None, shape: Shape | Non
 def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output: str | None = None,
                  params: Mapping[str, Any] | None = None, label: str | None = None, body: str = "",
                  raw_output: bool = False, reports: str | None = None,
-                 index: tuple[dict, str] | None = None) -> list[Step]:
+                 index: tuple[dict, str] | None = None, shape: Shape | None = None) -> list[Step]:
     """One dispatch computing `expr` over `operands` (named x0, x1, ...) broadcast to the shape
     of output 0, written to `output` (default: output 0 itself) in its dtype: the value is
     rounded or wrapped once, when stored. `body` holds statements run after the loads (fused
     chains define their intermediate values there). With `raw_output` the expression gives the
     output's storage code (a u32) itself. `reports`: the expression may call onyxia_report()
     (the checked int64 arithmetic), meaning this. `index`: (params, code) defining idx_x0, ...
-    from the flat output index i, instead of NumPy broadcasting."""
-    out_shape = ctx.output_shape(0)
+    from the flat output index i, instead of NumPy broadcasting. `shape`: the shape of
+    `output` where that is not output 0 (a scratch)."""
+    out_shape = ctx.output_shape(0) if shape is None else shape
     n = numel(out_shape)
     if isinstance(n, int) and n == 0:
         return []

@@ -26,6 +26,7 @@ from typing import Protocol
 from onyxia.ir.shapes import Dim
 from onyxia.operators.base import Buf, PlanCtx
 from onyxia.operators.common import ceil_div
+from onyxia.operators.conv.scale import ChannelScale
 from onyxia.operators.matmul.epilogue import Epilogue
 from onyxia.plan import ALWAYS, Step, at_least, at_most, has_trait
 
@@ -82,6 +83,7 @@ class Product(Protocol):
     trans_y: bool
     shared_sizes: bool
     quads: bool
+    a_scale: ChannelScale | None
 
 
 def chunked_applies(p: Product) -> bool:
@@ -128,6 +130,10 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     base_params = {key: v for key, v in params.items() if key not in _DROPPED_PARAMS}
     base_params.update(SPLITS=splits, KCHUNK=chunk)
     reads: dict[str, str | Buf] = {"a": Buf(p.a, vector=True), "b": Buf(p.b, vector=True, wide=True)}
+    if p.a_scale is not None:  # a gate over A's k (TRANS_A), per batch
+        assert p.trans_a, p
+        reads["ascale"] = Buf(p.a_scale.tensor, vector=True)
+        base_params["ASCALE_BS"] = p.a_scale.batch_stride
     if split:  # the epilogue runs in the second pass
         base_params = {key: v for key, v in base_params.items() if key not in _FINISH_PARAMS}
         total = nbatch * m * n
@@ -143,6 +149,8 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
         writes = stored(ctx, p.y, kernel_defs)
     kernel_defs["SPLIT"] = split
     kernel_defs["TRANS_A"] = p.trans_a
+    if p.a_scale is not None:  # (not set otherwise: the register variant renders the same kernel)
+        kernel_defs["A_SCALE"] = True
     baked = not p.shared_sizes
 
     def rows_class(rows: int) -> list[Step]:

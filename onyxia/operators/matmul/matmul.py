@@ -37,6 +37,7 @@ from onyxia.operators.common import (
     prefer_literal,
     strided_index_params,
 )
+from onyxia.operators.conv.scale import ChannelScale
 from onyxia.operators.elementwise.elementwise import INT64_OVERFLOW
 from onyxia.operators.elementwise.fused import FUSED_DOMAIN
 from onyxia.operators.matmul.epilogue import Epilogue, fused_epilogue
@@ -100,6 +101,9 @@ class Product:
     # N and K are multiples of 4 wherever the product runs (its caller's guard says so): the
     # register kernels then take them symbolic (FusedAttention's products over symbolic keys).
     quads: bool = False
+    # A's k-th values scaled by this gate's k-th, per batch (a squeeze-excite gate over a
+    # pointwise conv's input channels: operators/conv/scale.py); the chunked kernel alone reads it.
+    a_scale: ChannelScale | None = None
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
@@ -141,6 +145,7 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
+    assert p.a_scale is None or p.trans_y, "only the chunked kernel (a transposed y) scales A"
     if p.trans_y:  # only the chunked kernel stores y transposed
         assert chunked_applies(p) and isinstance(p.k, int) and p.k <= MAX_KCHUNK, p
         return plan_chunked(ctx, p, nbatch, params, defs, epilogue_reads, reports)
