@@ -7,10 +7,11 @@ the compiler), never the pipeline that runs it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from onyxia.compiler.context import CompileContext
-from onyxia.ir.graph import IrGraph
+from onyxia.ir.graph import IrGraph, Node
 
 
 class Stage(enum.IntEnum):
@@ -52,3 +53,11 @@ class Pass:
 
 
 __all__ = ["CompileContext", "Pass", "PassResult", "Stage"]
+
+
+def nodes_of(graph: IrGraph, op_types: Collection[tuple[str, str]]) -> Iterator[Node]:
+    """The nodes whose (domain, op type) is one of `op_types`, in topological order as of the
+    call, each still in the graph when reached (a pass may remove nodes as it goes)."""
+    for nid in graph.topological_order():
+        if graph.has_node(nid) and ((node := graph.node(nid)).domain, node.op_type) in op_types:
+            yield node

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage, nodes_of
 from onyxia.ir.graph import IrGraph, Node, NodeId
 from onyxia.operators.normalization.normalization import CHANNELS_ATTR
 
@@ -41,11 +41,8 @@ class ChannelLayerNormPass(Pass):
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> PassResult:
         fused: dict[str, str] = {}
-        for nid in graph.topological_order():
-            if not graph.has_node(nid):
-                continue
-            node = graph.node(nid)
-            if (node.domain, node.op_type) != ("", "LayerNormalization") or node.attributes.get(CHANNELS_ATTR):
+        for node in nodes_of(graph, (("", "LayerNormalization"),)):
+            if node.attributes.get(CHANNELS_ATTR):
                 continue
             found = _chain(graph, node)
             if found is None:
@@ -55,7 +52,7 @@ class ChannelLayerNormPass(Pass):
             attrs = {"axis": 1, "epsilon": node.attributes.get("epsilon", 1e-5), CHANNELS_ATTR: 1}
             inputs = [x, *node.inputs[1:]]
             name = node.name
-            for dead in (after.id, nid, before.id):
+            for dead in (after.id, node.id, before.id):
                 graph.remove_node(dead)
             graph.add_node("LayerNormalization", inputs, [out], attrs, name=name)
             fused[name] = x

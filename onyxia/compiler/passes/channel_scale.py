@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage
+from onyxia.compiler.pass_api import CompileContext, Pass, PassResult, Stage, nodes_of
 from onyxia.ir.graph import IrGraph, Node
 from onyxia.operators.conv.scale import CHANNEL_SCALE_ATTR
 
@@ -41,19 +41,14 @@ class ChannelScalePass(Pass):
 
     def run(self, graph: IrGraph, ctx: CompileContext) -> PassResult:
         fused: dict[str, str] = {}
-        for nid in graph.topological_order():
-            if not graph.has_node(nid):
-                continue
-            node = graph.node(nid)
-            if (node.domain, node.op_type) not in (("", "Mul"), ("ai.onnx", "Mul")):
-                continue
+        for node in nodes_of(graph, (("", "Mul"), ("ai.onnx", "Mul"))):
             found = _match(graph, node)
             if found is None:
                 continue
             conv, x, gate = found
             inputs = list(conv.inputs[:BIAS + 1]) + [None] * (BIAS + 1 - len(conv.inputs))
             inputs[0] = x
-            graph.remove_node(nid)
+            graph.remove_node(node.id)
             graph.replace_node(conv.id, conv.op_type, [*inputs, gate],
                                {**conv.attributes, CHANNEL_SCALE_ATTR: BIAS + 1}, domain=conv.domain)
             fused[conv.name] = gate
