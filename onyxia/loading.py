@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, TextIO
 
 from onyxia.compiler import CompilerPipeline
@@ -74,6 +74,9 @@ class LoadReport:
         out.append(f"{'total (first run aside)':<28} {self.total_s * 1e3:10.1f} ms")
         out.append(f"pipelines: {rt.pipelines} built, {rt.shared} shared by identical shaders, {rt.deferred} "
                    "deferred (alternatives not replayed now)")
+        if rt.quick:
+            out.append(f"quick first run: {rt.quick} kernel choices replay a variant that compiles faster until "
+                       "helper threads have compiled them")
         return out
 
     def line(self) -> str:
@@ -175,7 +178,7 @@ def load_executor(source: str, dims: Mapping[str, int], static: Iterable[str] = 
     report.device_s = time.perf_counter() - start
     exe = runtime.load_model(compiled, progress=progress.stage("pipelines") if progress else None,
                              compile_ahead=report.cache != "hit")  # a cached plan's kernels: in the driver's cache
-    report.runtime = exe.stats.load
+    report.runtime = replace(exe.stats.load)  # as loaded: later runs build more (alternatives)
     if report.cache == "plan" and dims:
         exe.update_dimensions(dims)
     if progress is not None:

@@ -232,7 +232,8 @@ class Runtime:
         ONYXIA_TUNE and ONYXIA_CACHE_DIR). `progress(done, total)`: called as pipelines are built.
         `compile_ahead=False`: no helper devices compile the runs' kernels ahead on a driver that
         compiles at dispatch (runtime/precompile.py) — for a plan an earlier process ran, whose
-        kernels the driver's disk cache has. The executor's `stats.load` (runtime/replay.py
+        kernels the driver's disk cache has (they still compile quick first's choices in the
+        background: runtime/ahead.py). The executor's `stats.load` (runtime/replay.py
         LoadTimes) splits the load's time."""
         return PlanExecutor(self, model, transport=get_transport(transport or self.transport), tuning=tuning,
                             progress=progress, compile_ahead=compile_ahead)

@@ -131,8 +131,16 @@ class NullBackend:
                 done(len(out))
         return out
 
-    def compile_ahead(self, programs: Sequence[NullProgram]) -> None:
+    compiles_ahead = False  # no helper devices
+
+    def compile_ahead(self, programs: Sequence[NullProgram], background: bool = False) -> None:
         pass  # nothing compiles at dispatch here
+
+    def compiled_ahead(self, programs: Sequence[NullProgram]) -> bool:
+        return False
+
+    def wait_ahead(self, timeout_s: float) -> bool:
+        return True
 
     def compiled(self, programs: Sequence[NullProgram]) -> int:
         return 0

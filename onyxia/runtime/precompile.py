@@ -15,6 +15,10 @@ Measured (Mesa 22.3, 2 cores, fresh caches, tuning off): unet2d_small's first re
 cache off (MESA_SHADER_CACHE_DISABLE) the helper only competes for the cores (unet 6.2 s), so
 it does not start then.
 
+The helpers also take background work once a run's list is done: the kernel choices a quick
+first run stood faster-compiling variants in for (runtime/ahead.py), for a plan from the plan
+cache too (whose first run's own kernels the disk cache has, so nothing is handed over for it).
+
 `ONYXIA_PRECOMPILE=0` turns it off, `=N` sets the helper count (default: one per core past the
 first, at most 4). The helpers are per process and per adapter (`for_device`), idle on a
 condition between hand-offs, and stop at interpreter exit after the kernel in hand.
@@ -89,10 +93,12 @@ class Precompiler:
     """Helper devices of one adapter and the kernels they have yet to compile.
 
     `want(kernels)` hands over the next run's cold kernels in replay order (replacing what was
-    waiting); helpers take them from the end. `done(kernels)` says the plan's device compiled
-    those (a run dispatched them): they leave the list. `compiled` holds the keys (Kernel.key)
-    of what the helpers compiled, `failed` of the kernels a helper could not build (the run
-    builds and reports them).
+    waiting); helpers take them from the end. `want(kernels, background=True)` adds kernels no
+    run replays yet, which helpers take once that list is empty, however few (the alternatives
+    a quick first run stands in for: runtime/ahead.py). `done(kernels)` says the plan's device
+    compiled those (a run dispatched them): they leave the lists. `compiled` holds the keys
+    (Kernel.key) of what the helpers compiled, `failed` of the kernels a helper could not build
+    (the run builds and reports them); `settled(kernels)`: each is one or the other, or ran.
     """
 
     def __init__(self, adapter: wgpu.GPUAdapter, features: Sequence[str], limits: dict[str, Any], helpers: int):
@@ -101,6 +107,7 @@ class Precompiler:
         self._threads: list[threading.Thread] = []
         self._cond = threading.Condition()
         self._waiting: list[Kernel] = []
+        self._later: list[Kernel] = []  # background kernels: taken once `_waiting` is empty
         self._busy: set[Kernel] = set()
         self._stop = False
         self.compiled: set[bytes] = set()
@@ -108,12 +115,18 @@ class Precompiler:
         self._known: set[bytes] = set()  # compiled by anyone (the plan's device or a helper)
         self.order: list[bytes] = []  # the helpers' latest compiles in order (tests read it)
 
-    def want(self, kernels: Sequence[Kernel]) -> None:
+    def want(self, kernels: Sequence[Kernel], background: bool = False) -> None:
         with self._cond:
-            self._waiting = [k for k in dict.fromkeys(kernels) if k.key not in self._known and k not in self._busy]
-            if len(self._waiting) < _MIN_KERNELS:
-                self._waiting = []
-                return
+            fresh = [k for k in dict.fromkeys(kernels) if k.key not in self._known and k not in self._busy]
+            if background:
+                self._later = list(dict.fromkeys([*self._later, *fresh]))
+                if not self._later:
+                    return
+            else:
+                self._waiting = fresh
+                if len(self._waiting) < _MIN_KERNELS:
+                    self._waiting = []
+                    return
             while len(self._threads) < self._helpers:
                 thread = threading.Thread(target=self._work, name=f"onyxia-precompile-{len(self._threads)}",
                                           daemon=True)
@@ -126,12 +139,19 @@ class Precompiler:
             self._known.update(k.key for k in kernels)
             if self._waiting:
                 self._waiting = [k for k in self._waiting if k.key not in self._known]
+            if self._later:
+                self._later = [k for k in self._later if k.key not in self._known]
+
+    def settled(self, kernels: Sequence[Kernel]) -> bool:
+        """Whether every one of `kernels` is compiled (by a helper or a run) or failed in a helper."""
+        with self._cond:
+            return all(k.key in self._known for k in kernels)
 
     def idle(self, timeout: float) -> bool:
         """Wait until no kernel waits or is being compiled (tests); False on timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._waiting or self._busy:
+            while self._waiting or self._later or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -143,6 +163,7 @@ class Precompiler:
         with self._cond:
             self._stop = True
             self._waiting = []
+            self._later = []
             self._cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=30)
@@ -157,11 +178,11 @@ class Precompiler:
         buffers: list[Any] = []
         while True:
             with self._cond:
-                while not self._waiting and not self._stop:
+                while not self._waiting and not self._later and not self._stop:
                     self._cond.wait()
                 if self._stop:
                     return
-                kernel = self._waiting.pop()
+                kernel = self._waiting.pop() if self._waiting else self._later.pop(0)
                 self._busy.add(kernel)
             try:
                 while len(buffers) < len(kernel.read_only):  # empty grids read nothing: any size binds

@@ -64,6 +64,7 @@ class LoadTimes:
     pipelines: int = 0  # pipelines built
     shared: int = 0  # shaders whose WGSL and layout equal a built one's: its pipeline reused
     deferred: int = 0  # shaders not built at load (only alternatives a run does not replay now use them)
+    quick: int = 0  # Selects whose first run replays a quicker-to-compile variant of their choice (runtime/ahead.py)
     weight_bytes: int = 0  # bytes uploaded
 
 
@@ -85,7 +86,7 @@ class ExecutorStats:
     prebuilt: int = 0  # pipelines of alternatives not replayed yet, built ahead by later runs
     precompiled: int = 0  # kernels runs dispatched that a helper device compiled too (runtime/precompile.py)
     warm_first: int = 0  # Selects that replayed a warm stand-in at new dims (runtime/select.py)
-    upgraded: int = 0  # of those, switched to the alternative they stood in for by a later run
+    upgraded: int = 0  # of those and the quick ones (LoadTimes.quick), switched to the alternative they stood in for
     ahead_s: float = 0.0  # seconds runs spent building those, or running with switched kernels
     run_s: float = 0.0  # seconds runs spent on their own work (not the first at new dims; no work ahead)
     load: LoadTimes = field(default_factory=LoadTimes)
@@ -329,6 +330,7 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         self.backend.params_changed()
         for slot in self._slots.values():
             slot.refresh(self.dims)
+        self._quick_first()  # at load (runtime/ahead.py)
         self._refresh_live()
 
     def _refresh_live(self) -> None:
@@ -447,6 +449,8 @@ class PlanReplay(DimensionUpdates, WorkAhead):
         if self._unwarmed:
             self.mark_warm(walk_commands(live_commands(self._live_commands)))
             self._unwarmed = False
+        if self.stats.runs == 1 and self._upgrades:
+            self._hand_over()
         noted = self._check_status(status_raw) if status_raw is not None else None
         results: dict[str, np.ndarray | DeviceTensor] = {}
         total = 0

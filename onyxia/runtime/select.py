@@ -51,8 +51,9 @@ class SelectCommand(Command):
         self.shape_class = ""
         self.chosen = 0
         # "guards" | "default" | "cache" | "timed" | "forced" (PlanReplay.choose) | "warm" (module doc)
+        # | "quick" (a first run's quicker-to-compile stand-in: runtime/ahead.py)
         self.source = "guards"
-        self.wanted: tuple[int, str] | None = None  # with source "warm": the choice it stands in for
+        self.wanted: tuple[int, str] | None = None  # with source "warm"/"quick": the choice it stands in for
         # Host control flow inside an alternative cannot be timed in isolation.
         self.timeable = not any(c.device_sync for alt in self.alternatives for c in walk_commands(alt))
         tensors = replay.model.tensors

@@ -128,43 +128,55 @@ class TuneResult:
 
 class TuneCache:
     """{(key, shape class): {"choice": label, "times": {label: seconds}}} of one adapter, in
-    `<dir>/tuning-<hash of the adapter>.json`."""
+    `<dir>/tuning-<hash of the adapter>.json`; beside them, the alternatives whose kernels a run
+    or a helper device compiled on this adapter ({(key, shape class): [labels]}: where the
+    driver keeps compiled kernels on disk, a later process's first run need not stand a quick
+    variant in for those, runtime/ahead.py)."""
 
     def __init__(self, directory: Path, adapter: str):
         self.adapter = adapter
         digest = hashlib.sha256(adapter.encode()).hexdigest()[:16]
         self.path = directory / f"tuning-{digest}.json"
-        self.entries: dict[str, dict] = self._read()
+        self.entries, self.compiled = self._read()
 
     @staticmethod
     def entry_key(key: str, shape_class: str) -> str:
         return f"{key}|{shape_class}"
 
-    def _read(self) -> dict[str, dict]:
+    def _read(self) -> tuple[dict[str, dict], dict[str, list[str]]]:
         try:
             doc = json.loads(self.path.read_text())
         except (OSError, ValueError, UnicodeDecodeError):
-            return {}
+            return {}, {}
         if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("adapter") != self.adapter:
-            return {}
-        entries = doc.get("entries")
-        if not isinstance(entries, dict):
-            return {}
-        return {k: e for k, e in entries.items()
-                if isinstance(k, str) and isinstance(e, dict) and isinstance(e.get("choice"), str)}
+            return {}, {}
+        entries, compiled = doc.get("entries"), doc.get("compiled")
+        entries = {k: e for k, e in entries.items() if isinstance(k, str) and isinstance(e, dict)
+                   and isinstance(e.get("choice"), str)} if isinstance(entries, dict) else {}
+        compiled = {k: [x for x in v if isinstance(x, str)] for k, v in compiled.items()
+                    if isinstance(k, str) and isinstance(v, list)} if isinstance(compiled, dict) else {}
+        return entries, compiled
 
     def get(self, key: str, shape_class: str) -> str | None:
         entry = self.entries.get(self.entry_key(key, shape_class))
         return entry["choice"] if entry else None
 
-    def put(self, results: list[TuneResult]) -> None:
-        """Record `results` and write the file (merged with what another process wrote since);
-        a directory that cannot be written loses only the cache."""
-        fresh = self._read()
+    def has_compiled(self, key: str, shape_class: str, label: str) -> bool:
+        return label in self.compiled.get(self.entry_key(key, shape_class), ())
+
+    def put(self, results: list[TuneResult], compiled: list[tuple[str, str, str]] = ()) -> None:
+        """Record `results` and the (key, shape class, label)s `compiled`, and write the file
+        (merged with what another process wrote since); a directory that cannot be written
+        loses only the cache."""
+        fresh, done = self._read()
         for r in results:
             fresh[self.entry_key(r.key, r.shape_class)] = {"choice": r.choice, "times": r.times}
-        self.entries = fresh
-        doc = {"version": CACHE_VERSION, "adapter": self.adapter, "entries": fresh}
+        for key, cls, label in compiled:
+            labels = done.setdefault(self.entry_key(key, cls), [])
+            if label not in labels:
+                labels.append(label)
+        self.entries, self.compiled = fresh, done
+        doc = {"version": CACHE_VERSION, "adapter": self.adapter, "entries": fresh, "compiled": done}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".tmp", dir=self.path.parent)
@@ -220,6 +232,16 @@ class Tuner:
     def __post_init__(self) -> None:
         if self.cache is None and self.settings.cache_dir is not None:
             self.cache = TuneCache(self.settings.cache_dir, self.adapter)
+
+    def was_compiled(self, cmd: Any, k: int) -> bool:
+        """Whether alternative `k` of the SelectCommand `cmd` ran or was compiled on this adapter
+        at its shape class (in this or an earlier process, by the cache)."""
+        return self.cache is not None and self.cache.has_compiled(cmd.key, cmd.shape_class, cmd.step.labels[k])
+
+    def note_compiled(self, cmds: list[tuple[Any, int]]) -> None:
+        """The alternatives (SelectCommand, index) whose kernels the driver now has."""
+        if self.cache is not None and cmds:
+            self.cache.put([], [(cmd.key, cmd.shape_class, cmd.step.labels[k]) for cmd, k in cmds])
 
     def known(self, key: str, cls: str) -> str | None:
         if not self.settings.enabled:  # off: the heuristic everywhere, not another process's timing

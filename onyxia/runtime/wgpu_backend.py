@@ -136,9 +136,10 @@ class WgpuBackend:
         self._encoder: wgpu.GPUCommandEncoder | None = None
         self._pass: wgpu.GPUComputePassEncoder | None = None
         self.shader_module_s = 0.0  # time in create_shader_module (the load report's split)
-        # Helper devices compiling the next run's kernels where the driver compiles at dispatch.
-        self._precompiler = for_device(runtime.adapter, self.device, self.limits.compiles_at_dispatch) \
-            if compile_ahead else None
+        # Helper devices compiling kernels where the driver compiles at dispatch: the next run's
+        # unless `compile_ahead` is off (their driver's cache has them), and the background's.
+        self._precompiler = for_device(runtime.adapter, self.device, self.limits.compiles_at_dispatch)
+        self._ahead_of_runs = compile_ahead
         self._kinds: dict[int, tuple[bool, ...]] = {}  # id(bind group layout) -> its bindings' read_only
         self._kernel_of: dict[int, Kernel] = {}  # id(program) -> what a helper compiles for it
         self._fence = self.device.create_buffer(size=4, usage=_USAGE)  # a word read back to wait (_wait)
@@ -222,12 +223,30 @@ class WgpuBackend:
                                                           spec.immediate_bytes)
         return out
 
-    def compile_ahead(self, programs: Sequence[wgpu.GPUComputePipeline]) -> None:
+    @property
+    def compiles_ahead(self) -> bool:
+        """Whether helper devices compile kernels ahead of their first dispatch here."""
+        return self._precompiler is not None
+
+    def compile_ahead(self, programs: Sequence[wgpu.GPUComputePipeline], background: bool = False) -> None:
         """`programs` (in replay order) are the next run's that no run dispatched yet: helper
         devices compile them from the last while the run compiles from the first
-        (runtime/precompile.py; lavapipe only)."""
-        if self._precompiler is not None:
-            self._precompiler.want([k for p in programs if (k := self._kernel_of.get(id(p))) is not None])
+        (runtime/precompile.py; lavapipe only). `background`: programs no run replays yet, for
+        the helpers once the next run's are done."""
+        if self._precompiler is not None and (background or self._ahead_of_runs):
+            self._precompiler.want([k for p in programs if (k := self._kernel_of.get(id(p))) is not None],
+                                   background=background)
+
+    def wait_ahead(self, timeout_s: float) -> bool:
+        """Wait until the helpers have nothing left to compile; False on timeout."""
+        return self._precompiler is None or self._precompiler.idle(timeout_s)
+
+    def compiled_ahead(self, programs: Sequence[wgpu.GPUComputePipeline]) -> bool:
+        """Whether the driver has `programs` (a helper or a run compiled them; or a helper could
+        not, and the run that dispatches one builds and reports it)."""
+        if self._precompiler is None:
+            return False
+        return self._precompiler.settled([k for p in programs if (k := self._kernel_of.get(id(p))) is not None])
 
     def compiled(self, programs: Sequence[wgpu.GPUComputePipeline]) -> int:
         """A run dispatched `programs`: the driver has them. How many of them a helper compiled."""
