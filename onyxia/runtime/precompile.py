@@ -42,6 +42,9 @@ import wgpu
 log = logging.getLogger(__name__)
 
 _MIN_KERNELS = 3  # fewer cold kernels than this: the run compiles them itself
+# Background kernels wait this long after being handed over: a process that ends right after its
+# first result (a one-shot `onyxia run`) exits without waiting for a helper mid-compile.
+BACKGROUND_DELAY_S = 0.5
 _MAX_HELPERS = 4
 _HISTORY = 4096  # entries of `order` kept (a long-lived process loads many models)
 _OFF = ("0", "off", "false", "no", "n", "f")
@@ -108,6 +111,7 @@ class Precompiler:
         self._cond = threading.Condition()
         self._waiting: list[Kernel] = []
         self._later: list[Kernel] = []  # background kernels: taken once `_waiting` is empty
+        self._later_from = 0.0  # ... and not before this time.monotonic()
         self._busy: set[Kernel] = set()
         self._stop = False
         self.compiled: set[bytes] = set()
@@ -119,6 +123,8 @@ class Precompiler:
         with self._cond:
             fresh = [k for k in dict.fromkeys(kernels) if k.key not in self._known and k not in self._busy]
             if background:
+                if fresh and not self._later:
+                    self._later_from = time.monotonic() + BACKGROUND_DELAY_S
                 self._later = list(dict.fromkeys([*self._later, *fresh]))
                 if not self._later:
                     return
@@ -178,8 +184,11 @@ class Precompiler:
         buffers: list[Any] = []
         while True:
             with self._cond:
-                while not self._waiting and not self._later and not self._stop:
-                    self._cond.wait()
+                while not self._stop and not self._waiting:
+                    wait = self._later_from - time.monotonic() if self._later else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
                 if self._stop:
                     return
                 kernel = self._waiting.pop() if self._waiting else self._later.pop(0)

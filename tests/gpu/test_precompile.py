@@ -91,6 +91,25 @@ def test_fewer_than_three_cold_kernels_are_left_to_the_run(runtime):
         pc.close()
 
 
+def test_background_kernels_wait_a_moment_and_yield_to_a_runs_list(runtime):
+    pc = helpers(runtime)
+    later, run = fresh(1), fresh(3)
+    try:
+        pc.want(later, background=True)  # however few: nothing else compiles them
+        pc.want(run)  # a run's cold kernels, handed over while the background ones wait
+        assert pc.idle(120)
+        assert pc.order == [k.key for k in run[::-1]] + [later[0].key]
+        assert pc.settled([*run, *later]) and not pc.settled(fresh(1))
+        pc.done(more := fresh(1))  # a run dispatched it: settled too
+        assert pc.settled(more)
+        slow = fresh(2)
+        pc.want(slow, background=True)
+        assert not pc.settled(slow)  # not at once: a process ending now need not wait for a helper
+        assert pc.idle(120) and pc.settled(slow)
+    finally:
+        pc.close()
+
+
 def test_a_kernel_a_helper_cannot_build_is_left_to_the_run(runtime):
     pc = helpers(runtime)
     good = fresh(3)
