@@ -90,8 +90,12 @@ class WorkAhead:
 
     def _prefer_warm(self, cmd: SelectCommand) -> None:
         """At new dims after a first result: if `cmd`'s choice is cold, replay the first
-        eligible warm alternative until a later run switches (_upgrade)."""
-        if (not self.stats.runs or not self.tuner.settings.enabled
+        eligible warm alternative until a later run switches (_upgrade). Tuned Selects only:
+        their eligible alternatives are interchangeable (the tuner picks any of them), where an
+        untuned one's may not be (the FFT's level Selects: "skip" is always eligible, "run"
+        preferred where the length needs the level; standing "skip" in for a cold "run" gave
+        wrong spectra at a new length)."""
+        if (not cmd.tuned or not self.stats.runs or not self.tuner.settings.enabled
                 or not self._cold(cmd.replayed_by(cmd.chosen))):
             return
         for k, ok in enumerate(cmd.eligible):

@@ -12,6 +12,8 @@ from onnx.reference import ReferenceEvaluator
 
 from onyxia.errors import ShapeInferenceError
 from onyxia.operators.spectral.spectral import DIRECT_MAX
+from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.tuner import TuneSettings
 from tests.builders.spectral import dft_model, stft_model
 from tests.helpers import compile_model, make_model, run_onyxia
 
@@ -89,6 +91,22 @@ def test_a_dynamic_length_reuses_one_plan(runtime):
         expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
         assert_spectrum_close(exe.run({"x": x})["y"], expected)
     assert exe.stats.recompiles == 0
+
+
+def test_a_new_length_with_tuning_on_replays_each_level_as_its_guards_say(runtime, tmp_path):
+    """The FFT's level Selects (untuned: "skip" is always eligible, "run" preferred where the
+    length needs the level) are not interchangeable kernel variants: with tuning on, a new length
+    whose levels' kernels never ran must still run them (a warm stand-in there, "skip" for a cold
+    "run", gave garbage at length 1000 after 16)."""
+    model = dft_model([2, "n", 2], opset=17, axis=1, inverse=1)
+    exe = runtime.load_model(compile_model(model, {"n": 16}),
+                             tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache"))
+    for n in (16, 1000, 3, 4096):
+        exe.update_dimensions({"n": n})
+        x = RNG.standard_normal((2, n, 2)).astype(np.float32)
+        expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        assert_spectrum_close(exe.run({"x": x})["y"], expected)
+        assert all(c.source == "guards" for c in exe.commands if isinstance(c, SelectCommand) and not c.tuned)
 
 
 @pytest.mark.parametrize("x_shape,step,window,frame_length,onesided", [
