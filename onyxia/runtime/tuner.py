@@ -49,6 +49,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ class TuneCache:
     def has_compiled(self, key: str, shape_class: str, label: str) -> bool:
         return label in self.compiled.get(self.entry_key(key, shape_class), ())
 
-    def put(self, results: list[TuneResult], compiled: list[tuple[str, str, str]] = ()) -> None:
+    def put(self, results: Sequence[TuneResult], compiled: Sequence[tuple[str, str, str]] = ()) -> None:
         """Record `results` and the (key, shape class, label)s `compiled`, and write the file
         (merged with what another process wrote since); a directory that cannot be written
         loses only the cache."""
