@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import helper as h
 
+import onyxia
 from onyxia.runtime.ahead import QUICK_SHARE
 from onyxia.runtime.select import SelectCommand
 from onyxia.runtime.tuner import TuneCache, TuneResult, TuneSettings
+from tests.builders.families import models
 from tests.helpers import compile_model, make_model, run_ort
 
 RNG = np.random.default_rng(7)
@@ -141,3 +144,26 @@ def test_the_cache_keeps_compiled_marks_beside_timed_choices_and_reads_junk_tole
     cache.path.write_text(json.dumps(doc))
     junk = TuneCache(tmp_path, "adapter-a")
     assert junk.get("k1", "1x8") == "a/1" and not junk.has_compiled("k2", "1x8", "a/2")
+
+
+def test_a_torchvision_resnet_stands_in_quick_tiles_and_matches_onnxruntime_before_and_after(
+        runtime, tmp_path, monkeypatch):
+    """The committed torch.onnx export of resnet18 (tests/data/exported/families), loaded
+    as a user would with tuning on: its first run replays quick tiles, the switched plan the
+    heuristic's choices, both as onnxruntime."""
+    monkeypatch.setenv("ONYXIA_TUNE", "1")
+    monkeypatch.setenv("ONYXIA_CACHE_DIR", str(tmp_path / "cache"))
+    info = {m.name: m for m in models()}["resnet18"]
+    feeds = info.feeds(info.sizes[0], seed=0)
+    want = ort.InferenceSession(str(info.path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = onyxia.InferenceSession(str(info.path), runtime=runtime, plan_cache=False)
+    exe = sess._executor_for(feeds)
+    exe.tuner.pending.clear()  # no timing in the runs' slices changes a choice behind the test
+    stood = [c for c in register_selects(exe) if c.source == "quick"]
+    assert stood and exe.stats.load.quick == len(stood)
+    for got, ref in zip(sess.run(None, feeds), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    assert exe.finish_quick(300) == len(stood)
+    assert all(c.source == "default" and c.chosen == c.default for c in stood)
+    for got, ref in zip(sess.run(None, feeds), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
