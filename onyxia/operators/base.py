@@ -291,12 +291,14 @@ class PlanCtx(InferenceCtx):
         return CopyBuffer(src, dst, nbytes, src_offset, dst_offset)
 
     def select(self, key: str, alternatives: Sequence[tuple[str, Sequence[Step], Guard, Guard]], *,
-               tuned: bool = False, shape: Sequence[Dim] = ()) -> list[Step]:
+               tuned: bool = False, shape: Sequence[Dim] = (), interchangeable: bool = False) -> list[Step]:
         """Alternatives computing the same outputs, `(label, steps, guard, prefer)` each, as one
         plan.Select step (plan/select.py says how the runtime chooses; `tuned`: the autotuner
-        may, per shape class of `shape`, under `key`). Never-eligible alternatives are left out,
-        and untuned, those after one always eligible and preferred; one left: its steps as they
-        are. The last one kept must be always eligible (an empty guard)."""
+        may, per shape class of `shape`, under `key`; `interchangeable`: untuned, but any eligible
+        alternative computes the same, so the runtime may stand one in for another).
+        Never-eligible alternatives are left out, and untuned, those after one always eligible and
+        preferred; one left: its steps as they are. The last one kept must be always eligible (an
+        empty guard)."""
         kept = [Alternative(label, tuple(steps), guard, prefer) for label, steps, guard, prefer in alternatives
                 if not guard.never]
         first = next((k for k, a in enumerate(kept) if not a.guard.clauses and not a.prefer.clauses), None)
@@ -306,7 +308,7 @@ class PlanCtx(InferenceCtx):
             raise PlanError(f"{self.node.describe()}: select '{key}' has no alternative that is always eligible")
         if len(kept) == 1:
             return list(kept[0].steps)
-        return [Select(key, tuple(kept), tuned, tuple(shape) if tuned else ())]
+        return [Select(key, tuple(kept), tuned, tuple(shape) if tuned else (), interchangeable)]
 
 
 def quads_guard(dims: Sequence[Dim]) -> Guard:
@@ -331,7 +333,8 @@ def by_quads(ctx: PlanCtx, key: str, guard: Guard, steps: Callable[[bool], list[
         return steps(False)
     if not guard.clauses:
         return steps(True)
-    return ctx.select(key, [("quads", steps(True), guard, ALWAYS), ("elements", steps(False), ALWAYS, ALWAYS)])
+    return ctx.select(key, [("quads", steps(True), guard, ALWAYS), ("elements", steps(False), ALWAYS, ALWAYS)],
+                      interchangeable=True)
 
 
 def symbolic_write(dst: str, values: np.ndarray, dtype: DType) -> WriteBuffer:

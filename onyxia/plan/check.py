@@ -344,14 +344,19 @@ class _StepChecks:
             self.tensor(name, f"{where} (tensor)")
 
     def _select(self, raw: dict, where: str) -> None:
-        """A Select's own fields: key, tuned, shape expressions, and alternatives (a distinct label,
-        guard and prefer of known conditions, steps; the last one's guard empty)."""
+        """A Select's own fields: key, tuned, interchangeable (true where tuned), shape
+        expressions, and alternatives (a distinct label, guard and prefer of known conditions,
+        steps; the last one's guard empty)."""
         d = self.d
-        d.obj(raw, where, ("key", "tuned", "shape", "alternatives"))
+        d.obj(raw, where, ("key", "tuned", "interchangeable", "shape", "alternatives"))
         if not d.str(raw["key"], f"{where}.key"):
             raise _fail(f"{where}.key", "must not be empty")
-        if not isinstance(raw["tuned"], bool):
-            raise _fail(f"{where}.tuned", f"must be true or false, got {raw['tuned']!r}")
+        for field in ("tuned", "interchangeable"):
+            if not isinstance(raw[field], bool):
+                raise _fail(f"{where}.{field}", f"must be true or false, got {raw[field]!r}")
+        if raw["tuned"] and not raw["interchangeable"]:
+            raise _fail(f"{where}.interchangeable", "must be true where tuned is: the tuner may replay any "
+                        "eligible alternative")
         for j, v in enumerate(d.list(raw["shape"], f"{where}.shape")):
             d.expr(v, f"{where}.shape[{j}]")
         alternatives = d.list(raw["alternatives"], f"{where}.alternatives")

@@ -37,7 +37,7 @@ PLAN_FORMAT = "onyxia-plan"
 # 6: Select steps (alternatives with guards over dims and adapter facts) replace Tunable steps
 # and the adapter symbol; 5: buffers read in pairs (BufferDecl.wide); 4: Tunable steps;
 # 3: shaders declare typed buffers, tensors keep native storage (2: 32-bit words)
-PLAN_VERSION = 8
+PLAN_VERSION = 9
 
 # The plan's status word: kernels that can detect a wrong result (an int64 value out of the
 # range the GPU computes it in) record a report site in it, and the runtime raises an error

@@ -225,6 +225,10 @@ class Select(Step, tag="select"):
       eligible ones, for `key` and the shape class of `shape` (its values at the current dims,
       symbolic ones rounded up to a power of two), so decode and prefill may choose differently
       while nothing recompiles.
+    `interchangeable` (always so where `tuned`): every eligible alternative computes the same
+    tensors, so a runtime may replay any of them in place of the choice for a while (one whose
+    kernels are compiled already, at new dims). Where it is false the guards and prefers decide
+    what is computed (an FFT level's always-eligible "skip" after the "run" a length needs).
     The last alternative's guard is empty, so one is always eligible. Memory planning sees every
     alternative's tensors live at this step, so alternatives never share a buffer.
     """
@@ -233,6 +237,11 @@ class Select(Step, tag="select"):
     alternatives: tuple[Alternative, ...]
     tuned: bool = False
     shape: tuple[Expr, ...] = ()
+    interchangeable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tuned and not self.interchangeable:  # the tuner may pick any eligible one
+            object.__setattr__(self, "interchangeable", True)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -279,13 +288,13 @@ class Select(Step, tag="select"):
         return tuple(s for a in self.alternatives for s in a.steps)
 
     def to_json(self) -> dict:
-        return {"t": self.tag, "key": self.key, "tuned": self.tuned, "shape": _enc(self.shape),
-                "alternatives": [a.to_json() for a in self.alternatives]}
+        return {"t": self.tag, "key": self.key, "tuned": self.tuned, "interchangeable": self.interchangeable,
+                "shape": _enc(self.shape), "alternatives": [a.to_json() for a in self.alternatives]}
 
     @classmethod
     def from_json(cls, d: dict) -> Select:
         return cls(d["key"], tuple(Alternative.from_json(a) for a in d["alternatives"]), bool(d["tuned"]),
-                   _dec(d["shape"]))
+                   _dec(d["shape"]), bool(d["interchangeable"]))
 
 
 __all__ = ["ADAPTER_KINDS", "ALWAYS", "AdapterFacts", "Alternative", "CLAUSE_OPS", "Clause", "FEATURES", "Guard",

@@ -26,7 +26,8 @@ LISTED = {"cpu": KINDS[0], "cpu-wide": AdapterFacts("cpu", traits=frozenset({"wi
 def _lines(step: Select, dims: Mapping[str, int], depth: int) -> list[str]:
     pad = "  " * depth
     runs = {name: step.choose(dims, facts) for name, facts in LISTED.items()}
-    tuned = f", tuned per shape class of ({', '.join(map(str, step.shape))})" if step.tuned else ""
+    tuned = (f", tuned per shape class of ({', '.join(map(str, step.shape))})" if step.tuned
+             else ", interchangeable" if step.interchangeable else "")
     out = [f"{pad}select {step.key}{tuned}"]
     width = max(len(a.label) for a in step.alternatives)
     for k, alt in enumerate(step.alternatives):

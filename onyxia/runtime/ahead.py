@@ -7,9 +7,9 @@ Warm first (runtime/select.py's module doc) keeps a new shape's first result fro
 the driver.
 lavapipe compiles a kernel at its first dispatch (Limits.compiles_at_dispatch), so a program is
 "warm" once a finished run (or the tuner's timing) dispatched it; elsewhere once it is built.
-At new dims a Select whose choice is cold replays an eligible warm alternative (`_prefer_warm`,
-from DimensionUpdates._commit), and a later run's work ahead switches it back (`_upgrade`, from
-PlanReplay._ahead_slice), compiling a few kernels at a time.
+At new dims an interchangeable Select (plan.Select) whose choice is cold replays an eligible
+warm alternative (`_prefer_warm`, from DimensionUpdates._commit), and a later run's work ahead
+switches it back (`_upgrade`, from PlanReplay._ahead_slice), compiling a few kernels at a time.
 
 Quick first does the same for the first run of a load, where helper devices compile ahead
 (Backend.compiles_ahead: lavapipe with Mesa's disk cache on) and tuning is on: a tuned Select
@@ -90,15 +90,19 @@ class WorkAhead:
 
     def _prefer_warm(self, cmd: SelectCommand) -> None:
         """At new dims after a first result: if `cmd`'s choice is cold, replay the first
-        eligible warm alternative until a later run switches (_upgrade). Tuned Selects only:
-        their eligible alternatives are interchangeable (the tuner picks any of them), where an
-        untuned one's may not be (the FFT's level Selects: "skip" is always eligible, "run"
-        preferred where the length needs the level; standing "skip" in for a cold "run" gave
-        wrong spectra at a new length)."""
-        if (not cmd.tuned or not self.stats.runs or not self.tuner.settings.enabled
+        eligible warm alternative until a later run switches (_upgrade). Interchangeable Selects
+        only (plan.Select: tuned ones, and untuned ones saying so), where any eligible
+        alternative computes the same: another's may not (the FFT's level Selects: "skip" is
+        always eligible, "run" preferred where the length needs the level; standing "skip" in
+        for a cold "run" gave wrong spectra at a new length). Of an untuned one, only an
+        alternative listed before the choice: a product's row classes go from one row up, and a
+        wider class standing in computes rows nobody wants (16 for each of an LLM's decode
+        products after a prefill ran the 16-row class), a narrower one its rows in more blocks
+        (squeeze-excite convs at batch 2 in the one-row class)."""
+        if (not cmd.interchangeable or not self.stats.runs or not self.tuner.settings.enabled
                 or not self._cold(cmd.replayed_by(cmd.chosen))):
             return
-        for k, ok in enumerate(cmd.eligible):
+        for k, ok in enumerate(cmd.eligible[:None if cmd.tuned else cmd.chosen]):
             if ok and k != cmd.chosen and not self._cold(cmd.replayed_by(k)):
                 cmd.wanted = (cmd.chosen, cmd.source)
                 cmd.chosen, cmd.source = k, "warm"

@@ -32,13 +32,15 @@ def adapter_facts(limits: Limits) -> AdapterFacts:
 class SelectCommand(Command):
     """Replays the chosen alternative: the heuristic's, or for a tuned Select the Tuner's."""
 
-    __slots__ = ("step", "key", "tuned", "tuner", "alternatives", "values", "symbolic", "eligible", "default",
-                 "shape_class", "chosen", "source", "timeable", "written", "facts", "evaluate", "wanted")
+    __slots__ = ("step", "key", "tuned", "interchangeable", "tuner", "alternatives", "values", "symbolic",
+                 "eligible", "default", "shape_class", "chosen", "source", "timeable", "written", "facts", "evaluate",
+                 "wanted")
 
     def __init__(self, step: Select, index: int, replay: Replay) -> None:
         super().__init__(step, index, replay)
         self.step = step
         self.tuned = step.tuned
+        self.interchangeable = step.interchangeable  # any eligible alternative may stand in
         # The cache key: the step's, plus a digest of its alternatives' kernels (templates and
         # defs), so that a choice timed for other kernels (an older onyxia) is not replayed.
         self.key = f"{step.key}@{kernels_digest(step, replay.model)}" if step.tuned else step.key

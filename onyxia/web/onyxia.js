@@ -171,7 +171,7 @@ export async function load(source, options = {}) {
   const {manifest} = bundle;
   if (manifest.format !== "onyxia-web") throw new PlanError("not an onyxia web bundle (model.json format)");
   if (manifest.version !== 1) throw new PlanError(`an onyxia web bundle of version ${manifest.version}; this runtime reads version 1: run \`onyxia web\` again`);
-  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 8) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 8`);
+  if (manifest.plan.format !== "onyxia-plan" || manifest.plan.version !== 9) throw new PlanError(`plan version ${manifest.plan.version}; this runtime reads version 9`);
   const {device, adapter} = await openDevice(options);
   const session = new Session(manifest, device, adapterFacts(adapter, device), options);
   await session._setup(bundle.chunks);

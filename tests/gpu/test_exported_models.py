@@ -92,13 +92,16 @@ def _at_second_size(runtime, tmp_path, name: str, warm_first: bool):
 def test_second_size_first_replays_kernels_that_ran(runtime, tmp_path, name: str) -> None:
     """lavapipe compiles a kernel at its first dispatch: at the second size the first result
     replays kernels that ran at the first wherever an eligible one did (runtime/select.py, warm
-    first), so it waits for fewer compiles than the choices that size wants; later runs switch
-    to those, still matching onnxruntime."""
+    first), so it waits for no compile where the choices that size wants would; later runs
+    switch to those, still matching onnxruntime."""
     info, second = MODELS[name], MODELS[name].sizes[1]
     wanted = _at_second_size(runtime, tmp_path, name, warm_first=False).executor.cold_kernels()
     sess = _at_second_size(runtime, tmp_path, name, warm_first=True)
     exe = sess.executor
-    assert exe.stats.warm_first > 0 and exe.cold_kernels() < wanted
+    # every choice that size wants and no run compiled has a warm stand-in: the products' row
+    # classes (an untuned Select, interchangeable) included, which the squeeze-excite convs change
+    # at another batch (mobilenet_v3_large at batch 2, Mesa 25: 0.54 s past the run before)
+    assert exe.stats.warm_first > 0 and wanted > 0 and exe.cold_kernels() == 0
     for step in range(4):  # the first result, then runs that switch back (and time) as work ahead
         feeds = info.feeds(second, seed=2 + step)
         _assert_close(sess.run(None, feeds), _ort(name).run(None, feeds), info, second)

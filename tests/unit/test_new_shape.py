@@ -12,7 +12,7 @@ import numpy as np
 from onnx import helper as h
 
 from onyxia.runtime.null import NULL_LIMITS, null_executor
-from onyxia.runtime.select import SelectCommand
+from onyxia.runtime.select import SelectCommand, walk_commands
 from onyxia.runtime.tuner import TuneSettings
 from tests.helpers import compile_model, make_model
 
@@ -108,3 +108,47 @@ def labels(exe) -> list[str]:
 def selects(exe) -> list[SelectCommand]:
     """The products' kernel Selects (the split-K sums' own Selects aside)."""
     return [c for c in exe.commands if isinstance(c, SelectCommand) and c.tuned]
+
+
+def test_row_classes_stand_in_for_each_other_at_new_dims(tmp_path):
+    # The chunked product's row classes are an untuned Select whose alternatives all compute any
+    # M (plan.Select.interchangeable): at m = 3 after m = 1 the rows4 class no run dispatched
+    # waits while rows1, which ran (listed before it: a narrower class), replays; a later run
+    # switches. Before, only tuned Selects stood in, and the first call at another batch
+    # compiled the classes inside it (each squeeze-excite conv of mobilenet_v3_large at batch 2:
+    # 0.54 s past the run on Mesa 25). A wider class does not stand in for a narrower one (it
+    # would compute rows nobody wants: an LLM's decode after its prefill).
+    cpu = replace(LAZY, cpu_adapter=True)
+    exe = null_executor(compile_model(two_matmuls(), {"m": 1}), limits=cpu,
+                        tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "cache", share=None))
+    exe.run({"a": np.zeros((1, K), np.float32)})
+    rows = [c for c in walk_commands(exe.commands)
+            if isinstance(c, SelectCommand) and c.step.key == "matmul/gemv_chunked/rows"]
+    assert rows and all(c.interchangeable and not c.tuned for c in rows)
+    assert {c.step.labels[c.chosen] for c in rows} == {"rows1"}
+    exe.update_dimensions({"m": 3})
+    assert exe.cold_kernels() == 0
+    assert {(c.step.labels[c.chosen], c.source) for c in rows} == {("rows1", "warm")}
+    assert {c.step.labels[c.wanted[0]] for c in rows if c.wanted} == {"rows4"}
+    three = {"a": np.zeros((3, K), np.float32)}
+    exe.run(three)
+    for _ in range(len(rows)):  # each later run switches some (compiling their kernels)
+        exe.run(three)
+    assert {(c.step.labels[c.chosen], c.source) for c in rows} == {("rows4", "guards")}
+    exe.update_dimensions({"m": 8})  # rows16: the warm rows1 and rows4 may stand in
+    assert exe.cold_kernels() == 0 and {c.source for c in rows} == {"warm"}
+    for _ in range(len(rows) + 1):
+        exe.run({"a": np.zeros((8, K), np.float32)})
+    assert {(c.step.labels[c.chosen], c.source) for c in rows} == {("rows16", "guards")}
+    exe.update_dimensions({"m": 2})  # rows4 ran: the choice is warm, nothing stands in
+    assert {(c.step.labels[c.chosen], c.source) for c in rows} == {("rows4", "guards")}
+
+    fresh = null_executor(compile_model(two_matmuls(), {"m": 8}), limits=cpu,
+                          tuning=TuneSettings(enabled=True, cache_dir=tmp_path / "fresh", share=None))
+    fresh.run({"a": np.zeros((8, K), np.float32)})
+    fresh.update_dimensions({"m": 1})  # only rows16 ran: it does not stand in for rows1
+    fresh_rows = [c for c in walk_commands(fresh.commands)
+                  if isinstance(c, SelectCommand) and c.step.key == "matmul/gemv_chunked/rows"]
+    assert {(c.step.labels[c.chosen], c.source) for c in fresh_rows} == {("rows1", "guards")}
+    assert fresh.cold_kernels() > 0
+    assert exe.stats.recompiles == 0 and fresh.stats.recompiles == 0

@@ -142,6 +142,8 @@ def _first_dispatch(doc: dict) -> dict:
      r"^\$\.operations\[1\]\.steps\[0\]\.alternatives\[0\]\.guard\[1\]$"),
     (lambda d: d["symbolic_bindings"].append(["buffer", 3, 0, "batch"]), r"^\$\.symbolic_bindings\[\d+\]\[1\]$"),
     (lambda d: d.__setitem__("version", PLAN_VERSION - 1), r"^\$\.version$"),
+    (lambda d: d["operations"][1]["steps"][0].__setitem__("interchangeable", False),  # tuned: must be true
+     r"^\$\.operations\[1\]\.steps\[0\]\.interchangeable$"),
     (lambda d: d.__setitem__("extra", 1), r"^\$$"),
 ])
 def test_schema_refuses_edited_document_naming_path(mutate, path: str, validator, documents) -> None:

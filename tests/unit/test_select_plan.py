@@ -106,6 +106,12 @@ def test_plan_ctx_select_drops_what_cannot_run():
                     tuned=True, shape=(m,))
     assert isinstance(step, Select) and step.tuned and step.shape == (m,) and step.labels == ("few", "any")
     assert step.children() == (a, b) and step.uses() == (("x", False), ("y", True)) * 2
+    assert step.interchangeable  # the tuner may replay any eligible alternative
+    alternatives = [("few", [a], at_most(m, 4), ALWAYS), ("any", [b], ALWAYS, ALWAYS)]
+    [untuned] = select(None, "k", alternatives)  # type: ignore
+    [free] = select(None, "k", alternatives, interchangeable=True)  # type: ignore
+    assert not untuned.interchangeable and free.interchangeable and not free.tuned
+    assert Select.from_json(free.to_json()) == free and Select.from_json(untuned.to_json()) == untuned
 
 
 def _set(key, value):
@@ -136,6 +142,11 @@ CASES = {
     "shape value a float": (lambda doc, t: t["shape"].__setitem__(0, 2.5),
                             r"steps\[0\]\.shape\[0\]: must be an integer or a dimension expression"),
     "missing field": (lambda doc, t: t.pop("tuned"), r"steps\[0\]\.tuned: is missing"),
+    "interchangeable missing": (lambda doc, t: t.pop("interchangeable"), r"steps\[0\]\.interchangeable: is missing"),
+    "interchangeable not a bool": (_set("interchangeable", "yes"),
+                                   r"steps\[0\]\.interchangeable: must be true or false"),
+    "tuned yet not interchangeable": (_set("interchangeable", False),
+                                      r"steps\[0\]\.interchangeable: must be true where tuned is"),
     "unknown condition": (_alt(0, "guard", [["lt", 1, 2]]),
                           r"steps\[0\]\.alternatives\[0\]\.guard\[0\]: must be one of \['le', \.\.\.\]"),
     "unknown adapter kind": (_alt(0, "prefer", [["adapter", "npu"]]),

@@ -72,7 +72,7 @@ def map_dispatch(ctx: PlanCtx, expr: str, operands: Sequence[Operand], *, output
     if isinstance(inner, int):
         return quad
     return ctx.select(f"map4:{ctx.node.name}", [("quad", quad, at_most(inner % 4, 0), ALWAYS),
-                                                ("scalar", scalar, ALWAYS, ALWAYS)])
+                                                ("scalar", scalar, ALWAYS, ALWAYS)], interchangeable=True)
 
 
 def _quad_modes(ctx: PlanCtx, out: str, out_shape: Shape, operands: Sequence[Operand]) -> tuple[Dim, list[str]] | None:

@@ -173,15 +173,18 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     elif isinstance(m, int):  # the widest class where the adapter runs it fastest, else the one below
         steps = ctx.select("matmul/gemv_chunked/rows", [
             (f"rows{wide_rows}", rows_class(wide_rows), ALWAYS, WIDE_TILES),
-            (f"rows{narrow_rows}", rows_class(narrow_rows), ALWAYS, ALWAYS)])
+            (f"rows{narrow_rows}", rows_class(narrow_rows), ALWAYS, ALWAYS)], interchangeable=True)
     else:  # every class computes any M; each is preferred up to its last row count (the widest
-        # from its first, on an adapter with wide tiles; the one below it takes the rest)
+        # from its first, on an adapter with wide tiles; the one below it takes the rest). Listed
+        # from one row up: at new dims the runtime stands in only a warm class listed before the
+        # choice (runtime/ahead.py _prefer_warm): a narrower one, or the 32-row class where it is
+        # eligible (from 17 rows) for the 16-row one
         lasts = [first - 1 for _, first in CHUNK_ROWS[1:]]
         classes = [(f"rows{rows}", rows_class(rows), ALWAYS, at_most(m, last))
                    for (rows, _), last in zip(CHUNK_ROWS[:-1], lasts)]
         classes.insert(-1, (f"rows{wide_rows}", rows_class(wide_rows), at_least(m, wide_first), WIDE_TILES))
         classes[-1] = (*classes[-1][:3], ALWAYS)
-        steps = ctx.select("matmul/gemv_chunked/rows", classes)
+        steps = ctx.select("matmul/gemv_chunked/rows", classes, interchangeable=True)
     if split:
         finish_defs, finish_params, finish_reads = p.epilogue.onto(
             {key: v for key, v in defs.items() if key in ("T", "GEMM", "HAS_C", "CHECKED")},
