@@ -32,6 +32,7 @@ from onyxia.plan.select import Select  # noqa: F401 - registers the "select" ste
 from onyxia.plan.steps import Expr, Scalar, Step, _dec, _enc, walk_steps
 
 PLAN_FORMAT = "onyxia-plan"
+# 9: Select.interchangeable, the "guarded-loads" trait;
 # 8: the "trait" guard clause (adapter traits a runtime knows: plan.select.TRAITS);
 # 7: the status word's top bit tells an error from a note (a site that lost an int64 value);
 # 6: Select steps (alternatives with guards over dims and adapter facts) replace Tunable steps

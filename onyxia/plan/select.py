@@ -23,8 +23,11 @@ LIMITS = ("maxStorageBufferBindingSize", "maxComputeWorkgroupsPerDimension")
 # Adapter traits: what a runtime knows of the adapter's compiler beyond WebGPU's facts, each
 # measured where it is set (runtime/device.py). "wide-register-tiles": register-tiled kernels run
 # fastest with 32-row tiles (128 accumulators an invocation) rather than 16 (lavapipe before Mesa
-# 25). A runtime that does not know a trait reports it absent: only speed differs.
-TRAITS = ("wide-register-tiles",)
+# 25). "guarded-loads": the compiler branches around every storage access, per lane (robust
+# access lowered as control flow: lavapipe from Mesa 25), so a kernel's compile time and speed
+# follow its load sites: attention over heads under 16 prefers the flash kernel to the register
+# one there. A runtime that does not know a trait reports it absent: only speed differs.
+TRAITS = ("wide-register-tiles", "guarded-loads")
 CLAUSE_OPS = ("le", "adapter", "feature", "limit", "trait")
 
 

@@ -3,7 +3,7 @@
 `onyxia compile` prints `select_lines`: for every Select (nested ones indented under their
 alternative) the guards and preferences of each alternative, and which runs at the given dims
 on a CPU-type adapter (`cpu`; `cpu-wide` where it has the wide-register-tiles trait, lavapipe
-before Mesa 25) and on a GPU-type one with tuning off (a tuned Select may replay another
+before Mesa 25; `cpu-guarded` where it has guarded-loads, lavapipe from Mesa 25) and on a GPU-type one with tuning off (a tuned Select may replay another
 eligible alternative, measured faster on the adapter at hand).
 """
 
@@ -20,7 +20,8 @@ from onyxia.plan.steps import Step, walk_steps
 
 KINDS = (AdapterFacts("cpu"), AdapterFacts("gpu"))
 # The adapters a Select's listing names ("runs on"): the kinds, and a CPU-type one with each trait.
-LISTED = {"cpu": KINDS[0], "cpu-wide": AdapterFacts("cpu", traits=frozenset({"wide-register-tiles"})), "gpu": KINDS[1]}
+LISTED = {"cpu": KINDS[0], "cpu-wide": AdapterFacts("cpu", traits=frozenset({"wide-register-tiles"})),
+          "cpu-guarded": AdapterFacts("cpu", traits=frozenset({"guarded-loads"})), "gpu": KINDS[1]}
 
 
 def _lines(step: Select, dims: Mapping[str, int], depth: int) -> list[str]:

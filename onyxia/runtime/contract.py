@@ -38,6 +38,7 @@ class Limits:
     subgroup_size: int = 0  # lanes of a workgroup-of-8 kernel's subgroup where probed (Runtime), else 0
     indexed_private: bool = False  # staging in a private array (ONYXIA_INDEXED_PRIVATE; device.py says where)
     wide_register_tiles: bool = False  # the "wide-register-tiles" adapter trait (device.py says where)
+    guarded_loads: bool = False  # the "guarded-loads" adapter trait (device.py says where)
     cpu_adapter: bool = False  # a CPU-type adapter (lavapipe): the kind Select guards see
     # The driver compiles a kernel at its first dispatch, not when its pipeline is made (lavapipe:
     # llvmpipe generates the code at launch): a built pipeline is not yet warm (runtime/select.py).

@@ -106,6 +106,21 @@ def has_wide_register_tiles(info: AdapterInfo) -> bool:
     return mesa is not None and mesa < NARROW_TILES_MESA
 
 
+# lavapipe from this Mesa on guards every storage load with a branch per lane (GALLIVM_DEBUG=ir:
+# unet2d_small's register attention kernel, 8-wide heads, 30k instructions in 1,483 blocks): the
+# register attention kernel (sdpa_rows.wgsl, a load site for each of its 4 rows' operands)
+# compiles in 1.3-1.6 s there against 0.35 s on Mesa 22.3, and unet2d_small's attention over
+# heads of 8 takes 206 ms a run against 148 with the flash kernel (0.36 s to compile); on Mesa 22.3
+# 168 vs 182 ms (2-core EPYC, alternating, medians of 7). Between them unmeasured.
+GUARDED_LOADS_MESA = (25, 0)
+
+
+def has_guarded_loads(info: AdapterInfo) -> bool:
+    """The "guarded-loads" adapter trait (plan.select.TRAITS): lavapipe from GUARDED_LOADS_MESA on."""
+    mesa = _lavapipe_mesa(info)
+    return mesa is not None and mesa >= GUARDED_LOADS_MESA
+
+
 def list_adapters() -> list[AdapterInfo]:
     return [_info(a) for a in wgpu.gpu.enumerate_adapters_sync()]
 
@@ -172,7 +187,8 @@ class Runtime:
     def __init__(self, adapter: str | int | wgpu.GPUAdapter | None = None, *,
                  transport: str | Transport | None = None, f16: bool | None = None,
                  packed_f16_reads: bool | None = None, subgroups: bool = True, wide_reads: bool | None = None,
-                 indexed_private: bool | None = None, wide_register_tiles: bool | None = None):
+                 indexed_private: bool | None = None, wide_register_tiles: bool | None = None,
+                 guarded_loads: bool | None = None):
         """`f16=False` (or ONYXIA_F16=0) leaves shader-f16 unused even where the adapter has it:
         float16 tensors keep their 2-byte storage, packed in u32 words, as on adapters without it.
         `packed_f16_reads`: with shader-f16, read-only float16 operands read as vec4s still come
@@ -184,7 +200,8 @@ class Runtime:
         faster form (codegen/storage.py). `indexed_private`: kernels stage through private arrays
         indexed at run time (codegen/wgsl.py ONYXIA_INDEXED_PRIVATE); default: where the driver
         compiles those fast (stages_privately()). `wide_register_tiles`: the adapter trait the plans'
-        register-tiled products prefer 32-row tiles by (default: has_wide_register_tiles())."""
+        register-tiled products prefer 32-row tiles by (default: has_wide_register_tiles());
+        `guarded_loads`: the adapter trait of that name (default: has_guarded_loads())."""
         self.adapter = adapter if isinstance(adapter, wgpu.GPUAdapter) else select_adapter(adapter)
         self.info = _info(self.adapter)
         self.packed_f16_reads = (self.info.adapter_type == "CPU") if packed_f16_reads is None else packed_f16_reads
@@ -197,6 +214,7 @@ class Runtime:
         self.indexed_private = stages_privately(self.info) if indexed_private is None else indexed_private
         self.wide_register_tiles = (has_wide_register_tiles(self.info) if wide_register_tiles is None
                                     else wide_register_tiles)
+        self.guarded_loads = has_guarded_loads(self.info) if guarded_loads is None else guarded_loads
         limits = dict(self.adapter.limits)
         try:
             self.device = self.adapter.request_device_sync(

@@ -22,7 +22,8 @@ from onyxia.runtime.tuner import kernels_digest, shape_class
 def adapter_facts(limits: Limits) -> AdapterFacts:
     """The facts Select guards may name, from the device limits the backend reports."""
     features = {name for name, has in (("shader-f16", limits.native_f16), ("subgroups", limits.subgroups)) if has}
-    traits = {"wide-register-tiles"} if limits.wide_register_tiles else set()
+    traits = {name for name, has in (("wide-register-tiles", limits.wide_register_tiles),
+                                     ("guarded-loads", limits.guarded_loads)) if has}
     return AdapterFacts("cpu" if limits.cpu_adapter else "gpu", frozenset(features),
                         (("maxComputeWorkgroupsPerDimension", limits.max_workgroups),
                          ("maxStorageBufferBindingSize", limits.max_binding_bytes)), frozenset(traits))

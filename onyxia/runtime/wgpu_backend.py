@@ -126,7 +126,7 @@ class WgpuBackend:
             native_f16="shader-f16" in runtime.features, packed_f16_reads=runtime.packed_f16_reads,
             subgroups="subgroup" in runtime.features, subgroup_size=runtime.subgroup_size,
             wide_reads=runtime.wide_reads, indexed_private=runtime.indexed_private,
-            wide_register_tiles=runtime.wide_register_tiles,
+            wide_register_tiles=runtime.wide_register_tiles, guarded_loads=runtime.guarded_loads,
             cpu_adapter=runtime.info.adapter_type == "CPU", compiles_at_dispatch=runtime.info.adapter_type == "CPU",
             adapter=runtime.info.identity)
         self._params: dict[type[Transport], Any] = {}

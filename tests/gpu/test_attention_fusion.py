@@ -169,15 +169,20 @@ def test_flash_kernel_head_sizes(runtime, plain_runtime, subgroups, head, masked
     assert exe.stats.recompiles == 0
 
 
-@pytest.mark.parametrize("head,expected", [(8, "rows"), (16, "flash"), (64, "flash"), (128, "rows")])
-def test_the_cpu_heuristic_takes_flash_for_heads_of_16_to_64(head, expected):
+@pytest.mark.parametrize("head,expected,guarded", [(8, "rows", "flash"), (16, "flash", "flash"), (64, "flash", "flash"),
+                                                   (128, "rows", "rows")])
+def test_the_cpu_heuristic_takes_flash_for_heads_of_16_to_64(head, expected, guarded):
     # fused.FLASH_PREFERRED_HEAD: past 64 the flash kernel compiles for seconds and runs no
-    # faster than the register kernel; under 16 its 32-column slices are mostly idle
+    # faster than the register kernel; under 16 its 32-column slices are mostly idle, yet where
+    # the adapter guards its loads (lavapipe from Mesa 25) the register kernel's load sites
+    # compile for seconds and run slower
     from onyxia.plan import AdapterFacts
 
     compiled = compile_model(_cross_attention(head, False), {"S": 13, "T": 30})
     [select] = [s for s in compiled.steps if getattr(s, "key", "") == "fused_attention"]
     assert select.labels[select.choose({"S": 13, "T": 30}, AdapterFacts("cpu"))] == expected
+    guarding = AdapterFacts("cpu", traits=frozenset({"guarded-loads"}))
+    assert select.labels[select.choose({"S": 13, "T": 30}, guarding)] == guarded
     assert select.labels[select.choose({"S": 13, "T": 30}, AdapterFacts("gpu"))] == "workgroup64"
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from onyxia.runtime.device import AdapterInfo, has_wide_register_tiles
+from onyxia.runtime.device import AdapterInfo, has_guarded_loads, has_wide_register_tiles
 from onyxia.runtime.null import NULL_LIMITS, null_executor
 from onyxia.runtime.select import adapter_facts
 from tests.builders.gemv_heuristic import running
@@ -60,6 +60,18 @@ def test_wide_register_tiles_is_a_trait_of_lavapipe_before_mesa_25(driver, kind,
     assert has_wide_register_tiles(info) is expected
     limits = replace(NULL_LIMITS, cpu_adapter=True, wide_register_tiles=expected)
     assert adapter_facts(limits).traits == (frozenset({"wide-register-tiles"}) if expected else frozenset())
+
+
+@pytest.mark.parametrize("driver,kind,expected", [
+    ("Mesa 22.3.6 (LLVM 15.0.6)", "CPU", False), ("Mesa 24.2.8", "CPU", False),
+    ("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)", "CPU", True), ("Mesa 26.1.0", "CPU", True),
+    ("Mesa 25.0.7", "IntegratedGPU", False), ("", "CPU", False),
+])
+def test_guarded_loads_is_a_trait_of_lavapipe_from_mesa_25(driver, kind, expected):
+    info = AdapterInfo("llvmpipe (LLVM 15.0.6, 256 bits)", kind, "Vulkan", "summary", "llvmpipe", driver)
+    assert has_guarded_loads(info) is expected
+    limits = replace(NULL_LIMITS, cpu_adapter=True, guarded_loads=expected)
+    assert adapter_facts(limits).traits == (frozenset({"guarded-loads"}) if expected else frozenset())
 
 
 def test_the_runtime_takes_the_adapter_kind_from_its_limits():

@@ -153,7 +153,7 @@ CASES = {
                              r"alternatives\[0\]\.prefer\[0\]\[1\]: must be one of cpu, gpu, got 'npu'"),
     "unknown feature": (_alt(0, "guard", [["feature", "shader-f64"]]), r"guard\[0\]\[1\]: must be one of"),
     "unknown trait": (_alt(0, "prefer", [["trait", "fast"]]),
-                      r"prefer\[0\]\[1\]: must be one of wide-register-tiles, got 'fast'"),
+                      r"prefer\[0\]\[1\]: must be one of wide-register-tiles, guarded-loads, got 'fast'"),
     "guard over an unknown symbol": (_alt(0, "guard", [["le", {"sym": "ghost"}, 4]]),
                                      r"guard\[0\]\[1\]: uses symbol 'ghost'"),
     "guard with a float": (_alt(0, "guard", [["le", 1.5, 4]]), r"guard\[0\]\[1\]: must be an integer"),
@@ -200,8 +200,10 @@ def test_compile_and_inspect_list_the_selects(tmp_path, capsys):
     for line in out.splitlines():  # fc1's Select comes first
         if "runs on:" in line:
             lines.setdefault(line.split()[0], line)
-    assert "runs on: cpu+cpu-wide " in lines["chunked"] and "guard batch <= 64; prefer cpu adapter" in lines["chunked"]
-    assert "runs on: gpu " in lines["coalesced"] and "runs on: cpu+cpu-wide+gpu" in lines["rows4"]
+    assert "runs on: cpu+cpu-wide+cpu-guarded " in lines["chunked"]
+    assert "guard batch <= 64; prefer cpu adapter" in lines["chunked"]
+    assert "runs on: gpu " in lines["coalesced"] and "runs on: cpu+cpu-wide+cpu-guarded+gpu" in lines["rows4"]
+    assert "select matmul/gemv_chunked/rows, interchangeable" in out
     assert main(["inspect", str(plan), "--dim", "batch=40"]) == 0
     lines = {}
     for line in capsys.readouterr().out.splitlines():
@@ -209,6 +211,6 @@ def test_compile_and_inspect_list_the_selects(tmp_path, capsys):
             lines.setdefault(line.split()[0], line)
     assert "runs on: gpu " in lines["shared"] and "runs on: -" in lines["coalesced"]  # 40 rows: past its guard
     # 40 rows of fc1: 32-row tiles where the adapter has the wide-register-tiles trait, else 16
-    assert "runs on: cpu-wide " in lines["rows32"] and "runs on: cpu+gpu " in lines["rows16"]
+    assert "runs on: cpu-wide " in lines["rows32"] and "runs on: cpu+cpu-guarded+gpu " in lines["rows16"]
     assert main(["inspect", str(plan), "--dim", "ghost=1"]) != 0
     assert "the plan's symbols are batch" in capsys.readouterr().err

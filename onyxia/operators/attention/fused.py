@@ -32,7 +32,7 @@ from onyxia.operators.indexing.indexing import plan_strided_copy
 from onyxia.operators.matmul.matmul import Product, plan_product
 from onyxia.operators.normalization.rowstats import plan_rows
 from onyxia.plan import ALWAYS, NEVER, Step, adapter, at_least, at_most
-from onyxia.plan.select import Guard, limit_at_least
+from onyxia.plan.select import Guard, has_trait, limit_at_least
 
 ROWS_WG = 8  # threads (of four query rows each) per workgroup of the register kernel
 FLASH_MAX_HEAD = 128  # head sizes the flash kernel takes (four slices of 8 vec4s)
@@ -223,8 +223,11 @@ class FusedAttention(Operator):
                 reads={**reads, "q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
                        "v": Buf(ctx.input(2), vector=True)},
                 writes={"y": y}, workgroups=(h, ceil_div(s, 8), b))]
-            preferred = 16 <= d <= FLASH_PREFERRED_HEAD
-            variants.append(("flash", flash, at_most(t, FLASH_MAX_KEYS), adapter("cpu") if preferred else NEVER))
+            # Under 16 where the adapter guards its loads (runtime/device.py GUARDED_LOADS_MESA):
+            # the register kernel's load sites compile for seconds there and run slower.
+            prefer = (adapter("cpu") if 16 <= d <= FLASH_PREFERRED_HEAD
+                      else adapter("cpu") & has_trait("guarded-loads") if d < 16 else NEVER)
+            variants.append(("flash", flash, at_most(t, FLASH_MAX_KEYS), prefer))
         # The register kernel (shaders/attention/sdpa_rows.wgsl): four query rows per invocation,
         # q and the accumulators in registers, for head sizes that are multiples of 4 (every
         # stride is a multiple of the head size, the views' last axis: rows start on a vec4).
