@@ -50,28 +50,19 @@ def test_a_static_row_count_takes_the_tile_its_adapter_runs_fastest(m, wide, exp
     assert running(exe) == [expected]
 
 
-@pytest.mark.parametrize("driver,kind,expected", [
-    ("Mesa 22.3.6 (LLVM 15.0.6)", "CPU", True), ("Mesa 24.2.8", "CPU", True),
-    ("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)", "CPU", False), ("Mesa 26.1.0", "CPU", False),
-    ("Mesa 22.3.6", "IntegratedGPU", False), ("", "CPU", False),
+@pytest.mark.parametrize("driver,kind,wide,guarded", [
+    ("Mesa 22.3.6 (LLVM 15.0.6)", "CPU", True, False), ("Mesa 24.2.8", "CPU", True, False),
+    ("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)", "CPU", False, True), ("Mesa 26.1.0", "CPU", False, True),
+    ("Mesa 22.3.6", "IntegratedGPU", False, False), ("Mesa 25.0.7", "IntegratedGPU", False, False),
+    ("", "CPU", False, False),
 ])
-def test_wide_register_tiles_is_a_trait_of_lavapipe_before_mesa_25(driver, kind, expected):
+def test_the_lavapipe_traits_follow_its_mesa_version(driver, kind, wide, guarded):
+    # wide-register-tiles before Mesa 25, guarded-loads from it on; neither on other adapters
     info = AdapterInfo("llvmpipe (LLVM 15.0.6, 256 bits)", kind, "Vulkan", "summary", "llvmpipe", driver)
-    assert has_wide_register_tiles(info) is expected
-    limits = replace(NULL_LIMITS, cpu_adapter=True, wide_register_tiles=expected)
-    assert adapter_facts(limits).traits == (frozenset({"wide-register-tiles"}) if expected else frozenset())
-
-
-@pytest.mark.parametrize("driver,kind,expected", [
-    ("Mesa 22.3.6 (LLVM 15.0.6)", "CPU", False), ("Mesa 24.2.8", "CPU", False),
-    ("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)", "CPU", True), ("Mesa 26.1.0", "CPU", True),
-    ("Mesa 25.0.7", "IntegratedGPU", False), ("", "CPU", False),
-])
-def test_guarded_loads_is_a_trait_of_lavapipe_from_mesa_25(driver, kind, expected):
-    info = AdapterInfo("llvmpipe (LLVM 15.0.6, 256 bits)", kind, "Vulkan", "summary", "llvmpipe", driver)
-    assert has_guarded_loads(info) is expected
-    limits = replace(NULL_LIMITS, cpu_adapter=True, guarded_loads=expected)
-    assert adapter_facts(limits).traits == (frozenset({"guarded-loads"}) if expected else frozenset())
+    assert (has_wide_register_tiles(info), has_guarded_loads(info)) == (wide, guarded)
+    limits = replace(NULL_LIMITS, cpu_adapter=True, wide_register_tiles=wide, guarded_loads=guarded)
+    assert adapter_facts(limits).traits == frozenset(name for name, has in (("wide-register-tiles", wide),
+                                                                            ("guarded-loads", guarded)) if has)
 
 
 def test_the_runtime_takes_the_adapter_kind_from_its_limits():
