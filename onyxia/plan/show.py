@@ -3,8 +3,9 @@
 `onyxia compile` prints `select_lines`: for every Select (nested ones indented under their
 alternative) the guards and preferences of each alternative, and which runs at the given dims
 on a CPU-type adapter (`cpu`; `cpu-wide` where it has the wide-register-tiles trait, lavapipe
-before Mesa 25; `cpu-guarded` where it has guarded-loads, lavapipe from Mesa 25) and on a GPU-type one with tuning off (a tuned Select may replay another
-eligible alternative, measured faster on the adapter at hand).
+before Mesa 25; `cpu-guarded` where it has guarded-loads, lavapipe from Mesa 25) and on a
+GPU-type one with tuning off (a tuned Select may replay another eligible alternative, measured
+faster on the adapter at hand).
 """
 
 from __future__ import annotations
