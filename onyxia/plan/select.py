@@ -24,9 +24,9 @@ LIMITS = ("maxStorageBufferBindingSize", "maxComputeWorkgroupsPerDimension")
 # measured where it is set (runtime/device.py). "wide-register-tiles": register-tiled kernels run
 # fastest with 32-row tiles (128 accumulators an invocation) rather than 16 (lavapipe before Mesa
 # 25). "guarded-loads": the compiler branches around every storage access, per lane (robust
-# access lowered as control flow: lavapipe from Mesa 25), so a kernel's compile time and speed
-# follow its load sites: attention over heads under 16 prefers the flash kernel to the register
-# one there. A runtime that does not know a trait reports it absent: only speed differs.
+# access lowered as control flow: lavapipe from Mesa 25), so a kernel's compile time follows its
+# load sites (and, measured for attention over heads under 16, its speed: the flash kernel is
+# preferred to the register one there). A runtime that does not know a trait reports it absent: only speed differs.
 TRAITS = ("wide-register-tiles", "guarded-loads")
 CLAUSE_OPS = ("le", "adapter", "feature", "limit", "trait")
 
