@@ -104,11 +104,21 @@ class WorkAhead:
             return
         for k, ok in enumerate(cmd.eligible[:None if cmd.tuned else cmd.chosen]):
             if ok and k != cmd.chosen and not self._cold(cmd.replayed_by(k)):
-                cmd.wanted = (cmd.chosen, cmd.source)
-                cmd.chosen, cmd.source = k, "warm"
-                self._upgrades[cmd] = None
+                self._stand_in(cmd, k, "warm")
                 self.stats.warm_first += 1
                 return
+
+    def _stand_in(self, cmd: SelectCommand, k: int, source: str) -> None:
+        """`cmd` replays alternative `k` ("warm" or "quick") until switched back (_restore)."""
+        cmd.wanted = (cmd.chosen, cmd.source)
+        cmd.chosen, cmd.source = k, source
+        self._upgrades[cmd] = None
+
+    def _restore(self, cmd: SelectCommand) -> None:
+        """`cmd` replays again the alternative its stand-in stood in for."""
+        del self._upgrades[cmd]
+        (cmd.chosen, cmd.source), cmd.wanted = cmd.wanted, None
+        self.stats.upgraded += 1
 
     def _specialization(self, cmd: SelectCommand, k: int) -> int:
         """The text alternative `k`'s kernels specialize their templates with (their defs): the
@@ -133,9 +143,7 @@ class WorkAhead:
                          if ok and k != cmd.chosen and labels[k].partition("/")[:2] == (family, "/")),
                         default=None)
             if quick is not None and quick[0] <= QUICK_SHARE * size:
-                cmd.wanted = (cmd.chosen, cmd.source)
-                cmd.chosen, cmd.source = quick[1], "quick"
-                self._upgrades[cmd] = None
+                self._stand_in(cmd, quick[1], "quick")
                 self.stats.load.quick += 1
 
     def _hand_over(self) -> None:
@@ -176,9 +184,7 @@ class WorkAhead:
             programs = [self.programs.get(i) for i in self._cold(cmd.replayed_by(cmd.wanted[0]))]
             if programs and (None in programs or not self.backend.compiled_ahead(programs)):
                 continue
-            del self._upgrades[cmd]
-            (cmd.chosen, cmd.source), cmd.wanted = cmd.wanted, None
-            self.stats.upgraded += 1
+            self._restore(cmd)
             switched.append((cmd, cmd.chosen))
         if switched:
             self.tuner.note_compiled(switched)
@@ -200,9 +206,7 @@ class WorkAhead:
             if switched and len(kernels | cold) > _UPGRADE_KERNELS:
                 break
             kernels |= cold
-            del self._upgrades[cmd]
-            (cmd.chosen, cmd.source), cmd.wanted = cmd.wanted, None
-            self.stats.upgraded += 1
+            self._restore(cmd)
             switched = True
         if switched:
             self._refresh_live()
