@@ -26,7 +26,7 @@ from tests.builders.encoder_attention import (
 from tests.helpers import compile_model
 
 ENCODERS = Path(__file__).resolve().parent.parent / "data" / "exported" / "encoders"
-KERNELS = ("flash", "rows", "workgroup8", "workgroup64")
+KERNELS = ("flash", "rows", "workgroup8", "workgroup64")  # (and "tiles", "products" where offered)
 
 
 def _ort(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
@@ -169,13 +169,57 @@ def test_flash_kernel_head_sizes(runtime, plain_runtime, subgroups, head, masked
     assert exe.stats.recompiles == 0
 
 
-@pytest.mark.parametrize("head,expected,guarded", [(8, "rows", "flash"), (16, "flash", "flash"), (64, "flash", "flash"),
-                                                   (128, "rows", "rows")])
-def test_the_cpu_heuristic_takes_flash_for_heads_of_16_to_64(head, expected, guarded):
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("head", [32, 64])
+def test_tiles_kernel_against_onnxruntime(runtime, plain_runtime, subgroups, head):
+    """sdpa_tiles.wgsl at both head sizes (an invocation's one or two column groups), query rows
+    past and short of its 16 (S = 13, 40), keys one partial block (30), many blocks ending in a
+    partial one (1502) and whole ones (64), with the lanes handing values round by subgroup
+    operations and through workgroup memory, a key much stronger than the rest at the last
+    position (the running maxima raised late); against onnxruntime, without recompiling."""
+    model = _cross_attention(head, False)
+    compiled = compile_model(model, {"S": 13, "T": 30})
+    exe = (runtime if subgroups else plain_runtime).load_model(compiled)
+    rng = np.random.default_rng(head)
+    for rows, keys in ((13, 30), (40, 1502), (13, 64)):
+        exe.update_dimensions({"S": rows, "T": keys})
+        feeds = {"q": rng.standard_normal((1, 2, rows, head)).astype(np.float32),
+                 "k": rng.standard_normal((1, 2, keys, head)).astype(np.float32),
+                 "v": rng.standard_normal((1, 2, keys, head)).astype(np.float32)}
+        feeds["k"][:, :, -1, :] = feeds["q"][:, :, 0, :]
+        for c in _kernels(exe):
+            exe.choose(c, list(c.step.labels).index("tiles"))
+        got = exe.run(feeds)["y"]
+        np.testing.assert_allclose(got, _ort(model, feeds)[0], rtol=1e-4, atol=1e-5, err_msg=f"{rows} x {keys}")
+    assert exe.stats.recompiles == 0
+
+
+def test_tiles_kernel_bounds_its_keys():
+    """The register tiles' guard: eligible up to the keys whose blocks keep an invocation's loop
+    trips within SPLIT_TRIPS (lavapipe stops an invocation's loops after ~65,535), not past them."""
+    from onyxia.operators.attention.fused import TILES_KEYS
+    from onyxia.operators.attention.split_kv import SPLIT_TRIPS
+    from onyxia.plan import AdapterFacts
+
+    compiled = compile_model(_cross_attention(64, False), {"S": 13, "T": 30})
+    [select] = [s for s in compiled.steps if getattr(s, "key", "") == "fused_attention"]
+    tiles = list(select.labels).index("tiles")
+    bound = TILES_KEYS * SPLIT_TRIPS // (64 // 4 + 8)
+    assert bound // TILES_KEYS * (64 // 4 + 8) <= SPLIT_TRIPS
+    def eligible(keys: int) -> bool:
+        values = [v if isinstance(v, int) else v.evaluate({"S": 13, "T": keys}) for v in select.values()]
+        return select.evaluate(values, AdapterFacts("cpu"))[0][tiles]
+
+    assert eligible(bound) and not eligible(bound + 1)
+
+
+@pytest.mark.parametrize("head,expected,guarded", [(8, "rows", "flash"), (16, "flash", "flash"), (32, "tiles", "tiles"),
+                                                   (64, "tiles", "tiles"), (128, "rows", "rows")])
+def test_the_cpu_heuristics_choice_by_head_size(head, expected, guarded):
     # fused.FLASH_PREFERRED_HEAD: past 64 the flash kernel compiles for seconds and runs no
     # faster than the register kernel; under 16 its 32-column slices are mostly idle, yet where
     # the adapter guards its loads (lavapipe from Mesa 25) the register kernel's load sites
-    # compile for seconds and run slower
+    # compile for seconds and run slower. Heads of 32 and 64 take the register tiles (unmasked).
     from onyxia.plan import AdapterFacts
 
     compiled = compile_model(_cross_attention(head, False), {"S": 13, "T": 30})
@@ -186,11 +230,13 @@ def test_the_cpu_heuristic_takes_flash_for_heads_of_16_to_64(head, expected, gua
     assert select.labels[select.choose({"S": 13, "T": 30}, AdapterFacts("gpu"))] == "workgroup64"
 
 
-@pytest.mark.parametrize("head,keys,expected", [(64, 512, "products"), (32, 516, "products"), (16, 512, "flash"),
-                                               (64, 256, "flash"), (128, 128, "products"), (128, 124, "rows")])
-def test_the_cpu_heuristic_takes_the_products_for_manystatic_sequence(head, keys, expected):
+@pytest.mark.parametrize("head,keys,expected", [(64, 512, "tiles"), (32, 516, "tiles"), (16, 512, "flash"),
+                                               (64, 256, "tiles"), (64, 30_000, "products"), (128, 128, "products"),
+                                               (128, 124, "rows")])
+def test_the_cpu_heuristic_by_static_keys(head, keys, expected):
     # fused.PRODUCTS_MIN_KEYS: from 512 keys (heads of 32 or more; past 64 from 128) the two
-    # register-tiled products around a softmax outrun the flash kernel on either lavapipe
+    # register-tiled products around a softmax outrun the flash kernel on either lavapipe; heads
+    # of 32 and 64 take the register tiles up to their key bound (fused.TILES_KEYS)
     from onyxia.plan import AdapterFacts
 
     compiled = compile_model(_cross_attention(head, False, keys), {"S": 13})
@@ -226,15 +272,17 @@ def test_the_products_softmax_runs_in_place_over_the_scores():
 def test_products_alternative_matches_onnxruntime(runtime, spelling, output_transpose):
     """The products alternative (K^T and head copies, QK^T * scale, Softmax, PV; y stored through
     its view or directly) at 516 static keys of heads of 32, the batch changed without
-    recompiling, against onnxruntime like every other kernel of the Select."""
+    recompiling, against onnxruntime like every other kernel of the Select (the register tiles
+    over 17 blocks of keys, the last one partial, included)."""
     seq = 516
     model = static_sequence(attention_block(spelling, None, heads=2, head=32, output_transpose=output_transpose), seq)
     compiled = compile_model(model, {"batch": 2})
     exe = runtime.load_model(compiled)
     for step, batch in enumerate((2, 3)):
         exe.update_dimensions({"batch": batch})
-        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
-        assert ran == ["products", *KERNELS]
+        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step),
+                               kernels=("tiles", "products", *KERNELS))
+        assert ran == ["tiles", "products", *KERNELS]
     assert exe.stats.recompiles == 0
 
 
@@ -347,8 +395,9 @@ def test_exported_encoders_match_onnxruntime(runtime, path):
 def test_packed_qkv_is_read_in_place(runtime, unbind):
     """timm's packed QKV projection: the FusedAttention reads q, k and v as parts of the one
     projection output (View.parts, the kernels' OFFSETS), no Transpose, Split or Gather left;
-    every kernel against onnxruntime as the sequence changes, the products alternative (its
-    head copies from the offsets) where the keys allow it."""
+    every kernel against onnxruntime as the sequence changes (the register tiles reading the parts
+    through OFFSETS), the products alternative (its head copies from the offsets) where the keys
+    allow it."""
     model = packed_qkv_block(unbind, heads=2, head=32)
     compiled = compile_model(model, {"batch": 2, "seq": 7})
     ops = {op.op_type for op in compiled.operations if op.steps}
@@ -359,8 +408,9 @@ def test_packed_qkv_is_read_in_place(runtime, unbind):
     exe = runtime.load_model(compiled)
     for step, (batch, seq) in enumerate(((2, 7), (1, 13), (2, 512))):
         exe.update_dimensions({"batch": batch, "seq": seq})
-        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step), kernels=("products", *KERNELS))
-        assert ("products" in ran) == (seq >= 512), (seq, ran)
+        ran = _run_each_kernel(exe, model, block_feeds(model, batch, seq, seed=step),
+                               kernels=("tiles", "products", *KERNELS))
+        assert ("products" in ran) == (seq >= 512) and "tiles" in ran, (seq, ran)
     assert exe.stats.recompiles == 0
 
 

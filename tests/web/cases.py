@@ -45,23 +45,38 @@ def _fp16_feeds(dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
 
 MLP_FP16 = ModelCase(_mlp_fp16, _fp16_feeds, {"batch": 2}, ({"batch": 2}, {"batch": 1}, {"batch": 9}))
 def _attention_products() -> onnx.ModelProto:
-    """An encoder attention block over 516 static keys (heads of 32): a CPU-type adapter
+    """An encoder attention block over 516 static keys (a head of 128): a CPU-type adapter
     (SwiftShader) runs FusedAttention's products alternative, nested matmul Selects included."""
+    from tests.builders.encoder_attention import attention_block, static_sequence
+
+    return static_sequence(attention_block("eager", None, heads=1, head=128), 516)
+
+
+def _attention_tiles() -> onnx.ModelProto:
+    """The block with heads of 32: a CPU-type adapter runs the register-tile kernel
+    (sdpa_tiles.wgsl: subgroup shuffles where the adapter has them, workgroup memory else)."""
     from tests.builders.encoder_attention import attention_block, static_sequence
 
     return static_sequence(attention_block("eager", None, heads=2, head=32), 516)
 
 
-def _attention_feeds(dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    from tests.builders.encoder_attention import block_feeds
+def _attention_feeds(build):
+    def feeds(dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+        from tests.builders.encoder_attention import block_feeds
 
-    return block_feeds(_attention_products(), dims["batch"], 516, seed)
+        return block_feeds(build(), dims["batch"], 516, seed)
+    return feeds
 
 
-ATTENTION = ModelCase(_attention_products, _attention_feeds, {"batch": 1}, ({"batch": 1}, {"batch": 2}))
-LOCAL = {"tiny_mlp": MLP, "mlp_fp16": MLP_FP16, "attention_products": ATTENTION}
+def _attention_case(build) -> ModelCase:
+    return ModelCase(build, _attention_feeds(build), {"batch": 1}, ({"batch": 1}, {"batch": 2}))
+
+
+LOCAL = {"tiny_mlp": MLP, "mlp_fp16": MLP_FP16, "attention_products": _attention_case(_attention_products),
+         "attention_tiles": _attention_case(_attention_tiles)}
 TOLERANCE = {"mlp_fp16": 4e-3}  # as tests/gpu/test_matmul_epilogue.py's float16 products
-WEB_MODELS = ["tiny_mlp", "mlp_fp16", "small_cnn", "bert_encoder", "gpt2_range_opset18", "attention_products"]
+WEB_MODELS = ["tiny_mlp", "mlp_fp16", "small_cnn", "bert_encoder", "gpt2_range_opset18", "attention_products",
+              "attention_tiles"]
 
 
 def web_case(name: str):

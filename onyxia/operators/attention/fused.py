@@ -1,6 +1,7 @@
 """FusedAttention (domain "onyxia"): the attention AttentionFusionPass finds spelled out in torch
 exports (MatMul, scale, mask Add, Softmax, MatMul), run without the [B, H, S, T] scores (but by
-the `products` alternative, which a CPU-type adapter prefers where the keys are many).
+the `products` alternative, offered where the keys are many; a CPU-type adapter prefers the
+register tiles, `tiles`, where they apply).
 
 Each operand is read in place through a view: the operand tensor (4-D, or 3-D [B, S, H * D]
 whose last axis is split into heads of `split` elements) and the permutation taking the view's
@@ -63,6 +64,19 @@ PRODUCTS_MIN_KEYS = 512
 PRODUCTS_MIN_HEAD = 32
 PRODUCTS_WIDE_MIN_KEYS = 128
 _OPERANDS = ("q", "k", "v", "y")
+_MASK_PARAMS = ("MT", "MB", "MH", "MS")
+# The register-tile kernel (shaders/attention/sdpa_tiles.wgsl): 16 query rows a workgroup, keys
+# in blocks of 32, heads of 32 or 64; preferred on a CPU-type adapter before the products and the
+# flash kernel. FusedAttention's GPU time on lavapipe, forced alternately, medians of 7-9, Mesa 25
+# | Mesa 22.3: Whisper's encoder (6 heads of 64 over 1500 keys) 377 vs 473 ms for the products
+# | 493 vs 743 (whole encoder 913 vs 1032 | 1271 vs 1611); vit_tiny (3 heads of 64 over 197)
+# 12.3 vs 19.6 for flash | 24.1 vs 27.1; q = k = v [1, 6, T, D]: D 64, T 256 3.9 vs 7.7 (flash) |
+# 5.2 vs 6.0; D 32, T 256 2.1 vs 2.9 (flash) | 2.7 vs 3.1; T 1024 23.2 vs 41.9 (products), 33.0
+# (flash) | 38.2 vs 70.6. Its first dispatch compiles in ~0.85 s on Mesa 25 (its row maxima and
+# sums as shuffle butterflies: subgroupMax / subgroupAdd took 1.3 s), 0.34 s on Mesa 22.3.
+TILES_ROWS = 16
+TILES_KEYS = 32  # keys a block
+TILES_HEADS = (32, 64)
 
 
 @dataclass(frozen=True)
@@ -200,6 +214,14 @@ class FusedAttention(Operator):
         rows = b * h * s
         y_strides = (params["YB"], params["YH"], params["YS"])
         variants = []
+        tiles = _tiles(ctx, c)
+        if tiles is not None:  # 16 query rows x 32 keys a workgroup in register tiles
+            variants.append(("tiles", [ctx.dispatch(
+                "attention/sdpa_tiles.wgsl", label="fused_attention_tiles", defs=defs,
+                params={k: v for k, v in params.items() if k not in _MASK_PARAMS + ("D", "DV", "GROUP", "P")},
+                reads={"q": Buf(ctx.input(0), vector=True), "k": Buf(ctx.input(1), vector=True),
+                       "v": Buf(ctx.input(2), vector=True)},
+                writes={"y": Buf(y, vector=True)}, workgroups=(ceil_div(s, TILES_ROWS), h, b))], *tiles))
         products = _products(ctx, c)
         if products is not None:  # many keys: two register-tiled products around a softmax
             variants.append(("products", _plan_products(ctx, c), *products))
@@ -267,6 +289,18 @@ class FusedAttention(Operator):
                 kernel += combine_splits(ctx, split, y, b, h, s, y_strides)
             variants.append((label, kernel, ALWAYS, prefer))
         return ctx.select("fused_attention", variants, tuned=True, shape=(rows, t, d))
+
+
+def _tiles(ctx: PlanCtx, c: FusedAttentionSpec) -> tuple[Guard, Guard] | None:
+    """(guard, prefer) of the register-tile alternative (shaders/attention/sdpa_tiles.wgsl), None
+    where it is not offered: float32 operands, no mask, equal heads of 32 or 64 (an invocation owns
+    one or two of the head's vec4 column groups over 8 lanes). The guard bounds the keys (the one
+    loop growing with them: T / 32 blocks of D / 4 + 8 trips); preferred on a CPU-type adapter."""
+    d = c.head
+    if not (c.mask is None and d == c.v_head and d in TILES_HEADS
+            and all(ctx.input_dtype(i).name == "float32" for i in range(3)) and ctx.output_dtype(0).name == "float32"):
+        return None
+    return at_most(c.keys, TILES_KEYS * SPLIT_TRIPS // (d // 4 + 8)), adapter("cpu")
 
 
 def _products(ctx: PlanCtx, c: FusedAttentionSpec) -> tuple[Guard, Guard] | None:
