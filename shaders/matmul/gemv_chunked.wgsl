@@ -36,8 +36,7 @@
 // whatever ROWS, where a dispatch of its own read and wrote the whole input.
 // Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, C_ROW, B_PANELS, TRANS_A (A stored [K, M]: a_quad), A_QUADS, A_SCALE,
 // STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane), TRANS_Y
-// (y stored [batch, N, M]: y_at; one pass, element stores; with STORE4T, y float32, a column's 4
-// rows one vec4 where M is a multiple of 4: put_rows4),
+// (y stored [batch, N, M]: y_at; one pass, element stores),
 // EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), ASCALE_BS (with A_SCALE),
 // INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
@@ -90,22 +89,6 @@ fn put(site: Site, m: u32, c: u32, v: vec4<f32>, cq: vec4<f32>) {
     }
 #endif
 }
-
-#ifdef STORE4T
-// Rows m .. m + 3 of column group c stored transposed (TRANS_Y, M a multiple of 4, m too): each
-// column's four rows are one vec4 of y. `r0` .. `r3`: the rows' values at the 4 columns.
-fn put_rows4(site: Site, m: u32, c: u32, r0: vec4<f32>, r1: vec4<f32>, r2: vec4<f32>, r3: vec4<f32>, cq: vec4<f32>) {
-    if (m >= M() || c >= N() / 4u) {
-        return;
-    }
-    for (var j = 0u; j < 4u; j++) {
-        let n = 4u * c + j;
-        let o = y_at(site.i, m, n);
-        y_store4(o / 4u, vec4<f32>(finished(r0[j], m, o, n, cq[j]), finished(r1[j], m + 1u, o + 1u, n, cq[j]),
-                                   finished(r2[j], m + 2u, o + 2u, n, cq[j]), finished(r3[j], m + 3u, o + 3u, n, cq[j])));
-    }
-}
-#endif
 
 // C at column group c's 4 columns (C_ROW), loaded once an invocation; zeros otherwise.
 fn column_c(c: u32) -> vec4<f32> {
@@ -398,20 +381,9 @@ fn main(wg: Groups, @builtin(local_invocation_index) lid: u32
 #endif
     }
     let cq = column_c(g0);
-#ifdef STORE4T
-    if (M() % 4u == 0u) {  // (uniform) four rows of a column are one aligned vec4 of y
-        for (var r = 0u; r < ROWS; r += 4u) {
-            put_rows4(site, m0 + r, gg, staged[staged_slot(r, lid)], staged[staged_slot(r + 1u, lid)],
-                      staged[staged_slot(r + 2u, lid)], staged[staged_slot(r + 3u, lid)], cq);
-        }
-    } else {
-#endif
     for (var r = 0u; r < ROWS; r++) {
         put(site, m0 + r, gg, staged[staged_slot(r, lid)], cq);
     }
-#ifdef STORE4T
-    }
-#endif
 #endif
 #ifdef EPILOGUE4
     // The fused ops over this invocation's stored outputs a vec4 (a row's 4 columns) at a time

@@ -96,14 +96,9 @@ def chunked_applies(p: Product) -> bool:
 
 def stored(ctx: PlanCtx, y: str, defs: dict) -> dict[str, str | Buf]:
     """gemv_chunked.wgsl's `writes` storing `y` (unsplit), setting STORE4 in `defs` where y is
-    float32 and not transposed (a vec4 store per row of four columns), STORE4T where it is float32
-    and transposed (TRANS_Y, a pointwise conv's NCHW output: a vec4 store per column of four rows
-    where M is a multiple of 4; mobilenet_v3_large's chunked products on Mesa 25 ~13.7 -> ~13.0 ms)."""
-    f32 = ctx.tensor_dtype(y).name == "float32"
-    defs["STORE4"] = f32 and not defs.get("TRANS_Y")
-    if f32 and defs.get("TRANS_Y"):
-        defs["STORE4T"] = True
-    return {"y": Buf(y, vector=f32)}
+    float32 and not transposed: a vec4 store per row of four columns."""
+    defs["STORE4"] = ctx.tensor_dtype(y).name == "float32" and not defs.get("TRANS_Y")
+    return {"y": Buf(y, vector=defs["STORE4"])}
 
 
 def rows_defs(p: Product, params: dict, defs: dict) -> dict:
