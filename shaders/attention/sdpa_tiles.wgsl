@@ -10,9 +10,10 @@
 // - values: invocation l owns the head's vec4 column groups l (and 8 + l for heads of 64) of the
 //   16 output rows (mat4x4 accumulators, column r = row 4 J + r) and adds, for each lane's 4 keys
 //   in turn, that lane's probabilities (handed round) times its own columns of those keys' V rows.
-// Per 16 rows x 32 keys: 8192 multiply-adds an invocation against 64 + 16 x OG vec4 loads and 144
-// vec4 hand-rounds, where the one-row flash kernel (sdpa_flash.wgsl) hands round a K and a V row
-// per key (lavapipe, Whisper's encoder at 1500 keys: see operators/attention/fused.py).
+// Per block of 16 rows x 32 keys an invocation does 128 D multiply-adds against 5 D / 2 vec4 loads
+// and 4 D + 128 vec4 hand-rounds (Q's rows, then the probabilities), where the one-row flash
+// kernel (sdpa_flash.wgsl) hands round a K and a V row per key and row group of 8 (lavapipe: see
+// operators/attention/fused.py).
 // Rows past S compute row S - 1 and store nothing; keys past T (the last block) load key T - 1
 // and weigh nothing. The key walk is the only loop whose trips grow with the keys (T / 32, each
 // D / 4 + 8 trips; the planner bounds T).
