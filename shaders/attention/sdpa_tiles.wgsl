@@ -16,7 +16,8 @@
 // operators/attention/fused.py).
 // Rows past S compute row S - 1 and store nothing; keys past T (the last block) load key T - 1
 // and weigh nothing. The key walk is the only loop whose trips grow with the keys (T / 32, each
-// D / 4 + 8 trips; the planner bounds T).
+// D / 4 + 8 trips, and 32 more where the lanes share through workgroup memory; the planner
+// bounds T).
 // Operands are read through the views' element strides (every stride a multiple of the head size,
 // itself a multiple of 32: rows start on a vec4).
 // Where the 8 lanes are one subgroup (ONYXIA_SUBGROUPS_OF_8) values go round by subgroup

@@ -77,6 +77,9 @@ _MASK_PARAMS = ("MT", "MB", "MH", "MS")
 TILES_ROWS = 16
 TILES_KEYS = 32  # keys a block
 TILES_HEADS = (32, 64)
+# Loop trips a block takes beyond the D / 4 of its scores: the 8 lanes' values, and where the
+# lanes share through workgroup memory the probabilities' 4 and the four maxima's 7 each.
+TILES_BLOCK_TRIPS = 8 + 4 + 4 * 7
 
 
 @dataclass(frozen=True)
@@ -295,12 +298,13 @@ def _tiles(ctx: PlanCtx, c: FusedAttentionSpec) -> tuple[Guard, Guard] | None:
     """(guard, prefer) of the register-tile alternative (shaders/attention/sdpa_tiles.wgsl), None
     where it is not offered: float32 operands, no mask, equal heads of 32 or 64 (an invocation owns
     one or two of the head's vec4 column groups over 8 lanes). The guard bounds the keys (the one
-    loop growing with them: T / 32 blocks of D / 4 + 8 trips); preferred on a CPU-type adapter."""
+    loop growing with them: T / 32 blocks of D / 4 + TILES_BLOCK_TRIPS trips at most) to SPLIT_TRIPS
+    trips; preferred on a CPU-type adapter."""
     d = c.head
     if not (c.mask is None and d == c.v_head and d in TILES_HEADS
             and all(ctx.input_dtype(i).name == "float32" for i in range(3)) and ctx.output_dtype(0).name == "float32"):
         return None
-    return at_most(c.keys, TILES_KEYS * SPLIT_TRIPS // (d // 4 + 8)), adapter("cpu")
+    return at_most(c.keys, TILES_KEYS * (SPLIT_TRIPS // (d // 4 + TILES_BLOCK_TRIPS))), adapter("cpu")
 
 
 def _products(ctx: PlanCtx, c: FusedAttentionSpec) -> tuple[Guard, Guard] | None:
