@@ -53,13 +53,18 @@ def test_fused_attention_counts_both_products_on_every_kernel():
             attention = [d for d in plan_cost(compiled, {"batch": 2, "seq": seq}, adapter=facts).live
                          if d.op_type == "FusedAttention"]
             assert max(d.flops for d in attention) == 4 * 2 * 2 * seq * seq * 8, (seq, facts.kind)
-    # many static keys: a CPU-type adapter replays the products alternative (T off its softmax)
-    compiled = compile_model(static_sequence(attention_block("eager", None, heads=2, head=32), 516), {"batch": 2})
-    for facts in (AdapterFacts("cpu"), AdapterFacts("cpu", limits=(("maxStorageBufferBindingSize", 1 << 30),)),
-                  AdapterFacts("gpu")):
-        attention = [d for d in plan_cost(compiled, {"batch": 3}, adapter=facts).live if d.op_type == "FusedAttention"]
-        assert max(d.flops for d in attention) == 4 * 3 * 2 * 516 * 516 * 32, facts
-        assert ("rownorm_softmax" in {d.shader for d in attention}) == (facts.limits != ()), facts
+    # many static keys over heads of 128: a CPU-type adapter replays the products alternative (T off
+    # its softmax) where the scores fit a binding; heads of 32 take the register tiles
+    for head in (128, 32):
+        compiled = compile_model(static_sequence(attention_block("eager", None, heads=2, head=head), 516), {"batch": 2})
+        for facts in (AdapterFacts("cpu"), AdapterFacts("cpu", limits=(("maxStorageBufferBindingSize", 1 << 30),)),
+                      AdapterFacts("gpu")):
+            attention = [d for d in plan_cost(compiled, {"batch": 3}, adapter=facts).live
+                         if d.op_type == "FusedAttention"]
+            assert max(d.flops for d in attention) == 4 * 3 * 2 * 516 * 516 * head, facts
+            products = head == 128 and facts.limits != ()
+            assert ("rownorm_softmax" in {d.shader for d in attention}) == products, facts
+            assert ("fused_attention_tiles" in {d.shader for d in attention}) == (head == 32 and facts.kind == "cpu")
 
 
 def test_convolution_flops_on_every_path():
