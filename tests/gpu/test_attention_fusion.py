@@ -173,15 +173,15 @@ def test_flash_kernel_head_sizes(runtime, plain_runtime, subgroups, head, masked
 @pytest.mark.parametrize("head", [32, 64])
 def test_tiles_kernel_against_onnxruntime(runtime, plain_runtime, subgroups, head):
     """sdpa_tiles.wgsl at both head sizes (an invocation's one or two column groups), query rows
-    past and short of its 16 (S = 13, 40), keys one partial block (30), many blocks ending in a
-    partial one (1502) and whole ones (64), with the lanes handing values round by subgroup
+    past and short of its 16 (S = 13, 40; one, 1), keys one partial block (30; one key), many blocks
+    ending in a partial one (1502, 33) and whole ones (64), with the lanes handing values round by subgroup
     operations and through workgroup memory, a key much stronger than the rest at the last
     position (the running maxima raised late); against onnxruntime, without recompiling."""
     model = _cross_attention(head, False)
     compiled = compile_model(model, {"S": 13, "T": 30})
     exe = (runtime if subgroups else plain_runtime).load_model(compiled)
     rng = np.random.default_rng(head)
-    for rows, keys in ((13, 30), (40, 1502), (13, 64)):
+    for rows, keys in ((13, 30), (40, 1502), (13, 64), (1, 1), (1, 33)):
         exe.update_dimensions({"S": rows, "T": keys})
         feeds = {"q": rng.standard_normal((1, 2, rows, head)).astype(np.float32),
                  "k": rng.standard_normal((1, 2, keys, head)).astype(np.float32),
