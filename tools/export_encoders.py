@@ -5,6 +5,8 @@ tests/data/exported/encoders/) and for benchmarks (real widths, written wherever
 torch and transformers are not onyxia dependencies; run this in its own environment:
 
     /tmp/torchenv/bin/python tools/export_encoders.py                    # tiny fixtures
+    /tmp/torchenv/bin/python tools/export_encoders.py --size heads32 --only vit whisper \
+        --out tests/data/exported/encoders/heads32
     /tmp/torchenv/bin/python tools/export_encoders.py --size full --out /tmp/enc
 
 Each model goes through the TorchScript exporter (`dynamo=False`, `dynamic_axes`) and the dynamo
@@ -34,11 +36,15 @@ from transformers import BertConfig, BertModel, ViTConfig, ViTModel, WhisperConf
 TINY_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "exported" / "encoders"
 SEED = 0
 
-# (hidden, layers, heads, intermediate) per size
-WIDTHS = {"tiny": (32, 2, 4, 64), "full": (256, 4, 4, 1024)}
+# (hidden, layers, heads, intermediate) per size; "heads32": tiny but with heads of 32, the size
+# FusedAttention's register tiles take (tests/data/exported/encoders/heads32/, ViT and Whisper)
+WIDTHS = {"tiny": (32, 2, 4, 64), "heads32": (64, 1, 2, 64), "full": (256, 4, 4, 1024)}
 WHISPER = {"tiny": dict(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
                         num_mel_bins=8, max_source_positions=16, decoder_attention_heads=4, decoder_layers=1,
                         decoder_ffn_dim=64),
+           "heads32": dict(d_model=64, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64,
+                           num_mel_bins=8, max_source_positions=16, decoder_attention_heads=2, decoder_layers=1,
+                           decoder_ffn_dim=64),
            # whisper-tiny's encoder: 384 wide, 4 layers, 6 heads, 80 mel bins, 1500 positions
            "full": dict(d_model=384, encoder_layers=4, encoder_attention_heads=6, encoder_ffn_dim=1536,
                         num_mel_bins=80, max_source_positions=1500)}
@@ -58,8 +64,8 @@ class Encoder(torch.nn.Module):
 def bert(size: str, attn: str):
     hidden, layers, heads, inter = WIDTHS[size]
     config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=inter, vocab_size=1000 if size == "tiny" else 30522,
-                        max_position_embeddings=64 if size == "tiny" else 512, attn_implementation=attn)
+                        intermediate_size=inter, vocab_size=30522 if size == "full" else 1000,
+                        max_position_embeddings=512 if size == "full" else 64, attn_implementation=attn)
     model = BertModel(config, add_pooling_layer=False).eval()
     ids = torch.randint(0, config.vocab_size, (2, 12))
     mask = torch.ones(2, 12, dtype=torch.int64)
@@ -69,7 +75,7 @@ def bert(size: str, attn: str):
 
 def vit(size: str, attn: str):
     hidden, layers, heads, inter = WIDTHS[size]
-    image = 16 if size == "tiny" else 64
+    image = 64 if size == "full" else 16
     config = ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                        intermediate_size=inter, image_size=image, patch_size=8, attn_implementation=attn)
     model = ViTModel(config, add_pooling_layer=False).eval()

@@ -393,6 +393,28 @@ def test_exported_encoders_match_onnxruntime(runtime, path):
     assert exe.stats.recompiles == 0
 
 
+@pytest.mark.parametrize("path", sorted((ENCODERS / "heads32").glob("*.onnx")), ids=lambda p: p.name)
+def test_tiles_kernel_on_exported_encoders(runtime, path):
+    """The register tiles on real exports with heads of 32 (tools/export_encoders.py --size
+    heads32: transformers' ViT and Whisper encoders through torch.onnx's TorchScript and dynamo
+    exporters, eager and sdpa attention, their own Q/K/V views and output layouts): the CPU
+    heuristic's choice, and with every other kernel against onnxruntime at two batch sizes. The
+    dynamo exporter's ViT adds the attention mask transformers builds (a Where-made float mask):
+    the tiles, which take no mask, are not offered there and the masked kernels run."""
+    model = onnx.load(str(path))
+    compiled = compile_model(model, {"batch": 2})
+    exe = runtime.load_model(compiled)
+    masked = path.name.startswith("vit.") and ".dynamo." in path.name
+    kernels = KERNELS if masked else ("tiles", *KERNELS)
+    assert {c.step.labels[c.chosen] for c in _kernels(exe)} == {"flash" if masked else "tiles"}
+    for step, batch in enumerate((2, 3)):
+        exe.update_dimensions({"batch": batch})
+        ran = _run_each_kernel(exe, model, _encoder_feeds(path.name, batch, 0, step), out=compiled.outputs[0],
+                               kernels=kernels)
+        assert ran == list(kernels)
+    assert exe.stats.recompiles == 0
+
+
 @pytest.mark.parametrize("unbind", ["split", "gather"])
 def test_packed_qkv_is_read_in_place(runtime, unbind):
     """timm's packed QKV projection: the FusedAttention reads q, k and v as parts of the one
