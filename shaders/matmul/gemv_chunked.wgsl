@@ -34,11 +34,17 @@
 // squeeze-excite gate over a pointwise conv's input channels (operators/conv/scale.py), applied
 // to B's block instead (its column j is k = 4 * k4 + j): one vec4 load and four products per 4 k,
 // whatever ROWS, where a dispatch of its own read and wrote the whole input.
+// With A_WINDOW (TRANS_A), A's rows are a strided 1x1 conv's output positions read where they
+// lie in its input [C, *spatial] (operators/conv/pointwise.py plan_window_product): row m at
+// (m / A_OW) * A_ROWSTEP + (m % A_OW) * A_COLSTEP, one k A_PLANE on (a_row, a_plane); a lane's
+// 4 rows' offsets are worked out once (lane_source) and read four scalar loads a k.
 // Defs: T (f32), ROWS, INDEX, SPLIT, GEMM, HAS_C, C_ROW, B_PANELS, TRANS_A (A stored [K, M]: a_quad), A_QUADS, A_SCALE,
+// A_WINDOW,
 // STORE4 (y float32, written as vec4s: llvmpipe pays per store instruction and lane), TRANS_Y
 // (y stored [batch, N, M]: y_at; one pass, element stores),
 // EPILOGUE*; ONYXIA_SUBGROUPS (set at render).
 // Params: M, N, K, A_BS, B_BS, RBLOCKS, SPLITS, KCHUNK, P (with SPLIT), ASCALE_BS (with A_SCALE),
+// A_PLANE, A_OW, A_ROWSTEP, A_COLSTEP (with A_WINDOW),
 // INDEX params; Gemm: ALPHA, BETA, C_MS, C_NS.
 #import common::grid
 #import matmul::epilogue
@@ -125,13 +131,24 @@ fn finished(v: f32, m: u32, o: u32, n: u32, c: f32) -> f32 {
 #endif
 
 // Where row m of A starts, from the batch's start `a_base` (a_start): row-major A in vec4s; with
-// TRANS_A (A stored [K, M], a pointwise conv's k-major weights) in elements, the row's k-th value
-// K rows of M apart.
+// TRANS_A (A stored [K, M], a pointwise conv's input) in elements, the row's k-th value k rows
+// of a_plane() on (A_WINDOW: where output position m reads the input).
 fn a_row(a_base: u32, m: u32) -> u32 {
-#ifdef TRANS_A
+#ifdef A_WINDOW
+    return a_base + (m / A_OW()) * A_ROWSTEP() + (m % A_OW()) * A_COLSTEP();
+#else ifdef TRANS_A
     return a_base + m;
 #else
     return a_base + m * (K() / 4u);
+#endif
+}
+
+// How far apart A's k-major rows lie: M, or with A_WINDOW the input's spatial size (A_PLANE).
+fn a_plane() -> u32 {
+#ifdef A_WINDOW
+    return A_PLANE();
+#else
+    return M();
 #endif
 }
 
@@ -147,8 +164,9 @@ fn a_start(batch: u32) -> u32 {
 // llvmpipe a float costs the same loaded alone or in a vec4).
 fn a_quad(row: u32, k4: u32) -> vec4<f32> {
 #ifdef TRANS_A
-    let j = row + 4u * k4 * M();
-    return vec4<f32>(f32(a_load(j)), f32(a_load(j + M())), f32(a_load(j + 2u * M())), f32(a_load(j + 3u * M())));
+    let plane = a_plane();
+    let j = row + 4u * k4 * plane;
+    return vec4<f32>(f32(a_load(j)), f32(a_load(j + plane)), f32(a_load(j + 2u * plane)), f32(a_load(j + 3u * plane)));
 #else
     return vec4<f32>(a_load4(row + k4));
 #endif
@@ -186,16 +204,39 @@ var<private> scale_base: u32;  // where the batch's scales start (A_SCALE; a mul
 #endif
 
 #ifdef A_QUADS
+#ifdef A_WINDOW
+alias LaneSource = vec4<u32>;
+
+// Where lane `lane` reads A for the rows from m0 + first (A_WINDOW): its 4 rows' input offsets at
+// k = lane % 4 of each 4, worked out once (an integer division a row: lavapipe runs them one lane
+// at a time), each clamped to row M - 1. (Where the 4 rows lie in one output row at stride 2,
+// two aligned vec4s hold them: no faster on lavapipe.)
+fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> LaneSource {
+    let base = a_base + (lane % 4u) * A_PLANE();
+    let m = m0 + first + 4u * (lane / 4u);
+    let last = M() - 1u;
+    return vec4<u32>(a_row(base, min(m, last)), a_row(base, min(m + 1u, last)), a_row(base, min(m + 2u, last)),
+                     a_row(base, min(m + 3u, last)));
+}
+
+fn lane_values(source: LaneSource, k4: u32) -> vec4<f32> {
+    let step = 4u * k4 * A_PLANE();
+    return vec4<f32>(f32(a_load(source.x + step)), f32(a_load(source.y + step)), f32(a_load(source.z + step)),
+                     f32(a_load(source.w + step)));
+}
+#else
+alias LaneSource = vec2<u32>;
+
 // Where lane `lane` reads A (k-major) for the rows from m0 + first: (where k = lane % 4 of each 4
 // starts, the first of its 4 rows m0 + first + 4 * (lane / 4)).
-fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> vec2<u32> {
+fn lane_source(a_base: u32, m0: u32, first: u32, lane: u32) -> LaneSource {
     return vec2<u32>(a_base + (lane % 4u) * M(), m0 + first + 4u * (lane / 4u));
 }
 
 // The lane's 4 rows at one k of 4 * k4 ..: one vec4 load where M is a multiple of 4 (4 k are M
 // vec4s on; a group past M reads the last one), else four, each row clamped to row M - 1 (a
 // uniform branch: one kernel serves every M, where a Select of two compiled both).
-fn lane_values(source: vec2<u32>, k4: u32) -> vec4<f32> {
+fn lane_values(source: LaneSource, k4: u32) -> vec4<f32> {
     let at = source.x + 4u * k4 * M();
     if (M() % 4u == 0u) {
         return vec4<f32>(a_load4((at + min(source.y, M() - 4u)) / 4u));
@@ -204,6 +245,7 @@ fn lane_values(source: vec2<u32>, k4: u32) -> vec4<f32> {
     return vec4<f32>(f32(a_load(at + min(source.y, last))), f32(a_load(at + min(source.y + 1u, last))),
                      f32(a_load(at + min(source.y + 2u, last))), f32(a_load(at + min(source.y + 3u, last))));
 }
+#endif
 #endif
 
 @compute @workgroup_size(8)

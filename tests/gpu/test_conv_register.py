@@ -120,6 +120,11 @@ CASES = {
     "strided_point": ([["n", 8, "h", "w"], [12, 8, 1, 1], dict(strides=[2, 2]),
                        [dict(n=2, h=9, w=11), dict(n=1, h=14, w=8)]]),
     "strided_point_1d": ([["n", 8, "L"], [12, 8, 1], dict(strides=[3]), [dict(n=2, L=13), dict(n=1, L=30)]]),
+    # ... read out of the input by the product itself (window+product): output rows 11 and 20
+    # wide (a lane's 4 positions across rows), 165 and 180 positions (row blocks past 32, the
+    # last one partial), stride 2 x 3, 16 channels (4 k steps)
+    "strided_point_wide": ([["n", 16, "h", "w"], [24, 16, 1, 1], dict(strides=[2, 3]),
+                            [dict(n=2, h=30, w=32), dict(n=1, h=17, w=60)]]),
     "patches": ([["n", 4, "h", "w"], [16, 4, 4, 4], dict(strides=[4, 4]),
                  [dict(n=2, h=18, w=17), dict(n=1, h=8, w=12)]]),
     "patches_rgb": ([["n", 3, "h", "w"], [8, 3, 2, 2], dict(strides=[2, 2]),
@@ -152,6 +157,8 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     if name.startswith("pointwise"):  # the transposed product where C and M are multiples of 4
         assert ("product" in ran) == (w_shape[0] % 4 == 0 and w_shape[1] % 4 == 0), ran
     assert ("patches+product" in ran) == name.startswith(("strided_point", "patches")), ran
+    # one tap over 1-D or 2-D maps: the positions read where they lie (no copy first)
+    assert ("window+product" in ran) == name.startswith("strided_point"), ran
     # kernel rows past cpu.LONG_ROW_TAPS walk their taps in a loop (not where read as aligned vec4s)
     assert any("for (var t0" in code for code in codes) == name.startswith("long_kernel"), name
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
@@ -166,7 +173,8 @@ def plain_runtime():
     return Runtime(subgroups=False)
 
 
-@pytest.mark.parametrize("name", ["strided_dilated_asym", "stem", "groups", "fitted_rows", "conv3d"])
+@pytest.mark.parametrize("name", ["strided_dilated_asym", "stem", "groups", "fitted_rows", "conv3d",
+                                  "strided_point_wide"])
 def test_conv_alternatives_without_subgroups_match_ort(plain_runtime, name):
     x_shape, w_shape, attrs, dims_list = CASES[name]
     codes: list[str] = []
@@ -340,6 +348,7 @@ def test_float16_conv_on_every_alternative(runtime, k, attrs):
         exe.assume_adapter(kind)
         select = next(c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key.startswith("conv/"))
         assert ("patches+product" in select.step.labels) == ("strides" in attrs), select.step.labels
+        assert ("window+product" in select.step.labels) == (k == 1 and "strides" in attrs), select.step.labels
         for i, label in enumerate(select.step.labels):
             if select.eligible[i]:
                 exe.choose(select, i)
@@ -350,8 +359,9 @@ def test_float16_conv_on_every_alternative(runtime, k, attrs):
 
 @pytest.mark.parametrize("width, label", [(56, "registerq/16x16"), (28, "registerq/16x16"), (14, "registerq/16x8")])
 def test_strided_pointwise_rows_take_16_wide_segments(width, label):
-    # ResNet's downsample: 1x1 stride 2, rows not flattened. The heuristic takes the patches'
-    # product (pointwise.py plan_patch_product); among the register tiles (the tuner's to time),
+    # ResNet's downsample: 1x1 stride 2, rows not flattened. The heuristic takes the product
+    # reading the positions out of the input (pointwise.py plan_window_product), not the one over
+    # a gathered copy (plan_patch_product); among the register tiles (the tuner's to time),
     # 16 positions a segment over output rows past 8 wide, 8 over 7 (cpu.py STRIDED_POINT_TILES),
     # static or symbolic width
     for static in (True, False):
@@ -359,6 +369,7 @@ def test_strided_pointwise_rows_take_16_wide_segments(width, label):
         dims = {} if static else {"w": width}
         select = next(s for op in compile_model(model, dims).operations for s in op.steps
                       if getattr(s, "key", "").startswith("conv/"))
-        assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == "patches+product", select.labels
-        tiles = dataclasses.replace(select, alternatives=select.alternatives[1:])
+        assert select.labels[select.choose(dims, AdapterFacts("cpu"))] == "window+product", select.labels
+        assert select.labels[:2] == ("window+product", "patches+product"), select.labels
+        tiles = dataclasses.replace(select, alternatives=select.alternatives[2:])
         assert tiles.labels[tiles.choose(dims, AdapterFacts("cpu"))] == label, (width, static, tiles.labels)

@@ -67,19 +67,22 @@ def test_depthwise_rows_looped_either_way(staging_runtime, name):
     assert all(("kept_bound(" in code.split("fn main")[1]) == private for code in rows)
 
 
-def test_chunked_product_rows_staged_either_way(staging_runtime):
-    # The chunked product of a strided 1x1 conv's patches (30 output positions: 32 rows an
-    # invocation) stages its rows the runtime's way and matches onnxruntime.
+@pytest.mark.parametrize("label", ["patches+product", "window+product"])
+def test_chunked_product_rows_staged_either_way(staging_runtime, label):
+    # The chunked product of a strided 1x1 conv (30 output positions: 32 rows an invocation),
+    # over its patches' copy or reading them out of the input, stages its rows the runtime's way
+    # and matches onnxruntime.
     x_shape, w_shape, attrs, dims_list = CASES["strided_point"]
     model = conv_model("Conv", x_shape, w_shape, **attrs)
     exe = staging_runtime.load_model(compile_model(model, dims_list[0]), tuning=TuneSettings(enabled=False))
     exe.assume_adapter("cpu")
     select = next(c for c in exe.commands if isinstance(c, SelectCommand) and c.step.key.startswith("conv/"))
-    exe.choose(select, select.step.labels.index("patches+product"))
+    exe.choose(select, select.step.labels.index(label))
     x = randn(*[dims_list[0].get(d, d) if isinstance(d, str) else d for d in x_shape])
     np.testing.assert_allclose(exe.run({"x": x})["y"], run_ort(model, {"x": x})[0], rtol=2e-4, atol=2e-4)
     staged = [exe._render(d.shader)[1][1] for d in exe.dispatch_commands()
               if exe.model.shaders[d.shader].label == "matmul/gemv_chunked" and all(d.workgroups)]
     assert staged and all("staged_slot" in code for code in staged)
+    assert all(("A_PLANE()" in code) == (label == "window+product") for code in staged)
     private = staging_runtime.indexed_private
     assert all(("var<private> staged:" in code) == private for code in staged)

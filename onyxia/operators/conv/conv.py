@@ -55,7 +55,9 @@ from onyxia.operators.conv.pointwise import (
     plan_patch_product,
     plan_pointwise,
     plan_transposed_product,
+    plan_window_product,
     transposed_product_applies,
+    window_product_applies,
 )
 from onyxia.operators.conv.scale import CHANNEL_SCALE_ATTR, channel_scale, plan_scaled_input
 from onyxia.operators.conv.window import (
@@ -361,9 +363,14 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                                 ALWAYS, prefer))
     point = patch_product(spec)
     if point is not None and transposed_product_applies(point, compute):
-        # preferred on a CPU-type adapter at any size (plan_patch_product has the figures)
+        window = window_product_applies(spec, point)
+        # preferred on a CPU-type adapter at any size (plan_patch_product has the figures),
+        # where the product cannot read the positions out of the input itself
         steps = prelude + plan_patch_product(ctx, spec, point, compute, epilogue, scaled)
-        alternatives.insert(0, ("patches+product", steps, ALWAYS, adapter("cpu")))
+        alternatives.insert(0, ("patches+product", steps, ALWAYS, NEVER if window else adapter("cpu")))
+        if window:  # (plan_window_product has the figures)
+            steps = plan_window_product(ctx, spec, point, compute, epilogue, scale=scale)
+            alternatives.insert(0, ("window+product", steps, ALWAYS, adapter("cpu")))
     if not alternatives:
         return workgroup
     alternatives.append(("workgroup", workgroup, ALWAYS, ALWAYS))

@@ -21,6 +21,7 @@ plan serves every adapter.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from onyxia.ir.shapes import Dim
@@ -66,6 +67,18 @@ _DROPPED_PARAMS = ("A_MS", "A_KS", "B_KS", "B_NS")  # layout strides the chunked
 _FINISH_PARAMS = ("ALPHA", "BETA", "C_MS", "C_NS")
 
 
+@dataclass(frozen=True)
+class AWindow:
+    """A k-major A whose rows (a strided pointwise conv's output positions) are read out of the
+    conv's input [C, *spatial] instead of a gathered copy: A(k, m) at k * plane + (m // ow) *
+    rowstep + (m % ow) * colstep (gemv_chunked.wgsl A_WINDOW)."""
+
+    plane: Dim  # elements from one k to the next (the input's spatial size)
+    ow: Dim  # output positions a row
+    rowstep: Dim  # input elements from one output row to the next (stride x input width)
+    colstep: Dim  # ... from one output position of a row to the next (the stride)
+
+
 class Product(Protocol):
     """What the variants read of matmul.py's Product (which imports this module)."""
 
@@ -84,6 +97,7 @@ class Product(Protocol):
     shared_sizes: bool
     quads: bool
     a_scale: ChannelScale | None
+    a_window: AWindow | None
 
 
 def chunked_applies(p: Product) -> bool:
@@ -151,6 +165,11 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     kernel_defs["TRANS_A"] = p.trans_a
     if p.a_scale is not None:  # (not set otherwise: the register variant renders the same kernel)
         kernel_defs["A_SCALE"] = True
+    if p.a_window is not None:
+        assert p.trans_a and p.trans_y, p
+        kernel_defs["A_WINDOW"] = True
+        w = p.a_window
+        base_params.update(A_PLANE=w.plane, A_OW=w.ow, A_ROWSTEP=w.rowstep, A_COLSTEP=w.colstep)
     baked = not p.shared_sizes
 
     def rows_class(rows: int) -> list[Step]:
@@ -196,5 +215,5 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     return steps
 
 
-__all__ = ["CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked", "rows_defs",
+__all__ = ["AWindow", "CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked", "rows_defs",
            "stored"]

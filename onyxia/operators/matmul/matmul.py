@@ -48,7 +48,7 @@ from onyxia.operators.matmul.gemm_variants import (
     plan_register,
     plan_shared,
 )
-from onyxia.operators.matmul.gemv import MAX_KCHUNK, chunked_applies, plan_chunked
+from onyxia.operators.matmul.gemv import MAX_KCHUNK, AWindow, chunked_applies, plan_chunked
 from onyxia.operators.matmul.panels import PANEL_COLUMNS, PANELS_ATTR, from_panels
 from onyxia.plan import Step
 
@@ -104,6 +104,9 @@ class Product:
     # A's k-th values scaled by this gate's k-th, per batch (a squeeze-excite gate over a
     # pointwise conv's input channels: operators/conv/scale.py); the chunked kernel alone reads it.
     a_scale: ChannelScale | None = None
+    # A (k-major) read through a strided conv's window of positions, not a copy (gemv.py AWindow);
+    # the chunked kernel alone reads it.
+    a_window: AWindow | None = None
 
 
 def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
@@ -126,7 +129,8 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
     nbatch = numel(batch)
     params: dict = {
         "M": m, "N": p.n, "K": p.k, **index_params,
-        "A_MS": 1 if p.trans_a else p.k, "A_KS": m if p.trans_a else 1, "A_BS": m * p.k,
+        "A_MS": 1 if p.trans_a else p.k, "A_KS": m if p.trans_a else 1,
+        "A_BS": (p.a_window.plane if p.a_window is not None else m) * p.k,
         "B_KS": 1 if p.trans_b else p.n, "B_NS": p.k if p.trans_b else 1, "B_BS": p.k * p.n,
     }
     defs: dict = {"T": p.dtype, "INDEX": index}
@@ -145,7 +149,8 @@ def plan_product(ctx: PlanCtx, p: Product) -> list[Step]:
             params["C_MS"], params["C_NS"] = p.c_strides
             epilogue_reads = {"c": p.c}
 
-    assert p.a_scale is None or p.trans_y, "only the chunked kernel (a transposed y) scales A"
+    assert (p.a_scale is None and p.a_window is None) or p.trans_y, "only the chunked kernel (a transposed y) " \
+        "scales A or reads it through a window"
     if p.trans_y:  # only the chunked kernel stores y transposed
         assert chunked_applies(p) and isinstance(p.k, int) and p.k <= MAX_KCHUNK, p
         return plan_chunked(ctx, p, nbatch, params, defs, epilogue_reads, reports)
