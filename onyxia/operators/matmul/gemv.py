@@ -215,5 +215,5 @@ def plan_chunked(ctx: PlanCtx, p: Product, nbatch: Dim, params: dict, defs: dict
     return steps
 
 
-__all__ = ["AWindow", "CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked", "rows_defs",
-           "stored"]
+__all__ = ["AWindow", "CHUNKED_MAX_M", "QUAD_EPILOGUE_ROWS", "chunked_applies", "finished_by", "plan_chunked",
+           "rows_defs", "stored"]
