@@ -31,15 +31,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from onyxia.ir.dtypes import from_name
 from onyxia.ir.shapes import Dim, evaluate_dim, numel
 from onyxia.plan import (
     REUSABLE_KINDS,
     STATUS_TENSOR,
     AdapterFacts,
+    Binding,
     CompiledModel,
     CopyBuffer,
     Dispatch,
     Select,
+    ShaderSpec,
     Step,
     TensorInfo,
     walk_steps,
@@ -111,6 +114,19 @@ def tensor_bytes(t: TensorInfo, dims: Mapping[str, int]) -> int:
 
 def _elements(t: TensorInfo, dims: Mapping[str, int]) -> int:
     return _eval(numel(t.shape), dims)
+
+
+def _window_bytes(spec: ShaderSpec, d: Dispatch, b: Binding, t: TensorInfo, written: int,
+                  env: Mapping[str, int]) -> float:
+    """What a product reading its A through a strided window (gemv_chunked.wgsl A_WINDOW: a
+    strided 1x1 conv's input) reads of binding `b`: the K values of each of its positions, not
+    the whole input (`written`: the elements it writes, batch x N x M); unbounded elsewhere."""
+    if ("A_WINDOW", True) not in spec.defs or spec.buffers[d.bindings.index(b)].name != "a":
+        return float("inf")
+    values = {p.name: v for p, v in spec.constants}
+    values.update((p.name, v) for p, v in zip(spec.immediates, d.immediates))
+    n, k = (_eval(values[name], env) for name in ("N", "K"))
+    return _eval(from_name(t.dtype).nbytes(written // max(n, 1) * k), env)
 
 
 def _conv_weight(reads: list[TensorInfo], out: TensorInfo, dims: Mapping[str, int]) -> TensorInfo | None:
@@ -244,6 +260,7 @@ def plan_cost(model: CompiledModel, dims: Mapping[str, int] | None = None,
                     # A gather reads only the rows it copies: at most what it writes.
                     gather = op.op_type in GATHER_OPS or model.shaders[d.shader].label in GATHER_SHADERS
                     nbytes = min(nbytes, written) if gather else nbytes
+                    nbytes = min(nbytes, _window_bytes(model.shaders[d.shader], d, b, t, elements, env))
                     read += nbytes
                     if live and t.kind == "weight":
                         weight_reads[b.tensor] = max(weight_reads.get(b.tensor, 0), nbytes)

@@ -132,31 +132,38 @@ class TuneCache:
     `<dir>/tuning-<hash of the adapter>.json`; beside them, the alternatives whose kernels a run
     or a helper device compiled on this adapter ({(key, shape class): [labels]}: where the
     driver keeps compiled kernels on disk, a later process's first run need not stand a quick
-    variant in for those, runtime/ahead.py)."""
+    variant in for those, runtime/ahead.py), and the times of steps that runs' slices have
+    timed in part ({(key, shape class): {label: seconds}}): a later process goes on from there
+    instead of timing the same alternatives again (a process of a few runs never finished one:
+    whisper's conv step cost each process's second run ~0.5 s and was never chosen)."""
 
     def __init__(self, directory: Path, adapter: str):
         self.adapter = adapter
         digest = hashlib.sha256(adapter.encode()).hexdigest()[:16]
         self.path = directory / f"tuning-{digest}.json"
-        self.entries, self.compiled = self._read()
+        self.entries, self.compiled, self.partial = self._read()
 
     @staticmethod
     def entry_key(key: str, shape_class: str) -> str:
         return f"{key}|{shape_class}"
 
-    def _read(self) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    def _read(self) -> tuple[dict[str, dict], dict[str, list[str]], dict[str, dict[str, float]]]:
         try:
             doc = json.loads(self.path.read_text())
         except (OSError, ValueError, UnicodeDecodeError):
-            return {}, {}
+            return {}, {}, {}
         if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("adapter") != self.adapter:
-            return {}, {}
-        entries, compiled = doc.get("entries"), doc.get("compiled")
+            return {}, {}, {}
+        entries, compiled, partial = doc.get("entries"), doc.get("compiled"), doc.get("partial")
         entries = {k: e for k, e in entries.items() if isinstance(k, str) and isinstance(e, dict)
                    and isinstance(e.get("choice"), str)} if isinstance(entries, dict) else {}
         compiled = {k: [x for x in v if isinstance(x, str)] for k, v in compiled.items()
                     if isinstance(k, str) and isinstance(v, list)} if isinstance(compiled, dict) else {}
-        return entries, compiled
+        partial = {k: {label: float(t) for label, t in v.items()
+                       if isinstance(label, str) and isinstance(t, (int, float)) and t >= 0}
+                   for k, v in (partial.items() if isinstance(partial, dict) else ())
+                   if isinstance(k, str) and isinstance(v, dict) and k not in entries}
+        return entries, compiled, partial
 
     def get(self, key: str, shape_class: str) -> str | None:
         entry = self.entries.get(self.entry_key(key, shape_class))
@@ -165,19 +172,31 @@ class TuneCache:
     def has_compiled(self, key: str, shape_class: str, label: str) -> bool:
         return label in self.compiled.get(self.entry_key(key, shape_class), ())
 
-    def put(self, results: Sequence[TuneResult], compiled: Sequence[tuple[str, str, str]] = ()) -> None:
-        """Record `results` and the (key, shape class, label)s `compiled`, and write the file
-        (merged with what another process wrote since); a directory that cannot be written
-        loses only the cache."""
-        fresh, done = self._read()
+    def partial_times(self, key: str, shape_class: str) -> dict[str, float]:
+        """Seconds per alternative label of a step timed in part by an earlier process."""
+        return dict(self.partial.get(self.entry_key(key, shape_class), {}))
+
+    def put(self, results: Sequence[TuneResult], compiled: Sequence[tuple[str, str, str]] = (),
+            partial: Sequence[tuple[str, str, dict[str, float]]] = ()) -> None:
+        """Record `results`, the (key, shape class, label)s `compiled` and the (key, shape
+        class, times) of steps timed in `partial`, and write the file (merged with what another
+        process wrote since); a directory that cannot be written loses only the cache."""
+        fresh, done, started = self._read()
         for r in results:
-            fresh[self.entry_key(r.key, r.shape_class)] = {"choice": r.choice, "times": r.times}
+            ident = self.entry_key(r.key, r.shape_class)
+            fresh[ident] = {"choice": r.choice, "times": r.times}
+            started.pop(ident, None)
         for key, cls, label in compiled:
             labels = done.setdefault(self.entry_key(key, cls), [])
             if label not in labels:
                 labels.append(label)
-        self.entries, self.compiled = fresh, done
-        doc = {"version": CACHE_VERSION, "adapter": self.adapter, "entries": fresh, "compiled": done}
+        for key, cls, times in partial:
+            ident = self.entry_key(key, cls)
+            if ident not in fresh:
+                started[ident] = {**started.get(ident, {}), **times}
+        self.entries, self.compiled, self.partial = fresh, done, started
+        doc = {"version": CACHE_VERSION, "adapter": self.adapter, "entries": fresh, "compiled": done,
+               "partial": started}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".tmp", dir=self.path.parent)
@@ -309,6 +328,8 @@ class Tuner:
             if slice_s is None:
                 self.partial.pop(ident, None)  # an explicit tune times every alternative afresh
                 self.spent.pop(ident, None)
+            if ident not in self.partial and slice_s is not None and self.cache is not None:
+                self.partial[ident] = self.cache.partial_times(*ident)  # where an earlier process stopped
             times = self.partial.setdefault(ident, {})
             # The default first: an alternative far slower than the best so far stops after one
             # replay (on lavapipe a GPU-style kernel can take 50x the chunked one's time).
@@ -351,6 +372,8 @@ class Tuner:
                 for buf, raw in saved or ():
                     backend.copyin(buf, np.frombuffer(bytes(raw), dtype=np.uint8))
             if paused:
+                if self.cache is not None and times:
+                    self.cache.put([], partial=[(cmd.key, cmd.shape_class, times)])
                 break
             self.pending.pop(cmd, None)
             self.partial.pop(ident, None)

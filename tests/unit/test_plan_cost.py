@@ -202,9 +202,11 @@ def test_conv_flops_count_the_weights_on_every_kernel():
 
 
 def test_strided_conv_patches_cost_their_product_and_a_copy():
-    # A strided 1x1 conv and a patch embedding (kernel = stride) run on a CPU-type adapter as a
-    # strided copy of the patches and a matrix product (operators/conv/pointwise.py): the conv's
-    # flops go to the product, and the copy reads no more than it writes (not the whole input).
+    # A patch embedding (kernel = stride) runs on a CPU-type adapter as a strided copy of the
+    # patches and a matrix product (operators/conv/pointwise.py): the conv's flops go to the
+    # product, and the copy reads no more than it writes (not the whole input). A strided 1x1
+    # conv's product reads its positions out of the input (window+product): the product alone,
+    # reading the K values of each position, not the whole input.
     from onyxia.plan import AdapterFacts
     from tests.builders.conv import conv_model
 
@@ -212,9 +214,17 @@ def test_strided_conv_patches_cost_their_product_and_a_copy():
         model = conv_model("Conv", [2, 16, "h", "w"], w_shape, strides=[2, 2])
         compiled = compile_with_default_passes(model, {"h": 7, "w": 5})[1]
         cost = plan_cost(compiled, {"h": 7, "w": 5}, adapter=AdapterFacts("cpu"))
-        copy, product = [d for d in cost.live if d.op_type == "Conv"]
-        assert (copy.shader, product.shader) == ("strided_copy", "matmul/gemv_chunked"), cost.live
+        dispatches = [d for d in cost.live if d.op_type == "Conv"]
         taps = int(np.prod(w_shape[1:]))
+        if w_shape[2] == 1:  # one tap
+            (product,) = dispatches
+            assert product.shader == "matmul/gemv_chunked", cost.live
+            weights = 4 * 32 * 16
+            assert product.read_bytes == weights + 4 * 32 + 4 * 2 * 16 * positions  # + bias + positions
+            assert product.flops == 2 * (2 * 32 * positions) * taps
+            continue
+        copy, product = dispatches
+        assert (copy.shader, product.shader) == ("strided_copy", "matmul/gemv_chunked"), cost.live
         assert product.flops == 2 * (2 * 32 * positions) * taps and copy.flops == copy.written_bytes // 4
         assert copy.read_bytes == copy.written_bytes == 4 * 2 * taps * positions
 

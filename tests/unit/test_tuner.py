@@ -123,7 +123,36 @@ def test_a_step_timed_over_slices_keeps_to_its_budget(tmp_path, monkeypatch):
     assert exe.stats.tuned == 0 and not exe.tuner.partial
     timed = exe.stats.tuning_timings
     exe.run(feeds(1))
-    assert exe.stats.tuning_timings == timed and not (tmp_path / "cache").exists()
+    assert exe.stats.tuning_timings == timed
+    assert not TuneCache(tmp_path / "cache", exe.tuner.adapter).entries  # no choice cached
+
+
+def test_a_later_process_goes_on_timing_where_an_earlier_one_stopped(tmp_path):
+    """The times of a step timed in part are cached: an executor loaded later (another process)
+    times only the alternatives not timed yet and chooses what one explicit tune does; once
+    chosen, the partial entry is gone."""
+    compiled = compile_model(two_products(), {"m": 1})
+    earlier = null_executor(compiled, tuning=settings(tmp_path, slice_s=0.0))
+    first, _ = tunables(earlier)
+    need = eligible(first)
+    earlier.run(feeds(1))
+    earlier.run(feeds(1))
+    earlier.run(feeds(1))  # two of the first step's alternatives timed, then the process ends
+    assert earlier.stats.tuning_timings == 2 and earlier.stats.tuned == 0
+    cache = TuneCache(tmp_path / "cache", earlier.tuner.adapter)
+    assert len(cache.partial_times(first.key, first.shape_class)) == 2 and not cache.entries
+    later = null_executor(compiled, tuning=settings(tmp_path, slice_s=0.0))
+    later.run(feeds(1))
+    for _ in range(need - 2):
+        later.run(feeds(1))
+    assert later.stats.tuning_timings == need - 2 and later.stats.tuned == 1
+    chosen = tunables(later)[0]
+    explicit = null_executor(compiled, tuning=settings(tmp_path / "other"))
+    explicit.tune(force=True)
+    assert chosen.source == "timed" and chosen.chosen == tunables(explicit)[0].chosen
+    cache = TuneCache(tmp_path / "cache", later.tuner.adapter)
+    assert not cache.partial_times(first.key, first.shape_class)
+    assert cache.get(first.key, first.shape_class) == chosen.step.labels[chosen.chosen]
 
 
 def test_work_ahead_waits_until_runs_have_earned_it(tmp_path):
