@@ -88,6 +88,16 @@ CASES = {
                            [dict(n=2, h=7, w=36), dict(n=1, h=10, w=20), dict(n=1, h=5, w=9)]]),
     "depthwise_7x7": ([[1, 4, "h", 24], [4, 1, 7, 7], dict(group=4, pads=[3, 3, 3, 3]),
                        [dict(h=9), dict(h=4)]]),
+    # the row walker (conv/depthwise_walk) where rows are a multiple of 4 wide in and out: 1, 2
+    # and 4 rows an invocation over heights that leave a partial block, 1 .. 10 steps a row;
+    # stride 2 with 5 x 5 taps (two vec4s a step), dilation 2 with a leading pad of 3 (a window
+    # starting a vec4 early); rows not a multiple of 4 wide take the other kernels
+    "depthwise_walk": ([["n", 8, "h", "w"], [8, 1, 3, 3], dict(group=8, pads=[1, 1, 1, 1]),
+                        [dict(n=2, h=9, w=16), dict(n=1, h=6, w=40), dict(n=1, h=3, w=4), dict(n=1, h=5, w=10)]]),
+    "depthwise_walk_s2": ([[1, 8, "h", "w"], [8, 1, 5, 5], dict(group=8, pads=[2, 2, 2, 2], strides=[2, 2]),
+                           [dict(h=17, w=32), dict(h=6, w=24)]]),
+    "depthwise_walk_dilated": ([[1, 4, "h", "w"], [4, 1, 3, 3], dict(group=4, pads=[2, 3, 2, 1], dilations=[2, 2]),
+                                [dict(h=7, w=16), dict(h=10, w=8)]]),
     "conv1d": ([[2, 8, "L"], [12, 8, 3], dict(pads=[1, 2], dilations=[2]), [dict(L=13), dict(L=32)]]),
     # kernel rows too long for the usual tiles (wav2vec2's positional conv: 128 taps, 16 groups):
     # the 4 x 4 tile (cpu.LONG_KERNEL_TILE), not the GPU-type kernels
@@ -163,6 +173,11 @@ def test_every_conv_alternative_matches_ort(runtime, name):
     assert any("for (var t0" in code for code in codes) == name.startswith("long_kernel"), name
     if name.startswith(("depthwise", "fitted_depthwise")) and name != "depthwise_x2":  # one channel a group
         assert {label.split("/")[0] for label in ran} >= {"rows", "rows4"}, ran
+    # the walker at every block height, exactly where some dims have rows a multiple of 4 wide
+    walks = {"depthwise_walk", "depthwise_walk_s2", "depthwise_walk_dilated", "depthwise_7x7", "depthwise",
+             "fitted_depthwise"}
+    assert {label for label in ran if label.startswith("walk/")} == ({"walk/1", "walk/2", "walk/4"}
+                                                                   if name in walks else set()), (name, ran)
 
 
 @pytest.fixture(scope="module")
@@ -316,6 +331,7 @@ def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs, operand):
     graph = _with_epilogue(conv_only, ["x0 + x1", "max(v0, 0.0)"], [-1, 3], ["r"])
     compiled = CompilerPipeline(core_operator_registry()).compile(graph, {"h": 6, "w": 7}, ())
     exe = runtime.load_model(compiled, tuning=TuneSettings(enabled=False))
+    ran = set()
     for dims in (dict(h=6, w=7), dict(h=5, w=8)):
         feeds = {"x": randn(2, 4, dims["h"], dims["w"]), "r": randn(*_shape(r_shape, dims))}
         ref = run_ort(ref_model, feeds)[0]
@@ -328,6 +344,9 @@ def test_fused_epilogue_relu_and_residual(runtime, w_shape, attrs, operand):
                     exe.choose(select, i)
                     np.testing.assert_allclose(exe.run(feeds)["y"], ref, rtol=2e-4, atol=2e-4,
                                                err_msg=f"{kind} {label} {dims}")
+                    ran.add(label)
+    # the depthwise row walker applies the ops in its vec4 stores (8 wide rows)
+    assert ("walk/2" in ran) == (attrs.get("group") == 4), ran
 
 
 @pytest.mark.parametrize("k,attrs", [(3, dict(pads=[1, 1, 1, 1])), (1, dict(strides=[2, 2])),

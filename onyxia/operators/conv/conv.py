@@ -46,7 +46,17 @@ from onyxia.operators.conv.cpu import (
     register_applies,
     register_tiles,
 )
-from onyxia.operators.conv.depthwise import DW_TILES, PREFERRED_TAPS, depthwise_applies, plan_depthwise
+from onyxia.operators.conv.depthwise import (
+    DW_TILES,
+    PREFERRED_TAPS,
+    WALK_MAX_QUADS,
+    WALK_MIN_WIDTH,
+    WALK_ROWS,
+    depthwise_applies,
+    plan_depthwise,
+    plan_walk,
+    walk_applies,
+)
 from onyxia.operators.conv.pointwise import (
     PRODUCT_MAX_P,
     WEIGHTS_KC_ATTR,
@@ -353,7 +363,22 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
             # figures); the tuner may take it elsewhere
             prefer = adapter("cpu") & at_least(win.out[-1], 9) if numel(win.kernel) <= PREFERRED_TAPS else NEVER
             rows.append((f"rows{'4' if x4 else ''}/{rh}x{rp}", steps, guard, prefer))
-    alternatives = rows + alternatives
+    walks = []  # depthwise walking output rows (operators/conv/depthwise.py plan_walk)
+    floats = all(ctx.tensor_dtype(t).name == "float32" for t in (ctx.input(0), ctx.output(0)))
+    in_store = not epilogue or bool(epilogue.in_store(ctx, ctx.output(0), {"T": "f32"}))
+    if (not pointwise and floats and not row4.never
+            and walk_applies(compute, spec.transposed, spec.spatial, win, spec.mg, spec.cg, spec.channels, in_store)):
+        walkable = row4 & at_most(win.out[-1] % 4, 0) & at_most(win.out[-1], 4 * WALK_MAX_QUADS)
+        for rh in WALK_ROWS:
+            steps = prelude + plan_walk(ctx, x=scaled, w=ctx.input(1), bias=bias, y=ctx.output(0), batch=spec.batch,
+                                        channels=spec.channels, spatial=spec.spatial, win=win, rh=rh,
+                                        epilogue=epilogue)
+            # preferred on a CPU-type adapter over rows at least WALK_MIN_WIDTH wide, 2 rows an
+            # invocation at stride 1, 1 at stride 2 (operators/conv/depthwise.py has the figures)
+            prefer = (adapter("cpu") & at_least(win.out[-1], WALK_MIN_WIDTH)
+                      if rh == (2 if win.strides[0] == 1 else 1) else NEVER)
+            walks.append((f"walk/{rh}", steps, walkable, prefer))
+    alternatives = walks + rows + alternatives
     if pointwise and transposed_product_applies(spec, compute):
         # preferred on a CPU-type adapter up to PRODUCT_MAX_P positions (lavapipe, 1x1 convs of
         # MobileNetV3: 960 -> 160 at 7x7 1.1 ms vs 2.4 for the best register tile, 480 -> 112 at

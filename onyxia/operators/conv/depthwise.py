@@ -27,6 +27,21 @@ more the more one block holds, so the unrolled body compiled for 0.6-1.1 s a ker
 output row by the kernel row it is for (weights loaded once, picked by select), and a loop over the
 output rows storing them: mobilenet_v3_large's four depthwise kernels 3.5 -> 1.1 s of compile, their
 run time unchanged (profile sums, alternating: 6.7 / 6.6 / 7.1 vs 6.3 / 6.5 / 6.7 ms).
+
+The row walker (`plan_walk`, conv/depthwise_walk.wgsl) takes whole output rows, 4 positions a
+step, with a sliding window of aligned vec4s per input row: per output a fraction of a vec4 load
+and a quarter of a vec4 store, the setup once an invocation. A row tile of the kernel above pays
+~40 % of its time in per-workgroup launch and setup (mobilenet's 3x3 at 56x56, lavapipe, parts
+removed in turn: 0.73 ms, loads 0.19, stores 0.14, launch 0.19, setup 0.13). Its rows must be a
+multiple of 4 wide in and out (vec4s), so the heuristic takes it over rows at least
+WALK_MIN_WIDTH wide, where a size whose rows are not aligned is rare (a smaller map's kernel is the
+register one at either size: a new input size finds it compiled). 2 rows an invocation at
+stride 1, 1 at stride 2: the rows an 8-lane workgroup streams at once (8 x RH x SH + KH) past
+~32 ran slower (hardware prefetch streams: 3x3 stride 2 from 112x112, 1 row 0.52 ms, 2 rows
+0.63, 4 rows 0.97). Measured (2-core EPYC, mobilenet_v3_large at 224x224, its six depthwise
+convs over rows 28-112 wide, both choices alternating in one process, the minimum of 11
+profiles each, /tmp/s48/walkab.py): Mesa 25 2.52 ms against 3.74 (rows tiles and register
+tiles), Mesa 22.3 2.94 against 4.79; first dispatch compile (Mesa 25) 0.17-0.53 s a kernel.
 """
 
 from __future__ import annotations
@@ -135,6 +150,72 @@ def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
 
 
 MAX_CHANNELS = 65535  # the grid's z (WebGPU's default maxComputeWorkgroupsPerDimension)
+WALK_ROWS = (1, 2, 4)  # output rows an invocation of the row walker takes (RH)
+WALK_MAX_QUADS = 16384  # its loop steps: output rows up to 4 x this wide (lavapipe's ~65k loop trips)
+WALK_MIN_WIDTH = 16  # the heuristic takes it over output rows this wide or wider (the module doc)
+
+
+def walk_window(kw: int, sw: int, dw: int, pw: int) -> tuple[int, int, int]:
+    """(base, off0, count) of depthwise_walk.wgsl's window over an input row: at step q its
+    vec4s are base + q * SW .. + count - 1, and output j's tap t is element off0 + SW * j + t *
+    DW of it (the leading pad PW static)."""
+    base = (-pw) // 4
+    off0 = -pw - 4 * base
+    return base, off0, (off0 + 3 * sw + (kw - 1) * dw) // 4 + 1
+
+
+def walk_defs(rh: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pw: int) -> dict[str, object]:
+    """ACCS, CARRY, PRE, QLO, STEP, PICK_ROW and SHIFT of depthwise_walk.wgsl (its module doc)."""
+    base, off0, count = walk_window(kw, sw, dw, pw)
+    carried = count - sw
+    accs = [f"let w{a}_{t} = wt(wc + {a * kw + t}u);" for a in range(kh) for t in range(kw)]
+    carry, step, shift = [], [f"var acc{r} = vec4<f32>();" for r in range(rh)], []
+    for i in range(rows_read(rh, kh, sh, dh)):
+        carry += [f"let ok{i} = u32(iy0 + {i}) < IH();",
+                  f"let r{i} = (xc + min(u32(iy0 + {i}), IH() - 1u) * IW()) / 4u;"]
+        carry += [f"var k{i}_{j} = vec4<f32>();" for j in range(carried)]
+        step += [f"let v{i}_{j} = k{i}_{j};" if j < carried else f"let v{i}_{j} = ld4(r{i}, qlo + {j}, ok{i});"
+                 for j in range(count)]
+        shift += [f"k{i}_{j} = v{i}_{j + sw};" for j in range(carried)]
+        readers = [(r, (i - r * sh) // dh) for r in range(rh)
+                   if i - r * sh >= 0 and (i - r * sh) % dh == 0 and (i - r * sh) // dh < kh]
+        for t in range(kw if readers else 0):
+            picks = [off0 + sw * j + t * dw for j in range(4)]
+            step.append(f"let x{i}_{t} = vec4<f32>({', '.join(f'v{i}_{e // 4}[{e % 4}]' for e in picks)});")
+            step += [f"acc{r} += w{a}_{t} * x{i}_{t};" for r, a in readers]
+    return {"ACCS": " ".join(accs), "CARRY": " ".join(carry), "PRE": -(-carried // sw), "QLO": f"({base})",
+            "STEP": " ".join(step), "PICK_ROW": pick([f"acc{r}" for r in range(rh)], "r"), "SHIFT": " ".join(shift)}
+
+
+def walk_applies(compute: str, transposed: bool, spatial: tuple[Dim, ...], win: Window, mg: int, cg: int,
+                 channels: int, epilogue_in_store: bool) -> bool:
+    """The row walker: a float32 2-D depthwise conv with a static leading pad along the rows,
+    any epilogue applied in the store; its rows read and written as aligned vec4s and at most
+    4 x WALK_MAX_QUADS wide (the caller's guards: IW % 4 == 0, OW % 4 == 0, OW's bound)."""
+    return (compute == "f32" and not transposed and mg == 1 and cg == 1 and len(spatial) == 2
+            and channels <= MAX_CHANNELS and isinstance(win.begin[-1], int) and epilogue_in_store)
+
+
+def plan_walk(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, batch: Dim, channels: int,
+              spatial: tuple[Dim, ...], win: Window, rh: int, epilogue: Epilogue = Epilogue()) -> list[Step]:
+    """depthwise_walk.wgsl: RH output rows an invocation, walked 4 positions a step."""
+    params = {k: v for k, v in window_params(spatial, win).items()
+              if k not in ("ID", "OD", "KD", "SD", "DD", "PD", "KS", "ISP", "P")}
+    kh, kw = win.kernel
+    sh, sw = win.strides
+    dh, dw = win.dilations
+    th = ceil_div(params["OH"], rh)
+    nt = batch * th
+    params.update(C=channels, NT=nt, TH=th, QUADS=ceil_div(params["OW"], 4), EOW=params["OW"])
+    defs: dict[str, object] = {"RH": rh, "HAS_BIAS": bias is not None, "T": "f32", "X4": True,
+                               **walk_defs(rh, kh, kw, sh, sw, dh, dw, win.begin[-1])}
+    reads: dict[str, str | Buf] = {"x": Buf(x, vector=True), "w": w, **({"bias": bias} if bias is not None else {})}
+    defs, params, reads = epilogue.onto(defs, params, reads)
+    defs.update(epilogue.in_store(ctx, y, defs))
+    baked = {"KH", "KW", "SH", "SW", "DH", "DW"}
+    return [ctx.dispatch("conv/depthwise_walk.wgsl", defs=defs, params=params, reads=reads,
+                         writes={"y": Buf(y, vector=True)}, workgroups=(ceil_div(nt, LANES), 1, channels),
+                         immediates=tuple(k for k in params if k not in baked))]
 
 
 def depthwise_applies(compute: str, transposed: bool, spatial: tuple[Dim, ...], win: Window, mg: int, cg: int,
@@ -169,4 +250,5 @@ def plan_depthwise(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, ba
                          immediates=tuple(k for k in params if k not in baked))]
 
 
-__all__ = ["DW_TILES", "depthwise_applies", "plan_depthwise"]
+__all__ = ["DW_TILES", "WALK_MAX_QUADS", "WALK_MIN_WIDTH", "WALK_ROWS", "depthwise_applies", "plan_depthwise",
+           "plan_walk", "walk_applies", "walk_defs", "walk_window"]
