@@ -358,8 +358,11 @@ def plan_register(ctx: PlanCtx, *, x: str, w: str, bias: str | None, y: str, bat
     if not split:
         defs, params, reads = epilogue.onto(defs, params, reads)
         defs.update(epilogue.in_store(ctx, y, defs))
-        return [ctx.dispatch("conv/conv_register.wgsl", defs=defs, params=params, reads=reads, writes={"y": y},
-                             workgroups=workgroups, immediates=tuple(k for k in params if k not in BAKED))]
+        # float32 outputs: a full quad at an aligned index is one vec4 store (conv_register.wgsl put)
+        defs["STORE4"] = ctx.tensor_dtype(y).name == "float32" and (not epilogue or "EPILOGUE_IN_STORE" in defs)
+        return [ctx.dispatch("conv/conv_register.wgsl", defs=defs, params=params, reads=reads,
+                             writes={"y": Buf(y, vector=defs["STORE4"])}, workgroups=workgroups,
+                             immediates=tuple(k for k in params if k not in BAKED))]
     partial = ctx.scratch(splits * total, "float32", "splitk")
     steps: list[Step] = [ctx.dispatch("conv/conv_register.wgsl", defs=defs, params=params, reads=reads,
                                       writes={"partial": partial}, workgroups=workgroups,
