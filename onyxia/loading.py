@@ -23,7 +23,7 @@ from onyxia.compiler.pipeline import PassRecord
 from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
-from onyxia.plan_cache import PlanCache, enabled_by_env, model_digest, plan_key
+from onyxia.plan_cache import PlanCache, enabled_by_env, plan_key
 from onyxia.runtime import Runtime
 from onyxia.runtime.replay import LoadTimes
 
@@ -145,7 +145,7 @@ def compile_file(source: Any, dims: Mapping[str, int], static: Iterable[str] = (
     static = tuple(static)
     pipeline = CompilerPipeline(core_operator_registry())
     start = time.perf_counter()
-    digest = model_digest(source) if cache is not None else None
+    digest = cache.digest(source) if cache is not None else None
     key = plan_key(digest, dims, static, compiler_signature(pipeline)) if digest is not None else None
     report.cache_s = time.perf_counter() - start  # hashing the model is the cache's cost too
 

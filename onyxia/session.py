@@ -27,7 +27,7 @@ from onyxia.onnx import load_model
 from onyxia.operators import core_operator_registry
 from onyxia.plan import CompiledModel
 from onyxia.plan.show import literal_uses
-from onyxia.plan_cache import PlanCache, model_digest, plan_key
+from onyxia.plan_cache import PlanCache, plan_key
 from onyxia.runtime.device import Runtime
 from onyxia.session_containers import assemble, elements, feed_structure, flatten, leaves
 
@@ -168,7 +168,7 @@ class InferenceSession:
             self.load_report.parse_s = time.perf_counter() - start
             if self._cache is not None:
                 start = time.perf_counter()
-                self._digest = model_digest(model)
+                self._digest = self._cache.digest(model)
                 self.load_report.cache_s = time.perf_counter() - start
             self._compiled = None
             # Sequence/optional inputs: the session compiles for the structure fed (flatten).

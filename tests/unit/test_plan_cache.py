@@ -180,3 +180,68 @@ def test_a_later_write_is_waited_for_by_a_get_of_its_key(tmp_path, model_file, m
     assert got is not None and _plan_text(got, tmp_path, "a") == _plan_text(plan, tmp_path, "b")
     plan_cache.wait_for_write()
     assert not plan_cache._WRITES
+
+
+def test_a_digest_is_remembered_by_the_files_stat_until_they_change(tmp_path, monkeypatch):
+    """PlanCache.digest: the model's and its external data's bytes hashed once; later lookups
+    go by size, times and inode; a change to either file (or a file changed too recently to
+    trust its times) is hashed again."""
+    import os
+
+    import onnx
+
+    onnx.save_model(_model(), tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    cache = PlanCache(tmp_path / "cache")
+    hashed = []
+    real = plan_cache._file_digest
+    monkeypatch.setattr(plan_cache, "_file_digest", lambda path: hashed.append(path) or real(path))
+    expected = real(tmp_path / "m.onnx")[0]
+    assert cache.digest(tmp_path / "m.onnx") == expected and cache.digest(tmp_path / "m.onnx") == expected
+    assert len(hashed) == 2  # just written: too recent to trust its times
+    monkeypatch.setattr(plan_cache, "_SETTLED_S", 0.0)
+    assert cache.digest(tmp_path / "m.onnx") == expected and len(hashed) == 3
+    assert cache.digest(tmp_path / "m.onnx") == expected and len(hashed) == 3  # remembered
+    assert PlanCache(tmp_path / "cache").digest(tmp_path / "m.onnx") == expected and len(hashed) == 3
+    data = bytearray((tmp_path / "m.data").read_bytes())
+    data[-1] ^= 0x40
+    (tmp_path / "m.data").write_bytes(bytes(data))
+    changed = cache.digest(tmp_path / "m.onnx")
+    assert changed == real(tmp_path / "m.onnx")[0] != expected and len(hashed) == 4
+    st = os.stat(tmp_path / "m.onnx")
+    os.utime(tmp_path / "m.onnx", ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # touched: hashed again
+    assert cache.digest(tmp_path / "m.onnx") == changed and len(hashed) == 5
+    (tmp_path / "cache" / "digests.json").write_text("{not json")  # a damaged memo costs a hash
+    assert cache.digest(tmp_path / "m.onnx") == changed and len(hashed) == 6
+
+
+def test_a_trusted_load_maps_the_weights_aligned_and_checks_them(tmp_path):
+    """The plan cache reads its own files (trusted) with the weights mapped, not copied: aligned
+    (save_plan pads each member's start to 64 bytes), read-only, equal to what was saved; a plan
+    whose members are not aligned (an earlier onyxia's) still loads, copies where needed."""
+    from onyxia.plan import CompiledModel
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(_model(scale=0.5).SerializeToString())
+    plan, _ = compile_file(path, {"seq": 3}, plan_cache=False)
+    save_plan(plan, tmp_path / "p.onyxia")
+    mapped = CompiledModel.load(tmp_path / "p.onyxia", trusted=True)
+    checked = CompiledModel.load(tmp_path / "p.onyxia")
+    weights = [n for n, t in plan.tensors.items() if t.data is not None and t.data.size > 1]
+    assert weights
+    for name in weights:
+        a = mapped.tensors[name].data
+        assert a.flags.aligned and not a.flags.writeable and not a.flags.owndata
+        np.testing.assert_array_equal(a, plan.tensors[name].data)
+        np.testing.assert_array_equal(checked.tensors[name].data, plan.tensors[name].data)
+    # members written without the padding (an earlier onyxia's files): loaded all the same
+    with zipfile.ZipFile(tmp_path / "p.onyxia") as src, zipfile.ZipFile(tmp_path / "q.onyxia", "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info.filename),
+                         compress_type=zipfile.ZIP_DEFLATED if info.filename == "plan.json" else zipfile.ZIP_STORED)
+    with zipfile.ZipFile(tmp_path / "q.onyxia") as zf:
+        starts = [i.header_offset + 30 + len(i.filename) for i in zf.infolist() if i.filename.endswith(".npy")]
+    assert any(start % 64 for start in starts)
+    plain = CompiledModel.load(tmp_path / "q.onyxia", trusted=True)
+    for name in weights:
+        np.testing.assert_array_equal(plain.tensors[name].data, plan.tensors[name].data)
