@@ -302,9 +302,9 @@ def _check(model_path: str, is_plan: bool, feeds, outputs) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.iterations < 1 or args.warmup < 0:
-        raise CliError(f"--iterations must be at least 1 and --warmup at least 0, got "
-                       f"{args.iterations} and {args.warmup}")
+    if args.iterations < 1 or args.warmup < 0 or args.profile_repeats < 1:
+        raise CliError(f"--iterations and --profile-repeats must be at least 1 and --warmup at least 0, got "
+                       f"{args.iterations}, {args.profile_repeats} and {args.warmup}")
     is_plan, compiled, runtime, exe, report = _executor(args)
     feeds = feeds_for(exe, compiled, None, 0, index_bounds(args.model))
     start = time.perf_counter()
@@ -358,7 +358,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from onyxia.runtime.peaks import adapter_peaks
         from onyxia.runtime.profile import profile, profile_lines, write_trace
 
-        profiles = profile(exe, feeds)
+        profiles = profile(exe, feeds, repeats=args.profile_repeats)
         peaks = adapter_peaks(runtime)
         for line in profile_lines(profiles, peaks):
             print("  " + line)
@@ -442,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ort", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("--profile", action="store_true",
                    help="per-dispatch GPU time (timestamp queries), bytes, flops and roofline fraction")
+    p.add_argument("--profile-repeats", type=int, default=5, metavar="N",
+                   help="with --profile: each dispatch's median over N timed passes (default 5)")
     p.add_argument("--trace", metavar="FILE.json", help="with --profile: write a Chrome/Perfetto trace")
     p.add_argument("--adapter", help="adapter index or name substring")
     p.add_argument("--no-cache", action="store_true", help="compile anew, without the plan cache")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -84,9 +84,13 @@ def time_dispatches(exe, feeds: Mapping[str, Any]) -> list[DispatchTiming]:
                            stamps[2 * i + 1] - stamps[2 * i], stamps[2 * i] - origin) for i, cmd in enumerate(cmds)]
 
 
-def profile(exe, feeds: Mapping[str, Any]) -> list[DispatchProfile]:
-    """Every dispatch that runs at the executor's dims (empty grids aside), timed and costed."""
-    timings = time_dispatches(exe, feeds)
+def profile(exe, feeds: Mapping[str, Any], repeats: int = 1) -> list[DispatchProfile]:
+    """Every dispatch that runs at the executor's dims (empty grids aside), timed and costed;
+    with `repeats`, each dispatch's median over that many timed passes (a shared or throttled
+    machine moves single samples by tens of percent; start offsets: the first pass's)."""
+    passes = [time_dispatches(exe, feeds) for _ in range(max(repeats, 1))]
+    timings = [replace(first, nanoseconds=float(np.median([p[i].nanoseconds for p in passes])))
+               for i, first in enumerate(passes[0])]
     costs = plan_cost(exe.model, exe.dims, exe.select_choices(), adapter=exe.adapter_facts).dispatches
     assert len(costs) == len(timings), (len(costs), len(timings))
     return [DispatchProfile(t, c) for t, c in zip(timings, costs) if c.live]

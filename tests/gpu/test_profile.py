@@ -1,6 +1,7 @@
 """`onyxia bench --profile --trace`: the roofline report and a Chrome/Perfetto trace with one
 slice per dispatch that runs."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -49,6 +50,33 @@ def test_bench_profile_writes_a_trace_with_one_slice_per_dispatch(runtime, tmp_p
         assert event["args"]["bytes"] == cost.bytes
         assert event["dur"] >= 0 and "roofline_fraction" in event["args"]
     assert (cache / CACHE_FILE).exists()
+
+
+def test_profile_takes_each_dispatchs_median_over_its_passes(runtime, monkeypatch):
+    # Each dispatch's time is the median of its own samples over the passes (a slow pass or a
+    # slow dispatch in one pass does not move it), its start the first pass's.
+    from onyxia.runtime import profile as profile_module
+
+    exe = runtime.load_model(compile_model(_model(), {"m": 8}))
+    feeds = {"x": np.ones((8, 16), np.float32)}
+    real = profile_module.time_dispatches(exe, feeds)
+    passes = iter([(3.0, 0.0), (1.0, 5.0), (2.0, 7.0)])  # (this pass's time offset, its start offset)
+
+    def timed(exe, feeds):
+        base, start = next(passes)
+        return [dataclasses.replace(t, nanoseconds=100.0 * i + base, start=start + i) for i, t in enumerate(real)]
+
+    monkeypatch.setattr(profile_module, "time_dispatches", timed)
+    got = profile_module.profile(exe, feeds, repeats=3)
+    assert [p.timing.nanoseconds for p in got] == [100.0 * i + 2.0 for i in range(len(real))]
+    assert [p.timing.start for p in got] == [float(i) for i in range(len(real))]
+
+
+def test_profile_repeats_must_be_positive(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    assert main(["bench", str(path), "--dim", "m=8", "--no-ort", "--profile", "--profile-repeats", "0"]) == 1
+    assert "--profile-repeats must be at least 1" in capsys.readouterr().err
 
 
 def test_trace_needs_profile(tmp_path, capsys):
