@@ -180,6 +180,26 @@ def test_every_conv_alternative_matches_ort(runtime, name):
                                                                    if name in walks else set()), (name, ran)
 
 
+def test_the_row_walker_is_bounded_by_construction(runtime):
+    # conv/depthwise_walk walks 4 positions a loop step: its guard keeps an invocation's loop
+    # trips ((steps + 2) x (1 + rows)) under lavapipe's ~65,535 (rows up to 4 x WALK_MAX_QUADS
+    # wide), and asks rows a multiple of 4 wide in and out (vec4 loads and stores); at the bound
+    # every block height matches onnxruntime
+    from onyxia.operators.conv.depthwise import WALK_MAX_QUADS, WALK_ROWS
+
+    assert (WALK_MAX_QUADS + 2) * (1 + max(WALK_ROWS)) < 65_535
+    model = conv_model("Conv", [1, 4, 4, "w"], [4, 1, 3, 3], group=4, pads=[1, 1, 1, 1])
+    ran = check_every_alternative(runtime, model, [1, 4, 4, "w"], [dict(w=4 * WALK_MAX_QUADS)])
+    assert {label for label in ran if label.startswith("walk/")} == {f"walk/{rh}" for rh in WALK_ROWS}, ran
+    select = next(s for op in compile_model(model, {"w": 64}).operations for s in op.steps
+                  if getattr(s, "key", "").startswith("conv/"))
+    for width, walks in ((64, True), (4 * WALK_MAX_QUADS, True), (4 * WALK_MAX_QUADS + 4, False), (66, False)):
+        values = [v if isinstance(v, int) else v.evaluate({"w": width}) for v in select.values()]
+        eligible, _ = select.evaluate(values, AdapterFacts("cpu"))
+        assert [label for label, ok in zip(select.labels, eligible) if ok and label.startswith("walk/")] == (
+            [f"walk/{rh}" for rh in WALK_ROWS] if walks else []), width
+
+
 @pytest.fixture(scope="module")
 def plain_runtime():
     """The same adapter with its subgroup operations unused: the register kernel's plain body."""

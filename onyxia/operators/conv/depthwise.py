@@ -151,7 +151,9 @@ def looped(rh: int, rp: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
 
 MAX_CHANNELS = 65535  # the grid's z (WebGPU's default maxComputeWorkgroupsPerDimension)
 WALK_ROWS = (1, 2, 4)  # output rows an invocation of the row walker takes (RH)
-WALK_MAX_QUADS = 16384  # its loop steps: output rows up to 4 x this wide (lavapipe's ~65k loop trips)
+# Its loop steps: output rows up to 4 x this wide. An invocation's loop trips are (QUADS + PRE)
+# x (1 + RH), the stores' loop included: <= 8194 x 5 for 4 rows, under lavapipe's ~65,535.
+WALK_MAX_QUADS = 8192
 WALK_MIN_WIDTH = 16  # the heuristic takes it over output rows this wide or wider (the module doc)
 
 
