@@ -302,9 +302,11 @@ def _check(model_path: str, is_plan: bool, feeds, outputs) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.iterations < 1 or args.warmup < 0 or args.profile_repeats < 1:
-        raise CliError(f"--iterations and --profile-repeats must be at least 1 and --warmup at least 0, got "
-                       f"{args.iterations}, {args.profile_repeats} and {args.warmup}")
+    if args.iterations < 1 or args.warmup < 0:
+        raise CliError(f"--iterations must be at least 1 and --warmup at least 0, got "
+                       f"{args.iterations} and {args.warmup}")
+    if args.profile_repeats < 1:
+        raise CliError(f"--profile-repeats must be at least 1, got {args.profile_repeats}")
     is_plan, compiled, runtime, exe, report = _executor(args)
     feeds = feeds_for(exe, compiled, None, 0, index_bounds(args.model))
     start = time.perf_counter()
