@@ -252,18 +252,12 @@ def _native_f16_buffer(b: BufferDecl, index: int, access: str) -> list[str]:
         out += [f"fn {n}_load(i: u32) -> u32 {{ return pack2x16float(vec2<f32>(f32({at}), 0.0)) & 0xffffu; }}"]
         if not b.read_only:
             out += [f"fn {n}_store(i: u32, v: u32) {{ {at} = f16(unpack2x16float(v).x); }}"]
-    elif b.read_only:
-        out += [f"fn {n}_load(i: u32) -> f32 {{ return f32({at}); }}"]
     else:
-        # A kernel that stores a value and loads it back (an epilogue over its stored outputs)
-        # must see it rounded as stored: Mesa's lavapipe forwards the store to the load and folds
-        # f32(f16(x)) to x, so the fused result was rounded once where the unfused plan rounds
-        # twice (up to 2 ulps apart). quantizeToF16, the identity on an f16 value, keeps it.
-        out += [f"fn {n}_load(i: u32) -> f32 {{ return quantizeToF16(f32({at})); }}",
-                f"fn {n}_store(i: u32, v: f32) {{ {at} = f16(v); }}"]
+        out += [f"fn {n}_load(i: u32) -> f32 {{ return f32({at}); }}"]
+        if not b.read_only:
+            out += [f"fn {n}_store(i: u32, v: f32) {{ {at} = f16(v); }}"]
     if b.vector and not b.raw:
-        load4 = f"vec4<f32>({n}_buf[j])" if b.read_only else f"quantizeToF16(vec4<f32>({n}_buf[j]))"
-        out += [f"fn {n}_load4(j: u32) -> vec4<f32> {{ return {load4}; }}"]
+        out += [f"fn {n}_load4(j: u32) -> vec4<f32> {{ return vec4<f32>({n}_buf[j]); }}"]
     return out + _pairs(b)
 
 

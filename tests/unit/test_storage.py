@@ -90,23 +90,6 @@ def test_generated_bindings():
     assert "onyxia_status" not in native
 
 
-def test_native_f16_outputs_load_back_as_stored():
-    # A native float16 buffer a kernel writes loads its values through quantizeToF16 (the
-    # identity on an f16 value): Mesa's lavapipe forwarded a store to a later load of the same
-    # element and folded f32(f16(x)) to x, so an epilogue over the stored outputs saw the
-    # unrounded value (tests/gpu/test_conv_epilogue.py test_float16_storage on Mesa 25). Inputs
-    # load plainly.
-    buffers = (BufferDecl("x", "float16", True, vector=True), BufferDecl("y", "float16", False, vector=True),
-               BufferDecl("z", "float16", False))
-    native = buffer_code(buffers, native_f16=True, reports=False)
-    assert "fn x_load(i: u32) -> f32 { return f32(x_buf[i >> 2u][i & 3u]); }" in native
-    assert "fn x_load4(j: u32) -> vec4<f32> { return vec4<f32>(x_buf[j]); }" in native
-    assert "fn y_load(i: u32) -> f32 { return quantizeToF16(f32(y_buf[i >> 2u][i & 3u])); }" in native
-    assert "fn y_load4(j: u32) -> vec4<f32> { return quantizeToF16(vec4<f32>(y_buf[j])); }" in native
-    assert "fn z_load(i: u32) -> f32 { return quantizeToF16(f32(z_buf[i])); }" in native
-    assert "quantizeToF16" not in buffer_code(buffers, native_f16=False, reports=False)
-
-
 def test_wide_buffers_take_64_bit_loads_only_with_wide_reads():
     """`wide` read-only buffers: 64-bit element types where the device has shader-int64
     (`wide_reads`), the plain ones otherwise; NAME_load2 / NAME_word8 in both forms."""
