@@ -388,7 +388,7 @@ def plan_conv(ctx: PlanCtx, spec: ConvSpec, epilogue: Epilogue = Epilogue()) -> 
                                 ALWAYS, prefer))
     point = patch_product(spec)
     if point is not None and transposed_product_applies(point, compute):
-        window = window_product_applies(spec, point)
+        window = window_product_applies(spec)
         # preferred on a CPU-type adapter at any size (plan_patch_product has the figures),
         # where the product cannot read the positions out of the input itself
         steps = prelude + plan_patch_product(ctx, spec, point, compute, epilogue, scaled)

@@ -94,10 +94,10 @@ def plan_transposed_product(ctx: PlanCtx, spec: ConvSpec, compute: str, epilogue
         a_scale=scale, a_window=window))
 
 
-def window_product_applies(spec: ConvSpec, point: ConvSpec) -> bool:
-    """A one-tap strided conv over 1-D or 2-D maps (`point` = patch_product(spec)), whose
-    positions the product can read out of the input itself (plan_window_product)."""
-    return numel(spec.window.kernel) == 1 and len(spec.spatial) in (1, 2) and point.channels == spec.channels
+def window_product_applies(spec: ConvSpec) -> bool:
+    """A one-tap conv over 1-D or 2-D maps (with patch_product(spec) not None: a strided one),
+    whose positions the product can read out of the input itself (plan_window_product)."""
+    return numel(spec.window.kernel) == 1 and len(spec.spatial) in (1, 2)
 
 
 def plan_window_product(ctx: PlanCtx, spec: ConvSpec, point: ConvSpec, compute: str, epilogue: Epilogue,
